@@ -1,0 +1,123 @@
+"""Every error neffcache raises on purpose.
+
+The hierarchy, so a caller can catch at the depth it cares about::
+
+    NeffcacheError
+    ├── ConfigError (ValueError)            bad settings, bad config file
+    │   ├── UnknownInstanceType             instance type not in the catalog
+    │   └── InvalidURL                      a store URL we cannot parse or serve
+    ├── InvalidKey (ValueError)             path traversal, absolute paths, bad characters
+    ├── ToolchainError (RuntimeError)
+    │   └── CompilerNotFound (FileNotFoundError)
+    ├── StoreError (OSError)                anything a store could not do
+    │   ├── StoreUnavailable                tier down, bucket missing, no credentials
+    │   ├── AccessDenied (PermissionError)
+    │   ├── EntryNotFound (KeyError)
+    │   └── ReadOnlyStore
+    ├── CorruptEntry                        digests or manifest do not match the files
+    ├── LeaseHeld                           someone else holds a live lease
+    └── IndexServerError (RuntimeError)     the index server refused or failed
+
+Errors subclass the matching builtin so code that knows nothing about neffcache still
+catches them sensibly, and carry the attributes a message needs (path, key, store).
+"""
+
+from __future__ import annotations
+
+
+class NeffcacheError(Exception):
+    """Base class of every error neffcache raises on purpose."""
+
+
+class ConfigError(NeffcacheError, ValueError):
+    """Settings that cannot work: a bad value, a bad config file."""
+
+
+class UnknownInstanceType(ConfigError):
+    def __init__(self, instance_type: str, known: list[str]) -> None:
+        self.instance_type = instance_type
+        self.known = known
+        super().__init__(
+            f"unknown instance type {instance_type!r}; known: {', '.join(known)}"
+        )
+
+
+class InvalidURL(ConfigError):
+    def __init__(self, url: str, reason: str) -> None:
+        self.url = url
+        self.reason = reason
+        super().__init__(f"invalid store URL {url!r}: {reason}")
+
+
+class InvalidKey(NeffcacheError, ValueError):
+    """A key or relative path from outside that could escape the store root."""
+
+    def __init__(self, key: str, reason: str) -> None:
+        self.key = key
+        self.reason = reason
+        super().__init__(f"invalid key {key!r}: {reason}")
+
+
+class ToolchainError(NeffcacheError, RuntimeError):
+    """The compiler could not be run or its output not understood."""
+
+
+class CompilerNotFound(ToolchainError, FileNotFoundError):
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(
+            f"{name!r} not found on PATH; install the Neuron SDK, pass --compiler, or use "
+            "--compiler-version to name the toolchain without running it"
+        )
+
+
+class StoreError(NeffcacheError, OSError):
+    """A store could not complete an operation."""
+
+    def __init__(self, message: str, *, store: str | None = None, path: str | None = None) -> None:
+        self.store = store
+        self.path = path
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class StoreUnavailable(StoreError):
+    """The store cannot be reached: tier down, bucket missing, no credentials."""
+
+
+class AccessDenied(StoreError, PermissionError):
+    pass
+
+
+class EntryNotFound(StoreError, KeyError):
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class ReadOnlyStore(StoreError):
+    pass
+
+
+class CorruptEntry(NeffcacheError):
+    def __init__(self, path: str, problems: list[str]) -> None:
+        self.path = path
+        self.problems = problems
+        super().__init__(f"corrupt entry {path}: {'; '.join(problems)}")
+
+
+class LeaseHeld(NeffcacheError):
+    def __init__(self, name: str, owner: str, expires_at: float) -> None:
+        self.name = name
+        self.owner = owner
+        self.expires_at = expires_at
+        super().__init__(f"lease {name} is held by {owner} until {expires_at:.0f}")
+
+
+class IndexServerError(NeffcacheError, RuntimeError):
+    """The index server refused a request or could not be reached."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        self.status = status
+        super().__init__(message)

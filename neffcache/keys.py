@@ -1,0 +1,101 @@
+"""The one cache-key function of neffcache's own API, and the checks on outside paths.
+
+The key is sha256 over a canonical encoding of every input that changes the NEFF: the HLO
+bytes, the compiler flags (sorted, so their order does not matter), the compiler version, the
+compile target and the LNC (JAX's cache_key.py and pip's cache.py habit). The components are
+kept in :class:`KeyParts` so a miss can be explained by diffing them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import posixpath
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from neffcache.errors import InvalidKey
+from neffcache.toolchain import Toolchain
+
+KEY_SCHEMA = "neffcache-key-v1"
+_KEY_RE = re.compile(r"^[0-9a-f]{64}$")
+# One path component: printable, no separators, not "." or "..", no leading dash surprises.
+_COMPONENT_RE = re.compile(r"^[A-Za-z0-9_.+=@,-]+$")
+
+
+def canonical_flags(flags: Iterable[str]) -> tuple[str, ...]:
+    return tuple(sorted(f.strip() for f in flags if f.strip()))
+
+
+@dataclass(frozen=True)
+class KeyParts:
+    hlo_sha256: str
+    flags: tuple[str, ...]
+    compiler_version: str
+    target: str
+    lnc: int
+
+    def encode(self) -> bytes:
+        # Length-prefixed fields: no flag value can forge a boundary between fields.
+        fields = [KEY_SCHEMA, self.hlo_sha256, *self.flags, "\x00", self.compiler_version,
+                  self.target, str(self.lnc)]
+        out = bytearray()
+        for field in fields:
+            raw = field.encode()
+            out += len(raw).to_bytes(4, "big") + raw
+        return bytes(out)
+
+    def diff(self, other: KeyParts) -> list[str]:
+        """Human-readable reasons two keys differ (for explaining a miss)."""
+        reasons = []
+        for name in ("hlo_sha256", "flags", "compiler_version", "target", "lnc"):
+            mine, theirs = getattr(self, name), getattr(other, name)
+            if mine != theirs:
+                reasons.append(f"{name}: {theirs!r} -> {mine!r}")
+        return reasons
+
+
+def key_parts(hlo: bytes, flags: Sequence[str], toolchain: Toolchain) -> KeyParts:
+    return KeyParts(
+        hashlib.sha256(hlo).hexdigest(),
+        canonical_flags(flags),
+        toolchain.compiler_version,
+        toolchain.target,
+        toolchain.lnc,
+    )
+
+
+def cache_key(hlo: bytes, flags: Sequence[str], toolchain: Toolchain) -> str:
+    """The 64-hex key of a compiled graph. The only key function in neffcache."""
+    return hashlib.sha256(key_parts(hlo, flags, toolchain).encode()).hexdigest()
+
+
+def check_key(key: str) -> str:
+    if not _KEY_RE.match(key):
+        raise InvalidKey(key, "expected 64 lowercase hex characters")
+    return key
+
+
+def safe_relpath(path: str) -> str:
+    """Normalise a store-relative path from outside, refusing anything that could escape.
+
+    Refuses absolute paths, ``..``, empty components, backslashes, NULs and control
+    characters. Returns the path with single slashes and no leading ``./``.
+    """
+    if not isinstance(path, str) or not path:
+        raise InvalidKey(str(path), "empty path")
+    if "\x00" in path or any(ord(c) < 32 for c in path):
+        raise InvalidKey(path, "control characters are not allowed")
+    if "\\" in path:
+        raise InvalidKey(path, "backslashes are not allowed")
+    if path.startswith("/") or re.match(r"^[A-Za-z]:", path):
+        raise InvalidKey(path, "absolute paths are not allowed")
+    parts = [p for p in path.split("/") if p not in ("", ".")]
+    if not parts:
+        raise InvalidKey(path, "empty path")
+    for part in parts:
+        if part == "..":
+            raise InvalidKey(path, "'..' is not allowed")
+        if not _COMPONENT_RE.match(part):
+            raise InvalidKey(path, f"component {part!r} has characters outside [A-Za-z0-9_.+=@,-]")
+    return posixpath.join(*parts)

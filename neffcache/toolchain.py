@@ -1,0 +1,125 @@
+"""Toolchains: which compiler, for which target and LNC, produced (or may use) a NEFF.
+
+A NEFF is only valid for the exact compiler version, compile target and logical-core
+configuration it was built with, so those three are the identity of a cache namespace.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from neffcache.errors import CompilerNotFound, ConfigError, ToolchainError
+from neffcache.instances import TARGETS, lookup_instance
+
+COMPILER_NAME = "neuronx-cc"
+_VERSION_LINE = re.compile(r"NeuronX Compiler version\s+(?P<version>[0-9][0-9A-Za-z.+_-]*)")
+# Versions become directory names (neuronxcc-<ver>), so they may not carry separators.
+_SAFE_VERSION = re.compile(r"^[0-9][0-9A-Za-z.+_-]*$")
+
+
+def validate_version(version: str) -> str:
+    if not _SAFE_VERSION.match(version):
+        raise ConfigError(f"invalid compiler version {version!r} (expected e.g. 2.27.5334.0+f702b353)")
+    return version
+
+
+@dataclass(frozen=True, order=True)
+class Toolchain:
+    compiler_version: str
+    target: str
+    lnc: int
+
+    def __post_init__(self) -> None:
+        validate_version(self.compiler_version)
+        if self.target not in TARGETS:
+            raise ConfigError(f"unknown compile target {self.target!r}; known: {', '.join(TARGETS)}")
+        if self.lnc not in (1, 2):
+            raise ConfigError(f"LNC must be 1 or 2, not {self.lnc!r}")
+
+    @property
+    def target_dir(self) -> str:
+        """The namespace directory neffcache adds so trn1 and trn2 NEFFs never mix."""
+        return f"{self.target}-lnc{self.lnc}"
+
+    @property
+    def label(self) -> str:
+        return f"neuronxcc-{self.compiler_version} {self.target} lnc={self.lnc}"
+
+    def to_json(self) -> dict[str, object]:
+        return {"compiler_version": self.compiler_version, "target": self.target, "lnc": self.lnc}
+
+    @classmethod
+    def from_json(cls, data: dict[str, object]) -> Toolchain:
+        try:
+            return cls(str(data["compiler_version"]), str(data["target"]), int(str(data["lnc"])))
+        except KeyError as exc:
+            raise ConfigError(f"toolchain record lacks {exc.args[0]!r}") from None
+
+    @classmethod
+    def for_instance(cls, instance_type: str, compiler_version: str, lnc: int | None = None) -> Toolchain:
+        row = lookup_instance(instance_type)
+        return cls(compiler_version, row.target, lnc if lnc is not None else row.default_lnc)
+
+
+def parse_compiler_version(output: str) -> str:
+    """The version from ``neuronx-cc --version`` output (first matching line)."""
+    for line in output.splitlines():
+        match = _VERSION_LINE.search(line)
+        if match:
+            return match.group("version")
+    first = output.strip().splitlines()[0] if output.strip() else "(no output)"
+    raise ToolchainError(f"cannot read a compiler version from `{COMPILER_NAME} --version`: {first!r}")
+
+
+def find_compiler(explicit: str | os.PathLike[str] | None = None) -> Path:
+    """The ``neuronx-cc`` executable: the explicit path if given, else the one on PATH."""
+    if explicit is not None:
+        path = Path(explicit)
+        if path.is_file() and os.access(path, os.X_OK):
+            return path
+        found = shutil.which(str(explicit))
+        if found:
+            return Path(found)
+        raise CompilerNotFound(str(explicit))
+    found = shutil.which(COMPILER_NAME)
+    if not found:
+        raise CompilerNotFound(COMPILER_NAME)
+    return Path(found)
+
+
+def compiler_version(compiler: str | os.PathLike[str] | None = None, *, timeout: float = 60.0) -> str:
+    """Run ``neuronx-cc --version`` and parse it."""
+    exe = find_compiler(compiler)
+    try:
+        proc = subprocess.run(
+            [str(exe), "--version"], capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ToolchainError(f"could not run `{exe} --version`: {exc}") from exc
+    if proc.returncode != 0:
+        raise ToolchainError(
+            f"`{exe} --version` exited {proc.returncode}: {proc.stderr.strip()[:300]}"
+        )
+    return parse_compiler_version(proc.stdout + "\n" + proc.stderr)
+
+
+def resolve_toolchain(
+    instance_type: str,
+    *,
+    compiler: str | os.PathLike[str] | None = None,
+    compiler_version_override: str | None = None,
+    lnc: int | None = None,
+) -> Toolchain:
+    """The toolchain a job on ``instance_type`` uses with the installed (or named) compiler."""
+    row = lookup_instance(instance_type)  # fail on a bad instance before running anything
+    version = (
+        validate_version(compiler_version_override)
+        if compiler_version_override
+        else compiler_version(compiler)
+    )
+    return Toolchain(version, row.target, lnc if lnc is not None else row.default_lnc)
