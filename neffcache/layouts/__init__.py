@@ -1,1 +1,29 @@
+"""Layouts: how runtimes arrange entries under a cache root. One registry, by name."""
 
+from __future__ import annotations
+
+from neffcache.errors import ConfigError
+from neffcache.layouts.base import EntryPlan, Layout, Located
+from neffcache.layouts.neuronxcc import NeuronxccLayout
+from neffcache.layouts.torchneuron import TorchNeuronLayout
+
+LAYOUTS: dict[str, Layout] = {layout.name: layout for layout in (NeuronxccLayout(), TorchNeuronLayout())}
+
+
+def get_layout(name: str) -> Layout:
+    try:
+        return LAYOUTS[name]
+    except KeyError:
+        raise ConfigError(f"unknown layout {name!r}; known: {', '.join(LAYOUTS)}") from None
+
+
+def locate(path: str) -> Located | None:
+    """The entry a store-relative file belongs to, in whichever layout claims it."""
+    for layout in LAYOUTS.values():
+        found = layout.locate(path)
+        if found is not None:
+            return found
+    return None
+
+
+__all__ = ["LAYOUTS", "EntryPlan", "Layout", "Located", "get_layout", "locate"]

@@ -1,1 +1,73 @@
+"""Choosing a store by URL: one registry, backends imported lazily (fsspec's registry habit).
 
+======================  ==========================================================
+``/path``, ``file://``  :class:`LocalStore`
+``fsx:///mnt/fsx/x``    :class:`LocalStore` in shared-mount mode (group-writable, no flock)
+``s3://bucket/prefix``  ``S3Store`` (needs ``neffcache[s3]``)
+any other scheme        ``FsspecStore`` when fsspec knows it (``memory://``, ``gs://``...)
+======================  ==========================================================
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+from neffcache.errors import ConfigError, InvalidURL
+from neffcache.stores.base import Store
+from neffcache.stores.local import LocalStore
+
+# scheme -> (dotted path of the class, what to install when the import fails)
+REGISTRY: dict[str, tuple[str, str]] = {
+    "s3": ("neffcache.stores.s3:S3Store", "pip install 'neffcache[s3]'"),
+}
+_FSSPEC = ("neffcache.stores.fsspec_store:FsspecStore", "pip install fsspec")
+_SCHEME_RE = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def _load(dotted: str, hint: str, scheme: str) -> Callable[..., Store]:
+    module_name, _, attr = dotted.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"{scheme}:// stores need an extra package ({exc.name}): {hint}") from exc
+    cls: Callable[..., Store] = getattr(module, attr)
+    return cls
+
+
+def open_store(url: str, *, shared: bool | None = None, read_only: bool = False, create: bool = True,
+               **options: Any) -> Store:
+    """The store for ``url``. ``shared`` forces shared-mount mode for a local path."""
+    if not isinstance(url, str) or not url.strip():
+        raise InvalidURL(str(url), "empty")
+    url = url.strip()
+    match = _SCHEME_RE.match(url)
+    if match is None:
+        if "://" in url or url.startswith(":"):
+            raise InvalidURL(url, "expected a path or scheme://...")
+        return LocalStore(url, shared=bool(shared), read_only=read_only, create=create)
+    scheme = match.group("scheme").lower()
+    parts = urlsplit(url)
+    if scheme in ("file", "fsx"):
+        if parts.netloc not in ("", "localhost"):
+            raise InvalidURL(url, f"{scheme}:// takes an absolute path (three slashes: {scheme}:///mnt/...)")
+        if not parts.path.startswith("/"):
+            raise InvalidURL(url, "the path must be absolute")
+        return LocalStore(parts.path, shared=(scheme == "fsx") if shared is None else shared,
+                          read_only=read_only, create=create, url=url)
+    if scheme in REGISTRY:
+        dotted, hint = REGISTRY[scheme]
+        return _load(dotted, hint, scheme)(url, read_only=read_only, **options)
+    try:
+        import fsspec
+    except ImportError as exc:
+        raise ConfigError(f"{scheme}:// needs fsspec: pip install fsspec") from exc
+    if scheme not in fsspec.available_protocols():
+        raise InvalidURL(url, f"unknown scheme {scheme!r}")
+    return _load(*_FSSPEC, scheme)(url, read_only=read_only, **options)
+
+
+__all__ = ["REGISTRY", "LocalStore", "Store", "open_store"]

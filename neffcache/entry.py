@@ -1,0 +1,99 @@
+"""Entries: one compiled graph as it lies in a store, and the states it can be in."""
+
+from __future__ import annotations
+
+import enum
+import posixpath
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from neffcache.manifest import Manifest
+from neffcache.toolchain import Toolchain
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """One file in a store, by its path relative to the store root."""
+
+    path: str
+    size: int
+    mtime: float
+
+
+class EntryState(enum.StrEnum):
+    SUCCESS = "SUCCESS"  # a NEFF the runtime will serve
+    FAILED = "FAILED"  # the compiler failed; the runtime skips it unless asked to retry
+    LOCKED = "LOCKED"  # a process compiles it now (or died doing so: a stale lock)
+    EMPTY = "EMPTY"  # only the HLO: extracted, not compiled yet
+    CORRUPT = "CORRUPT"  # files contradict each other or their manifest
+
+
+@dataclass(frozen=True)
+class Namespace:
+    """The part of a cache root one toolchain can use.
+
+    ``path`` is store-relative (``trn2-lnc2/neuronxcc-2.27.5334.0+f702b353``). Roots filled by
+    the runtimes themselves have no target directory, so target and LNC may be unknown.
+    """
+
+    layout: str
+    path: str
+    compiler_version: str | None
+    target: str | None = None
+    lnc: int | None = None
+
+    @property
+    def toolchain(self) -> Toolchain | None:
+        if self.compiler_version and self.target and self.lnc:
+            return Toolchain(self.compiler_version, self.target, self.lnc)
+        return None
+
+    @property
+    def label(self) -> str:
+        return self.path or "(root)"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One compiled graph in a store.
+
+    ``files`` maps names relative to ``base`` (the entry directory in layout A, the namespace
+    directory in layout B) to what the listing said about them.
+    """
+
+    namespace: Namespace
+    key: str
+    path: str  # the identity of the entry within the store
+    base: str
+    files: Mapping[str, FileInfo]
+    state: EntryState
+    problems: tuple[str, ...] = ()
+    manifest: Manifest | None = None
+    manifest_name: str = ""
+    marker_name: str = ""  # the file whose presence commits the entry for the runtime
+    extra: tuple[str, ...] = field(default=())  # names the layout does not know (temp files...)
+
+    @property
+    def layout(self) -> str:
+        return self.namespace.layout
+
+    @property
+    def size(self) -> int:
+        return sum(f.size for f in self.files.values())
+
+    @property
+    def mtime(self) -> float:
+        return max((f.mtime for f in self.files.values()), default=0.0)
+
+    @property
+    def has_manifest(self) -> bool:
+        return self.manifest_name in self.files
+
+    def store_path(self, name: str) -> str:
+        return posixpath.join(self.base, name) if self.base else name
+
+    @property
+    def toolchain(self) -> Toolchain | None:
+        if self.manifest and self.manifest.toolchain:
+            return self.manifest.toolchain
+        return self.namespace.toolchain

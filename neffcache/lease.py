@@ -1,0 +1,200 @@
+"""Leases: "I am working on X until T", kept as files any store can hold.
+
+Shared mounts may fake ``flock`` (Lustre, GPFS, some NFS), so coordination never relies on it.
+A lease is a small JSON file created exclusively (``put_file(exclusive=True)``: link(2) on a
+filesystem, ``If-None-Match: *`` on S3) that names its owner and an expiry. The holder renews
+it from a heartbeat thread; anyone may take over a lease past its expiry. Takeover is
+arbitrated by exclusively creating a tombstone named after the stale lease's token, so of
+several hosts that saw the same stale lease exactly one replaces it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from neffcache.errors import EntryNotFound, LeaseHeld
+from neffcache.stores.base import CONTROL_DIR, Store
+
+log = logging.getLogger(__name__)
+LEASE_DIR = f"{CONTROL_DIR}/leases"
+DEFAULT_TTL = 120.0
+
+
+def lease_path(name: str) -> str:
+    digest = hashlib.sha256(name.encode()).hexdigest()
+    return f"{LEASE_DIR}/{digest[:2]}/{digest}.lease"
+
+
+def default_owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+@dataclass(frozen=True)
+class LeaseRecord:
+    name: str
+    owner: str
+    token: str
+    host: str
+    pid: int
+    acquired_at: float
+    expires_at: float
+
+    def expired(self, now: float | None = None) -> bool:
+        return (now if now is not None else time.time()) >= self.expires_at
+
+    def holder_dead_here(self) -> bool:
+        """True when the holder ran on this host and its process is gone."""
+        if self.host != socket.gethostname():
+            return False
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(self.__dict__, sort_keys=True).encode()
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> LeaseRecord | None:
+        try:
+            data = json.loads(raw)
+            return cls(str(data["name"]), str(data["owner"]), str(data["token"]), str(data["host"]),
+                       int(data["pid"]), float(data["acquired_at"]), float(data["expires_at"]))
+        except (ValueError, KeyError, TypeError):
+            return None  # a torn or foreign file: treated as expired
+
+
+class Lease:
+    """One acquired lease. Use :func:`acquire` to get one."""
+
+    def __init__(self, store: Store, record: LeaseRecord, ttl: float) -> None:
+        self.store = store
+        self.record = record
+        self.ttl = ttl
+        self.path = lease_path(record.name)
+        self.lost = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def renew(self) -> bool:
+        """Push the expiry out by ``ttl``; False when someone took the lease over."""
+        current = read_lease(self.store, self.record.name)
+        if current is None or current.token != self.record.token:
+            self.lost = True
+            log.warning("lease %s was taken over by %s", self.record.name, current.owner if current else "?")
+            return False
+        self.record = LeaseRecord(**{**self.record.__dict__, "expires_at": time.time() + self.ttl})
+        self.store.put_file(self.path, self.record.to_bytes())
+        return True
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        current = read_lease(self.store, self.record.name)
+        if current is not None and current.token == self.record.token:
+            self.store.delete([self.path, _tombstone(self.record.name, self.record.token)])
+
+    def keep_alive(self, interval: float | None = None) -> None:
+        """Renew from a daemon thread every ``interval`` (default ttl/3) until released."""
+        every = interval if interval is not None else max(self.ttl / 3, 0.05)
+
+        def beat() -> None:
+            while not self._stop.wait(every):
+                try:
+                    if not self.renew():
+                        return
+                except OSError as exc:  # a blip on the mount: try again next beat
+                    log.warning("lease %s heartbeat failed: %s", self.record.name, exc)
+
+        self._thread = threading.Thread(target=beat, name=f"lease:{self.record.name}", daemon=True)
+        self._thread.start()
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _tombstone(name: str, token: str) -> str:
+    return f"{lease_path(name)}.taken-{token}"
+
+
+def read_lease(store: Store, name: str) -> LeaseRecord | None:
+    try:
+        raw = store.read_bytes(lease_path(name))
+    except (EntryNotFound, FileNotFoundError):
+        return None
+    record = LeaseRecord.from_bytes(raw)
+    if record is None:
+        return LeaseRecord(name, "(unreadable)", "torn", "", 0, 0.0, 0.0)
+    return record
+
+
+def try_acquire(
+    store: Store, name: str, *, ttl: float = DEFAULT_TTL, owner: str | None = None
+) -> Lease | LeaseRecord:
+    """The lease, or the live record of whoever holds it."""
+    path = lease_path(name)
+    for _ in range(8):
+        now = time.time()
+        record = LeaseRecord(name, owner or default_owner(), secrets.token_hex(8), socket.gethostname(),
+                             os.getpid(), now, now + ttl)
+        if store.put_file(path, record.to_bytes(), exclusive=True):
+            return Lease(store, record, ttl)
+        current = read_lease(store, name)
+        if current is None:
+            continue  # released between our attempt and our read: try again
+        if not (current.expired() or current.holder_dead_here()):
+            return current
+        # Stale: exactly one contender creates the tombstone for this token and replaces it.
+        if store.put_file(_tombstone(name, current.token), b"", exclusive=True):
+            again = read_lease(store, name)
+            if again is not None and again.token != current.token:
+                continue  # it changed under us (released and re-acquired): start over
+            log.info("taking over stale lease %s from %s", name, current.owner)
+            store.put_file(path, record.to_bytes())
+            store.delete([_tombstone(name, current.token)])
+            return Lease(store, record, ttl)
+        time.sleep(0.01)
+    current = read_lease(store, name)
+    if current is not None:
+        return current
+    raise LeaseHeld(name, "(contended)", time.time())
+
+
+def acquire(store: Store, name: str, *, ttl: float = DEFAULT_TTL, wait: float = 0.0,
+            poll: float = 0.2, owner: str | None = None) -> Lease:
+    """Acquire ``name``, waiting up to ``wait`` seconds for a live holder; else LeaseHeld."""
+    deadline = time.monotonic() + wait
+    while True:
+        got = try_acquire(store, name, ttl=ttl, owner=owner)
+        if isinstance(got, Lease):
+            return got
+        if time.monotonic() >= deadline:
+            raise LeaseHeld(name, got.owner, got.expires_at)
+        time.sleep(min(poll, max(deadline - time.monotonic(), 0.0)))
+
+
+@contextlib.contextmanager
+def held(store: Store, name: str, *, ttl: float = DEFAULT_TTL, wait: float = 0.0) -> Iterator[Lease]:
+    lease = acquire(store, name, ttl=ttl, wait=wait)
+    lease.keep_alive()
+    try:
+        yield lease
+    finally:
+        lease.release()

@@ -1,0 +1,202 @@
+"""Scanning a store: every entry by namespace and state, as an immutable report.
+
+One listing pass (``iter_files``) feeds every layout; nothing is opened unless manifests are
+asked for, so a scan of a large root costs about what ``find`` costs. Entries that
+contradict themselves are reported as CORRUPT with their problems, never raised
+(huggingface_hub's ``scan_cache_dir`` habit): one bad entry must not hide the rest.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from neffcache.entry import Entry, EntryState, FileInfo, Namespace
+from neffcache.errors import CorruptEntry, EntryNotFound
+from neffcache.layouts import LAYOUTS, Located, locate
+from neffcache.layouts.base import TEMP_MARKER
+from neffcache.layouts.torchneuron import TorchNeuronLayout
+from neffcache.manifest import Manifest
+from neffcache.stores.base import CONTROL_DIR, Store
+
+log = logging.getLogger(__name__)
+Progress = Callable[[int], None]
+# Files of the runtimes' own that are not entries.
+RUNTIME_FILES = frozenset({"lock"})
+
+
+@dataclass(frozen=True)
+class NamespaceSummary:
+    namespace: Namespace
+    entries: int
+    size: int
+    states: dict[str, int]
+
+
+@dataclass(frozen=True)
+class ScanReport:
+    store: str
+    entries: tuple[Entry, ...]
+    garbage: tuple[FileInfo, ...]  # temp files of interrupted writes, orphans
+    warnings: tuple[str, ...]
+    seconds: float
+    control_files: int = 0
+
+    @property
+    def size(self) -> int:
+        return sum(e.size for e in self.entries)
+
+    @property
+    def garbage_size(self) -> int:
+        return sum(f.size for f in self.garbage)
+
+    def by_state(self) -> dict[str, int]:
+        counts = Counter(e.state.value for e in self.entries)
+        return {s.value: counts.get(s.value, 0) for s in EntryState}
+
+    def namespaces(self) -> list[NamespaceSummary]:
+        groups: dict[Namespace, list[Entry]] = defaultdict(list)
+        for e in self.entries:
+            groups[e.namespace].append(e)
+        out = []
+        for ns, entries in sorted(groups.items(), key=lambda kv: (kv[0].layout, kv[0].path)):
+            states = Counter(e.state.value for e in entries)
+            out.append(NamespaceSummary(ns, len(entries), sum(e.size for e in entries), dict(states)))
+        return out
+
+    def find(self, path: str) -> Entry | None:
+        for e in self.entries:
+            if e.path == path:
+                return e
+        return None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "store": self.store,
+            "entries": len(self.entries),
+            "size": self.size,
+            "states": self.by_state(),
+            "namespaces": [
+                {
+                    "layout": s.namespace.layout,
+                    "path": s.namespace.path,
+                    "compiler_version": s.namespace.compiler_version,
+                    "target": s.namespace.target,
+                    "lnc": s.namespace.lnc,
+                    "entries": s.entries,
+                    "size": s.size,
+                    "states": s.states,
+                }
+                for s in self.namespaces()
+            ],
+            "garbage": {"files": len(self.garbage), "size": self.garbage_size,
+                        "paths": [g.path for g in self.garbage[:100]]},
+            "warnings": list(self.warnings),
+            "seconds": round(self.seconds, 3),
+        }
+
+
+@dataclass
+class _Group:
+    located: Located
+    files: dict[str, FileInfo] = field(default_factory=dict)
+
+
+def group_files(files: Iterable[FileInfo], progress: Progress | None = None
+                ) -> tuple[dict[str, _Group], list[FileInfo], int]:
+    """Assign listed files to entries; return (groups by entry path, garbage, control-file count)."""
+    groups: dict[str, _Group] = {}
+    garbage: list[FileInfo] = []
+    control = 0
+    layouts = list(LAYOUTS.values())
+    for count, info in enumerate(files, 1):
+        if progress is not None and count % 5000 == 0:
+            progress(count)
+        path = info.path
+        if path.startswith(CONTROL_DIR + "/"):
+            control += 1
+            if TEMP_MARKER in path.rsplit("/", 1)[-1]:
+                garbage.append(info)
+            continue
+        if TEMP_MARKER in path.rsplit("/", 1)[-1]:
+            garbage.append(info)
+            continue
+        located = None
+        for layout in layouts:
+            located = layout.locate(path)
+            if located is not None:
+                break
+        if located is None:
+            if path not in RUNTIME_FILES:
+                garbage.append(info)
+            continue
+        group = groups.get(located.path)
+        if group is None:
+            group = groups[located.path] = _Group(located)
+        group.files[located.name] = info
+    return groups, garbage, control
+
+
+def _read_manifest(store: Store, group: _Group, manifest_name: str) -> tuple[Manifest | None, str | None]:
+    path = f"{group.located.base}/{manifest_name}" if group.located.base else manifest_name
+    try:
+        return Manifest.from_bytes(store.read_bytes(path), where=path), None
+    except CorruptEntry as exc:
+        return None, "; ".join(exc.problems)
+    except (EntryNotFound, FileNotFoundError):
+        return None, None
+
+
+def scan(store: Store, *, prefix: str = "", read_manifests: bool = False, layout: str | None = None,
+         progress: Progress | None = None, workers: int = 16) -> ScanReport:
+    """Scan ``store`` (below ``prefix``). ``read_manifests`` opens every manifest (slower)."""
+    started = time.monotonic()
+    groups, garbage, control = group_files(store.iter_files(prefix), progress)
+    warnings: list[str] = []
+
+    def build(group: _Group) -> Entry:
+        lay = LAYOUTS[group.located.namespace.layout]
+        plan = lay.plan_entry(group.located.namespace, group.located.key)
+        manifest, error = (None, None)
+        if read_manifests and plan.manifest_name in group.files:
+            manifest, error = _read_manifest(store, group, plan.manifest_name)
+        return lay.classify(group.located, group.files, manifest, error)
+
+    selected = [g for g in groups.values() if layout is None or g.located.namespace.layout == layout]
+    if read_manifests and len(selected) > 1:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            entries = list(pool.map(build, selected))
+    else:
+        entries = [build(g) for g in selected]
+    entries.sort(key=lambda e: e.path)
+    for e in entries:
+        if e.state is EntryState.CORRUPT:
+            warnings.append(f"{e.path}: {'; '.join(e.problems)}")
+    return ScanReport(store.url, tuple(entries), tuple(sorted(garbage, key=lambda f: f.path)),
+                      tuple(warnings), time.monotonic() - started, control)
+
+
+def load_entry(store: Store, path: str, *, read_manifest: bool = True) -> Entry | None:
+    """One entry by its path (the listing of just its files), or None when nothing is there."""
+    probe = locate(path + "/" + "model.neff") or locate(path + ".neff")
+    if probe is None:
+        return None
+    lay = LAYOUTS[probe.namespace.layout]
+    if probe.namespace.layout == "neuronxcc":
+        infos = list(store.iter_files(probe.base))
+    else:
+        names = TorchNeuronLayout.names_for(probe.namespace, probe.key).values()
+        infos = [i for n in names if (i := store.stat(f"{probe.base}/{n}" if probe.base else n))]
+    groups, _, _ = group_files(infos)
+    group = groups.get(probe.path)
+    if group is None:
+        return None
+    plan = lay.plan_entry(group.located.namespace, group.located.key)
+    manifest, error = (None, None)
+    if read_manifest and plan.manifest_name in group.files:
+        manifest, error = _read_manifest(store, group, plan.manifest_name)
+    return lay.classify(group.located, group.files, manifest, error)

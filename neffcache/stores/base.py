@@ -1,0 +1,112 @@
+"""The store interface: a few primitives each backend implements.
+
+Everything bigger (scan, publish, verify, transfer, prune) is built once on top of these, in
+its own module, so a new backend is a page of code (fsspec's habit). Paths are always
+store-relative POSIX paths that went through :func:`neffcache.keys.safe_relpath`.
+
+The primitives' contract (tests/contract/ checks every backend against it):
+
+- ``put_file`` makes a file visible only whole: a reader sees the old state or the complete
+  new file, never a prefix. With ``exclusive=True`` it never replaces an existing file and
+  returns False instead (the first writer wins).
+- ``iter_files`` lists every file below a prefix; files of unfinished writes may appear only
+  under names containing ``.neffcache-tmp-`` (so scans can count them as garbage).
+- ``delete`` removes what exists and ignores what does not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from neffcache.entry import FileInfo
+from neffcache.errors import ReadOnlyStore
+
+Source = Path | bytes
+CONTROL_DIR = ".neffcache"  # leases, stamps, quarantine: never part of a layout
+
+
+class Store(ABC):
+    """Where bytes live. Subclasses implement the abstract primitives."""
+
+    scheme: str = ""
+
+    def __init__(self, url: str, *, read_only: bool = False) -> None:
+        self.url = url
+        self.read_only = read_only
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.url!r})"
+
+    # -- primitives ---------------------------------------------------------------------------
+    @abstractmethod
+    def iter_files(self, prefix: str = "") -> Iterator[FileInfo]:
+        """Every file below ``prefix`` (a directory path, "" for all), in no set order."""
+
+    @abstractmethod
+    def stat(self, path: str) -> FileInfo | None:
+        """The file at ``path``, or None when there is none."""
+
+    @abstractmethod
+    def open_read(self, path: str) -> contextlib.AbstractContextManager[BinaryIO]:
+        """A binary stream of the file; raises EntryNotFound when it is missing."""
+
+    @abstractmethod
+    def _put_file(self, path: str, source: Source, *, exclusive: bool, move: bool) -> bool:
+        """Backend part of :meth:`put_file` (the read-only check is done already)."""
+
+    @abstractmethod
+    def _delete(self, paths: list[str]) -> int:
+        """Backend part of :meth:`delete`; returns how many files existed."""
+
+    # -- conveniences with defaults a backend may override for speed --------------------------
+    def put_file(self, path: str, source: Source, *, exclusive: bool = False, move: bool = False) -> bool:
+        """Write a whole file atomically. ``move`` lets the store consume a local source file."""
+        self.check_writable()
+        return self._put_file(path, source, exclusive=exclusive, move=move)
+
+    def delete(self, paths: Iterable[str]) -> int:
+        self.check_writable()
+        return self._delete(list(paths))
+
+    def read_bytes(self, path: str) -> bytes:
+        with self.open_read(path) as stream:
+            return stream.read()
+
+    def get_file(self, path: str, dest: Path) -> None:
+        """Copy a file to a local path (not atomically: ``dest`` is the caller's temp file)."""
+        with self.open_read(path) as src, open(dest, "wb") as out:
+            shutil.copyfileobj(src, out, 1 << 20)
+
+    def local_path(self, path: str) -> Path | None:
+        """A local filesystem path of the file, for stores that have one (zero-copy reads)."""
+        return None
+
+    @contextlib.contextmanager
+    def staging_dir(self) -> Iterator[Path]:
+        """A local directory for downloads that ``put_file(move=True)`` can consume cheaply."""
+        with tempfile.TemporaryDirectory(prefix="neffcache-") as tmp:
+            yield Path(tmp)
+
+    def check_writable(self) -> None:
+        if self.read_only:
+            raise ReadOnlyStore(f"store {self.url} is read-only", store=self.url)
+
+    def close(self) -> None:
+        """Release connections and threads (no-op for most stores)."""
+
+
+def move_file(store: Store, src: str, dst: str) -> None:
+    """Move within one store: the store's own rename where it has one, else copy + delete."""
+    mover = getattr(store, "move", None)
+    if mover is not None:
+        mover(src, dst)
+        return
+    local = store.local_path(src)
+    store.put_file(dst, local if local is not None else store.read_bytes(src))
+    store.delete([src])
