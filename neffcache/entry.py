@@ -72,6 +72,9 @@ class Entry:
     manifest_name: str = ""
     marker_name: str = ""  # the file whose presence commits the entry for the runtime
     extra: tuple[str, ...] = field(default=())  # names the layout does not know (temp files...)
+    # False for the leftovers of a write that never reached its commit marker: not an entry
+    # any reader may see, only garbage for prune (after a grace period: it may be in flight).
+    committed: bool = True
 
     @property
     def layout(self) -> str:

@@ -45,6 +45,7 @@ class ScanReport:
     warnings: tuple[str, ...]
     seconds: float
     control_files: int = 0
+    uncommitted: tuple[Entry, ...] = ()  # writes that never reached their commit marker
 
     @property
     def size(self) -> int:
@@ -52,7 +53,12 @@ class ScanReport:
 
     @property
     def garbage_size(self) -> int:
-        return sum(f.size for f in self.garbage)
+        return sum(f.size for f in self.garbage) + sum(e.size for e in self.uncommitted)
+
+    @property
+    def garbage_count(self) -> int:
+        """Temp files plus uncommitted entries: what ``prune --garbage`` would look at."""
+        return len(self.garbage) + len(self.uncommitted)
 
     def by_state(self) -> dict[str, int]:
         counts = Counter(e.state.value for e in self.entries)
@@ -93,8 +99,10 @@ class ScanReport:
                 }
                 for s in self.namespaces()
             ],
-            "garbage": {"files": len(self.garbage), "size": self.garbage_size,
-                        "paths": [g.path for g in self.garbage[:100]]},
+            "garbage": {"files": len(self.garbage), "uncommitted_entries": len(self.uncommitted),
+                        "size": self.garbage_size,
+                        "paths": [g.path for g in self.garbage[:100]]
+                        + [e.path for e in self.uncommitted[:100]]},
             "warnings": list(self.warnings),
             "seconds": round(self.seconds, 3),
         }
@@ -173,11 +181,13 @@ def scan(store: Store, *, prefix: str = "", read_manifests: bool = False, layout
     else:
         entries = [build(g) for g in selected]
     entries.sort(key=lambda e: e.path)
-    for e in entries:
+    committed = [e for e in entries if e.committed]
+    for e in committed:
         if e.state is EntryState.CORRUPT:
             warnings.append(f"{e.path}: {'; '.join(e.problems)}")
-    return ScanReport(store.url, tuple(entries), tuple(sorted(garbage, key=lambda f: f.path)),
-                      tuple(warnings), time.monotonic() - started, control)
+    return ScanReport(store.url, tuple(committed), tuple(sorted(garbage, key=lambda f: f.path)),
+                      tuple(warnings), time.monotonic() - started, control,
+                      tuple(e for e in entries if not e.committed))
 
 
 def load_entry(store: Store, path: str, *, read_manifest: bool = True) -> Entry | None:

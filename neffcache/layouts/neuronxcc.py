@@ -76,6 +76,7 @@ class NeuronxccLayout(Layout):
     ) -> Entry:
         names = set(files)
         problems: list[str] = []
+        committed = True
         extra = tuple(sorted(n for n in names if n not in KNOWN and not n.endswith(LOCK_SUFFIX)))
         legacy = FLAGS_TXT in names and FLAGS_JSON not in names and DONE not in names
         marker = NEFF if legacy else DONE
@@ -89,15 +90,15 @@ class NeuronxccLayout(Layout):
 
         if locks:
             state = EntryState.LOCKED
-        elif problems:
+        elif problems and marker in names:
             state = EntryState.CORRUPT
         elif neff is not None and marker in names:
             state = EntryState.SUCCESS
             if neff.size == 0:
                 state, problems = EntryState.CORRUPT, [*problems, "model.neff is empty"]
-        elif neff is not None:
-            state = EntryState.CORRUPT
-            problems.append("model.neff without model.done (an interrupted write)")
+        elif neff is not None or MANIFEST_NAME in names:
+            state, committed = EntryState.CORRUPT, False
+            problems.append("uncommitted: no model.done (an interrupted or ongoing write)")
         elif DONE in names:
             state = EntryState.CORRUPT
             problems.append("model.done without model.neff")
@@ -122,4 +123,5 @@ class NeuronxccLayout(Layout):
             manifest_name=MANIFEST_NAME,
             marker_name=marker,
             extra=extra,
+            committed=committed,
         )

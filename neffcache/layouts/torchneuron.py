@@ -107,17 +107,18 @@ class TorchNeuronLayout(Layout):
         if manifest is not None:
             problems.extend(self.manifest_problems(files, manifest))
         neff = files.get(names["neff"])
-        if problems:
+        committed = True
+        if neff is None and names["manifest"] in files:
+            state, committed = EntryState.CORRUPT, False
+            problems.append("uncommitted: a manifest without its NEFF (an interrupted or ongoing write)")
+        elif problems:
             state = EntryState.CORRUPT
         elif neff is not None:
             state = EntryState.SUCCESS
             if neff.size == 0:
                 state, problems = EntryState.CORRUPT, ["the NEFF is empty"]
-        elif names["hlo"] in files:
-            state = EntryState.EMPTY
         else:
-            state = EntryState.CORRUPT
-            problems.append("a manifest without its NEFF or HLO")
+            state = EntryState.EMPTY
         return Entry(
             namespace=located.namespace,
             key=located.key,
@@ -129,4 +130,5 @@ class TorchNeuronLayout(Layout):
             manifest=manifest,
             manifest_name=names["manifest"],
             marker_name=names["neff"],
+            committed=committed,
         )

@@ -1,0 +1,26 @@
+"""Shared fixtures. Every test runs with HOME, XDG and temp dirs inside its own tmp_path."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _isolate_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home / ".cache"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    monkeypatch.setenv("NEFFCACHE_SPOOL_DIR", str(home / "spool"))
+    for var in list(os.environ):
+        # A developer's own settings must not leak into tests.
+        if var.startswith(("NEFFCACHE_", "NEURON_", "TORCH_NEURONX_", "NEFFSIM_")) and var not in (
+            "NEFFCACHE_SPOOL_DIR", "NEFFCACHE_REQUIRE_SERVICES", "NEFFCACHE_TEST_POSTGRES_URL",
+        ):
+            monkeypatch.delenv(var, raising=False)
+    yield
