@@ -1,1 +1,21 @@
+"""A SIMULATED Neuron toolchain for tests, demos and pipeline rehearsals (not the Neuron SDK).
 
+The real ``neuronx-cc``, torch-neuronx and libneuronxla cannot be installed here, yet
+neffcache always runs a real ``neuronx-cc`` from PATH and real workload processes. This
+package provides stand-ins with the real interfaces:
+
+- ``python -m neffcache.testing.compiler``: the ``neuronx-cc`` CLI (``--version``,
+  ``compile``), writing deterministic fake NEFFs (:mod:`.compiler`, :mod:`.neff`);
+- :func:`neffcache.testing.shim.install_compiler_shim`: puts it on a PATH as ``neuronx-cc``;
+- ``python -m neffcache.testing.workload``: a compile-only TorchNeuron / torch-xla run that
+  reads the real environment contract and writes layout A or B entries (:mod:`.workload`);
+- :func:`neffcache.testing.hlo.make_hlo`: deterministic fake HLO modules.
+
+It simulates the *runtime*, independently of neffcache's layouts and stores (it must not
+import them, or tests of those would check the code against itself).
+
+This ``__init__`` imports nothing: the compiler stand-in starts hundreds of times in
+benchmarks and must stay cheap to import.
+"""
+
+from __future__ import annotations

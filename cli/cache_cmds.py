@@ -1,0 +1,156 @@
+"""Commands on one cache root: scan, verify, env, config."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+import click
+
+from neffcache.config import load_settings
+from neffcache.entry import EntryState
+from neffcache.errors import ConfigError
+from neffcache.jobenv import job_env, render_env
+from neffcache.scan import ScanReport, scan
+from neffcache.stores import open_store
+from neffcache.toolchain import resolve_toolchain
+from neffcache.verify import CheckStatus, VerifyReport, verify
+
+from .options import toolchain_options
+from .output import human_bytes, json_option, progress, render, table
+
+STATES = [s.value for s in EntryState]
+
+
+def _scan_text(report: ScanReport, show_entries: bool) -> str:
+    rows = []
+    for s in report.namespaces():
+        ns = s.namespace
+        tc = f"{ns.target or '?'} lnc={ns.lnc or '?'}"
+        rows.append([ns.label, ns.layout, ns.compiler_version or "?", tc, s.entries,
+                     *(s.states.get(st, 0) for st in STATES), human_bytes(s.size)])
+    out = [f"{report.store}: {len(report.entries)} entries, {human_bytes(report.size)} "
+           f"(scanned in {report.seconds:.2f}s)"]
+    if rows:
+        out.append(table(rows, ["namespace", "layout", "compiler", "target", "entries", *STATES, "size"]))
+    if show_entries:
+        out.append("")
+        out.append(table([[e.path, e.state.value, human_bytes(e.size), "yes" if e.has_manifest else "no"]
+                          for e in report.entries], ["entry", "state", "size", "manifest"]))
+    if report.garbage_count:
+        out.append(f"garbage: {len(report.garbage)} temp/orphan files and {len(report.uncommitted)} "
+                   f"uncommitted entries, {human_bytes(report.garbage_size)} (neffcache prune --garbage)")
+    for w in report.warnings:
+        out.append(f"warning: {w}")
+    return "\n".join(out)
+
+
+@click.command("scan")
+@click.argument("store_url", metavar="STORE")
+@click.option("--manifests", is_flag=True, help="Also read every manifest (tags, producer; slower).")
+@click.option("--entries", "show_entries", is_flag=True, help="List every entry, not only namespaces.")
+@json_option
+def scan_cmd(store_url: str, manifests: bool, show_entries: bool, as_json: bool) -> None:
+    """Show the entries of a cache by namespace and state.
+
+    STORE is a path or URL (/var/tmp/neuron-compile-cache, fsx:///mnt/fsx/cache, s3://bucket/prefix).
+    Corrupt entries are listed as warnings; temp files of interrupted writes as garbage.
+
+    \b
+    Example:
+      neffcache scan /var/tmp/neuron-compile-cache --entries
+    """
+    store = open_store(store_url, read_only=True, create=False)
+    with progress("scanning", enabled=not as_json) as bar:
+        report = scan(store, read_manifests=manifests, progress=lambda n: bar.update(n, detail="files"))
+    data = report.to_json()
+    if show_entries:
+        data["entry_list"] = [{"path": e.path, "state": e.state.value, "size": e.size, "layout": e.layout,
+                               "problems": list(e.problems), "manifest": e.has_manifest} for e in report.entries]
+    render(as_json, data, lambda: _scan_text(report, show_entries))
+
+
+def _verify_text(report: VerifyReport) -> str:
+    out = [f"{report.store}: {report.count(CheckStatus.OK)} ok, {report.count(CheckStatus.CORRUPT)} corrupt, "
+           f"{report.count(CheckStatus.UNVERIFIED)} without manifest (written by a runtime; "
+           f"`neffcache pull` computes one) in {report.seconds:.1f}s"]
+    for c in report.corrupt:
+        where = f" -> quarantined to {c.quarantined_to}" if c.quarantined_to else ""
+        out.append(f"CORRUPT {c.path}: {'; '.join(c.problems)}{where}")
+    return "\n".join(out)
+
+
+@click.command("verify")
+@click.argument("store_url", metavar="STORE")
+@click.option("--fix", is_flag=True, help="Quarantine corrupt entries (moved under .neffcache/quarantine/).")
+@json_option
+def verify_cmd(store_url: str, fix: bool, as_json: bool) -> None:
+    """Check every entry's files against the sha256 digests in its manifest.
+
+    Exits 5 when corrupt entries remain (quarantined ones with --fix do not count).
+
+    \b
+    Example:
+      neffcache verify fsx:///mnt/fsx/neuron-cache --fix
+    """
+    store = open_store(store_url, create=False, read_only=not fix)
+    with progress("verifying", enabled=not as_json) as bar:
+        report = verify(store, fix=fix, progress=bar.update)
+    render(as_json, report.to_json(), lambda: _verify_text(report))
+    if any(c.quarantined_to is None for c in report.corrupt):
+        sys.exit(5)
+
+
+@click.command("env")
+@toolchain_options
+@click.option("--store", "store_url", metavar="URL", help="The shared cache (default: NEFFCACHE_STORES' first).")
+@click.option("--layout", type=click.Choice(["both", "neuronxcc", "torchneuron"]), default="both",
+              show_default=True, help="Which runtime's variables to print.")
+@click.option("--shell", type=click.Choice(["bash", "fish", "json"]), default="bash", show_default=True)
+def env_cmd(instance: str | None, lnc: int | None, compiler_version: str | None, compiler: str | None,
+            store_url: str | None, layout: str, shell: str) -> None:
+    """Print the exports a training job needs to use the shared cache.
+
+    The cache directories are versioned by toolchain (compiler version, target, LNC), so
+    trn1 and trn2 jobs, or two compiler versions, never share NEFFs by accident.
+
+    \b
+    Example:
+      eval "$(neffcache env --instance trn2.48xlarge --store /mnt/fsx/neuron-cache)"
+    """
+    settings = load_settings(instance=instance, compiler=compiler, compiler_version=compiler_version,
+                             stores=(store_url,) if store_url else ())
+    if not settings.instance:
+        raise ConfigError("name the instance type: --instance trn2.48xlarge (or NEFFCACHE_INSTANCE)")
+    toolchain = resolve_toolchain(settings.instance, compiler=settings.compiler,
+                                  compiler_version_override=settings.compiler_version, lnc=lnc)
+    layouts = ("neuronxcc", "torchneuron") if layout == "both" else (layout,)
+    env, notes = job_env(settings.local_store, toolchain, layouts)
+    if shell == "json":
+        render(True, {"toolchain": toolchain.to_json(), "env": env, "notes": notes}, str)
+        return
+    click.echo(f"# neffcache: {toolchain.label} ({settings.instance})")
+    for note in notes:
+        click.echo(f"# note: {note}")
+    click.echo(render_env(env, shell))
+
+
+@click.command("config")
+@json_option
+def config_cmd(as_json: bool) -> None:
+    """Show the settings in effect and where they came from.
+
+    Precedence: flags > NEFFCACHE_* variables > $NEFFCACHE_CONFIG or ./neffcache.toml >
+    ~/.config/neffcache/neffcache.toml > defaults.
+
+    \b
+    Example:
+      NEFFCACHE_STORES=/nvme/cache,s3://bucket/cache neffcache config --json
+    """
+    settings = load_settings()
+    data = dataclasses.asdict(settings)
+    data["token"] = "***" if settings.token else None
+    render(as_json, data, lambda: "\n".join(f"{k} = {v!r}" for k, v in data.items()))
+
+
+COMMANDS: list[click.Command] = [scan_cmd, verify_cmd, env_cmd, config_cmd]

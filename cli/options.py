@@ -1,0 +1,43 @@
+"""Options several commands share, as decorators (sqlite-utils' habit)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _parse_tags(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
+    tags = {}
+    for value in values:
+        key, sep, val = value.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"expected KEY=VALUE, got {value!r}", ctx=ctx, param=param)
+        tags[key.strip()] = val.strip()
+    return tags
+
+
+def tag_option(f: F) -> F:
+    return click.option("--tag", "tags", multiple=True, callback=_parse_tags, metavar="KEY=VALUE",
+                        help="A tag recorded with entries and events (model, team, bucket...); repeatable.")(f)
+
+
+def store_option(
+    help_text: str = "A store URL (path, fsx://, s3://...); repeat for tiers, fastest first.",
+) -> Callable[[F], F]:
+    def decorate(f: F) -> F:
+        return click.option("--store", "stores", multiple=True, metavar="URL", help=help_text)(f)
+
+    return decorate
+
+
+def toolchain_options(f: F) -> F:
+    f = click.option("--compiler", metavar="PATH", help="The neuronx-cc to run (default: the one on PATH).")(f)
+    f = click.option("--compiler-version", metavar="VERSION",
+                     help="Name the compiler version instead of running `neuronx-cc --version`.")(f)
+    f = click.option("--lnc", type=click.IntRange(1, 2), help="Logical NeuronCore config (default: the instance's).")(f)
+    return click.option("--instance", metavar="TYPE",
+                        help="Instance type the NEFFs are for, e.g. trn2.48xlarge (NEFFCACHE_INSTANCE).")(f)

@@ -1,0 +1,90 @@
+"""Rendering results: tables for people, ``--json`` for programs, progress on stderr."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import click
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def json_option(f: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")(f)
+
+
+def emit_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} PB"
+
+
+def table(rows: Sequence[Sequence[object]], headers: Sequence[str]) -> str:
+    cells = [[str(h) for h in headers], *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+
+    def line(r: list[str]) -> str:
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
+
+    return "\n".join([line(cells[0]), "  ".join("-" * w for w in widths), *(line(r) for r in cells[1:])])
+
+
+class Progress:
+    """A one-line progress counter on stderr: redrawn on a terminal, sparse lines otherwise."""
+
+    def __init__(self, label: str, total: int | None = None, *, enabled: bool = True) -> None:
+        self.label = label
+        self.total = total
+        self.enabled = enabled
+        self.tty = sys.stderr.isatty()
+        self._last = 0.0
+        self.count = 0
+
+    def update(self, count: int, total: int | None = None, detail: str = "") -> None:
+        self.count = count
+        if total is not None:
+            self.total = total
+        now = time.monotonic()
+        if not self.enabled or now - self._last < (0.1 if self.tty else 5.0):
+            return
+        self._last = now
+        self._draw(detail)
+
+    def _draw(self, detail: str = "") -> None:
+        of = f"/{self.total}" if self.total else ""
+        text = f"{self.label}: {self.count}{of} {detail}".rstrip()
+        if self.tty:
+            click.echo(f"\r\x1b[2K{text}", err=True, nl=False)
+        else:
+            click.echo(text, err=True)
+
+    def close(self) -> None:
+        if self.enabled and self.tty and self._last:
+            click.echo("\r\x1b[2K", err=True, nl=False)
+
+
+@contextmanager
+def progress(label: str, total: int | None = None, *, enabled: bool = True) -> Iterator[Progress]:
+    bar = Progress(label, total, enabled=enabled)
+    try:
+        yield bar
+    finally:
+        bar.close()
+
+
+def render(as_json: bool, data: Any, text: Callable[[], str]) -> None:
+    if as_json:
+        emit_json(data)
+    else:
+        click.echo(text())

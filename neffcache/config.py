@@ -1,0 +1,117 @@
+"""Settings from ``NEFFCACHE_*`` variables and ``neffcache.toml``.
+
+Precedence, highest first (a command-line flag beats all of these):
+
+1. environment variables ``NEFFCACHE_<NAME>`` (lists comma-separated: ``NEFFCACHE_STORES``);
+2. the file named by ``NEFFCACHE_CONFIG``, else ``./neffcache.toml`` in the working directory;
+3. the user's ``$XDG_CONFIG_HOME/neffcache/neffcache.toml`` (``~/.config/...``);
+4. the defaults below.
+
+A file may hold the keys at its top level or under a ``[neffcache]`` table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from neffcache.errors import ConfigError
+
+ENV_PREFIX = "NEFFCACHE_"
+
+
+def default_cache_home() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "neffcache"
+
+
+@dataclass(frozen=True)
+class Settings:
+    stores: tuple[str, ...] = ()  # ordered tiers, fastest first
+    index_url: str | None = None
+    token: str | None = None
+    instance: str | None = None
+    compiler: str | None = None  # path of neuronx-cc; default: the one on PATH
+    compiler_version: str | None = None  # name the toolchain without running the compiler
+    layout: str = "neuronxcc"
+    parallel: int = 0  # 0: one per core
+    spool_dir: str | None = None
+    tags: Mapping[str, str] = field(default_factory=dict)
+    sources: tuple[str, ...] = ()  # where the values came from, for `neffcache config`
+
+    @property
+    def local_store(self) -> str:
+        return self.stores[0] if self.stores else str(default_cache_home() / "store")
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(Settings) if f.name != "sources"}
+
+
+def _coerce(name: str, value: Any, where: str) -> Any:
+    kind = _FIELDS[name].type
+    try:
+        if name == "stores":
+            items = value.split(",") if isinstance(value, str) else list(value)
+            return tuple(s.strip() for s in items if str(s).strip())
+        if name == "tags":
+            if isinstance(value, str):
+                pairs = [p.split("=", 1) for p in value.split(",") if p.strip()]
+                if any(len(p) != 2 for p in pairs):
+                    raise ValueError("expected k=v,k=v")
+                return {k.strip(): v.strip() for k, v in pairs}
+            return {str(k): str(v) for k, v in dict(value).items()}
+        if name == "parallel":
+            return int(value)
+        return str(value)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{where}: bad value for {name} ({kind}): {value!r}: {exc}") from None
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    table = data.get("neffcache", data)
+    unknown = sorted(set(table) - set(_FIELDS))
+    if unknown:
+        raise ConfigError(f"{path}: unknown settings {', '.join(unknown)}; known: {', '.join(sorted(_FIELDS))}")
+    return dict(table)
+
+
+def config_files(environ: Mapping[str, str]) -> list[Path]:
+    """Config files in increasing precedence."""
+    user = Path(environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "neffcache" / "neffcache.toml"
+    explicit = environ.get(ENV_PREFIX + "CONFIG")
+    if explicit:
+        if not Path(explicit).is_file():
+            raise ConfigError(f"NEFFCACHE_CONFIG names {explicit}, which does not exist")
+        return [user, Path(explicit)]
+    return [user, Path.cwd() / "neffcache.toml"]
+
+
+def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+    """Settings from files, then the environment, then ``overrides`` (flags; None = unset)."""
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    sources: list[str] = []
+    for path in config_files(env):
+        if path.is_file():
+            for name, value in _read_toml(path).items():
+                values[name] = _coerce(name, value, str(path))
+            sources.append(str(path))
+    for name in _FIELDS:
+        raw = env.get(ENV_PREFIX + name.upper())
+        if raw is not None and raw != "":
+            values[name] = _coerce(name, raw, ENV_PREFIX + name.upper())
+            sources.append(ENV_PREFIX + name.upper())
+    for name, value in overrides.items():
+        if name not in _FIELDS:
+            raise ConfigError(f"unknown setting {name}")
+        if value is not None and value not in ((), {}):
+            values[name] = _coerce(name, value, f"--{name.replace('_', '-')}")
+    return Settings(**values, sources=tuple(sources))
