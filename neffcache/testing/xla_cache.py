@@ -1,0 +1,181 @@
+"""SIMULATED libneuronxla compile cache (layout A, the torch-xla ``xla`` backend).
+
+What a torch-xla run does with each graph, per NEURON_FACTS.md §1-2::
+
+    <root>/lock
+    <root>/neuronxcc-<version>/MODULE_<graph_hash>+<flags_hash>/
+        model.hlo_module.pb  compile_flags.json  model.neff  model.done | model.log
+        model.hlo_module.pb.lock   (while a process compiles it)
+
+``graph_hash`` is the decimal uint64 of the first 8 bytes of sha256(HLO) (big-endian);
+``flags_hash`` is md5 of the flags joined by single spaces, first 8 hex. The compile target is
+in neither, as with the real runtime: a root shared by trn1 and trn2 hosts mixes their NEFFs.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from neffcache.testing._files import atomic_write, create_exclusive
+from neffcache.testing._runtime import (
+    COMPILED,
+    EXTRACTED,
+    FAILED,
+    HIT,
+    CompilerRunner,
+    WorkloadLog,
+    wait_for_unlock,
+)
+
+HLO_FILE = "model.hlo_module.pb"
+LOCK_FILE = HLO_FILE + ".lock"
+RETRY_FLAG = "--retry_failed_compilation"
+
+
+def graph_hash(hlo: bytes) -> str:
+    return str(int.from_bytes(hashlib.sha256(hlo).digest()[:8], "big"))
+
+
+def flags_hash(flags: Sequence[str]) -> str:
+    return hashlib.md5(" ".join(flags).encode(), usedforsecurity=False).hexdigest()[:8]
+
+
+class XlaCache:
+    """One workload's view of a layout-A root for one compiler version, target and LNC."""
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        version: str,
+        target: str,
+        lnc: int,
+        flags: Sequence[str],
+        retry_failed: bool,
+        log: WorkloadLog,
+        runner: CompilerRunner,
+        lock_timeout: float | None,
+        lock_report_every: float,
+    ) -> None:
+        self.root = root
+        self.version_dir = root / f"neuronxcc-{version}"
+        self.target = target
+        self.lnc = lnc
+        self.flags = list(flags)
+        self.retry_failed = retry_failed
+        self.log = log
+        self.runner = runner
+        self.lock_timeout = lock_timeout
+        self.lock_report_every = lock_report_every
+        self._flags_hash = flags_hash(self.flags)
+
+    def open(self) -> None:
+        """Create the root and touch ``<root>/lock`` as libneuronxla does on start-up."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        try:
+            os.close(os.open(self.root / "lock", os.O_WRONLY | os.O_CREAT, 0o644))
+        except OSError as exc:
+            # The real runtime dies here on a read-only mount (errno 30); the simulation lets
+            # such roots serve hits so that neffcache's read-only handling can be exercised.
+            if exc.errno != errno.EROFS:
+                raise
+
+    def entry_dir(self, hlo: bytes) -> Path:
+        return self.version_dir / f"MODULE_{graph_hash(hlo)}+{self._flags_hash}"
+
+    def extract(self, hlo: bytes) -> str:
+        """NEURON_EXTRACT_GRAPHS_ONLY: leave the HLO and flags (an EMPTY entry), compile nothing."""
+        entry = self.entry_dir(hlo)
+        entry.mkdir(parents=True, exist_ok=True)
+        if self._is_done(entry):
+            return HIT
+        self._write_inputs(entry, hlo)
+        self.log.line(f"neffcache.testing.workload: extracted graph to {entry / HLO_FILE}")
+        return EXTRACTED
+
+    def lookup_or_compile(self, hlo: bytes) -> str:
+        entry = self.entry_dir(hlo)
+        entry.mkdir(parents=True, exist_ok=True)
+        lock = entry / LOCK_FILE
+        while True:
+            outcome = self._cached_outcome(entry)
+            if outcome is not None:
+                return outcome
+            if create_exclusive(lock):
+                try:
+                    # Someone may have finished between our look and our lock.
+                    return self._cached_outcome(entry) or self._compile(entry, hlo)
+                finally:
+                    lock.unlink(missing_ok=True)
+            if not wait_for_unlock(
+                lock,
+                timeout=self.lock_timeout,
+                report_every=self.lock_report_every,
+                report=lambda waited: self.log.wrapper(
+                    "INFO",
+                    f"Another process must be compiling {entry / HLO_FILE}, "
+                    f"been waiting for {waited} seconds",
+                ),
+                stopping=self.runner.stopping,
+            ):
+                self.log.wrapper(
+                    "ERROR", f"Gave up waiting for the lock {lock} after {self.lock_timeout} seconds"
+                )
+                return FAILED
+
+    def _is_done(self, entry: Path) -> bool:
+        # 2.12/2.13 wrote compile_flags.txt and no model.done: their neff alone means success.
+        neff = entry / "model.neff"
+        return (entry / "model.done").exists() or (
+            (entry / "compile_flags.txt").exists() and neff.exists()
+        )
+
+    def _cached_outcome(self, entry: Path) -> str | None:
+        neff = entry / "model.neff"
+        if self._is_done(entry):
+            self.log.wrapper(
+                "INFO",
+                f"Using a cached neff at {neff.absolute()}. Exiting with a successfully compiled graph.",
+            )
+            return HIT
+        if (entry / "model.log").exists() and not neff.exists() and not self.retry_failed:
+            self.log.wrapper(
+                "ERROR",
+                f"Got a cached failed neff at {neff.absolute()}. Will skip compilation, "
+                f"please set {RETRY_FLAG} for recompilation",
+            )
+            return FAILED
+        return None
+
+    def _write_inputs(self, entry: Path, hlo: bytes) -> None:
+        if not (entry / HLO_FILE).exists():
+            atomic_write(entry / HLO_FILE, hlo)
+        if not (entry / "compile_flags.json").exists():
+            atomic_write(entry / "compile_flags.json", json.dumps(self.flags).encode())
+
+    def _compile(self, entry: Path, hlo: bytes) -> str:
+        self._write_inputs(entry, hlo)
+        neff = (entry / "model.neff").absolute()
+        hlo_path = (entry / HLO_FILE).absolute()
+        # --lnc goes right after the fixed options so a user's own --lnc in the flags wins.
+        cmd = ["neuronx-cc", "compile", f"--target={self.target}", "--framework=XLA",
+               f"--lnc={self.lnc}", str(hlo_path), "--output", str(neff), *self.flags, "--verbose=35"]
+        self.log.wrapper("INFO", f"Call compiler with cmd: {' '.join(cmd)}")
+        status, output = self.runner.run(cmd)
+        if status == 0 and neff.exists():
+            # The neff first, then the marker: a reader that sees model.done sees a whole neff.
+            atomic_write(entry / "model.done", b"")
+            (entry / "model.log").unlink(missing_ok=True)
+            return COMPILED
+        reason = output.strip() or f"exit status {status}"
+        atomic_write(entry / "model.log", (reason + "\n").encode())
+        self.log.wrapper(
+            "ERROR",
+            f"Failed compilation with {cmd!r}: exit status {status}: {reason.splitlines()[0]}",
+        )
+        return FAILED
