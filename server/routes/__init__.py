@@ -1,1 +1,1 @@
-
+"""One router per resource; ``neffcache.server.app`` includes them all."""

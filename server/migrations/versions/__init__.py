@@ -1,1 +1,1 @@
-
+"""Alembic revision files, oldest first."""

@@ -1,0 +1,153 @@
+"""The entry catalog: register on publish, look up, list with filters, forget a location.
+
+An entry is identified by its store-relative path; each store that holds it adds a location.
+Registering again (another tier, a state change after verify) updates the record in place and
+never resets neffcache's own usage stamps (hit count, last use).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from sqlalchemy import Select, delete, exists, func, select
+from sqlalchemy.orm import Session
+
+from neffcache.server.db import chunks, upsert
+from neffcache.server.models import Entry, EntryLocation, EntryTag
+from neffcache.server.schemas import EntryIn, EntryOut, EntryPage, ForgetResult, toolchain_label
+
+_MUTABLE = ("layout", "key", "namespace", "compiler_version", "target", "lnc", "toolchain", "state",
+            "size", "neff_sha256", "updated", "producer", "compile_seconds")
+
+
+@dataclass(frozen=True)
+class EntryFilter:
+    key: str | None = None
+    namespace: str | None = None
+    toolchain: str | None = None
+    compiler_version: str | None = None
+    target: str | None = None
+    lnc: int | None = None
+    states: Sequence[str] = ()
+    store: str | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+    unused_since: float | None = None
+
+    def apply(self, stmt: Select[tuple[Entry]]) -> Select[tuple[Entry]]:
+        for column, value in ((Entry.key, self.key), (Entry.namespace, self.namespace),
+                              (Entry.toolchain, self.toolchain),
+                              (Entry.compiler_version, self.compiler_version),
+                              (Entry.target, self.target), (Entry.lnc, self.lnc)):
+            if value is not None:
+                stmt = stmt.where(column == value)
+        if self.states:
+            stmt = stmt.where(Entry.state.in_(list(self.states)))
+        if self.store is not None:
+            stmt = stmt.where(exists().where(EntryLocation.entry_id == Entry.id,
+                                             EntryLocation.store == self.store))
+        for name, value in sorted(self.tags.items()):
+            stmt = stmt.where(exists().where(EntryTag.entry_id == Entry.id, EntryTag.name == name,
+                                             EntryTag.value == value))
+        if self.unused_since is not None:
+            # "Not used since T": never hit and registered before T, or last hit before T.
+            stmt = stmt.where(func.coalesce(Entry.last_used, Entry.registered) < self.unused_since)
+        return stmt
+
+
+def register_entries(session: Session, records: Sequence[EntryIn], now: float) -> int:
+    by_path = {record.path: record for record in records}  # last registration in a batch wins
+    # Sorted so concurrent batches lock entry rows in one order and cannot deadlock.
+    ordered = [by_path[path] for path in sorted(by_path)]
+    ids: dict[str, int] = {}
+    for chunk in chunks(ordered, 19):
+        stmt = upsert(session, Entry).values([_entry_row(record, now) for record in chunk])
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[Entry.path],
+            set_={name: getattr(stmt.excluded, name) for name in _MUTABLE},
+        ).returning(Entry.id, Entry.path)
+        ids.update({path: entry_id for entry_id, path in session.execute(stmt)})
+    locations = [{"entry_id": ids[r.path], "store": r.store, "added": now} for r in ordered]
+    for chunk in chunks(locations, 3):
+        session.execute(upsert(session, EntryLocation).values(chunk).on_conflict_do_nothing())
+    tags = [{"entry_id": ids[r.path], "name": name, "value": value}
+            for r in ordered for name, value in sorted(r.tags.items())]
+    for chunk in chunks(tags, 3):
+        stmt = upsert(session, EntryTag).values(chunk)
+        session.execute(stmt.on_conflict_do_update(index_elements=[EntryTag.entry_id, EntryTag.name],
+                                                   set_={"value": stmt.excluded.value}))
+    return len(ordered)
+
+
+def _entry_row(record: EntryIn, now: float) -> dict[str, object]:
+    tc = record.toolchain
+    return {
+        "path": record.path, "layout": record.layout, "key": record.key, "namespace": record.namespace,
+        "compiler_version": tc.compiler_version if tc else None, "target": tc.target if tc else None,
+        "lnc": tc.lnc if tc else None, "toolchain": toolchain_label(tc), "state": record.state,
+        "size": record.size, "neff_sha256": record.neff_sha256, "created": record.created,
+        "registered": now, "updated": now, "producer": record.producer,
+        "compile_seconds": record.compile_seconds, "hit_count": 0, "last_used": None,
+    }
+
+
+def lookup_entry(session: Session, path: str) -> EntryOut | None:
+    row = session.scalar(select(Entry).where(Entry.path == path))
+    return _render(session, [row])[0] if row is not None else None
+
+
+def list_entries(session: Session, where: EntryFilter, *, limit: int, cursor: int | None) -> EntryPage:
+    stmt = where.apply(select(Entry))
+    if cursor is not None:
+        stmt = stmt.where(Entry.id > cursor)
+    # Keyset pagination on the primary key: stable while entries are added, O(page) per request.
+    rows = list(session.scalars(stmt.order_by(Entry.id).limit(limit + 1)))
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return EntryPage(entries=_render(session, rows), next_cursor=rows[-1].id if more else None)
+
+
+def forget_entry(session: Session, path: str, store: str | None) -> ForgetResult | None:
+    """Remove one store's location (or all); the entry goes when no store holds it any more."""
+    entry_id = session.scalar(select(Entry.id).where(Entry.path == path).with_for_update())
+    if entry_id is None:
+        return None
+    stmt = delete(EntryLocation).where(EntryLocation.entry_id == entry_id)
+    if store is not None:
+        stmt = stmt.where(EntryLocation.store == store)
+    removed = session.execute(stmt).rowcount  # type: ignore[attr-defined]
+    left = session.scalar(select(func.count()).where(EntryLocation.entry_id == entry_id))
+    gone = not left
+    if gone:
+        session.execute(delete(EntryTag).where(EntryTag.entry_id == entry_id))
+        session.execute(delete(Entry).where(Entry.id == entry_id))
+    return ForgetResult(path=path, removed_stores=int(removed or 0), entry_removed=gone)
+
+
+def _render(session: Session, rows: Sequence[Entry]) -> list[EntryOut]:
+    ids = [row.id for row in rows]
+    stores: dict[int, list[str]] = defaultdict(list)
+    tags: dict[int, dict[str, str]] = defaultdict(dict)
+    if ids:
+        for entry_id, store in session.execute(
+            select(EntryLocation.entry_id, EntryLocation.store)
+            .where(EntryLocation.entry_id.in_(ids)).order_by(EntryLocation.added, EntryLocation.store)
+        ):
+            stores[entry_id].append(store)
+        for entry_id, name, value in session.execute(
+            select(EntryTag.entry_id, EntryTag.name, EntryTag.value).where(EntryTag.entry_id.in_(ids))
+        ):
+            tags[entry_id][name] = value
+    return [
+        EntryOut(
+            path=row.path, layout=row.layout, key=row.key, namespace=row.namespace,
+            toolchain=({"compiler_version": row.compiler_version, "target": row.target, "lnc": row.lnc}
+                       if row.compiler_version is not None else None),
+            toolchain_label=row.toolchain, state=row.state, size=row.size, neff_sha256=row.neff_sha256,
+            stores=stores[row.id], tags=dict(sorted(tags[row.id].items())), created=row.created,
+            registered=row.registered, updated=row.updated, producer=row.producer,
+            compile_seconds=row.compile_seconds, hit_count=row.hit_count, last_used=row.last_used,
+        )
+        for row in rows
+    ]

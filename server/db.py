@@ -1,0 +1,191 @@
+"""Engines, sessions and schema migrations for SQLite and PostgreSQL.
+
+SQLite runs in WAL mode so readers never block the writer, and write transactions start with
+``BEGIN IMMEDIATE``: a deferred transaction that reads first and writes later can fail at once
+with SQLITE_BUSY (no busy-timeout retry) when another writer committed in between.
+PostgreSQL write transactions that deadlock or fail serialisation are retried a few times.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, Engine, create_engine, event, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.orm import Session
+from sqlalchemy.sql.expression import FunctionElement
+from sqlalchemy.types import Double
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+MIGRATIONS_DIR = Path(__file__).with_name("migrations")
+# Arbitrary constant: the PostgreSQL advisory lock replicas take while upgrading the schema.
+_MIGRATION_LOCK = 0x6E6566_66
+_WRITE_OPTION = "neffcache_write"
+
+
+class db_now(FunctionElement[float]):  # noqa: N801 - reads like the SQL function it renders
+    """The database clock as epoch seconds. Leases compare against this one clock, so replicas
+    whose clocks drift apart still agree on who holds a lease."""
+
+    type = Double()
+    inherit_cache = True
+
+
+@compiles(db_now, "postgresql")
+def _now_pg(element: db_now, compiler: Any, **kw: Any) -> str:
+    # clock_timestamp(), not now(): now() is frozen at transaction start.
+    return "EXTRACT(EPOCH FROM clock_timestamp())::float8"
+
+
+@compiles(db_now, "sqlite")
+def _now_sqlite(element: db_now, compiler: Any, **kw: Any) -> str:
+    return "((julianday('now') - 2440587.5) * 86400.0)"
+
+
+def is_sqlite(engine: Engine | Connection) -> bool:
+    return engine.dialect.name == "sqlite"
+
+
+def make_engine(url: str, *, pool_size: int = 10) -> Engine:
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        if parsed.database and parsed.database != ":memory:":
+            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(
+            parsed, connect_args={"timeout": 30, "check_same_thread": False},
+            pool_size=pool_size, max_overflow=pool_size * 2,
+        )
+        _configure_sqlite(engine)
+        return engine
+    return create_engine(parsed, pool_size=pool_size, max_overflow=pool_size * 2, pool_pre_ping=True)
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Take transaction control away from the sqlite3 module so BEGIN IMMEDIATE is ours to issue.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        write = conn.get_execution_options().get(_WRITE_OPTION, False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+class Database:
+    """One engine plus the two kinds of session the server needs."""
+
+    def __init__(self, url: str, *, pool_size: int = 10) -> None:
+        self.url = url
+        self.engine = make_engine(url, pool_size=pool_size)
+        self._write_engine = self.engine.execution_options(**{_WRITE_OPTION: True})
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    @contextmanager
+    def read(self) -> Iterator[Session]:
+        with Session(self.engine, expire_on_commit=False) as session, session.begin():
+            yield session
+
+    @contextmanager
+    def write(self) -> Iterator[Session]:
+        with Session(self._write_engine, expire_on_commit=False) as session, session.begin():
+            yield session
+
+    def transact(self, work: Callable[[Session], T], *, attempts: int = 4) -> T:
+        """Run ``work`` in a write transaction, retrying deadlocks and serialisation failures."""
+        for attempt in range(1, attempts + 1):
+            try:
+                with self.write() as session:
+                    return work(session)
+            except (OperationalError, DBAPIError) as exc:
+                if attempt == attempts or not _retryable(exc):
+                    raise
+                log.info("retrying write transaction after %s", type(exc.orig).__name__)
+                time.sleep(0.01 * 2**attempt)
+        raise AssertionError("unreachable")
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+
+def _retryable(exc: DBAPIError) -> bool:
+    sqlstate = getattr(exc.orig, "sqlstate", None)
+    return sqlstate in ("40001", "40P01")
+
+
+def alembic_config(url: str | None = None) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    if url:
+        cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return cfg
+
+
+def head_revision() -> str:
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert head is not None
+    return head
+
+
+def current_revision(engine: Engine) -> str | None:
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def migrate(engine: Engine, revision: str = "head") -> None:
+    """Upgrade the schema to ``revision``; safe to call from several replicas at once."""
+    cfg = alembic_config()
+    with engine.execution_options(**{_WRITE_OPTION: True}).connect() as conn:
+        if conn.dialect.name == "postgresql":
+            # Session-level lock held across Alembic's own transaction: replicas upgrade one by one.
+            conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _MIGRATION_LOCK})
+            conn.commit()
+        try:
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, revision)
+            conn.commit()
+        finally:
+            if conn.dialect.name == "postgresql":
+                conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _MIGRATION_LOCK})
+                conn.commit()
+
+
+def upsert(session: Session, model: Any) -> Any:
+    """The dialect's INSERT that has ``on_conflict_do_nothing/do_update`` (both speak the
+    PostgreSQL ON CONFLICT syntax; SQLite since 3.24, with RETURNING since 3.35)."""
+    if session.get_bind().dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        return pg_insert(model)
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    return sqlite_insert(model)
+
+
+def chunks(rows: list[T], columns: int) -> Iterator[list[T]]:
+    """Slices small enough for the bind-parameter limits (SQLite 32766, PostgreSQL 65535)."""
+    size = max(1, 16000 // max(1, columns))
+    for start in range(0, len(rows), size):
+        yield rows[start:start + size]

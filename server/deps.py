@@ -1,0 +1,157 @@
+"""What routes depend on: the per-app state, the database, and authentication by scope.
+
+Authentication: ``Authorization: Bearer <token>``. No token -> 401 (unless the route needs only
+read and anonymous reads are enabled); an unknown, malformed or revoked token -> 401; a valid
+token without the scope -> 403. The dashboard may also carry the token in a SameSite=Strict
+cookie, accepted for read scope only, so a cross-site form can never write with it.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Annotated
+
+import jinja2
+from fastapi import Depends, HTTPException, Request, status
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from neffcache.server import tokens
+from neffcache.server.config import Settings
+from neffcache.server.db import Database
+from neffcache.server.metrics import Metrics
+
+log = logging.getLogger(__name__)
+TOKEN_COOKIE = "neffcache_token"
+_TOUCH_EVERY = 60.0  # last_used is a hint for operators; one write a minute per token is plenty
+
+
+@dataclass(frozen=True)
+class Principal:
+    name: str
+    scope: str
+    anonymous: bool = False
+
+
+@dataclass
+class TokenCache:
+    """Verified tokens for a few seconds, so lookups do not pay a token query each. A revocation
+    reaches other replicas within ``ttl`` seconds; the replica that revokes drops its copy at once."""
+
+    ttl: float
+    _items: dict[str, tuple[tokens.TokenInfo, float]] = field(default_factory=dict)
+    _touched: dict[str, float] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def get(self, presented: str) -> tokens.TokenInfo | None:
+        with self._lock:
+            item = self._items.get(presented)
+        if item is None or item[1] < time.monotonic():
+            return None
+        return item[0]
+
+    def put(self, presented: str, info: tokens.TokenInfo) -> None:
+        if self.ttl <= 0:
+            return
+        with self._lock:
+            if len(self._items) > 4096:
+                self._items.clear()
+            self._items[presented] = (info, time.monotonic() + self.ttl)
+
+    def forget(self, token_id: str) -> None:
+        with self._lock:
+            self._items = {k: v for k, v in self._items.items() if v[0].id != token_id}
+
+    def due_for_touch(self, token_id: str) -> bool:
+        now = time.monotonic()
+        with self._lock:
+            if now - self._touched.get(token_id, -_TOUCH_EVERY) < _TOUCH_EVERY:
+                return False
+            self._touched[token_id] = now
+            return True
+
+
+@dataclass
+class AppState:
+    settings: Settings
+    db: Database
+    metrics: Metrics
+    token_cache: TokenCache
+    templates: jinja2.Environment
+
+
+def get_state(request: Request) -> AppState:
+    state: AppState = request.app.state.neffcache
+    return state
+
+
+def get_db(state: Annotated[AppState, Depends(get_state)]) -> Database:
+    return state.db
+
+
+StateDep = Annotated[AppState, Depends(get_state)]
+DbDep = Annotated[Database, Depends(get_db)]
+_bearer = HTTPBearer(auto_error=False, description="a neffcache token: `neffcache token create NAME --scope read`")
+BearerDep = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+
+
+def _unauthorized(detail: str) -> HTTPException:
+    return HTTPException(status.HTTP_401_UNAUTHORIZED, detail, headers={"WWW-Authenticate": "Bearer"})
+
+
+def _identify(state: AppState, presented: str) -> Principal | None:
+    admin = state.settings.admin_token
+    if admin is not None and hmac.compare_digest(presented.encode(), admin.get_secret_value().encode()):
+        return Principal(name="bootstrap-admin", scope="admin")
+    info = state.token_cache.get(presented)
+    if info is None:
+        with state.db.read() as session:
+            info = tokens.verify_token(session, presented)
+        if info is None:
+            return None
+        state.token_cache.put(presented, info)
+    if state.token_cache.due_for_touch(info.id):
+        try:
+            with state.db.write() as session:
+                tokens.touch_token(session, info.id, time.time())
+        except Exception:  # a busy database must not fail the request this stamp rides on
+            log.debug("could not stamp last_used of token %s", info.id, exc_info=True)
+    return Principal(name=info.name, scope=info.scope)
+
+
+def check_access(state: AppState, presented: str | None, scope: str) -> Principal:
+    """The principal ``presented`` stands for, if it may act with ``scope``; else 401/403."""
+    if presented is None:
+        if scope == "read" and state.settings.anonymous_read:
+            return Principal(name="anonymous", scope="read", anonymous=True)
+        raise _unauthorized("authentication required: send 'Authorization: Bearer <token>'")
+    principal = _identify(state, presented)
+    if principal is None:
+        raise _unauthorized("invalid or revoked token")
+    if not tokens.scope_allows(principal.scope, scope):
+        raise HTTPException(status.HTTP_403_FORBIDDEN,
+                            f"token {principal.name!r} has scope {principal.scope!r}; this needs {scope!r}")
+    return principal
+
+
+def presented_token(request: Request, credentials: HTTPAuthorizationCredentials | None, scope: str) -> str | None:
+    if credentials is not None:
+        return credentials.credentials
+    return request.cookies.get(TOKEN_COOKIE) if scope == "read" else None
+
+
+def require(scope: str) -> Callable[..., Principal]:
+    def dependency(request: Request, state: StateDep, credentials: BearerDep) -> Principal:
+        return check_access(state, presented_token(request, credentials, scope), scope)
+
+    dependency.__name__ = f"require_{scope}"
+    return dependency
+
+
+ReadAccess = Annotated[Principal, Depends(require("read"))]
+WriteAccess = Annotated[Principal, Depends(require("write"))]
+AdminAccess = Annotated[Principal, Depends(require("admin"))]

@@ -1,0 +1,133 @@
+"""Event ingestion: store a batch once, roll it up by hour, stamp entry usage.
+
+Idempotence is the database's job, not the client's: the insert skips event ids that exist
+(``ON CONFLICT DO NOTHING ... RETURNING``) and only the rows it really inserted feed the rollups
+and the hit counters, so a spool resending a batch (or two replicas receiving the same batch)
+counts each event exactly once.
+
+Lock order inside the transaction is events (sorted by id) -> rollups (sorted) -> entries
+(sorted by path). Every writer takes rows in that one order, so concurrent batches wait for each
+other instead of deadlocking.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import case, delete, func, select, update
+from sqlalchemy.orm import Session
+
+from neffcache.server.db import chunks, upsert
+from neffcache.server.models import Entry, EntryLocation, EntryTag, Event, EventRollup
+from neffcache.server.schemas import EventIn, toolchain_label
+
+_EVENT_COLUMNS = 17
+
+
+@dataclass(frozen=True)
+class IngestOutcome:
+    accepted: int
+    duplicates: int
+
+
+def hour_of(ts: float) -> int:
+    return int(ts // 3600) * 3600
+
+
+def ingest_events(session: Session, events: Sequence[EventIn], now: float) -> IngestOutcome:
+    unique = {event.id: event for event in events}
+    ordered = [unique[event_id] for event_id in sorted(unique)]
+    saved = _recorded_compile_seconds(session, ordered)
+    rows = [_event_row(event, now, saved) for event in ordered]
+    inserted: set[str] = set()
+    for chunk in chunks(rows, _EVENT_COLUMNS):
+        stmt = upsert(session, Event).values(chunk).on_conflict_do_nothing(index_elements=[Event.event_id])
+        inserted.update(session.scalars(stmt.returning(Event.event_id)))
+    fresh = [row for row in rows if row["event_id"] in inserted]
+    _roll_up(session, fresh)
+    _stamp_entries(session, fresh)
+    _apply_evictions(session, fresh)
+    return IngestOutcome(accepted=len(fresh), duplicates=len(events) - len(fresh))
+
+
+def _recorded_compile_seconds(session: Session, events: Sequence[EventIn]) -> dict[str, float]:
+    """For hits that do not say what they saved: the compile time recorded with the entry."""
+    paths = sorted({e.path for e in events if e.kind == "hit" and e.compile_seconds is None and e.path})
+    found: dict[str, float] = {}
+    for chunk in chunks(paths, 1):
+        for path, seconds in session.execute(
+            select(Entry.path, Entry.compile_seconds)
+            .where(Entry.path.in_(chunk), Entry.compile_seconds.is_not(None))
+        ):
+            found[path] = float(seconds)
+    return found
+
+
+def _event_row(event: EventIn, now: float, saved: dict[str, float]) -> dict[str, object]:
+    seconds = event.compile_seconds
+    if seconds is None and event.kind == "hit" and event.path:
+        seconds = saved.get(event.path)
+    return {
+        "event_id": event.id, "kind": event.kind, "ts": event.ts, "path": event.path, "key": event.key,
+        "namespace": event.namespace, "toolchain": toolchain_label(event.toolchain), "job": event.job,
+        "model": event.model, "team": event.team, "host": event.host,
+        "instance_type": event.instance_type, "compile_seconds": seconds, "store": event.store,
+        "message": event.message, "received": now,
+    }
+
+
+def _roll_up(session: Session, rows: list[dict[str, object]]) -> None:
+    sums: dict[tuple[int, str, str, str, str, str], list[float]] = defaultdict(lambda: [0, 0.0])
+    for row in rows:
+        dims = (hour_of(float(row["ts"])), str(row["kind"]), str(row["team"]), str(row["model"]),  # type: ignore[arg-type]
+                str(row["instance_type"]), str(row["toolchain"]))
+        acc = sums[dims]
+        acc[0] += 1
+        acc[1] += float(row["compile_seconds"] or 0.0)  # type: ignore[arg-type]
+    values = [
+        {"hour": d[0], "kind": d[1], "team": d[2], "model": d[3], "instance_type": d[4], "toolchain": d[5],
+         "count": int(acc[0]), "seconds": acc[1]}
+        for d, acc in sorted(sums.items())
+    ]
+    for chunk in chunks(values, 8):
+        stmt = upsert(session, EventRollup).values(chunk)
+        # count = count + new count: atomic under the row lock ON CONFLICT takes, on both databases.
+        session.execute(stmt.on_conflict_do_update(
+            index_elements=[EventRollup.hour, EventRollup.kind, EventRollup.team, EventRollup.model,
+                            EventRollup.instance_type, EventRollup.toolchain],
+            set_={"count": EventRollup.count + stmt.excluded.count,
+                  "seconds": EventRollup.seconds + stmt.excluded.seconds},
+        ))
+
+
+def _stamp_entries(session: Session, rows: list[dict[str, object]]) -> None:
+    hits: dict[str, list[float]] = defaultdict(list)
+    for row in rows:
+        if row["kind"] == "hit" and row["path"]:
+            hits[str(row["path"])].append(float(row["ts"]))  # type: ignore[arg-type]
+    for path in sorted(hits):
+        latest = max(hits[path])
+        session.execute(
+            update(Entry).where(Entry.path == path).values(
+                hit_count=Entry.hit_count + len(hits[path]),
+                # Events arrive out of order (spools drain late): keep the newest use.
+                last_used=case((func.coalesce(Entry.last_used, 0.0) < latest, latest), else_=Entry.last_used),
+            )
+        )
+
+
+def _apply_evictions(session: Session, rows: list[dict[str, object]]) -> None:
+    """An evict event with a store removes that location; the last location takes the entry."""
+    pairs = sorted({(str(r["path"]), str(r["store"])) for r in rows if r["kind"] == "evict" and r["path"]
+                    and r["store"]})
+    for path, store in pairs:
+        entry_id = session.scalar(select(Entry.id).where(Entry.path == path))
+        if entry_id is None:
+            continue
+        session.execute(delete(EntryLocation).where(EntryLocation.entry_id == entry_id,
+                                                    EntryLocation.store == store))
+        if not session.scalar(select(func.count()).where(EntryLocation.entry_id == entry_id)):
+            session.execute(delete(EntryTag).where(EntryTag.entry_id == entry_id))
+            session.execute(delete(Entry).where(Entry.id == entry_id))

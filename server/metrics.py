@@ -1,0 +1,109 @@
+"""Prometheus metrics, one registry per app (no process-global registry shared between apps).
+
+Two kinds, on purpose:
+- request counters and latencies are per replica: Prometheus scrapes each replica and sums;
+- cache facts (hit/miss/compile counts, compile time saved, entries and bytes by toolchain,
+  active leases) are read from the database at scrape time, so every replica reports the same
+  fleet-wide numbers and a replica restart never resets a counter. Aggregate those with max()
+  (or scrape one replica), not sum().
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from sqlalchemy import func, select
+
+from neffcache.server import stats
+from neffcache.server.models import Entry
+
+if TYPE_CHECKING:
+    from neffcache.server.db import Database
+
+log = logging.getLogger(__name__)
+
+
+def result_of(status: int) -> str:
+    if status < 400:
+        return "ok"
+    return {401: "unauthorized", 403: "forbidden", 404: "not_found", 409: "conflict", 413: "too_large",
+            400: "invalid", 422: "invalid"}.get(status, "client_error" if status < 500 else "error")
+
+
+class DatabaseCollector(Collector):
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    def collect(self) -> Iterator[Metric]:
+        started = time.perf_counter()
+        up = GaugeMetricFamily("neffcache_index_database_up", "1 when the last scrape could read the database")
+        try:
+            families = list(self._families())
+        except Exception:  # the scrape must still answer (with database_up 0) while the database is down
+            log.warning("metrics scrape could not read the database", exc_info=True)
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield up
+        yield from families
+        took = GaugeMetricFamily("neffcache_index_scrape_seconds", "time spent reading the database for this scrape")
+        took.add_metric([], time.perf_counter() - started)
+        yield took
+
+    def _families(self) -> Iterable[Metric]:
+        events = CounterMetricFamily("neffcache_cache_events", "cache events reported by clients, all replicas",
+                                     labels=["kind", "toolchain", "team"])
+        saved = CounterMetricFamily("neffcache_compile_time_saved_seconds",
+                                    "compile seconds that cache hits avoided", labels=["toolchain", "team"])
+        spent = CounterMetricFamily("neffcache_compile_seconds", "seconds spent compiling on cache misses",
+                                    labels=["toolchain", "team"])
+        entries = GaugeMetricFamily("neffcache_entries", "entries in the catalog", labels=["toolchain", "state"])
+        size = GaugeMetricFamily("neffcache_entry_bytes", "bytes of catalogued entries", labels=["toolchain"])
+        held = GaugeMetricFamily("neffcache_leases_active", "compile leases currently held")
+        with self._db.read() as session:
+            for (kind, toolchain, team), (count, seconds) in sorted(stats.kind_totals(session).items()):
+                events.add_metric([kind, toolchain, team], count)
+                if kind == "hit":
+                    saved.add_metric([toolchain, team], seconds)
+                elif kind == "compile":
+                    spent.add_metric([toolchain, team], seconds)
+            per_toolchain: dict[str, int] = {}
+            for toolchain, state, count, total in session.execute(
+                select(Entry.toolchain, Entry.state, func.count(), func.sum(Entry.size))
+                .group_by(Entry.toolchain, Entry.state)
+            ):
+                entries.add_metric([toolchain, state], int(count))
+                per_toolchain[toolchain] = per_toolchain.get(toolchain, 0) + int(total or 0)
+            for toolchain, total in sorted(per_toolchain.items()):
+                size.add_metric([toolchain], total)
+            held.add_metric([], len(stats.leases.active(session)))
+        return [events, saved, spent, entries, size, held]
+
+
+class Metrics:
+    def __init__(self, db: Database) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.requests = Counter("neffcache_index_requests", "HTTP requests served by this replica",
+                                ["op", "result"], registry=self.registry)
+        self.latency = Histogram(
+            "neffcache_index_request_seconds", "request latency on this replica", ["op"], registry=self.registry,
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0),
+        )
+        self.ingested = Counter("neffcache_index_events_ingested", "events received by this replica",
+                                ["result"], registry=self.registry)
+        self.registry.register(DatabaseCollector(db))
+
+    def observe(self, op: str, status: int, seconds: float) -> None:
+        self.requests.labels(op, result_of(status)).inc()
+        self.latency.labels(op).observe(seconds)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+

@@ -1,0 +1,134 @@
+"""SQLAlchemy 2 models of the index. The Alembic migrations in ``migrations/`` mirror this file.
+
+Epoch seconds are stored as doubles everywhere (clients send epoch floats; no time zones to get
+wrong between SQLite and PostgreSQL). Strings that name a dimension (team, model, ...) are ""
+rather than NULL when unknown, because a NULL never conflicts in a unique index and the rollup
+upsert depends on that conflict.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import BigInteger, Double, ForeignKey, Index, Integer, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# SQLite only auto-increments a column declared exactly INTEGER PRIMARY KEY.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Entry(Base):
+    """One compiled graph, identified by its store-relative path (its runtime key in the layout)."""
+
+    __tablename__ = "entries"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    path: Mapped[str] = mapped_column(String(1024), unique=True)
+    layout: Mapped[str] = mapped_column(String(32))
+    key: Mapped[str] = mapped_column(String(256), index=True)
+    namespace: Mapped[str] = mapped_column(String(512), index=True)
+    compiler_version: Mapped[str | None] = mapped_column(String(128))
+    target: Mapped[str | None] = mapped_column(String(16))
+    lnc: Mapped[int | None] = mapped_column(Integer)
+    # "<target>-lnc<n>/neuronxcc-<version>" or "unknown": the grouping key of every size chart.
+    toolchain: Mapped[str] = mapped_column(String(200), index=True)
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    size: Mapped[int] = mapped_column(BigInteger)
+    neff_sha256: Mapped[str | None] = mapped_column(String(64))
+    created: Mapped[float] = mapped_column(Double)
+    registered: Mapped[float] = mapped_column(Double)
+    updated: Mapped[float] = mapped_column(Double)
+    producer: Mapped[str] = mapped_column(String(256))
+    compile_seconds: Mapped[float | None] = mapped_column(Double)
+    # neffcache's own usage stamps: shared mounts may disable atime, so we never read it.
+    hit_count: Mapped[int] = mapped_column(BigInteger, default=0)
+    last_used: Mapped[float | None] = mapped_column(Double)
+
+
+class EntryLocation(Base):
+    """A store URL that holds an entry; an entry can be held by several stores (tiers)."""
+
+    __tablename__ = "entry_locations"
+
+    entry_id: Mapped[int] = mapped_column(ForeignKey("entries.id", ondelete="CASCADE"), primary_key=True)
+    store: Mapped[str] = mapped_column(String(1024), primary_key=True)
+    added: Mapped[float] = mapped_column(Double)
+
+
+class EntryTag(Base):
+    __tablename__ = "entry_tags"
+    __table_args__ = (Index("ix_entry_tags_name_value", "name", "value"),)
+
+    entry_id: Mapped[int] = mapped_column(ForeignKey("entries.id", ondelete="CASCADE"), primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(String(256))
+
+
+class Event(Base):
+    """A hit, miss, compile, evict or error reported by a client; ``event_id`` makes resends no-ops."""
+
+    __tablename__ = "events"
+    __table_args__ = (Index("ix_events_kind_ts", "kind", "ts"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    event_id: Mapped[str] = mapped_column(String(64), unique=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    ts: Mapped[float] = mapped_column(Double, index=True)
+    path: Mapped[str | None] = mapped_column(String(1024))
+    key: Mapped[str | None] = mapped_column(String(256))
+    namespace: Mapped[str] = mapped_column(String(512))
+    toolchain: Mapped[str] = mapped_column(String(200))
+    job: Mapped[str] = mapped_column(String(256))
+    model: Mapped[str] = mapped_column(String(256))
+    team: Mapped[str] = mapped_column(String(256))
+    host: Mapped[str] = mapped_column(String(256))
+    instance_type: Mapped[str] = mapped_column(String(64))
+    compile_seconds: Mapped[float | None] = mapped_column(Double)
+    store: Mapped[str | None] = mapped_column(String(1024))
+    message: Mapped[str | None] = mapped_column(Text)
+    received: Mapped[float] = mapped_column(Double)
+
+
+class EventRollup(Base):
+    """Hourly counts per dimension, kept in the ingest transaction so stats and metrics never scan
+    the raw events, and so every replica reads the same totals from the database."""
+
+    __tablename__ = "event_rollups"
+
+    hour: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16), primary_key=True)
+    team: Mapped[str] = mapped_column(String(256), primary_key=True)
+    model: Mapped[str] = mapped_column(String(256), primary_key=True)
+    instance_type: Mapped[str] = mapped_column(String(64), primary_key=True)
+    toolchain: Mapped[str] = mapped_column(String(200), primary_key=True)
+    count: Mapped[int] = mapped_column(BigInteger)
+    # compile: seconds spent compiling; hit: seconds the hit saved.
+    seconds: Mapped[float] = mapped_column(Double)
+
+
+class Lease(Base):
+    """Single-flight compile lease. Times come from the database clock, not the replicas' clocks."""
+
+    __tablename__ = "leases"
+
+    name: Mapped[str] = mapped_column(String(1024), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(256))
+    acquired: Mapped[float] = mapped_column(Double)
+    expires: Mapped[float] = mapped_column(Double, index=True)
+    renewals: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class Token(Base):
+    """An API token. Only a sha256 of the secret is stored; the secret is shown once at creation."""
+
+    __tablename__ = "tokens"
+
+    id: Mapped[str] = mapped_column(String(16), primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    scope: Mapped[str] = mapped_column(String(8))
+    secret_sha256: Mapped[str] = mapped_column(String(64))
+    created: Mapped[float] = mapped_column(Double)
+    last_used: Mapped[float | None] = mapped_column(Double)
+    revoked: Mapped[float | None] = mapped_column(Double)

@@ -1,0 +1,127 @@
+"""The dashboard at ``/``: one server-rendered page a platform team can leave open on a screen.
+
+Charts are inline SVG (``neffcache.server.charts``); a small first-party script refreshes the
+page body in place and the page falls back to a meta refresh without JavaScript. A token can be
+handed over once as ``/?token=...``: it is moved into a SameSite=Strict, HttpOnly cookie and the
+URL is cleaned, so the secret does not stay in the address bar or in shared links.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from neffcache import __version__
+from neffcache.server.charts import Line, hbars, line_chart, stacked_bars
+from neffcache.server.deps import TOKEN_COOKIE, BearerDep, StateDep, check_access, presented_token
+from neffcache.server.routes.common import QText
+from neffcache.server.routes.stats import build_query
+from neffcache.server.stats import GroupBy, StatsOut, compute_stats
+
+router = APIRouter(include_in_schema=False)
+WINDOWS = (("24h", "24 hours"), ("7d", "7 days"), ("30d", "30 days"))
+_STATE_CLASS = {"SUCCESS": "ok", "FAILED": "bad", "LOCKED": "warn", "EMPTY": "muted", "CORRUPT": "alert"}
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1024
+    return f"{n:,.1f} PiB"
+
+
+def hours(h: float) -> str:
+    return f"{h:,.0f} h" if h >= 100 else f"{h:,.1f} h"
+
+
+def pct(rate: float | None) -> str:
+    return "–" if rate is None else f"{rate * 100:.1f}%"
+
+
+def ago(ts: float, now: float) -> str:
+    delta = max(0.0, now - ts)
+    for size, unit in ((86400, "d"), (3600, "h"), (60, "min")):
+        if delta >= size:
+            return f"{delta / size:.0f} {unit} ago"
+    return "just now"
+
+
+def charts(stats: StatsOut) -> dict[str, Any]:
+    start, end, bucket = stats.window.start, stats.window.end, stats.window.bucket_seconds
+    points = stats.series
+    saved_total, spent_total, saved, spent = 0.0, 0.0, [], []
+    for p in points:
+        saved_total += p.saved_hours
+        spent_total += p.compile_hours
+        saved.append((p.start, saved_total))
+        spent.append((p.start, spent_total))
+    sizes = stats.size_by_toolchain[:8]
+    return {
+        "hit_rate": line_chart(
+            "hit-rate", [Line("hit rate", [(p.start, None if p.hit_rate is None else p.hit_rate * 100)
+                                           for p in points], "hit", area=True)],
+            start=start, end=end, y_max=100, y_format=lambda v: f"{v:.0f}%", label="hit rate over time"),
+        "lookups": stacked_bars(
+            "lookups", [p.start for p in points],
+            [("hits", "hit", [float(p.hits) for p in points]), ("misses", "miss", [float(p.misses) for p in points])],
+            start=start, end=end, bucket=bucket, label="hits and misses per bucket"),
+        "saved": line_chart(
+            "saved", [Line("compile hours saved", saved, "saved", area=True),
+                      Line("compile hours spent", spent, "spent", dashed=True)],
+            start=start, end=end, y_format=lambda v: f"{v:,.0f} h", label="cumulative compile hours"),
+        "sizes": hbars("size-by-toolchain", [(s.toolchain, float(s.bytes), f"{human_bytes(s.bytes)}", "size")
+                                             for s in sizes], label="cache size by toolchain",
+                       empty="no entries registered"),
+        "states": hbars("entries-by-state", [(state, float(n), f"{n:,}", _STATE_CLASS.get(state, "muted"))
+                                             for state, n in stats.entries_by_state.items()],
+                        label="entries by state", empty="no entries registered"),
+    }
+
+
+def _login_page(request: Request, state: StateDep, error: HTTPException) -> HTMLResponse:
+    page = state.templates.get_template("login.html").render(detail=error.detail, version=__version__)
+    return HTMLResponse(page, status_code=error.status_code, headers=error.headers)
+
+
+@router.get("/", name="dashboard", response_model=None)
+def dashboard(
+    request: Request,
+    state: StateDep,
+    credentials: BearerDep,
+    window: Annotated[str, Query(pattern=r"^(24h|7d|30d)$")] = "7d",
+    team: QText = None,
+    model: QText = None,
+    group_by: GroupBy = "team",
+    token: Annotated[str | None, Query(max_length=256)] = None,
+) -> Response:
+    if token:
+        params = {k: v for k, v in request.query_params.items() if k != "token"}
+        response = RedirectResponse("/" + (f"?{urlencode(params)}" if params else ""), status_code=303)
+        response.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="strict",
+                            secure=request.url.scheme == "https", max_age=30 * 86400)
+        return response
+    try:
+        check_access(state, presented_token(request, credentials, "read"), "read")
+    except HTTPException as exc:
+        return _login_page(request, state, exc)
+    query = build_query(window, None, group_by, team, model, None, None, top=12)
+    with state.db.read() as session:
+        stats = compute_stats(session, query)
+    now = time.time()
+    page = state.templates.get_template("dashboard.html").render(
+        stats=stats, charts=charts(stats), windows=WINDOWS, window=window, window_label=dict(WINDOWS)[window], team=team or "",
+        model=model or "", group_by=group_by, refresh=state.settings.dashboard_refresh_seconds,
+        now=now, updated=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(now)), version=__version__,
+        human_bytes=human_bytes, hours=hours, pct=pct, ago=lambda ts: ago(ts, now),
+        state_class=_STATE_CLASS, database=state.db.dialect,
+        total_bytes=sum(s.bytes for s in stats.size_by_toolchain),
+        total_entries=sum(stats.entries_by_state.values()),
+        problems=sum(n for s, n in stats.entries_by_state.items() if s in ("FAILED", "LOCKED", "CORRUPT")),
+    )
+    return HTMLResponse(page, headers={"Cache-Control": "no-store"})
+

@@ -1,0 +1,94 @@
+"""/v1/entries: register on publish, look up by path, list with filters, forget a location."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+from fastapi import APIRouter, Body, HTTPException, Query, status
+
+from neffcache.server import catalog
+from neffcache.server.deps import DbDep, ReadAccess, WriteAccess
+from neffcache.server.routes.common import AUTH_ERRORS, WRITE_ERRORS, QText, checked_path, not_found
+from neffcache.server.schemas import MAX_BATCH, EntryIn, EntryOut, EntryPage, ForgetResult, Problem, \
+    RegisterResult, State
+
+router = APIRouter(prefix="/v1/entries", tags=["entries"])
+_TAG = r"^[A-Za-z0-9_.-]{1,64}=[^\x00-\x1f\x7f]{0,256}$"
+
+
+@router.post("", name="entries.register", responses=WRITE_ERRORS)
+def register_entries(
+    records: Annotated[list[EntryIn], Body(max_length=MAX_BATCH)], db: DbDep, _: WriteAccess
+) -> RegisterResult:
+    """Register (or update) entries a client published; the store URL becomes one of its locations.
+
+    Idempotent: registering the same entry again from the same store changes nothing but
+    ``updated``; from another store it adds a location.
+    """
+    now = time.time()
+    return RegisterResult(registered=db.transact(lambda s: catalog.register_entries(s, records, now)))
+
+
+@router.get("", name="entries.list", responses=AUTH_ERRORS)
+def list_entries(
+    db: DbDep,
+    _: ReadAccess,
+    key: QText = None,
+    namespace: QText = None,
+    toolchain: Annotated[str | None, Query(max_length=256, pattern=r"^[^\x00-\x1f\x7f]*$",
+                                           description="label, e.g. trn2-lnc2/neuronxcc-2.27.5334.0+f702b353")]
+    = None,
+    compiler_version: QText = None,
+    target: QText = None,
+    lnc: Annotated[int | None, Query(ge=1, le=2)] = None,
+    state: Annotated[list[State] | None, Query(description="repeat for several states")] = None,
+    store: QText = None,
+    tag: Annotated[list[str] | None, Query(description="name=value; repeat to require several",
+                                           pattern=_TAG)] = None,
+    unused_since: Annotated[float | None, Query(ge=0, le=1e11, allow_inf_nan=False,
+                                                description="only entries not hit since this epoch time")]
+    = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    cursor: Annotated[int | None, Query(ge=0, le=2**62)] = None,
+) -> EntryPage:
+    """List entries, oldest registration first, one page at a time (follow ``next_cursor``)."""
+    where = catalog.EntryFilter(
+        key=key, namespace=namespace, toolchain=toolchain, compiler_version=compiler_version, target=target,
+        lnc=lnc, states=tuple(state or ()), store=store,
+        tags=dict(item.split("=", 1) for item in (tag or [])), unused_since=unused_since,
+    )
+    with db.read() as session:
+        return catalog.list_entries(session, where, limit=limit, cursor=cursor)
+
+
+@router.get("/{path:path}", name="entries.lookup",
+            responses={**AUTH_ERRORS, 404: {"model": Problem, "description": "no such entry"}})
+def lookup_entry(path: str, db: DbDep, _: ReadAccess) -> EntryOut:
+    """One entry by its store-relative path, with the stores that hold it and its usage stamps."""
+    clean = checked_path(path)
+    with db.read() as session:
+        found = catalog.lookup_entry(session, clean)
+    if found is None:
+        raise not_found(f"entry {clean!r}")
+    return found
+
+
+@router.delete("/{path:path}", name="entries.forget",
+               responses={**AUTH_ERRORS, 404: {"model": Problem, "description": "no such entry"}})
+def forget_entry(
+    path: str,
+    db: DbDep,
+    _: WriteAccess,
+    store: Annotated[str | None, Query(min_length=1, max_length=1024, pattern=r"^[^\x00-\x1f\x7f]+$",
+                                       description="remove only this store's copy")] = None,
+) -> ForgetResult:
+    """Forget that ``store`` holds the entry (all stores if omitted); the entry record goes with
+    its last location. Prune calls this after deleting the files."""
+    clean = checked_path(path)
+    result = db.transact(lambda s: catalog.forget_entry(s, clean, store))
+    if result is None:
+        raise not_found(f"entry {clean!r}")
+    if result.removed_stores == 0 and store is not None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"store {store!r} does not hold entry {clean!r}")
+    return result

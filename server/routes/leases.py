@@ -1,0 +1,76 @@
+"""/v1/leases: single-flight compile leases with a TTL, exact across replicas."""
+
+from __future__ import annotations
+
+import random
+from typing import Annotated, Any
+
+from fastapi import APIRouter, HTTPException, Query, status
+from pydantic import BaseModel
+
+from neffcache.server import leases
+from neffcache.server.deps import DbDep, ReadAccess, WriteAccess
+from neffcache.server.routes.common import AUTH_ERRORS, WRITE_ERRORS
+from neffcache.server.schemas import LeaseAcquire, LeaseOut, LeaseRelease, Problem
+
+router = APIRouter(prefix="/v1/leases", tags=["leases"])
+_CONFLICT: dict[int | str, dict[str, Any]] = {
+    409: {"model": Problem, "description": "another owner holds the lease"},
+    404: {"model": Problem, "description": "no such lease"},
+}
+
+
+class Released(BaseModel):
+    released: bool
+
+
+def _held_by_other(state: LeaseOut) -> HTTPException:
+    return HTTPException(status.HTTP_409_CONFLICT,
+                         f"lease {state.name!r} is held by {state.owner!r} for {state.expires_in or 0:.0f}s more")
+
+
+@router.post("/acquire", name="leases.acquire", responses=WRITE_ERRORS)
+def acquire(body: LeaseAcquire, db: DbDep, _: WriteAccess) -> LeaseOut:
+    """Take the lease for ``ttl`` seconds if it is free or expired (or already ours).
+
+    ``held`` says whether you got it; if not, ``owner`` and ``expires_in`` say who has it and
+    for how long. Not getting a lease is an answer, not an error (200)."""
+    if random.random() < 0.01:  # expired rows are harmless; sweeping now and then keeps the table small
+        db.transact(leases.sweep_expired)
+    return db.transact(lambda s: leases.acquire(s, body.name, body.owner, body.ttl))
+
+
+@router.post("/renew", name="leases.renew", responses={**WRITE_ERRORS, **_CONFLICT})
+def renew(body: LeaseAcquire, db: DbDep, _: WriteAccess) -> LeaseOut:
+    """Extend a lease you hold by ``ttl`` seconds from now."""
+    state, exists = db.transact(lambda s: leases.renew(s, body.name, body.owner, body.ttl))
+    if state.held:
+        return state
+    if not exists:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"lease {body.name!r} is not held by anyone")
+    raise _held_by_other(state)
+
+
+@router.post("/release", name="leases.release", responses={**WRITE_ERRORS, **_CONFLICT})
+def release(body: LeaseRelease, db: DbDep, _: WriteAccess) -> Released:
+    """Give a lease back. Only its owner can; a retry after success gets 404."""
+    released, state = db.transact(lambda s: leases.release(s, body.name, body.owner))
+    if released:
+        return Released(released=True)
+    if state.owner is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"lease {body.name!r} is not held by anyone")
+    raise _held_by_other(state)
+
+
+@router.get("", name="leases.list", responses=AUTH_ERRORS)
+def list_leases(
+    db: DbDep, _: ReadAccess,
+    name: Annotated[str | None, Query(min_length=1, max_length=1024, pattern=r"^[^\x00-\x1f\x7f]+$",
+                                      description="one lease by name (held or not)")] = None,
+    limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
+) -> list[LeaseOut]:
+    """Leases held now, soonest expiry first; or the one named by ``name``."""
+    with db.read() as session:
+        if name is not None:
+            return [leases.lookup(session, name)]
+        return leases.active(session, limit)

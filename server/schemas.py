@@ -1,0 +1,208 @@
+"""Request and response bodies of the /v1 API.
+
+Every request model forbids unknown fields and every string refuses control characters and
+lone surrogates (PostgreSQL rejects NUL in text, and a value we cannot encode would otherwise
+surface as a 500 instead of a clear 422).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, model_validator
+
+from neffcache.errors import ConfigError
+from neffcache.keys import safe_relpath
+from neffcache.toolchain import Toolchain
+
+_PRINTABLE = r"^[^\x00-\x1f\x7f]*$"
+Label = Annotated[str, StringConstraints(max_length=256, pattern=_PRINTABLE)]
+ShortLabel = Annotated[str, StringConstraints(max_length=64, pattern=_PRINTABLE)]
+StoreURL = Annotated[str, StringConstraints(min_length=1, max_length=1024, pattern=_PRINTABLE)]
+Message = Annotated[str, StringConstraints(max_length=8192, pattern=r"^[^\x00]*$")]
+KeyStr = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9_.+=@,-]+$")]
+EventId = Annotated[str, StringConstraints(min_length=8, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
+TagName = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
+TagValue = Annotated[str, StringConstraints(max_length=256, pattern=_PRINTABLE)]
+LeaseName = Annotated[str, StringConstraints(min_length=1, max_length=1024, pattern=r"^[^\x00-\x1f\x7f]+$")]
+Owner = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+$")]
+# Epoch seconds between 2000 and 2200: catches milliseconds and garbage alike.
+Epoch = Annotated[float, Field(ge=946684800.0, le=7258118400.0, allow_inf_nan=False)]
+Seconds = Annotated[float, Field(ge=0.0, le=1e8, allow_inf_nan=False)]
+
+
+def _relpath(value: str) -> str:
+    return safe_relpath(value)  # InvalidKey is a ValueError: pydantic reports it as a 422
+
+
+def _namespace(value: str) -> str:
+    return safe_relpath(value) if value else value
+
+
+RelPath = Annotated[str, StringConstraints(min_length=1, max_length=1024), AfterValidator(_relpath)]
+Namespace = Annotated[str, StringConstraints(max_length=512), AfterValidator(_namespace)]
+Layout = Literal["neuronxcc", "torchneuron"]
+State = Literal["SUCCESS", "FAILED", "LOCKED", "EMPTY", "CORRUPT"]
+EventKind = Literal["hit", "miss", "compile", "evict", "error"]
+Scope = Literal["read", "write", "admin"]
+STATES: tuple[str, ...] = ("SUCCESS", "FAILED", "LOCKED", "EMPTY", "CORRUPT")
+EVENT_KINDS: tuple[str, ...] = ("hit", "miss", "compile", "evict", "error")
+UNKNOWN_TOOLCHAIN = "unknown"
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ToolchainIn(Strict):
+    compiler_version: Annotated[str, StringConstraints(min_length=1, max_length=128)]
+    target: Annotated[str, StringConstraints(min_length=1, max_length=16)]
+    lnc: Annotated[int, Field(ge=1, le=2)]
+
+    @model_validator(mode="after")
+    def _valid(self) -> ToolchainIn:
+        try:  # one definition of a valid toolchain: the library's
+            Toolchain(self.compiler_version, self.target, self.lnc)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+        return self
+
+    @property
+    def label(self) -> str:
+        # The same string as the namespace directory, so charts and paths read alike.
+        return f"{self.target}-lnc{self.lnc}/neuronxcc-{self.compiler_version}"
+
+
+def toolchain_label(toolchain: ToolchainIn | None) -> str:
+    return toolchain.label if toolchain is not None else UNKNOWN_TOOLCHAIN
+
+
+class EntryIn(Strict):
+    """What a client registers when it publishes an entry to a store."""
+
+    path: RelPath
+    layout: Layout
+    key: KeyStr
+    namespace: Namespace = ""
+    toolchain: ToolchainIn | None = None
+    state: State
+    size: Annotated[int, Field(ge=0, le=2**62)]
+    neff_sha256: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")] | None = None
+    store: StoreURL
+    tags: Annotated[dict[TagName, TagValue], Field(max_length=32)] = Field(default_factory=dict)
+    created: Epoch
+    producer: Label = ""
+    compile_seconds: Seconds | None = None
+
+
+class EntryOut(BaseModel):
+    path: str
+    layout: str
+    key: str
+    namespace: str
+    toolchain: dict[str, object] | None
+    toolchain_label: str
+    state: str
+    size: int
+    neff_sha256: str | None
+    stores: list[str]
+    tags: dict[str, str]
+    created: float
+    registered: float
+    updated: float
+    producer: str
+    compile_seconds: float | None
+    hit_count: int
+    last_used: float | None
+
+
+class EntryPage(BaseModel):
+    entries: list[EntryOut]
+    next_cursor: int | None = Field(description="pass as ?cursor= to get the next page; null on the last")
+
+
+class RegisterResult(BaseModel):
+    registered: int
+
+
+class ForgetResult(BaseModel):
+    path: str
+    removed_stores: int
+    entry_removed: bool
+
+
+class EventIn(Strict):
+    id: EventId = Field(description="client-generated unique id; resending an event with the same id is a no-op")
+    kind: EventKind
+    ts: Epoch
+    path: RelPath | None = None
+    key: KeyStr | None = None
+    namespace: Namespace = ""
+    toolchain: ToolchainIn | None = None
+    job: Label = ""
+    model: Label = ""
+    team: Label = ""
+    host: Label = ""
+    instance_type: ShortLabel = ""
+    compile_seconds: Seconds | None = Field(
+        default=None, description="compile: seconds spent; hit: seconds the hit saved")
+    store: StoreURL | None = None
+    message: Message | None = None
+
+
+MAX_BATCH = 5000
+
+
+class IngestResult(BaseModel):
+    accepted: int = Field(description="events stored now")
+    duplicates: int = Field(description="events already stored by an earlier (re)send")
+
+
+class LeaseAcquire(Strict):
+    name: LeaseName
+    owner: Owner
+    ttl: Annotated[float, Field(gt=0, le=86400, allow_inf_nan=False)] = 600.0
+
+
+class LeaseRelease(Strict):
+    name: LeaseName
+    owner: Owner
+
+
+class LeaseOut(BaseModel):
+    held: bool = Field(description="acquire/renew: whether the requester holds the lease now; "
+                             "lookups and listings: whether anyone holds it")
+    name: str
+    owner: str | None = Field(description="the current holder (the requester when held)")
+    acquired_at: float | None
+    expires_at: float | None
+    expires_in: float | None = Field(description="seconds left, from the database clock")
+
+
+class TokenCreate(Strict):
+    name: Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.@:-]*$")]
+    scope: Scope
+
+
+class TokenOut(BaseModel):
+    id: str
+    name: str
+    scope: str
+    created: float
+    last_used: float | None
+    revoked: float | None
+    active: bool
+
+
+class TokenCreated(TokenOut):
+    token: str = Field(description="the secret; shown once, store it now")
+
+
+class WhoAmI(BaseModel):
+    name: str
+    scope: str
+    anonymous: bool
+
+
+class Problem(BaseModel):
+    detail: str

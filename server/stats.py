@@ -1,0 +1,245 @@
+"""Statistics for the API, the dashboard and the CLI, all computed from one database.
+
+Event counts come from the hourly rollups (cheap at any volume); sizes and states from the
+catalog; top misses from the raw events of the window. Nothing is kept in a replica's memory,
+so every replica answers the same.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel
+from sqlalchemy import ColumnElement, Select, exists, func, select
+from sqlalchemy.orm import Session
+
+from neffcache.server import leases
+from neffcache.server.ingest import hour_of
+from neffcache.server.models import Entry, EntryTag, Event, EventRollup
+from neffcache.server.schemas import STATES
+
+S = TypeVar("S", bound=Select[Any])
+GroupBy = Literal["team", "model", "instance_type", "toolchain"]
+_MAX_POINTS = 200
+
+
+class Counts(BaseModel):
+    hits: int = 0
+    misses: int = 0
+    compiles: int = 0
+    errors: int = 0
+    evictions: int = 0
+    hit_rate: float | None = None
+    compile_hours: float = 0.0
+    saved_hours: float = 0.0
+
+
+class SeriesPoint(Counts):
+    start: float
+
+
+class GroupRow(Counts):
+    name: str
+
+
+class ToolchainSize(BaseModel):
+    toolchain: str
+    entries: int
+    bytes: int
+
+
+class ProblemEntry(BaseModel):
+    path: str
+    state: str
+    toolchain: str
+    producer: str
+    updated: float
+
+
+class MissRow(BaseModel):
+    graph: str
+    namespace: str
+    toolchain: str
+    misses: int
+    last_seen: float
+
+
+class Window(BaseModel):
+    start: float
+    end: float
+    bucket_seconds: int
+
+
+class StatsOut(BaseModel):
+    window: Window
+    filters: dict[str, str]
+    group_by: str
+    totals: Counts
+    series: list[SeriesPoint]
+    groups: list[GroupRow]
+    size_by_toolchain: list[ToolchainSize]
+    entries_by_state: dict[str, int]
+    problem_entries: list[ProblemEntry]
+    top_misses: list[MissRow]
+    leases_active: int
+    teams: list[str]
+    models: list[str]
+
+
+@dataclass(frozen=True)
+class StatsQuery:
+    start: float
+    end: float
+    group_by: GroupBy = "team"
+    team: str | None = None
+    model: str | None = None
+    instance_type: str | None = None
+    toolchain: str | None = None
+    top: int = 10
+
+    @property
+    def bucket(self) -> int:
+        hours = max(1, math.ceil((self.end - self.start) / 3600 / _MAX_POINTS))
+        return hours * 3600
+
+    def filters(self) -> dict[str, str]:
+        pairs = {"team": self.team, "model": self.model, "instance_type": self.instance_type,
+                 "toolchain": self.toolchain}
+        return {k: v for k, v in pairs.items() if v is not None}
+
+
+_KIND_FIELD = {"hit": "hits", "miss": "misses", "compile": "compiles", "error": "errors", "evict": "evictions"}
+
+
+def _add(counts: Counts, kind: str, count: int, seconds: float) -> None:
+    field = _KIND_FIELD.get(kind)
+    if field is None:
+        return
+    setattr(counts, field, getattr(counts, field) + int(count))
+    if kind == "compile":
+        counts.compile_hours += seconds / 3600
+    elif kind == "hit":
+        counts.saved_hours += seconds / 3600
+
+
+def _finish(counts: Counts) -> None:
+    lookups = counts.hits + counts.misses
+    counts.hit_rate = counts.hits / lookups if lookups else None
+
+
+def _rollup_filters(q: StatsQuery) -> list[ColumnElement[bool]]:
+    conds = [EventRollup.hour >= hour_of(q.start), EventRollup.hour < q.end]
+    for column, value in ((EventRollup.team, q.team), (EventRollup.model, q.model),
+                          (EventRollup.instance_type, q.instance_type), (EventRollup.toolchain, q.toolchain)):
+        if value is not None:
+            conds.append(column == value)
+    return conds
+
+
+def _entry_filter(stmt: S, q: StatsQuery) -> S:
+    # Entries carry team/model as tags: the dashboard's filters narrow the sizes too.
+    for name, value in (("team", q.team), ("model", q.model)):
+        if value is not None:
+            stmt = stmt.where(exists().where(EntryTag.entry_id == Entry.id, EntryTag.name == name,
+                                             EntryTag.value == value))
+    if q.toolchain is not None:
+        stmt = stmt.where(Entry.toolchain == q.toolchain)
+    return stmt
+
+
+def compute_stats(session: Session, q: StatsQuery) -> StatsOut:
+    conds = _rollup_filters(q)
+    totals = Counts()
+    for kind, count, seconds in session.execute(
+        select(EventRollup.kind, func.sum(EventRollup.count), func.sum(EventRollup.seconds))
+        .where(*conds).group_by(EventRollup.kind)
+    ):
+        _add(totals, kind, count, seconds or 0.0)
+    _finish(totals)
+
+    bucket = q.bucket
+    first = hour_of(q.start) // bucket * bucket
+    series = {start: SeriesPoint(start=start) for start in range(first, int(q.end) + 1, bucket)}
+    slot = (EventRollup.hour // bucket) * bucket
+    for start, kind, count, seconds in session.execute(
+        select(slot, EventRollup.kind, func.sum(EventRollup.count), func.sum(EventRollup.seconds))
+        .where(*conds).group_by(slot, EventRollup.kind)
+    ):
+        point = series.setdefault(int(start), SeriesPoint(start=int(start)))
+        _add(point, kind, count, seconds or 0.0)
+    for point in series.values():
+        _finish(point)
+
+    dim = getattr(EventRollup, q.group_by)
+    groups: dict[str, GroupRow] = {}
+    for name, kind, count, seconds in session.execute(
+        select(dim, EventRollup.kind, func.sum(EventRollup.count), func.sum(EventRollup.seconds))
+        .where(*conds).group_by(dim, EventRollup.kind)
+    ):
+        _add(groups.setdefault(name, GroupRow(name=name or "(none)")), kind, count, seconds or 0.0)
+    for row in groups.values():
+        _finish(row)
+
+    sizes = [
+        ToolchainSize(toolchain=tc, entries=int(n), bytes=int(b or 0))
+        for tc, n, b in session.execute(_entry_filter(
+            select(Entry.toolchain, func.count(), func.sum(Entry.size)).group_by(Entry.toolchain), q))
+    ]
+    by_state = dict.fromkeys(STATES, 0)
+    for state, n in session.execute(_entry_filter(select(Entry.state, func.count()).group_by(Entry.state), q)):
+        by_state[state] = int(n)
+
+    return StatsOut(
+        window=Window(start=q.start, end=q.end, bucket_seconds=bucket),
+        filters=q.filters(), group_by=q.group_by, totals=totals,
+        series=[series[k] for k in sorted(series)],
+        groups=sorted(groups.values(), key=lambda g: (-(g.hits + g.misses), g.name)),
+        size_by_toolchain=sorted(sizes, key=lambda s: -s.bytes),
+        entries_by_state=by_state,
+        problem_entries=_problems(session, q),
+        top_misses=_top_misses(session, q),
+        leases_active=len(leases.active(session)),
+        teams=_distinct(session, EventRollup.team), models=_distinct(session, EventRollup.model),
+    )
+
+
+def _problems(session: Session, q: StatsQuery, limit: int = 25) -> list[ProblemEntry]:
+    stmt = select(Entry.path, Entry.state, Entry.toolchain, Entry.producer, Entry.updated).where(
+        Entry.state.in_(["FAILED", "LOCKED", "CORRUPT"]))
+    rows = session.execute(_entry_filter(stmt, q).order_by(Entry.updated.desc()).limit(limit))
+    return [ProblemEntry(path=p, state=s, toolchain=t, producer=pr, updated=u) for p, s, t, pr, u in rows]
+
+
+def _top_misses(session: Session, q: StatsQuery) -> list[MissRow]:
+    graph = func.coalesce(Event.path, Event.key, "")
+    stmt = (
+        select(graph, Event.namespace, Event.toolchain, func.count(), func.max(Event.ts))
+        .where(Event.kind == "miss", Event.ts >= q.start, Event.ts < q.end)
+        .group_by(graph, Event.namespace, Event.toolchain)
+        .order_by(func.count().desc(), graph).limit(q.top)
+    )
+    for column, value in ((Event.team, q.team), (Event.model, q.model),
+                          (Event.instance_type, q.instance_type), (Event.toolchain, q.toolchain)):
+        if value is not None:
+            stmt = stmt.where(column == value)
+    return [MissRow(graph=g or "(unknown)", namespace=ns, toolchain=tc, misses=int(n), last_seen=float(last))
+            for g, ns, tc, n, last in session.execute(stmt)]
+
+
+def _distinct(session: Session, column: ColumnElement[str]) -> list[str]:
+    return sorted(v for v in session.scalars(select(column).distinct().limit(500)) if v)
+
+
+def kind_totals(session: Session) -> dict[tuple[str, str, str], tuple[int, float]]:
+    """All-time (kind, toolchain, team) -> (count, seconds): the Prometheus counters."""
+    out: dict[tuple[str, str, str], tuple[int, float]] = defaultdict(lambda: (0, 0.0))
+    for kind, toolchain, team, count, seconds in session.execute(
+        select(EventRollup.kind, EventRollup.toolchain, EventRollup.team,
+               func.sum(EventRollup.count), func.sum(EventRollup.seconds))
+        .group_by(EventRollup.kind, EventRollup.toolchain, EventRollup.team)
+    ):
+        out[(kind, toolchain, team)] = (int(count), float(seconds or 0.0))
+    return dict(out)
