@@ -3,8 +3,9 @@
 The order is what makes it safe to ``kill -9`` at any instant:
 
 1. take the entry's publish lease (so two publishers never interleave their files);
-2. write the data files, each whole (temp name + rename, or a staged S3 object);
-3. write the manifest (``neffcache.json``: every file's sha256 and size);
+2. write the manifest (``neffcache.json``: every file's sha256 and size) — from here on the
+   layout reads the directory as *uncommitted*, never as an EMPTY entry a runtime would take;
+3. write the data files, each whole (temp name + rename, or a staged S3 object);
 4. create the runtime's commit marker exclusively (``model.done`` in layout A, the ``.neff``
    itself in layout B) — the one file both the runtime and neffcache treat as "this entry
    exists". Until it is there, a reader treats the entry as absent; a publisher killed
@@ -12,7 +13,7 @@ The order is what makes it safe to ``kill -9`` at any instant:
 
 The marker, not the manifest, is the commit point because it is the one the real runtime
 honours: were the manifest last, a runtime could serve an entry neffcache still considered
-absent (and might be half-verified).
+absent, or a killed publish could leave a directory a runtime reads as an EMPTY graph.
 """
 
 from __future__ import annotations
@@ -94,9 +95,9 @@ def publish(
         if store.stat(marker_path) is not None:
             return PublishResult(plan.path, PublishStatus.EXISTS)
         names = [n for n in files if n not in (plan.manifest_name, plan.marker_name)]
+        store.put_file(_join(plan.base, plan.manifest_name), manifest.to_bytes())
         for name in layout.write_order(names, plan.marker_name, plan.manifest_name):
             store.put_file(_join(plan.base, name), files[name], move=move)
-        store.put_file(_join(plan.base, plan.manifest_name), manifest.to_bytes())
         marker_source = files.get(plan.marker_name, b"")
         if lease.lost:
             # Our heartbeat lapsed and someone took over: let them commit.

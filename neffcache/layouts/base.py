@@ -75,7 +75,7 @@ class Layout(ABC):
 
     @abstractmethod
     def write_order(self, names: list[str], marker: str, manifest: str) -> list[str]:
-        """Names in the order a publisher writes them: data, then manifest, then the marker."""
+        """Names in the order a publisher writes them: manifest, data, then the marker."""
 
     def manifest_problems(self, files: Mapping[str, FileInfo], manifest: Manifest) -> list[str]:
         """Cheap checks a listing allows: every recorded file present with its recorded size."""

@@ -60,8 +60,9 @@ class NeuronxccLayout(Layout):
         return EntryPlan(namespace, key, base, base, MANIFEST_NAME, DONE)
 
     def write_order(self, names: list[str], marker: str, manifest: str) -> list[str]:
-        # The neff before anything that claims success; the marker strictly last.
-        rank = {HLO: 0, FLAGS_JSON: 1, FLAGS_TXT: 1, NEFF: 3, LOG: 3, manifest: 8, marker: 9}
+        # The manifest first: from then on the directory reads as "uncommitted" (never as an
+        # EMPTY entry a runtime would pick up) until the marker, strictly last, commits it.
+        rank = {manifest: 0, HLO: 1, FLAGS_JSON: 2, FLAGS_TXT: 2, NEFF: 3, LOG: 3, marker: 9}
         return sorted(names, key=lambda n: (rank.get(n, 2), n))
 
     def job_env(self, root: str, namespace: Namespace) -> dict[str, str]:

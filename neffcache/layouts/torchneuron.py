@@ -86,8 +86,9 @@ class TorchNeuronLayout(Layout):
         return EntryPlan(namespace, key, path, namespace.path, names["manifest"], names["neff"])
 
     def write_order(self, names: list[str], marker: str, manifest: str) -> list[str]:
-        rank = {manifest: 8, marker: 9}
-        return sorted(names, key=lambda n: (rank.get(n, 0), n))
+        # Manifest first (a manifest without its NEFF reads as uncommitted), NEFF last: it commits.
+        rank = {manifest: 0, marker: 9}
+        return sorted(names, key=lambda n: (rank.get(n, 1), n))
 
     def job_env(self, root: str, namespace: Namespace) -> dict[str, str]:
         ns_root = posixpath.join(root, namespace.path) if namespace.path else root
