@@ -1,7 +1,277 @@
-"""CLI commands that talk to the index server (serve, token, stats)."""
+"""CLI commands of the index server: ``serve``, ``token create|list|revoke``, ``stats``.
+
+``serve`` and ``token`` work on the database directly (``token`` is how the first token of a
+fresh server is made); ``stats`` asks a running index over HTTP like every other client.
+The server extras are imported inside the commands so the CLI works without them installed.
+"""
 
 from __future__ import annotations
 
+import os
+import time
+from pathlib import Path
+from typing import Any
+
 import click
 
-COMMANDS: list[click.Command] = []
+from neffcache.config import load_settings
+from neffcache.errors import ConfigError
+
+from .output import emit_json, human_bytes, json_option, table
+
+DEFAULT_PORT = 8787
+
+
+def _server_settings(database_url: str | None, data_dir: Path | None, **extra: Any) -> Any:
+    try:
+        from neffcache.server.config import Settings
+    except ImportError as exc:  # pragma: no cover - depends on the installed extras
+        raise ConfigError(f"the index server needs the server extras: pip install 'neffcache[server]' "
+                          f"({exc})") from None
+    values: dict[str, Any] = {k: v for k, v in extra.items() if v is not None}
+    if database_url:
+        values["database_url"] = database_url
+    if data_dir:
+        values["data_dir"] = data_dir
+    return Settings(**values)
+
+
+def _database_options(f: Any) -> Any:
+    f = click.option("--data-dir", type=click.Path(path_type=Path, file_okay=False),
+                     help="Where the embedded SQLite database lives (NEFFCACHE_SERVER_DATA_DIR; "
+                          "default ~/.local/share/neffcache/server).")(f)
+    return click.option("--database-url", metavar="URL",
+                        help="SQLAlchemy URL, e.g. postgresql+psycopg://user@db/neffcache "
+                             "(NEFFCACHE_SERVER_DATABASE_URL; default: SQLite in --data-dir).")(f)
+
+
+def _redact(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def _open_database(settings: Any) -> Any:
+    from neffcache.server.db import Database, migrate
+
+    db = Database(settings.resolved_database_url(), pool_size=2)
+    migrate(db.engine)
+    return db
+
+
+@click.command("serve")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on (0.0.0.0 for all).")
+@click.option("--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(1, 65535))
+@_database_options
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64),
+              help="Server processes; with PostgreSQL, run several replicas behind a load balancer instead.")
+@click.option("--anonymous-read", is_flag=True, default=None,
+              help="Allow reads (stats, lookups, dashboard, metrics) without a token.")
+@click.option("--log-level", default="info", show_default=True,
+              type=click.Choice(["critical", "error", "warning", "info", "debug"]))
+def serve_cmd(host: str, port: int, database_url: str | None, data_dir: Path | None, workers: int,
+              anonymous_read: bool | None, log_level: str) -> None:
+    """Run the index server: catalog, events, leases, dashboard at /, metrics at /metrics.
+
+    With no arguments it keeps an embedded SQLite database under ~/.local/share/neffcache/server;
+    for several replicas point them all at one PostgreSQL with --database-url. The schema is
+    upgraded before the server starts. Settings also come from NEFFCACHE_SERVER_* variables
+    (NEFFCACHE_SERVER_ADMIN_TOKEN, NEFFCACHE_SERVER_MAX_BODY_BYTES, ...).
+
+    \b
+    Example:
+      neffcache serve
+      neffcache serve --host 0.0.0.0 --port 8787 \\
+          --database-url postgresql+psycopg://neffcache@db:5432/neffcache --workers 4
+    """
+    import uvicorn
+
+    from neffcache.server import tokens as token_table
+
+    settings = _server_settings(database_url, data_dir, anonymous_read=anonymous_read)
+    url = settings.resolved_database_url()
+    db = _open_database(settings)
+    with db.read() as session:
+        has_tokens = bool(token_table.list_tokens(session, include_revoked=False))
+    db.dispose()
+    # Workers are separate processes that build the app from the environment (uvicorn --factory).
+    os.environ["NEFFCACHE_SERVER_DATABASE_URL"] = url
+    os.environ["NEFFCACHE_SERVER_AUTO_MIGRATE"] = "0"
+    if settings.anonymous_read:
+        os.environ["NEFFCACHE_SERVER_ANONYMOUS_READ"] = "1"
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host  # noqa: S104 - comparing, not binding
+    click.echo(f"neffcache index serving on http://{shown}:{port}/  (API docs: /docs, metrics: /metrics)")
+    click.echo(f"database: {_redact(url)}")
+    if not has_tokens and settings.admin_token is None:
+        click.echo("no tokens yet: create one with `neffcache token create ci --scope write"
+                   + (f" --database-url {_redact(url)}`" if database_url else "`"))
+    uvicorn.run("neffcache.server.app:create_app", factory=True, host=host, port=port, workers=workers,
+                log_level=log_level, proxy_headers=True)
+
+
+@click.group("token")
+def token_group() -> None:
+    """Manage the index server's API tokens (directly in its database).
+
+    \b
+    Example:
+      neffcache token create ci-warmers --scope write
+      neffcache token list
+      neffcache token revoke ci-warmers
+    """
+
+
+@token_group.command("create")
+@click.argument("name")
+@click.option("--scope", type=click.Choice(["read", "write", "admin"]), default="read", show_default=True,
+              help="read: stats, lookups, dashboard; write: also register entries, send events, leases; "
+                   "admin: also manage tokens.")
+@_database_options
+@json_option
+def token_create(name: str, scope: str, database_url: str | None, data_dir: Path | None, as_json: bool) -> None:
+    """Create a token and print it once (only its hash is stored).
+
+    \b
+    Example:
+      export NEFFCACHE_TOKEN=$(neffcache token create ci-warmers --scope write)
+    """
+    from neffcache.server import tokens as token_table
+
+    db = _open_database(_server_settings(database_url, data_dir))
+    try:
+        with db.write() as session:
+            info, secret = token_table.create_token(session, name, scope)
+    finally:
+        db.dispose()
+    if as_json:
+        emit_json({**info.to_json(), "token": secret})
+        return
+    click.echo(secret)
+    click.echo(f"created token {info.name!r} ({info.id}) with scope {info.scope}; it is shown only now", err=True)
+
+
+@token_group.command("list")
+@_database_options
+@json_option
+def token_list(database_url: str | None, data_dir: Path | None, as_json: bool) -> None:
+    """List tokens (never their secrets), revoked ones included.
+
+    \b
+    Example:
+      neffcache token list --database-url postgresql+psycopg://neffcache@db/neffcache
+    """
+    from neffcache.server import tokens as token_table
+
+    db = _open_database(_server_settings(database_url, data_dir))
+    try:
+        with db.read() as session:
+            found = token_table.list_tokens(session)
+    finally:
+        db.dispose()
+    if as_json:
+        emit_json([t.to_json() for t in found])
+        return
+    if not found:
+        click.echo("no tokens; create one with `neffcache token create NAME --scope write`")
+        return
+    rows = [[t.name, t.id, t.scope, _when(t.created), _when(t.last_used), "revoked " + _when(t.revoked)
+             if t.revoked else "active"] for t in found]
+    click.echo(table(rows, ["name", "id", "scope", "created", "last used", "status"]))
+
+
+@token_group.command("revoke")
+@click.argument("token")
+@_database_options
+def token_revoke(token: str, database_url: str | None, data_dir: Path | None) -> None:
+    """Revoke a token by name or id. Servers stop accepting it within seconds.
+
+    \b
+    Example:
+      neffcache token revoke ci-warmers
+    """
+    from neffcache.server import tokens as token_table
+
+    db = _open_database(_server_settings(database_url, data_dir))
+    try:
+        with db.write() as session:
+            info = token_table.revoke_token(session, token)
+    finally:
+        db.dispose()
+    if info is None:
+        raise ConfigError(f"no token named or with id {token!r} (see `neffcache token list`)")
+    click.echo(f"revoked token {info.name!r} ({info.id})")
+
+
+def _when(ts: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(ts)) if ts else "-"
+
+
+def _pct(rate: float | None) -> str:
+    return "-" if rate is None else f"{rate * 100:.1f}%"
+
+
+def _stats_text(data: dict[str, Any]) -> str:
+    t = data["totals"]
+    window = data["window"]
+    span = (window["end"] - window["start"]) / 3600
+    filters = ", ".join(f"{k}={v}" for k, v in data["filters"].items()) or "all"
+    sizes = data["size_by_toolchain"]
+    out = [
+        f"index stats, last {span:.0f} h ({filters})",
+        f"  hit rate        {_pct(t['hit_rate'])}  ({t['hits']:,} hits, {t['misses']:,} misses)",
+        f"  compiles        {t['compiles']:,}  ({t['compile_hours']:,.1f} compile hours, {t['errors']:,} errors)",
+        f"  hours saved     {t['saved_hours']:,.1f}",
+        f"  cache size      {human_bytes(sum(s['bytes'] for s in sizes))} in "
+        f"{sum(data['entries_by_state'].values()):,} entries",
+        "  entries         " + ", ".join(f"{k} {v:,}" for k, v in data["entries_by_state"].items() if v),
+        f"  leases held     {data['leases_active']}",
+    ]
+    if data["groups"]:
+        out += ["", table([[g["name"], _pct(g["hit_rate"]), g["hits"], g["misses"], g["compiles"],
+                            f"{g['saved_hours']:,.1f}"] for g in data["groups"]],
+                          [data["group_by"], "hit rate", "hits", "misses", "compiles", "saved h"])]
+    if sizes:
+        out += ["", table([[s["toolchain"], s["entries"], human_bytes(s["bytes"])] for s in sizes],
+                          ["toolchain", "entries", "size"])]
+    if data["top_misses"]:
+        out += ["", table([[m["graph"], m["toolchain"], m["misses"]] for m in data["top_misses"]],
+                          ["most missed graph", "toolchain", "misses"])]
+    return "\n".join(out)
+
+
+@click.command("stats")
+@click.option("--index-url", metavar="URL", help="The index server (NEFFCACHE_INDEX_URL).")
+@click.option("--token", metavar="TOKEN", help="A read token (NEFFCACHE_TOKEN).")
+@click.option("--window", default="7d", show_default=True, help="How far back: 24h, 7d, 2w, or seconds.")
+@click.option("--group-by", type=click.Choice(["team", "model", "instance_type", "toolchain"]), default="team",
+              show_default=True)
+@click.option("--team", help="Only this team.")
+@click.option("--model", help="Only this model.")
+@json_option
+def stats_cmd(index_url: str | None, token: str | None, window: str, group_by: str, team: str | None,
+              model: str | None, as_json: bool) -> None:
+    """Show the index's view of the cache: hit rate, compile hours saved, sizes, top misses.
+
+    \b
+    Example:
+      neffcache stats --window 24h --group-by model
+      neffcache stats --team search --json | jq .totals.hit_rate
+    """
+    from neffcache.index import open_index
+
+    settings = load_settings(index_url=index_url, token=token)
+    if not settings.index_url:
+        raise ConfigError("no index server configured: pass --index-url or set NEFFCACHE_INDEX_URL")
+    index = open_index(settings.index_url, settings.token,
+                       spool_root=Path(settings.spool_dir) if settings.spool_dir else None)
+    try:
+        data = index.stats(window=window, group_by=group_by, team=team, model=model)
+    finally:
+        index.close()
+    if as_json:
+        emit_json(data)
+    else:
+        click.echo(_stats_text(data))
+
+
+COMMANDS: list[click.Command] = [serve_cmd, token_group, stats_cmd]

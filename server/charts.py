@@ -40,10 +40,9 @@ def nice_ceiling(value: float) -> float:
 
 def time_ticks(start: float, end: float, max_ticks: int = 8) -> tuple[list[float], str]:
     span = max(1.0, end - start)
-    for step, fmt in ((3600, "%H:%M"), (3 * 3600, "%H:%M"), (6 * 3600, "%a %H:%M"), (12 * 3600, "%a %H:%M"),
-                      (86400, "%a %d"), (2 * 86400, "%b %d"), (7 * 86400, "%b %d"), (30 * 86400, "%b %Y")):
-        if span / step <= max_ticks:
-            break
+    steps = ((3600, "%H:%M"), (3 * 3600, "%H:%M"), (6 * 3600, "%a %H:%M"), (12 * 3600, "%a %H:%M"),
+             (86400, "%a %d"), (2 * 86400, "%b %d"), (7 * 86400, "%b %d"), (30 * 86400, "%b %Y"))
+    step, fmt = next((s for s in steps if span / s[0] <= max_ticks), steps[-1])
     first = math.ceil(start / step) * step
     return [float(t) for t in range(int(first), int(end) + 1, step)], fmt
 
@@ -93,8 +92,8 @@ def line_chart(name: str, lines: Sequence[Line], *, start: float, end: float, y_
             if len(segment) > 1:
                 body.append(f'<path class="line {line.css_class}"{dash} d="M{coords.replace(" ", " L")}"/>')
             else:
-                t, v = segment[0]
-                body.append(f'<circle class="dot {line.css_class}" cx="{x(t):.1f}" cy="{y(v):.1f}" r="2.5"/>')
+                t, single = segment[0]
+                body.append(f'<circle class="dot {line.css_class}" cx="{x(t):.1f}" cy="{y(single):.1f}" r="2.5"/>')
         # Invisible hover targets: one per point, with its exact value.
         for t, v in line.points:
             if v is not None:
@@ -157,7 +156,7 @@ def stacked_bars(name: str, starts: Sequence[float], stacks: Sequence[tuple[str,
     body = _axes(width, height, top, lambda v: f"{v:,.0f}", start, end)
     bar_w = max(1.0, bucket / max(1.0, end - start) * plot_w - 1)
     for i, t in enumerate(starts):
-        base = _PAD_TOP + plot_h
+        base = float(_PAD_TOP + plot_h)
         xx = _PAD_LEFT + (t - start) / max(1.0, end - start) * plot_w
         if xx + bar_w > width - _PAD_RIGHT + 0.5 or xx < _PAD_LEFT - 0.5:
             continue

@@ -26,7 +26,7 @@ from neffcache.server.db import Database
 from neffcache.server.metrics import Metrics
 
 log = logging.getLogger(__name__)
-TOKEN_COOKIE = "neffcache_token"
+TOKEN_COOKIE = "neffcache_token"  # noqa: S105 - a cookie name
 _TOUCH_EVERY = 60.0  # last_used is a hint for operators; one write a minute per token is plenty
 
 

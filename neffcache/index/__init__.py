@@ -1,1 +1,74 @@
+"""The index-server client: register entries, report events, take compile leases, read stats.
 
+Typical use from a store or a warmer::
+
+    from neffcache.index import open_index
+
+    index = open_index()                    # NEFFCACHE_INDEX_URL / NEFFCACHE_TOKEN; NullIndex if unset
+    index.register_entry({...})             # on publish; never raises, spooled when the index is down
+    index.record("hit", path=p, key=k, namespace=ns, toolchain=tc, model="llama", team="ml")
+    lease = index.acquire(path, ttl=900)    # raises IndexServerError when the index is down
+    if lease.held: ...; index.release(lease)
+    index.close()                           # flush; undelivered reports stay in the spool
+
+Environment: ``NEFFCACHE_INDEX_URL``, ``NEFFCACHE_TOKEN``, ``NEFFCACHE_SPOOL_DIR`` (default
+``$XDG_CACHE_HOME/neffcache/spool`` or ``~/.cache/neffcache/spool``), and defaults for events:
+``NEFFCACHE_JOB``, ``NEFFCACHE_MODEL``, ``NEFFCACHE_TEAM``, ``NEFFCACHE_INSTANCE_TYPE``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from neffcache.index.client import FlushReport, IndexClient, NullIndex
+from neffcache.index.records import EVENT_KINDS, EntryRecord, Event, EventKind, Lease, new_event_id, new_owner
+from neffcache.index.spool import Spool
+
+ENV_URL = "NEFFCACHE_INDEX_URL"
+ENV_TOKEN = "NEFFCACHE_TOKEN"  # noqa: S105 - the variable name, not a secret
+ENV_SPOOL = "NEFFCACHE_SPOOL_DIR"
+_ENV_DEFAULTS = {"job": "NEFFCACHE_JOB", "model": "NEFFCACHE_MODEL", "team": "NEFFCACHE_TEAM",
+                 "instance_type": "NEFFCACHE_INSTANCE_TYPE"}
+
+Index = IndexClient | NullIndex
+
+
+def default_spool_root() -> Path:
+    explicit = os.environ.get(ENV_SPOOL)
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "neffcache" / "spool"
+
+
+def spool_dir_for(url: str, root: Path | None = None) -> Path:
+    """One spool per index URL, so reports wait for the index they were meant for."""
+    digest = hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:12]
+    return (root or default_spool_root()) / digest
+
+
+def event_defaults() -> dict[str, str]:
+    return {field: os.environ[var] for field, var in _ENV_DEFAULTS.items() if os.environ.get(var)}
+
+
+def open_index(url: str | None = None, token: str | None = None, *, spool_root: Path | None = None,
+               defaults: Mapping[str, str] | None = None, **options: Any) -> Index:
+    """An :class:`IndexClient` for ``url`` (default ``$NEFFCACHE_INDEX_URL``), or a
+    :class:`NullIndex` when no URL is configured. ``options`` go to :class:`IndexClient`."""
+    url = url or os.environ.get(ENV_URL) or None
+    if not url:
+        return NullIndex()
+    token = token or os.environ.get(ENV_TOKEN) or None
+    merged = {**event_defaults(), **(defaults or {})}
+    return IndexClient(url, token, spool_dir=spool_dir_for(url, spool_root), defaults=merged, **options)
+
+
+__all__ = [
+    "ENV_SPOOL", "ENV_TOKEN", "ENV_URL", "EVENT_KINDS", "EntryRecord", "Event", "EventKind", "FlushReport",
+    "Index", "IndexClient", "Lease", "NullIndex", "Spool", "default_spool_root", "event_defaults",
+    "new_event_id", "new_owner", "open_index", "spool_dir_for",
+]

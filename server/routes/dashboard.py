@@ -40,7 +40,7 @@ def hours(h: float) -> str:
 
 
 def pct(rate: float | None) -> str:
-    return "–" if rate is None else f"{rate * 100:.1f}%"
+    return "-" if rate is None else f"{rate * 100:.1f}%"
 
 
 def ago(ts: float, now: float) -> str:
@@ -114,8 +114,8 @@ def dashboard(
         stats = compute_stats(session, query)
     now = time.time()
     page = state.templates.get_template("dashboard.html").render(
-        stats=stats, charts=charts(stats), windows=WINDOWS, window=window, window_label=dict(WINDOWS)[window], team=team or "",
-        model=model or "", group_by=group_by, refresh=state.settings.dashboard_refresh_seconds,
+        stats=stats, charts=charts(stats), windows=WINDOWS, window=window, window_label=dict(WINDOWS)[window],
+        team=team or "", model=model or "", group_by=group_by, refresh=state.settings.dashboard_refresh_seconds,
         now=now, updated=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(now)), version=__version__,
         human_bytes=human_bytes, hours=hours, pct=pct, ago=lambda ts: ago(ts, now),
         state_class=_STATE_CLASS, database=state.db.dialect,

@@ -10,8 +10,16 @@ from fastapi import APIRouter, Body, HTTPException, Query, status
 from neffcache.server import catalog
 from neffcache.server.deps import DbDep, ReadAccess, WriteAccess
 from neffcache.server.routes.common import AUTH_ERRORS, WRITE_ERRORS, QText, checked_path, not_found
-from neffcache.server.schemas import MAX_BATCH, EntryIn, EntryOut, EntryPage, ForgetResult, Problem, \
-    RegisterResult, State
+from neffcache.server.schemas import (
+    MAX_BATCH,
+    EntryIn,
+    EntryOut,
+    EntryPage,
+    ForgetResult,
+    Problem,
+    RegisterResult,
+    State,
+)
 
 router = APIRouter(prefix="/v1/entries", tags=["entries"])
 _TAG = r"^[A-Za-z0-9_.-]{1,64}=[^\x00-\x1f\x7f]{0,256}$"

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Query, status
 from pydantic import BaseModel
 
-from neffcache.server import leases
+from neffcache.server import leases as lease_table
 from neffcache.server.deps import DbDep, ReadAccess, WriteAccess
 from neffcache.server.routes.common import AUTH_ERRORS, WRITE_ERRORS
 from neffcache.server.schemas import LeaseAcquire, LeaseOut, LeaseRelease, Problem
@@ -36,14 +36,14 @@ def acquire(body: LeaseAcquire, db: DbDep, _: WriteAccess) -> LeaseOut:
     ``held`` says whether you got it; if not, ``owner`` and ``expires_in`` say who has it and
     for how long. Not getting a lease is an answer, not an error (200)."""
     if random.random() < 0.01:  # expired rows are harmless; sweeping now and then keeps the table small
-        db.transact(leases.sweep_expired)
-    return db.transact(lambda s: leases.acquire(s, body.name, body.owner, body.ttl))
+        db.transact(lease_table.sweep_expired)
+    return db.transact(lambda s: lease_table.acquire(s, body.name, body.owner, body.ttl))
 
 
 @router.post("/renew", name="leases.renew", responses={**WRITE_ERRORS, **_CONFLICT})
 def renew(body: LeaseAcquire, db: DbDep, _: WriteAccess) -> LeaseOut:
     """Extend a lease you hold by ``ttl`` seconds from now."""
-    state, exists = db.transact(lambda s: leases.renew(s, body.name, body.owner, body.ttl))
+    state, exists = db.transact(lambda s: lease_table.renew(s, body.name, body.owner, body.ttl))
     if state.held:
         return state
     if not exists:
@@ -54,7 +54,7 @@ def renew(body: LeaseAcquire, db: DbDep, _: WriteAccess) -> LeaseOut:
 @router.post("/release", name="leases.release", responses={**WRITE_ERRORS, **_CONFLICT})
 def release(body: LeaseRelease, db: DbDep, _: WriteAccess) -> Released:
     """Give a lease back. Only its owner can; a retry after success gets 404."""
-    released, state = db.transact(lambda s: leases.release(s, body.name, body.owner))
+    released, state = db.transact(lambda s: lease_table.release(s, body.name, body.owner))
     if released:
         return Released(released=True)
     if state.owner is None:
@@ -72,5 +72,5 @@ def list_leases(
     """Leases held now, soonest expiry first; or the one named by ``name``."""
     with db.read() as session:
         if name is not None:
-            return [leases.lookup(session, name)]
-        return leases.active(session, limit)
+            return [lease_table.lookup(session, name)]
+        return lease_table.active(session, limit)

@@ -1,0 +1,121 @@
+"""What the library sends to the index: events and entry records.
+
+An event id is generated on the client, once, when the event happens; the server stores each id
+once, so the spool may resend a batch after any failure without counting anything twice.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypedDict
+
+from neffcache.toolchain import Toolchain
+
+EventKind = Literal["hit", "miss", "compile", "evict", "error"]
+EVENT_KINDS: tuple[str, ...] = ("hit", "miss", "compile", "evict", "error")
+
+
+def new_event_id() -> str:
+    return uuid.uuid4().hex
+
+
+def new_owner() -> str:
+    """A lease owner id: host:pid:random, unique per process and client."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class ToolchainRecord(TypedDict):
+    compiler_version: str
+    target: str
+    lnc: int
+
+
+class EntryRecord(TypedDict, total=False):
+    """An entry as registered on publish. ``path`` is its identity within a store."""
+
+    path: str
+    layout: Literal["neuronxcc", "torchneuron"]
+    key: str
+    namespace: str
+    toolchain: ToolchainRecord | None
+    state: Literal["SUCCESS", "FAILED", "LOCKED", "EMPTY", "CORRUPT"]
+    size: int
+    neff_sha256: str | None
+    store: str
+    tags: dict[str, str]
+    created: float
+    producer: str
+    compile_seconds: float | None
+
+
+def toolchain_json(toolchain: Toolchain | Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if toolchain is None:
+        return None
+    if isinstance(toolchain, Toolchain):
+        return toolchain.to_json()
+    return {"compiler_version": toolchain["compiler_version"], "target": toolchain["target"],
+            "lnc": int(toolchain["lnc"])}
+
+
+@dataclass(frozen=True)
+class Event:
+    """A cache event. ``compile_seconds``: for a compile, the seconds it took; for a hit, the
+    seconds the hit saved (leave None and the server uses the entry's recorded compile time)."""
+
+    kind: EventKind
+    path: str | None = None
+    key: str | None = None
+    namespace: str = ""
+    toolchain: Toolchain | Mapping[str, Any] | None = None
+    job: str = ""
+    model: str = ""
+    team: str = ""
+    host: str = field(default_factory=socket.gethostname)
+    instance_type: str = ""
+    compile_seconds: float | None = None
+    store: str | None = None
+    message: str | None = None
+    ts: float = field(default_factory=time.time)
+    id: str = field(default_factory=new_event_id)
+
+    def __post_init__(self) -> None:
+        if self.kind not in EVENT_KINDS:
+            raise ValueError(f"unknown event kind {self.kind!r}; one of {', '.join(EVENT_KINDS)}")
+
+    def to_json(self, defaults: Mapping[str, str] | None = None) -> dict[str, Any]:
+        """The wire form; empty job/model/team/instance_type are filled from ``defaults``."""
+        out: dict[str, Any] = {
+            "id": self.id, "kind": self.kind, "ts": self.ts, "path": self.path, "key": self.key,
+            "namespace": self.namespace, "toolchain": toolchain_json(self.toolchain), "job": self.job,
+            "model": self.model, "team": self.team, "host": self.host, "instance_type": self.instance_type,
+            "compile_seconds": self.compile_seconds, "store": self.store, "message": self.message,
+        }
+        for name, value in (defaults or {}).items():
+            if name in ("job", "model", "team", "instance_type", "host") and not out[name]:
+                out[name] = value
+        if out["message"] is not None and len(out["message"]) > 8000:
+            out["message"] = out["message"][:8000]  # a compiler log tail is plenty; the server caps at 8192
+        return out
+
+
+@dataclass(frozen=True)
+class Lease:
+    """The answer to acquire/renew: ``held`` says whether ``owner`` (you) holds it now; otherwise
+    ``holder`` holds it for ``expires_in`` more seconds."""
+
+    name: str
+    owner: str
+    held: bool
+    holder: str | None
+    expires_at: float | None
+    expires_in: float | None
+
+    @classmethod
+    def from_json(cls, owner: str, data: Mapping[str, Any]) -> Lease:
+        return cls(name=str(data["name"]), owner=owner, held=bool(data["held"]), holder=data.get("owner"),
+                   expires_at=data.get("expires_at"), expires_in=data.get("expires_in"))

@@ -1,0 +1,168 @@
+"""An on-disk spool of batches waiting for the index server.
+
+Each batch is one JSON file, written to a temporary name and renamed into place (readers never
+see half a batch; a crash leaves at most a ``.tmp-*`` file that is swept later). A sender *claims*
+a batch by renaming it, so two processes sharing the spool rarely send the same batch; if they do,
+or if a process dies after the server answered but before it deleted the file, the resend is
+harmless because the server skips event ids it has and entry registration is an upsert. Claims
+by renaming work on the network filesystems where flock does not (see DESIGN.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+KINDS = ("entries", "events")  # delivery order: entries first, so hits can find what they hit
+_CLAIM = ".claimed-"
+_TMP = ".tmp-"
+STALE_CLAIM_SECONDS = 600.0
+
+
+@dataclass(frozen=True)
+class Batch:
+    path: Path
+    kind: str
+    items: list[dict[str, Any]]
+
+
+class Spool:
+    def __init__(self, directory: Path, *, max_bytes: int = 512 * 1024 * 1024) -> None:
+        self.directory = Path(directory)
+        self.rejected_dir = self.directory / "rejected"
+        self.max_bytes = max_bytes
+
+    def put(self, kind: str, items: list[dict[str, Any]]) -> Path:
+        """Write one batch durably; returns its path. Raises OSError if the disk refuses."""
+        if kind not in KINDS:
+            raise ValueError(f"unknown spool kind {kind!r}")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        name = f"{time.time_ns():020d}-{os.getpid()}-{uuid.uuid4().hex[:8]}.{kind}.json"
+        tmp = self.directory / f"{_TMP}{name}"
+        data = json.dumps({"kind": kind, "items": items}, separators=(",", ":")).encode()
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        final = self.directory / name
+        os.replace(tmp, final)
+        _fsync_dir(self.directory)
+        self._enforce_cap()
+        return final
+
+    def pending(self) -> list[Path]:
+        """Unclaimed batches, entries before events, oldest first within a kind."""
+        if not self.directory.is_dir():
+            return []
+        files = [p for p in self.directory.iterdir() if p.is_file() and p.name.endswith(".json")
+                 and not p.name.startswith(_TMP)]
+        return sorted(files, key=lambda p: (KINDS.index(_kind_of(p)) if _kind_of(p) in KINDS else 9, p.name))
+
+    def claim(self, path: Path) -> Path | None:
+        """Take a batch for sending; None if another process took it first."""
+        claimed = path.with_name(f"{path.name}{_CLAIM}{os.getpid()}-{uuid.uuid4().hex[:6]}")
+        try:
+            os.rename(path, claimed)
+        except FileNotFoundError:
+            return None
+        with contextlib.suppress(OSError):
+            os.utime(claimed)  # the claim's age, for stale-claim recovery
+        return claimed
+
+    def read(self, claimed: Path) -> Batch | None:
+        try:
+            data = json.loads(claimed.read_bytes())
+            return Batch(claimed, str(data["kind"]), list(data["items"]))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.warning("unreadable spool file %s (%s); moving it aside", claimed, exc)
+            self.reject(claimed, f"unreadable: {exc}")
+            return None
+
+    def done(self, claimed: Path) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            claimed.unlink()
+
+    def unclaim(self, claimed: Path) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.rename(claimed, claimed.with_name(claimed.name.split(_CLAIM, 1)[0]))
+
+    def reject(self, claimed: Path, reason: str, items: list[dict[str, Any]] | None = None) -> None:
+        """Keep a batch the server refused (4xx) for a human to look at; never resend it."""
+        self.rejected_dir.mkdir(parents=True, exist_ok=True)
+        base = claimed.name.split(_CLAIM, 1)[0]
+        target = self.rejected_dir / base
+        if items is None:
+            with contextlib.suppress(FileNotFoundError):
+                os.replace(claimed, target)
+        else:
+            target.write_text(json.dumps({"kind": _kind_of(claimed), "items": items}))
+        (self.rejected_dir / f"{base}.reason.txt").write_text(reason + "\n")
+
+    def recover_stale(self, older_than: float = STALE_CLAIM_SECONDS) -> int:
+        """Give back claims whose sender died, and sweep abandoned temp files."""
+        if not self.directory.is_dir():
+            return 0
+        now, recovered = time.time(), 0
+        for path in self.directory.iterdir():
+            try:
+                age = now - path.stat().st_mtime
+            except FileNotFoundError:
+                continue
+            if _CLAIM in path.name and age > older_than:
+                self.unclaim(path)
+                recovered += 1
+            elif path.name.startswith(_TMP) and age > older_than:
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+        return recovered
+
+    def size(self) -> tuple[int, int]:
+        """(files, bytes) waiting, claimed ones included."""
+        files = list(self._all())
+        return len(files), sum(_size(p) for p in files)
+
+    def _all(self) -> Iterator[Path]:
+        if self.directory.is_dir():
+            yield from (p for p in self.directory.iterdir() if p.is_file() and not p.name.startswith(_TMP))
+
+    def _enforce_cap(self) -> None:
+        files = sorted(self._all(), key=lambda p: p.name)
+        total = sum(_size(p) for p in files)
+        while total > self.max_bytes and len(files) > 1:
+            victim = files.pop(0)
+            total -= _size(victim)
+            log.warning("index spool over %d bytes: dropping the oldest batch %s", self.max_bytes, victim.name)
+            with contextlib.suppress(FileNotFoundError):
+                victim.unlink()
+
+
+def _kind_of(path: Path) -> str:
+    parts = path.name.split(_CLAIM, 1)[0].split(".")
+    return parts[-2] if len(parts) >= 3 else ""
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _fsync_dir(directory: Path) -> None:
+    # The rename is durable only once the directory entry is; best effort where O_DIRECTORY is unsupported.
+    with contextlib.suppress(OSError):
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
