@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python -m neffcache.demo
+	$(BIN)/neffcache demo
 
 test: $(STAMP)
 	$(BIN)/ruff check .

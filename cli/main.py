@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "neffcache.cli.server_cmds",
     "neffcache.cli.warm_cmds",
     "neffcache.cli.prune_cmds",
+    "neffcache.cli.demo_cmd",
 )
 
 EPILOG = """\b

@@ -9,6 +9,7 @@ contradict themselves are reported as CORRUPT with their problems, never raised
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 
 from neffcache.entry import Entry, EntryState, FileInfo, Namespace
 from neffcache.errors import CorruptEntry, EntryNotFound
+from neffcache.instances import TARGETS
 from neffcache.layouts import LAYOUTS, Located, locate
 from neffcache.layouts.base import TEMP_MARKER
 from neffcache.layouts.torchneuron import TorchNeuronLayout
@@ -25,8 +27,8 @@ from neffcache.stores.base import CONTROL_DIR, Store
 
 log = logging.getLogger(__name__)
 Progress = Callable[[int], None]
-# Files of the runtimes' own that are not entries.
-RUNTIME_FILES = frozenset({"lock"})
+# libneuronxla's root lock, at the root or under a target directory neffcache added.
+RUNTIME_FILE_RE = re.compile(r"^(?:(?:" + "|".join(TARGETS) + r")-lnc[12]/)?lock$")
 
 
 @dataclass(frozen=True)
@@ -139,7 +141,7 @@ def group_files(files: Iterable[FileInfo], progress: Progress | None = None
             if located is not None:
                 break
         if located is None:
-            if path not in RUNTIME_FILES:
+            if not RUNTIME_FILE_RE.match(path):
                 garbage.append(info)
             continue
         group = groups.get(located.path)
