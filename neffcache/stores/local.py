@@ -43,6 +43,7 @@ class LocalStore(Store):
         self.root = Path(root).absolute()
         self.shared = shared
         super().__init__(url or ("fsx://" if shared else "file://") + str(self.root), read_only=read_only)
+        self._control = self.root / CONTROL_DIR
         if not self.root.exists():
             if create and not read_only:
                 self._makedirs(self.root)
@@ -59,6 +60,16 @@ class LocalStore(Store):
         return self._abs(path)
 
     def _makedirs(self, directory: Path) -> None:
+        for attempt in range(5):
+            try:
+                self._makedirs_once(directory)
+                return
+            except StoreError as exc:
+                # A concurrent delete pruned an empty parent between our mkdir calls: again.
+                if not isinstance(exc.__cause__, FileNotFoundError) or attempt == 4:
+                    raise
+
+    def _makedirs_once(self, directory: Path) -> None:
         if directory.is_dir():
             return
         try:
@@ -199,6 +210,9 @@ class LocalStore(Store):
         return removed
 
     def _prune_empty_dirs(self, directory: Path) -> None:
+        # Control directories (lease shards...) churn constantly and are few: keep them.
+        if self._control in (directory, *directory.parents):
+            return
         while directory != self.root and self.root in directory.parents:
             try:
                 directory.rmdir()

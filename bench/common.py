@@ -1,0 +1,78 @@
+"""Helpers shared by the benchmarks: realistic fake caches, timing, printing ratios."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import random
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+VERSION = "2.27.5334.0+f702b353"
+
+
+def neff_sizes(count: int, seed: int = 7, low: int = 100_000, high: int = 20_000_000) -> list[int]:
+    """Log-uniform sizes between 100 kB and 20 MB: most NEFFs are small, a few are large."""
+    rng = random.Random(seed)
+    return [int(math.exp(rng.uniform(math.log(low), math.log(high)))) for _ in range(count)]
+
+
+def make_runtime_cache(root: Path, count: int, *, seed: int = 7, prefix: str = "trn2-lnc2") -> int:
+    """A layout-A cache as libneuronxla writes it (no manifests); returns the bytes written."""
+    total = 0
+    block = os.urandom(1 << 20)
+    for i, size in enumerate(neff_sizes(count, seed)):
+        graph = int(hashlib.sha256(f"{seed}-{i}".encode()).hexdigest()[:15], 16)
+        entry = root / prefix / f"neuronxcc-{VERSION}" / f"MODULE_{graph}+d41d8cd9"
+        entry.mkdir(parents=True, exist_ok=True)
+        hlo = block[: 14_000 + (i * 977) % 200_000]
+        neff = (block * (size // len(block) + 1))[:size]
+        # Vary the first bytes so no two NEFFs are identical.
+        neff = f"NEFF{i:08d}".encode() + neff[12:]
+        (entry / "model.hlo_module.pb").write_bytes(hlo)
+        (entry / "compile_flags.json").write_text(json.dumps([]))
+        (entry / "model.neff").write_bytes(neff)
+        (entry / "model.done").touch()
+        total += len(hlo) + len(neff) + 2
+    return total
+
+
+@dataclass
+class Timing:
+    label: str
+    seconds: float
+
+
+@contextmanager
+def timed(label: str, out: list[Timing]) -> Iterator[None]:
+    start = time.perf_counter()
+    yield
+    out.append(Timing(label, time.perf_counter() - start))
+
+
+def sh(cmd: str) -> None:
+    subprocess.run(["bash", "-c", cmd], check=True)
+
+
+def drop_caches_if_root() -> None:
+    """Best effort: equal footing for baseline and neffcache (needs root; ignored otherwise)."""
+    try:
+        os.sync()
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+    except OSError:
+        pass
+
+
+def best_of(n: int, fn: Callable[[], float]) -> float:
+    return min(fn() for _ in range(n))
+
+
+def print_ratio(title: str, ours: float, baseline: float, baseline_label: str, extra: str = "") -> None:
+    print(f"{title}: neffcache {ours:.3f}s vs {baseline_label} {baseline:.3f}s "
+          f"-> ratio {ours / baseline:.2f}x {extra}".rstrip())
