@@ -44,7 +44,7 @@ def run(entries: int, workers: int, rounds: int, base: Path) -> dict[str, float]
             with timed(label, times):
                 report = scan(source)
                 with ThreadPoolExecutor(n) as pool:
-                    results = list(pool.map(lambda e: transfer(source, e, dest), report.entries))
+                    results = list(pool.map(transfer, [source] * entries, report.entries, [dest] * entries))
             assert sum(r.status.value == "published" for r in results) == entries
         for t in times:
             best[t.label] = min(best.get(t.label, t.seconds), t.seconds)
