@@ -1,0 +1,362 @@
+"""A cache root under ``s3://bucket/prefix``, with the same relative layout as on disk.
+
+So ``NEURON_COMPILE_CACHE_URL=s3://bucket/prefix/trn2-lnc2`` (libneuronxla's own S3 backend)
+reads what neffcache publishes, and a bucket libneuronxla filled (``neuronxcc-<ver>/MODULE_*``
+right under the prefix, no manifests) is scanned, pulled and verified like a local root.
+
+How the store contract maps onto S3:
+
+- *whole files*: a PutObject or CompleteMultipartUpload is atomic, readers see the old object
+  or the new one, never a prefix, so no temp keys are needed;
+- *exclusive*: ``If-None-Match: *`` on PutObject and on CompleteMultipartUpload; a 412 means
+  someone was first. When the 412 follows a retry of our own request, the first attempt may
+  have succeeded with its reply lost, so the object is compared with ours before answering;
+- *delete*: DeleteObjects in batches of 1000, in parallel; S3 does not say which keys existed,
+  so the count comes from listing the parent "directories" of the keys first.
+
+Retries: botocore's ``adaptive`` mode (backoff plus a client-side rate limiter that slows
+down on SlowDown) for every request; on top, a few more rounds for throttling, 5xx and dropped
+connections, and resumable body reads (s3_transfer). Errors become one-line neffcache errors
+(s3_errors). Credentials come from boto3's standard chain.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import os
+import posixpath
+import re
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO, TypeVar
+from urllib.parse import urlsplit
+
+import boto3
+from botocore import exceptions as bx
+from botocore.config import Config
+
+from neffcache import __version__
+from neffcache.entry import FileInfo
+from neffcache.errors import EntryNotFound, InvalidURL, StoreError, StoreUnavailable
+from neffcache.keys import safe_relpath
+from neffcache.stores.base import Source, Store
+from neffcache.stores.s3_errors import error_code, is_transient, retry_attempts, translate
+from neffcache.stores.s3_list import ParallelLister
+from neffcache.stores.s3_transfer import ExpectedError, ObjectReader, backoff, download, upload_multipart
+
+_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-_]{1,61}[a-z0-9]$")
+DELETE_BATCH = 1000  # the DeleteObjects maximum
+OUTER_ROUNDS = 3  # our retries on top of botocore's, for throttling and dropped connections
+_SMALL_COMPARE = 1 << 20
+_POOL_PREFIX = "neffcache-s3"
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def parse_s3_url(url: str) -> tuple[str, str]:
+    parts = urlsplit(url)
+    if parts.scheme.lower() != "s3":
+        raise InvalidURL(url, "expected s3://bucket/prefix")
+    bucket = parts.netloc
+    if not _BUCKET_RE.match(bucket) or ".." in bucket:
+        raise InvalidURL(url, f"{bucket!r} is not a valid S3 bucket name")
+    if parts.query or parts.fragment:
+        raise InvalidURL(url, "options go in flags (--endpoint-url), not in the URL")
+    raw = parts.path.strip("/")
+    prefix = safe_relpath(raw) if raw else ""
+    return bucket, prefix
+
+
+@dataclass(frozen=True)
+class IncompleteUpload:
+    """A multipart upload nobody completed (a killed publisher): invisible, but billed."""
+
+    path: str
+    upload_id: str
+    initiated: float
+
+
+class S3Store(Store):
+    scheme = "s3"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        read_only: bool = False,
+        endpoint_url: str | None = None,
+        region: str | None = None,
+        profile: str | None = None,
+        max_concurrency: int = 32,
+        multipart_threshold: int = 16 << 20,
+        multipart_chunksize: int = 8 << 20,
+        max_attempts: int = 6,
+        connect_timeout: float = 5.0,
+        read_timeout: float = 60.0,
+    ) -> None:
+        self.bucket, self.prefix = parse_s3_url(url)
+        super().__init__(f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}",
+                         read_only=read_only)
+        self.endpoint = endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        self.max_concurrency = max(1, max_concurrency)
+        self.multipart_threshold = max(multipart_threshold, 5 << 20)
+        self.multipart_chunksize = multipart_chunksize
+        if region is None and self.endpoint and not (os.environ.get("AWS_REGION")
+                                                     or os.environ.get("AWS_DEFAULT_REGION")):
+            region = "us-east-1"  # S3-compatible endpoints still want a region to sign with
+        config = Config(
+            region_name=region,
+            retries={"mode": "adaptive", "max_attempts": max(1, max_attempts)},
+            # Our transfer threads, the parts pool and the listing pool all share one client.
+            max_pool_connections=2 * self.max_concurrency + 8,
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+            tcp_keepalive=True,
+            user_agent_extra=f"neffcache/{__version__}",
+        )
+        try:
+            session = boto3.session.Session(profile_name=profile)
+            self._client = session.client("s3", endpoint_url=self.endpoint, config=config)
+        except (bx.ProfileNotFound, bx.BotoCoreError, ValueError) as exc:
+            raise StoreUnavailable(f"cannot set up an S3 client for {self.url}: {exc}", store=self.url) from exc
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+
+    # -- plumbing -----------------------------------------------------------------------------
+    def _key(self, path: str) -> str:
+        rel = safe_relpath(path)
+        return f"{self.prefix}/{rel}" if self.prefix else rel
+
+    def _dir_key(self, path: str) -> str:
+        """The key prefix of a directory path ("" = the whole store)."""
+        if not path:
+            return f"{self.prefix}/" if self.prefix else ""
+        return self._key(path) + "/"
+
+    def _rel(self, key: str) -> str:
+        return key[len(self.prefix) + 1:] if self.prefix else key
+
+    @property
+    def pool(self) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.max_concurrency, thread_name_prefix=_POOL_PREFIX)
+            return self._pool
+
+    def _map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+        # From inside the pool (a part upload deleting...) run inline: waiting on the pool
+        # from one of its own threads could deadlock it.
+        if len(items) <= 1 or threading.current_thread().name.startswith(_POOL_PREFIX):
+            return [fn(i) for i in items]
+        return list(self.pool.map(fn, items))
+
+    def _call(self, op: str, path: str | None = None, *, expect: Iterable[str] = (), **kwargs: Any) -> dict[str, Any]:
+        """One S3 API call with our extra retry rounds; errors become neffcache errors."""
+        method = getattr(self._client, op)
+        expected = frozenset(expect)
+        rounds = 0
+        while True:
+            try:
+                reply: dict[str, Any] = method(Bucket=self.bucket, **kwargs)
+                return reply
+            except (bx.ClientError, bx.BotoCoreError, ConnectionError, TimeoutError) as exc:
+                code = error_code(exc)
+                if code in expected:
+                    raise ExpectedError(code, rounds > 0 or retry_attempts(exc) > 0) from exc
+                # A refused connection is a down endpoint, not a blip: botocore retried it already.
+                blip = is_transient(exc) and not isinstance(exc, bx.EndpointConnectionError | bx.ConnectTimeoutError)
+                if blip and rounds < OUTER_ROUNDS:
+                    rounds += 1
+                    backoff(rounds, base=0.5)
+                    continue
+                raise translate(exc, url=self.url, bucket=self.bucket, endpoint=self.endpoint, op=op,
+                                path=path) from exc
+
+    # -- primitives ---------------------------------------------------------------------------
+    def iter_files(self, prefix: str = "") -> Iterator[FileInfo]:
+        lister = ParallelLister(lambda **kw: self._call("list_objects_v2", prefix or None, **kw), self.pool,
+                                self.max_concurrency)
+        for item in lister.iter_keys(self._dir_key(prefix)):
+            yield FileInfo(self._rel(item.key), item.size, item.mtime)
+
+    def stat(self, path: str) -> FileInfo | None:
+        key = self._key(path)
+        try:
+            head = self._call("head_object", path, Key=key, expect=("404", "NoSuchKey", "NotFound"))
+        except ExpectedError:
+            return None
+        return FileInfo(safe_relpath(path), int(head["ContentLength"]), head["LastModified"].timestamp())
+
+    def _get(self, path: str) -> dict[str, Any]:
+        return self._call("get_object", path, Key=self._key(path))  # NoSuchKey -> EntryNotFound
+
+    @contextlib.contextmanager
+    def open_read(self, path: str) -> Iterator[BinaryIO]:
+        reader = ObjectReader(self._call, self._key(path), path, self._get(path))
+        with io.BufferedReader(reader, buffer_size=1 << 20) as stream:
+            yield stream
+
+    def read_bytes(self, path: str) -> bytes:
+        with ObjectReader(self._call, self._key(path), path, self._get(path)) as reader:
+            return reader.readall()
+
+    def get_file(self, path: str, dest: Path) -> None:
+        download(self._call, self.pool, key=self._key(path), path=path, dest=dest,
+                 chunk=self.multipart_chunksize, threshold=self.multipart_threshold)
+
+    def _put_file(self, path: str, source: Source, *, exclusive: bool, move: bool) -> bool:
+        key = self._key(path)
+        size = len(source) if isinstance(source, bytes) else source.stat().st_size
+        if isinstance(source, Path) and size > self.multipart_threshold:
+            created, retried, etag = upload_multipart(
+                self._call, self.pool, key=key, path=path, source=source, size=size,
+                chunk=self.multipart_chunksize, exclusive=exclusive)
+            return created or (retried and self._is_ours(key, path, source, size, etag))
+        extra: dict[str, Any] = {"IfNoneMatch": "*"} if exclusive else {}
+        try:
+            if isinstance(source, bytes):
+                self._call("put_object", path, Key=key, Body=source, expect=("PreconditionFailed",), **extra)
+            else:
+                with open(source, "rb") as body:
+                    self._call("put_object", path, Key=key, Body=body, expect=("PreconditionFailed",), **extra)
+        except ExpectedError as exc:
+            return exc.retried and self._is_ours(key, path, source, size, None)
+        return True
+
+    def _is_ours(self, key: str, path: str, source: Source, size: int, etag: str | None) -> bool:
+        """After a retried exclusive write got 412: is the object there the one we wrote?"""
+        try:
+            head = self._call("head_object", path, Key=key, expect=("404", "NoSuchKey", "NotFound"))
+        except ExpectedError:
+            return False
+        if int(head["ContentLength"]) != size:
+            return False
+        if etag is not None:
+            return bool(head.get("ETag") == etag)
+        if size <= _SMALL_COMPARE:  # leases and markers: compare the bytes themselves
+            data = source if isinstance(source, bytes) else source.read_bytes()
+            try:
+                return self.read_bytes(path) == data
+            except EntryNotFound:
+                return False
+        # A single PutObject's ETag is the MD5 of its bytes (except with SSE-KMS, where this
+        # answers False and the caller sees "someone else won": safe, if pessimistic).
+        digest = hashlib.md5(usedforsecurity=False)
+        if isinstance(source, bytes):
+            digest.update(source)
+        else:
+            with open(source, "rb") as f:
+                while chunk := f.read(1 << 20):
+                    digest.update(chunk)
+        return bool(head.get("ETag") == f'"{digest.hexdigest()}"')
+
+    def _delete(self, paths: list[str]) -> int:
+        keys = sorted({self._key(p) for p in paths})
+        if not keys:
+            return 0
+        existed = len(self._existing(keys))
+        batches = [keys[i:i + DELETE_BATCH] for i in range(0, len(keys), DELETE_BATCH)]
+        for errors in self._map(self._delete_batch, batches):
+            if errors:
+                first = errors[0]
+                exc = bx.ClientError({"Error": {"Code": first.get("Code", ""), "Message": first.get("Message", "")}},
+                                     "DeleteObjects")
+                raise translate(exc, url=self.url, bucket=self.bucket, endpoint=self.endpoint, op="DeleteObjects",
+                                path=self._rel(first.get("Key", "")))
+        return existed
+
+    def _delete_batch(self, keys: list[str]) -> list[dict[str, str]]:
+        reply = self._call("delete_objects", Delete={"Objects": [{"Key": k} for k in keys], "Quiet": True})
+        errors: list[dict[str, str]] = reply.get("Errors", [])
+        return errors
+
+    def _existing(self, keys: list[str]) -> set[str]:
+        """Which of ``keys`` exist: one listing per parent directory (S3 will not tell us)."""
+        wanted = set(keys)
+        parents: dict[str, list[str]] = defaultdict(list)
+        for key in keys:
+            parents[key.rsplit("/", 1)[0] + "/" if "/" in key else ""].append(key)
+        if len(parents) > 2000:
+            # A big prune: one parallel listing of what the keys have in common is cheaper.
+            common = posixpath.commonpath([p.rstrip("/") for p in parents])
+            common = common + "/" if common else ""
+            lister = ParallelLister(lambda **kw: self._call("list_objects_v2", **kw), self.pool,
+                                    self.max_concurrency)
+            return {item.key for item in lister.iter_keys(common) if item.key in wanted}
+
+        def listed(parent: str) -> set[str]:
+            found: set[str] = set()
+            token: str | None = None
+            while True:
+                kwargs: dict[str, Any] = {"Prefix": parent, "Delimiter": "/"}
+                if token:
+                    kwargs["ContinuationToken"] = token
+                page = self._call("list_objects_v2", **kwargs)
+                found.update(o["Key"] for o in page.get("Contents", ()) if o["Key"] in wanted)
+                token = page.get("NextContinuationToken")
+                if not page.get("IsTruncated") or not token:
+                    return found
+
+        return set().union(*self._map(listed, sorted(parents)))
+
+    # -- extras -------------------------------------------------------------------------------
+    def move(self, src: str, dst: str) -> None:
+        self.check_writable()
+        try:
+            self._call("copy_object", dst, Key=self._key(dst), expect=("NoSuchKey", "404"),
+                       CopySource={"Bucket": self.bucket, "Key": self._key(src)})
+        except ExpectedError:
+            raise EntryNotFound(f"{src} not found in {self.url}", store=self.url, path=src) from None
+        self.delete([src])
+
+    def check(self) -> None:
+        """Raise the one-line error that says why the bucket cannot be used, if it cannot."""
+        try:
+            self._call("head_bucket", expect=("404", "NoSuchBucket", "403"))
+        except ExpectedError as exc:
+            code = "NoSuchBucket" if exc.code in ("404", "NoSuchBucket") else "AccessDenied"
+            raise translate(bx.ClientError({"Error": {"Code": code}}, "HeadBucket"), url=self.url,
+                            bucket=self.bucket, endpoint=self.endpoint, op="HeadBucket") from None
+
+    def incomplete_uploads(self, older_than: float | None = None) -> list[IncompleteUpload]:
+        """Multipart uploads under the prefix never completed (started ``older_than`` s ago)."""
+        out: list[IncompleteUpload] = []
+        kwargs: dict[str, Any] = {"Prefix": self._dir_key("")}
+        cutoff = time.time() - older_than if older_than is not None else None
+        while True:
+            page = self._call("list_multipart_uploads", **kwargs)
+            for up in page.get("Uploads", ()):
+                started = up["Initiated"].timestamp()
+                if cutoff is None or started <= cutoff:
+                    out.append(IncompleteUpload(self._rel(up["Key"]), up["UploadId"], started))
+            if not page.get("IsTruncated"):
+                return out
+            kwargs["KeyMarker"] = page.get("NextKeyMarker", "")
+            kwargs["UploadIdMarker"] = page.get("NextUploadIdMarker", "")
+
+    def abort_uploads(self, uploads: Iterable[IncompleteUpload]) -> int:
+        self.check_writable()
+        aborted = 0
+        for up in uploads:
+            try:
+                self._call("abort_multipart_upload", up.path, Key=self._key(up.path), UploadId=up.upload_id,
+                           expect=("NoSuchUpload",))
+                aborted += 1
+            except ExpectedError:
+                continue
+        return aborted
+
+    def close(self) -> None:
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+        with contextlib.suppress(AttributeError, StoreError):
+            self._client.close()

@@ -1,0 +1,224 @@
+"""Moving bytes to and from S3: multipart uploads, ranged parallel downloads, resumable reads.
+
+Why not boto3's TransferManager: it starts executors per call and adds per-object overhead
+that dominates for the many small files of a cache (HLOs, flags, markers), and it cannot
+put ``If-None-Match`` on CompleteMultipartUpload. So small objects go in one PutObject or
+GetObject, big ones in parts on the store's shared pool.
+
+A body that breaks mid-stream (a reset connection after the headers came back) is beyond
+botocore's retries: the readers here resume from the last byte they got, with ``IfMatch``
+on the ETag so a resumed read can never splice two versions of an object together.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+import os
+import random
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor, Future, wait
+from pathlib import Path
+from typing import Any
+
+from neffcache.errors import StoreError
+from neffcache.stores.s3_errors import NETWORK_ERRORS
+
+log = logging.getLogger(__name__)
+MAX_PARTS = 10_000
+MIN_PART = 5 << 20  # S3 refuses smaller parts (except the last)
+STREAM_ATTEMPTS = 6
+_PIECE = 1 << 20
+
+# The store's call: (operation, path for messages, **api kwargs) -> response; raises neffcache
+# errors except for the codes listed in ``expect`` (raised as ExpectedError).
+Call = Callable[..., dict[str, Any]]
+
+
+class ExpectedError(Exception):
+    """An S3 error code the caller handles itself (412, 404, NoSuchUpload)."""
+
+    def __init__(self, code: str, retried: bool) -> None:
+        self.code = code
+        self.retried = retried
+        super().__init__(code)
+
+
+def backoff(attempt: int, base: float = 0.1, cap: float = 5.0) -> None:
+    time.sleep(min(cap, base * 2 ** attempt) * (0.5 + random.random() / 2))
+
+
+def part_size_for(size: int, chunk: int) -> int:
+    part = max(chunk, MIN_PART)
+    while size / part > MAX_PARTS:
+        part *= 2
+    return part
+
+
+def multipart_etag(part_md5s: list[bytes]) -> str:
+    """The ETag S3 gives an object assembled from parts with these MD5 digests."""
+    return f'"{hashlib.md5(b"".join(part_md5s)).hexdigest()}-{len(part_md5s)}"'  # noqa: S324
+
+
+def upload_multipart(call: Call, pool: Executor, *, key: str, path: str, source: Path, size: int,
+                     chunk: int, exclusive: bool) -> tuple[bool, bool, str]:
+    """Upload ``source`` in parallel parts; returns (created, retried, expected_etag).
+
+    ``created`` is False when ``exclusive`` and the key already existed (412): the upload is
+    aborted then. Any failure aborts the upload too, so no parts linger; a SIGKILL leaves an
+    incomplete upload that no listing shows and ``S3Store.abort_incomplete_uploads`` removes.
+    """
+    part = part_size_for(size, chunk)
+    upload = call("create_multipart_upload", path, Key=key, ChecksumAlgorithm="CRC32")
+    upload_id = upload["UploadId"]
+    try:
+        with open(source, "rb") as f:
+            fd = f.fileno()
+            futures: list[Future[tuple[dict[str, Any], bytes]]] = []
+            for number, offset in enumerate(range(0, size, part), start=1):
+                futures.append(pool.submit(_upload_part, call, fd, key, path, upload_id, number, offset,
+                                           min(part, size - offset)))
+            wait(futures)
+            results = [f.result() for f in futures]  # raises the first failure
+        parts = [r[0] for r in results]
+        etag = multipart_etag([r[1] for r in results])
+        kwargs: dict[str, Any] = {"IfNoneMatch": "*"} if exclusive else {}
+        try:
+            call("complete_multipart_upload", path, Key=key, UploadId=upload_id,
+                 MultipartUpload={"Parts": parts}, expect=("PreconditionFailed", "NoSuchUpload"), **kwargs)
+        except ExpectedError as exc:
+            _abort(call, key, path, upload_id)
+            # NoSuchUpload after a retry: our first Complete went through, its reply was lost.
+            return False, exc.retried or exc.code == "NoSuchUpload", etag
+        return True, False, etag
+    except BaseException:
+        _abort(call, key, path, upload_id)
+        raise
+
+
+def _upload_part(call: Call, fd: int, key: str, path: str, upload_id: str, number: int, offset: int,
+                 length: int) -> tuple[dict[str, Any], bytes]:
+    data = os.pread(fd, length, offset)
+    if len(data) != length:
+        raise StoreError(f"{path} changed size while it was uploaded", path=path)
+    reply = call("upload_part", path, Key=key, UploadId=upload_id, PartNumber=number, Body=data,
+                 ChecksumAlgorithm="CRC32")
+    part = {"PartNumber": number, "ETag": reply["ETag"]}
+    if reply.get("ChecksumCRC32"):
+        part["ChecksumCRC32"] = reply["ChecksumCRC32"]
+    return part, hashlib.md5(data).digest()  # noqa: S324 - S3's ETag scheme, not security
+
+
+def _abort(call: Call, key: str, path: str, upload_id: str) -> None:
+    try:
+        call("abort_multipart_upload", path, Key=key, UploadId=upload_id, expect=("NoSuchUpload",))
+    except (ExpectedError, StoreError) as exc:
+        # Not fatal: the upload stays invisible and prune aborts it later.
+        log.debug("could not abort upload %s of %s: %s", upload_id, key, exc)
+
+
+def download(call: Call, pool: Executor, *, key: str, path: str, dest: Path, chunk: int,
+             threshold: int) -> int:
+    """Write the object to ``dest``; big objects in parallel ranges. Returns the size."""
+    reply = call("get_object", path, Key=key)
+    size = int(reply["ContentLength"])
+    etag = str(reply.get("ETag", ""))
+    with open(dest, "wb") as out:
+        fd = out.fileno()
+        if size <= threshold:
+            _drain(call, reply, fd, key, path, etag, 0, size)
+            return size
+        # The first range comes from the reply we already have; closing it early discards
+        # that one connection, which is cheaper than a separate HEAD on every object.
+        part = part_size_for(size, chunk)
+        _drain(call, reply, fd, key, path, etag, 0, part)
+        reply["Body"].close()
+        futures = [pool.submit(_fetch_range, call, fd, key, path, etag, start, min(start + part, size))
+                   for start in range(part, size, part)]
+        wait(futures)
+        for future in futures:
+            future.result()
+    return size
+
+
+def range_get(call: Call, key: str, path: str, etag: str, start: int, end: int) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"IfMatch": etag} if etag else {}
+    return call("get_object", path, Key=key, Range=f"bytes={start}-{end - 1}", **kwargs)
+
+
+def _fetch_range(call: Call, fd: int, key: str, path: str, etag: str, start: int, end: int) -> None:
+    _drain(call, range_get(call, key, path, etag, start, end), fd, key, path, etag, start, end)
+
+
+def _drain(call: Call, reply: dict[str, Any], fd: int, key: str, path: str, etag: str,
+           start: int, end: int) -> None:
+    """Copy body bytes [start, end) to ``fd``, resuming from the last good byte on a reset."""
+    offset = start
+    body = reply["Body"]
+    attempt = 0
+    while offset < end:
+        try:
+            data = body.read(min(_PIECE, end - offset))
+            if not data:
+                raise ConnectionError(f"the body of {key} ended at {offset} of {end}")
+        except NETWORK_ERRORS as exc:
+            attempt += 1
+            if attempt >= STREAM_ATTEMPTS:
+                raise StoreError(f"reading {path} kept failing: {exc}", path=path) from exc
+            backoff(attempt)
+            body = range_get(call, key, path, etag, offset, end)["Body"]
+            continue
+        os.pwrite(fd, data, offset)
+        offset += len(data)
+
+
+class ObjectReader(io.RawIOBase):
+    """A readable stream over one object that survives connection resets (see module doc)."""
+
+    def __init__(self, call: Call, key: str, path: str, reply: dict[str, Any]) -> None:
+        super().__init__()
+        self._call = call
+        self._key = key
+        self._path = path
+        self._body = reply["Body"]
+        self._size = int(reply["ContentLength"])
+        self._etag = str(reply.get("ETag", ""))
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        want = min(len(view), self._size - self._pos)
+        if want <= 0:
+            return 0
+        for attempt in range(1, STREAM_ATTEMPTS + 1):
+            try:
+                data = self._body.read(want)
+                if not data:
+                    raise ConnectionError(f"the body of {self._key} ended early")
+                break
+            except NETWORK_ERRORS as exc:
+                if attempt == STREAM_ATTEMPTS:
+                    raise StoreError(f"reading {self._path} kept failing: {exc}", path=self._path) from exc
+                backoff(attempt)
+                self._body = range_get(self._call, self._key, self._path, self._etag, self._pos,
+                                       self._size)["Body"]
+        view[: len(data)] = data
+        self._pos += len(data)
+        return len(data)
+
+    def readall(self) -> bytes:
+        chunks = []
+        while chunk := self.read(_PIECE):
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def close(self) -> None:
+        try:
+            self._body.close()
+        finally:
+            super().close()
