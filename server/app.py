@@ -82,7 +82,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     templates = jinja2.Environment(
         loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True, undefined=jinja2.StrictUndefined)
     app.state.neffcache = AppState(settings=settings, db=db, metrics=metrics,
-                                   token_cache=TokenCache(ttl=5.0), templates=templates)
+                                   token_cache=TokenCache(ttl=settings.token_cache_seconds), templates=templates)
     for module in (entries, events, leases, stats, tokens, health, dashboard):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")

@@ -68,7 +68,9 @@ def register_entries(session: Session, records: Sequence[EntryIn], now: float) -
             set_={name: getattr(stmt.excluded, name) for name in _MUTABLE},
         ).returning(Entry.id, Entry.path)
         ids.update({path: entry_id for entry_id, path in session.execute(stmt)})
-    locations = [{"entry_id": ids[r.path], "store": r.store, "added": now} for r in ordered]
+    # Every (path, store) pair of the batch is a location, even when one entry came from two stores.
+    pairs = sorted({(r.path, r.store) for r in records})
+    locations = [{"entry_id": ids[path], "store": store, "added": now} for path, store in pairs]
     for chunk in chunks(locations, 3):
         session.execute(upsert(session, EntryLocation).values(chunk).on_conflict_do_nothing())
     tags = [{"entry_id": ids[r.path], "name": name, "value": value}

@@ -33,6 +33,9 @@ class Settings(BaseSettings):
     auto_migrate: bool = True
     pool_size: int = Field(default=10, ge=1)
     dashboard_refresh_seconds: int = Field(default=60, ge=5)
+    # How long a replica trusts a verified token before asking the database again: the delay
+    # before a revocation made on another replica takes effect here.
+    token_cache_seconds: float = Field(default=5.0, ge=0.0, le=300.0)
 
     def resolved_database_url(self) -> str:
         if self.database_url:

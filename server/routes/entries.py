@@ -6,6 +6,7 @@ import time
 from typing import Annotated
 
 from fastapi import APIRouter, Body, HTTPException, Query, status
+from pydantic import StringConstraints
 
 from neffcache.server import catalog
 from neffcache.server.deps import DbDep, ReadAccess, WriteAccess
@@ -22,7 +23,7 @@ from neffcache.server.schemas import (
 )
 
 router = APIRouter(prefix="/v1/entries", tags=["entries"])
-_TAG = r"^[A-Za-z0-9_.-]{1,64}=[^\x00-\x1f\x7f]{0,256}$"
+TagFilter = Annotated[str, StringConstraints(max_length=330, pattern=r"^[A-Za-z0-9_.-]{1,64}=[^\x00-\x1f\x7f]{0,256}$")]
 
 
 @router.post("", name="entries.register", responses=WRITE_ERRORS)
@@ -52,8 +53,7 @@ def list_entries(
     lnc: Annotated[int | None, Query(ge=1, le=2)] = None,
     state: Annotated[list[State] | None, Query(description="repeat for several states")] = None,
     store: QText = None,
-    tag: Annotated[list[str] | None, Query(description="name=value; repeat to require several",
-                                           pattern=_TAG)] = None,
+    tag: Annotated[list[TagFilter] | None, Query(description="name=value; repeat to require several")] = None,
     unused_since: Annotated[float | None, Query(ge=0, le=1e11, allow_inf_nan=False,
                                                 description="only entries not hit since this epoch time")]
     = None,

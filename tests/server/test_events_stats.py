@@ -1,0 +1,89 @@
+"""/v1/events and /v1/stats: idempotent batches, rollups, hit stamps, grouped stats, top misses."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+
+from tests.server.factories import TOOLCHAIN_LABEL, entry, event
+
+
+def test_resending_a_batch_counts_nothing_twice(writer: httpx.Client) -> None:
+    batch = [event("hit"), event("miss"), event("compile", compile_seconds=30.0)]
+    assert writer.post("/v1/events", json=batch).json() == {"accepted": 3, "duplicates": 0}
+    assert writer.post("/v1/events", json=batch).json() == {"accepted": 0, "duplicates": 3}
+    mixed = [*batch[:1], event("hit")]
+    assert writer.post("/v1/events", json=mixed).json() == {"accepted": 1, "duplicates": 1}
+    totals = writer.get("/v1/stats", params={"window": "1d"}).json()["totals"]
+    assert (totals["hits"], totals["misses"], totals["compiles"]) == (2, 1, 1)
+
+
+def test_same_id_twice_in_one_batch_is_one_event(writer: httpx.Client) -> None:
+    one = event("miss")
+    assert writer.post("/v1/events", json=[one, one]).json() == {"accepted": 1, "duplicates": 1}
+
+
+def test_hit_stamps_the_entry_and_saves_its_compile_time(writer: httpx.Client) -> None:
+    record = entry(1, compile_seconds=1800.0)
+    writer.post("/v1/entries", json=[record]).raise_for_status()
+    now = time.time()
+    writer.post("/v1/events", json=[event("hit", path=record["path"], ts=now - 10),
+                                    event("hit", path=record["path"], ts=now - 100)]).raise_for_status()
+    got = writer.get(f"/v1/entries/{record['path']}").json()
+    assert got["hit_count"] == 2
+    assert got["last_used"] == pytest.approx(now - 10)
+    totals = writer.get("/v1/stats", params={"window": "1d"}).json()["totals"]
+    assert totals["saved_hours"] == pytest.approx(1.0)  # 2 hits x 1800 s, taken from the entry
+
+
+def test_stats_group_filter_series_and_top_misses(writer: httpx.Client) -> None:
+    now = time.time()
+    events = []
+    for i in range(30):
+        team = "search" if i % 3 else "ads"
+        events.append(event("hit" if i % 2 else "miss", team=team, model=f"model-{i % 2}", ts=now - i * 600,
+                            key=f"MODULE_{i % 4}+abcd0000", compile_seconds=60.0 if i % 2 else None))
+    events.append(event("compile", team="ads", model="model-0", compile_seconds=7200.0, ts=now - 60))
+    events.append(event("hit", team="ads", ts=now - 10 * 86400))  # outside a 7-day window
+    writer.post("/v1/events", json=events).raise_for_status()
+
+    stats = writer.get("/v1/stats", params={"window": "7d", "group_by": "team"}).json()
+    assert stats["totals"]["hits"] == 15 and stats["totals"]["misses"] == 15
+    assert stats["totals"]["hit_rate"] == pytest.approx(0.5)
+    assert stats["totals"]["compile_hours"] == pytest.approx(2.0)
+    assert stats["totals"]["saved_hours"] == pytest.approx(15 * 60 / 3600)
+    groups = {g["name"]: g for g in stats["groups"]}
+    assert groups["search"]["hits"] + groups["search"]["misses"] == 20
+    assert groups["ads"]["hits"] + groups["ads"]["misses"] == 10
+    assert sum(p["hits"] for p in stats["series"]) == 15
+    assert stats["window"]["bucket_seconds"] == 3600
+    misses = stats["top_misses"]
+    assert misses[0]["misses"] >= misses[-1]["misses"]
+    assert sum(m["misses"] for m in misses) == 15
+    assert stats["teams"] == ["ads", "search"]
+
+    ads = writer.get("/v1/stats", params={"window": "7d", "team": "ads", "group_by": "model"}).json()
+    assert ads["filters"] == {"team": "ads"}
+    assert ads["totals"]["hits"] + ads["totals"]["misses"] == 10
+    assert {g["name"] for g in ads["groups"]} == {"model-0", "model-1"}
+
+
+def test_stats_sizes_states_and_problems(writer: httpx.Client) -> None:
+    writer.post("/v1/entries", json=[entry(1, size=100), entry(2, size=300), entry(3, state="FAILED", size=5),
+                                     entry(4, state="LOCKED", size=0)]).raise_for_status()
+    stats = writer.get("/v1/stats").json()
+    assert stats["size_by_toolchain"] == [{"toolchain": TOOLCHAIN_LABEL, "entries": 4, "bytes": 405}]
+    assert stats["entries_by_state"]["SUCCESS"] == 2
+    assert stats["entries_by_state"]["FAILED"] == 1
+    assert {p["state"] for p in stats["problem_entries"]} == {"FAILED", "LOCKED"}
+    narrowed = writer.get("/v1/stats", params={"team": "nobody"}).json()
+    assert narrowed["size_by_toolchain"] == []
+
+
+def test_stats_on_an_empty_index(reader: httpx.Client) -> None:
+    stats = reader.get("/v1/stats", params={"window": "24h"}).json()
+    assert stats["totals"]["hit_rate"] is None
+    assert stats["groups"] == [] and stats["top_misses"] == []
+    assert len(stats["series"]) in (24, 25)
