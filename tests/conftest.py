@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.simulation import Sim, make_sim
+
 
 @pytest.fixture(autouse=True)
 def _isolate_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
@@ -24,3 +26,9 @@ def _isolate_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
         ):
             monkeypatch.delenv(var, raising=False)
     yield
+
+
+@pytest.fixture
+def sim(tmp_path: Path) -> Sim:
+    """The simulated toolchain: a `neuronx-cc` shim on a private PATH, env scrubbed, paths isolated."""
+    return make_sim(tmp_path)

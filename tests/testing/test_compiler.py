@@ -15,8 +15,7 @@ from neffcache.testing.hlo import make_hlo
 from neffcache.testing.neff import read_neff_header
 from neffcache.testing.shim import install_compiler_shim
 from neffcache.toolchain import parse_compiler_version
-
-from .conftest import Sim
+from tests.simulation import Sim
 
 
 @pytest.fixture

@@ -10,8 +10,7 @@ from pathlib import Path
 from neffcache.keys import cache_key
 from neffcache.testing.hlo import make_hlo
 from neffcache.toolchain import Toolchain
-
-from .conftest import Sim
+from tests.simulation import Sim
 
 TOOLCHAIN = Toolchain("2.27.5334.0+f702b353", "trn2", 2)
 

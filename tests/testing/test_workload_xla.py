@@ -14,8 +14,7 @@ import pytest
 
 from neffcache.testing.hlo import make_hlo
 from neffcache.testing.neff import read_neff_header
-
-from .conftest import Sim
+from tests.simulation import Sim
 
 VERSION_DIR = "neuronxcc-2.27.5334.0+f702b353"
 HIT_RE = re.compile(r"INFO \|\|NEURON_CC_WRAPPER\|\|: Using a cached neff at (\S+)/model\.neff\. "
