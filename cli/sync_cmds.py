@@ -1,7 +1,126 @@
-"""Placeholder: commands of an issue still being built."""
+"""push and pull: copy the entries one store has and another lacks, verified."""
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
 import click
 
-COMMANDS: list[click.Command] = []
+from neffcache.instances import TARGETS
+from neffcache.stores import open_store
+from neffcache.stores.base import Store
+from neffcache.sync import COPYABLE_STATES, SyncReport, sync
+
+from .options import _parse_tags
+from .output import human_bytes, json_option, progress, render
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def sync_options(f: F) -> F:
+    options = [
+        click.option("--namespace", "namespaces", multiple=True, metavar="PATH",
+                     help="Only this namespace (trn2-lnc2/neuronxcc-2.27.5334.0+f702b353, or a leading part "
+                          "such as trn2-lnc2); repeatable."),
+        click.option("--compiler-version", "compiler_versions", multiple=True, metavar="VERSION",
+                     help="Only entries of this compiler version; repeatable."),
+        click.option("--target", "targets", multiple=True, type=click.Choice(list(TARGETS)),
+                     help="Only entries of this compile target (needs neffcache's <target>-lnc<N> directory); "
+                          "repeatable."),
+        click.option("--state", "states", multiple=True, default=["SUCCESS"], show_default=True,
+                     type=click.Choice(sorted(s.value for s in COPYABLE_STATES)),
+                     help="Entry states to copy; repeatable (FAILED/EMPTY share compile failures and HLOs)."),
+        click.option("--tag", "tags", multiple=True, callback=_parse_tags, metavar="KEY=VALUE",
+                     help="Only entries whose manifest has this tag; repeatable (all must match)."),
+        click.option("--parallel", type=click.IntRange(1, 256), default=16, show_default=True,
+                     help="Entries in flight at once (S3 also splits big NEFFs into parallel parts)."),
+        click.option("--endpoint-url", metavar="URL",
+                     help="S3-compatible endpoint for s3:// stores (default: AWS_ENDPOINT_URL, else AWS)."),
+        json_option,
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def _open(url: str, endpoint_url: str | None, parallel: int, **kwargs: Any) -> Store:
+    options: dict[str, Any] = {}
+    if url.lower().startswith("s3://"):
+        options["max_concurrency"] = parallel
+        if endpoint_url:
+            options["endpoint_url"] = endpoint_url
+    return open_store(url, **kwargs, **options)
+
+
+def _text(verb: str, report: SyncReport) -> str:
+    rate = report.bytes / report.seconds if report.seconds > 0 else 0.0
+    out = [f"{verb} {report.src} -> {report.dst}: {len(report.copied)} copied ({human_bytes(report.bytes)}), "
+           f"{len(report.skipped)} skipped, {len(report.failed)} failed, {report.filtered} filtered out "
+           f"in {report.seconds:.1f}s ({human_bytes(rate)}/s)"]
+    for reason, count in sorted(report.skipped_reasons().items()):
+        out.append(f"  skipped {count}: {reason}")
+    for failure in report.failed:
+        out.append(f"FAILED {failure.path}: {failure.reason}")
+    return "\n".join(out)
+
+
+def _run(verb: str, src_url: str, dst_url: str, namespaces: tuple[str, ...], compiler_versions: tuple[str, ...],
+         targets: tuple[str, ...], states: tuple[str, ...], tags: dict[str, str], parallel: int,
+         endpoint_url: str | None, as_json: bool) -> None:
+    src = _open(src_url, endpoint_url, parallel, read_only=True, create=False)
+    try:
+        dst = _open(dst_url, endpoint_url, parallel)
+        try:
+            with progress(f"{verb}ing", enabled=not as_json) as bar:
+                report = sync(src, dst, namespaces=namespaces, compiler_versions=compiler_versions,
+                              targets=targets, states=states, tags=tags, parallel=parallel,
+                              progress=lambda done, total, size: bar.update(done, total, human_bytes(size)))
+        finally:
+            dst.close()
+    finally:
+        src.close()
+    render(as_json, report.to_json(), lambda: _text(verb, report))
+    if report.failed:
+        sys.exit(1)
+
+
+@click.command("push")
+@click.argument("src_url", metavar="SRC")
+@click.argument("dst_url", metavar="DST")
+@sync_options
+def push_cmd(src_url: str, dst_url: str, **options: Any) -> None:
+    """Publish the entries SRC has and DST lacks, e.g. a local cache to S3.
+
+    Both sides are listed once and compared by entry; each entry is checked against its
+    manifest (one is computed for entries a runtime wrote) and published whole, so an
+    interrupted push leaves nothing half-visible and a rerun finishes it. Exits 1 when any
+    entry failed (reasons are printed).
+
+    \b
+    Example:
+      neffcache push /var/tmp/neuron-compile-cache s3://my-bucket/neuron-cache --target trn2 --parallel 32
+    """
+    _run("push", src_url, dst_url, **options)
+
+
+@click.command("pull")
+@click.argument("src_url", metavar="SRC")
+@click.argument("dst_url", metavar="DST")
+@sync_options
+def pull_cmd(src_url: str, dst_url: str, **options: Any) -> None:
+    """Fetch the entries SRC has and DST lacks, e.g. S3 to a local or FSx cache.
+
+    Every entry is verified against its manifest before it becomes visible in DST; a digest
+    mismatch is reported and never lands. Exits 1 when any entry failed.
+
+    \b
+    Example:
+      neffcache pull s3://my-bucket/neuron-cache fsx:///mnt/fsx/neuron-cache \\
+          --namespace trn2-lnc2/neuronxcc-2.27.5334.0+f702b353 --tag model=llama
+    """
+    _run("pull", src_url, dst_url, **options)
+
+
+COMMANDS: list[click.Command] = [push_cmd, pull_cmd]

@@ -1,0 +1,349 @@
+"""Copying entries between stores: ``push`` and ``pull`` (one function, roles swapped).
+
+What it promises:
+
+- *only what DST lacks*: both sides are listed once (one scan each, in parallel) and diffed
+  by entry path; no per-entry HEAD on the destination;
+- *verified*: every SUCCESS entry goes through :func:`neffcache.ingest.transfer`, which checks
+  the source files against the source manifest (or computes one for entries the runtimes
+  wrote) before publishing; a digest mismatch is a failed entry and nothing lands;
+- *idempotent*: publishing is atomic and first-writer-wins, so a sync killed at any point
+  leaves only invisible garbage, and a rerun copies exactly what is still missing. Concurrent
+  syncs of the same entries publish each entry once: the loser of a publish lease waits for
+  the winner's commit and reports the entry as skipped;
+- *bounded*: ``parallel`` entries in flight (big files are additionally split into parts by
+  the S3 store's own pool).
+
+A store that becomes unreachable or refuses access mid-way aborts the sync with that error
+(every further entry would fail the same way); what was copied stays copied.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Collection, Iterable, Mapping
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any
+
+from neffcache.entry import Entry, EntryState
+from neffcache.errors import (
+    AccessDenied,
+    ConfigError,
+    CorruptEntry,
+    EntryNotFound,
+    ReadOnlyStore,
+    StoreError,
+    StoreUnavailable,
+)
+from neffcache.ingest import transfer, transferable_names
+from neffcache.keys import safe_relpath
+from neffcache.layouts import get_layout
+from neffcache.layouts.neuronxcc import HLO, LOG
+from neffcache.manifest import Manifest
+from neffcache.publish import PublishStatus
+from neffcache.scan import load_entry, scan
+from neffcache.stores import open_store
+from neffcache.stores.base import Store
+
+log = logging.getLogger(__name__)
+SyncProgress = Callable[[int, int, int], None]  # (entries done, entries to do, bytes copied)
+COPYABLE_STATES = frozenset({EntryState.SUCCESS, EntryState.FAILED, EntryState.EMPTY})
+FATAL = (StoreUnavailable, AccessDenied, ReadOnlyStore)
+_FEW_PATHS = 256  # explicit entry lists up to this size are looked up, not listed
+
+
+@dataclass(frozen=True)
+class EntryFilter:
+    """Which source entries to copy. Empty tuples mean "any"."""
+
+    namespaces: tuple[str, ...] = ()  # namespace paths, or a leading part (trn2-lnc2)
+    compiler_versions: tuple[str, ...] = ()
+    targets: tuple[str, ...] = ()
+    states: frozenset[EntryState] = frozenset({EntryState.SUCCESS})
+    tags: Mapping[str, str] = field(default_factory=dict)  # all must match the manifest's
+    paths: frozenset[str] | None = None  # exactly these entries
+
+    def __post_init__(self) -> None:
+        bad = self.states - COPYABLE_STATES
+        if bad:
+            raise ConfigError(f"entries in state {', '.join(sorted(bad))} cannot be copied; "
+                              f"choose from {', '.join(sorted(COPYABLE_STATES))}")
+        for ns in self.namespaces:
+            safe_relpath(ns)
+
+    def matches(self, entry: Entry) -> bool:
+        ns = entry.namespace
+        if self.paths is not None and entry.path not in self.paths:
+            return False
+        if self.namespaces and not any(ns.path == n.strip("/") or ns.path.startswith(n.strip("/") + "/")
+                                       for n in self.namespaces):
+            return False
+        if self.compiler_versions and ns.compiler_version not in self.compiler_versions:
+            return False
+        if self.targets and ns.target not in self.targets:
+            return False
+        return entry.state in self.states
+
+    def matches_tags(self, manifest: Manifest | None) -> bool:
+        if not self.tags:
+            return True
+        return manifest is not None and all(manifest.tags.get(k) == v for k, v in self.tags.items())
+
+
+@dataclass(frozen=True)
+class EntryOutcome:
+    path: str
+    reason: str = ""
+    bytes: int = 0
+
+
+@dataclass(frozen=True)
+class SyncReport:
+    src: str
+    dst: str
+    copied: tuple[EntryOutcome, ...]
+    skipped: tuple[EntryOutcome, ...]
+    failed: tuple[EntryOutcome, ...]
+    filtered: int  # source entries the filters left out
+    bytes: int
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+    def skipped_reasons(self) -> dict[str, int]:
+        return dict(Counter(s.reason for s in self.skipped))
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "src": self.src,
+            "dst": self.dst,
+            "copied": len(self.copied),
+            "skipped": len(self.skipped),
+            "failed": len(self.failed),
+            "filtered": self.filtered,
+            "bytes": self.bytes,
+            "seconds": round(self.seconds, 3),
+            "skipped_reasons": self.skipped_reasons(),
+            "failures": [{"path": f.path, "reason": f.reason} for f in self.failed],
+            "copied_paths": [c.path for c in self.copied],
+        }
+
+
+class _Tally:
+    """Outcomes from worker threads, and the progress callback."""
+
+    def __init__(self, total: int, progress: SyncProgress | None) -> None:
+        self.lock = threading.Lock()
+        self.copied: list[EntryOutcome] = []
+        self.skipped: list[EntryOutcome] = []
+        self.failed: list[EntryOutcome] = []
+        self.filtered = 0
+        self.bytes = 0
+        self.done = 0
+        self.total = total
+        self.progress = progress
+
+    def add(self, kind: str, outcome: EntryOutcome | None) -> None:
+        with self.lock:
+            if outcome is None:
+                self.filtered += 1
+            else:
+                getattr(self, kind).append(outcome)
+                if kind == "copied":
+                    self.bytes += outcome.bytes
+            self.done += 1
+            done, total, size = self.done, self.total, self.bytes
+        if self.progress is not None:
+            self.progress(done, total, size)
+
+
+def _list(store: Store, flt: EntryFilter) -> list[Entry]:
+    """The committed entries of ``store`` the filter could select (listing only)."""
+    if flt.paths is not None and len(flt.paths) <= _FEW_PATHS:
+        with ThreadPoolExecutor(8) as pool:
+            found = list(pool.map(lambda p: load_entry(store, p, read_manifest=False), sorted(flt.paths)))
+        return [e for e in found if e is not None and e.committed]
+    prefixes = [n.strip("/") for n in flt.namespaces] or [""]
+    entries: list[Entry] = []
+    for prefix in prefixes:
+        entries.extend(scan(store, prefix=prefix).entries)
+    return entries
+
+
+def _skip_reason(src: Entry, there: Entry | None) -> str | None:
+    """Why ``src`` need not (or cannot) be copied over what DST holds, or None to copy."""
+    if there is None:
+        return None
+    if src.state is EntryState.SUCCESS:
+        if there.state is EntryState.SUCCESS:
+            return "exists"
+        if there.state is EntryState.CORRUPT:
+            return "corrupt at the destination (neffcache verify --fix, then rerun)"
+        if there.state is EntryState.LOCKED:
+            return "locked at the destination (a runtime compiles it, or a stale lock: prune --stale-locks)"
+        return None  # FAILED or EMPTY there: a NEFF is an improvement
+    if src.state is EntryState.FAILED:
+        return None if there.state is EntryState.EMPTY else "exists"
+    return "exists"
+
+
+def _with_manifest(src: Store, entry: Entry) -> Entry:
+    if not entry.has_manifest:
+        return entry
+    raw = src.read_bytes(entry.store_path(entry.manifest_name))
+    manifest = Manifest.from_bytes(raw, where=f"{src.url}/{entry.path}")
+    problems = get_layout(entry.layout).manifest_problems(entry.files, manifest)
+    if problems:
+        raise CorruptEntry(entry.path, problems)
+    return dataclasses.replace(entry, manifest=manifest)
+
+
+def _copy_raw(src: Store, entry: Entry, dst: Store) -> int:
+    """FAILED and EMPTY entries have no manifest or marker: copy the files, state file last."""
+    names = sorted(transferable_names(entry), key=lambda n: (n.endswith((HLO, ".hlo")), n == LOG, n))
+    size = 0
+    with dst.staging_dir() as staging:
+        for i, name in enumerate(names):
+            local = src.local_path(entry.store_path(name))
+            if local is None:
+                local = staging / f"{i}.part"
+                src.get_file(entry.store_path(name), local)
+            dst.put_file(entry.store_path(name), local)
+            size += local.stat().st_size
+    return size
+
+
+def _copy_one(src: Store, dst: Store, entry: Entry, flt: EntryFilter) -> tuple[str, EntryOutcome | None]:
+    """("copied" | "skipped" | "failed" | "busy" | "filtered", outcome) for one entry."""
+    try:
+        if entry.state is not EntryState.SUCCESS:
+            return "copied", EntryOutcome(entry.path, entry.state.value, _copy_raw(src, entry, dst))
+        full = _with_manifest(src, entry)
+        if not flt.matches_tags(full.manifest):
+            return "filtered", None
+        result = transfer(src, full, dst)
+    except CorruptEntry as exc:
+        return "failed", EntryOutcome(entry.path, f"corrupt at the source: {'; '.join(exc.problems)}")
+    except EntryNotFound as exc:
+        return "failed", EntryOutcome(entry.path, f"vanished from the source while copying ({exc})")
+    except FATAL:
+        raise
+    except (StoreError, OSError) as exc:
+        return "failed", EntryOutcome(entry.path, f"{type(exc).__name__}: {exc}")
+    if result.status is PublishStatus.PUBLISHED:
+        return "copied", EntryOutcome(entry.path, "", result.bytes or entry.size)
+    if result.status is PublishStatus.EXISTS:
+        return "skipped", EntryOutcome(entry.path, "exists")
+    return "busy", EntryOutcome(entry.path, "busy")
+
+
+def _run(src: Store, dst: Store, todo: list[Entry], flt: EntryFilter, tally: _Tally, parallel: int,
+         busy_wait: float) -> None:
+    busy: list[Entry] = []
+    stop = threading.Event()
+
+    def one(entry: Entry) -> tuple[Entry, str, EntryOutcome | None]:
+        if stop.is_set():
+            return entry, "cancelled", None
+        kind, outcome = _copy_one(src, dst, entry, flt)
+        return entry, kind, outcome
+
+    def drain(entries: Iterable[Entry]) -> None:
+        with ThreadPoolExecutor(max(1, parallel), thread_name_prefix="neffcache-sync") as pool:
+            pending: set[Future[tuple[Entry, str, EntryOutcome | None]]] = {pool.submit(one, e) for e in entries}
+            try:
+                while pending:
+                    done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        entry, kind, outcome = future.result()
+                        if kind == "busy":
+                            busy.append(entry)
+                        elif kind != "cancelled":
+                            tally.add(kind, outcome)
+            except BaseException:
+                # Ctrl-C or a fatal store error: start nothing new; running copies finish whole.
+                stop.set()
+                for future in pending:
+                    future.cancel()
+                raise
+
+    drain(todo)
+    # Entries another publisher held: wait for its commit (then they are "exists").
+    deadline = time.monotonic() + busy_wait
+    delay = 0.2
+    while busy:
+        retry, busy = busy, []
+        if time.monotonic() >= deadline:
+            for entry in retry:
+                tally.add("failed", EntryOutcome(entry.path, "busy: another publisher holds its lease; rerun later"))
+            return
+        time.sleep(delay)
+        delay = min(delay * 2, 5.0)
+        drain(retry)
+
+
+def sync(src: Store | str, dst: Store | str, *, namespaces: Collection[str] = (),
+         compiler_versions: Collection[str] = (), targets: Collection[str] = (),
+         states: Collection[EntryState | str] = (EntryState.SUCCESS,), tags: Mapping[str, str] | None = None,
+         paths: Collection[str] | None = None, parallel: int = 16, progress: SyncProgress | None = None,
+         busy_wait: float = 60.0, store_options: Mapping[str, Any] | None = None) -> SyncReport:
+    """Copy the entries of ``src`` that ``dst`` lacks (see the module docstring)."""
+    started = time.monotonic()
+    flt = EntryFilter(tuple(namespaces), tuple(compiler_versions), tuple(targets),
+                      frozenset(EntryState(s) for s in states), dict(tags or {}),
+                      frozenset(paths) if paths is not None else None)
+    opened: list[Store] = []
+    try:
+        if isinstance(src, str):
+            src = open_store(src, read_only=True, create=False, **dict(store_options or {}))
+            opened.append(src)
+        if isinstance(dst, str):
+            dst = open_store(dst, **dict(store_options or {}))
+            opened.append(dst)
+        if src.url == dst.url:
+            raise ConfigError(f"source and destination are the same store ({src.url})")
+        dst.check_writable()
+        with ThreadPoolExecutor(2) as listing:
+            src_future = listing.submit(_list, src, flt)
+            dst_future = listing.submit(_list, dst, flt)
+            src_entries, dst_entries = src_future.result(), dst_future.result()
+        there = {e.path: e for e in dst_entries}
+        todo: list[Entry] = []
+        pre_skipped: list[EntryOutcome] = []
+        filtered = 0
+        for entry in src_entries:
+            if not flt.matches(entry):
+                filtered += 1
+                continue
+            reason = _skip_reason(entry, there.get(entry.path))
+            if reason is None:
+                todo.append(entry)
+            else:
+                pre_skipped.append(EntryOutcome(entry.path, reason))
+        tally = _Tally(len(todo), progress)
+        tally.skipped.extend(pre_skipped)
+        tally.filtered = filtered
+        if progress is not None:
+            progress(0, len(todo), 0)
+        # Big entries first: they dominate the wall time, small ones fill the gaps at the end.
+        todo.sort(key=lambda e: e.size, reverse=True)
+        _run(src, dst, todo, flt, tally, parallel, busy_wait)
+        return SyncReport(src.url, dst.url, tuple(sorted(tally.copied, key=lambda o: o.path)),
+                          tuple(sorted(tally.skipped, key=lambda o: o.path)),
+                          tuple(sorted(tally.failed, key=lambda o: o.path)),
+                          tally.filtered, tally.bytes, time.monotonic() - started)
+    finally:
+        for store in opened:
+            store.close()
+
+
+# The same operation either way round; two names so call sites read as what they do.
+push = sync
+pull = sync
