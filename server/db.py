@@ -9,6 +9,7 @@ PostgreSQL write transactions that deadlock or fail serialisation are retried a 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -154,8 +155,19 @@ def current_revision(engine: Engine) -> str | None:
         return MigrationContext.configure(conn).get_current_revision()
 
 
+# Alembic runs env.py through a process-global ``context`` proxy: two upgrades in threads of one
+# process would trample each other, so they take turns here. Across processes the database
+# serialises them (PostgreSQL advisory lock; SQLite BEGIN IMMEDIATE on the migration connection).
+_MIGRATE_IN_PROCESS = threading.Lock()
+
+
 def migrate(engine: Engine, revision: str = "head") -> None:
     """Upgrade the schema to ``revision``; safe to call from several replicas at once."""
+    with _MIGRATE_IN_PROCESS:
+        _migrate(engine, revision)
+
+
+def _migrate(engine: Engine, revision: str) -> None:
     cfg = alembic_config()
     with engine.execution_options(**{_WRITE_OPTION: True}).connect() as conn:
         if conn.dialect.name == "postgresql":

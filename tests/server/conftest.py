@@ -36,7 +36,7 @@ def _postgres_schema_url() -> Iterator[str]:
     try:
         with admin.begin() as conn:
             conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    except Exception as exc:  # noqa: BLE001 - any failure means the service is not usable
+    except Exception as exc:
         admin.dispose()
         service_missing("PostgreSQL database 'test'", str(exc).splitlines()[0])
     sep = "&" if "?" in POSTGRES_URL else "?"

@@ -1,0 +1,58 @@
+"""/metrics, /healthz, /readyz."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.server.conftest import LiveServer, Tokens
+from tests.server.factories import TOOLCHAIN_LABEL, entry, event
+
+
+def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return out
+
+
+def test_metrics_reflect_the_database(server: LiveServer, writer: httpx.Client, reader: httpx.Client) -> None:
+    writer.post("/v1/entries", json=[entry(1, size=1000), entry(2, size=2000, state="FAILED")]).raise_for_status()
+    writer.post("/v1/events", json=[event("hit", compile_seconds=90.0), event("hit", compile_seconds=30.0),
+                                    event("miss"), event("compile", compile_seconds=45.0)]).raise_for_status()
+    writer.post("/v1/leases/acquire", json={"name": "l", "owner": "o", "ttl": 60}).raise_for_status()
+    reader.get("/v1/entries/ns/MODULE_404+00000000")
+    response = reader.get("/metrics")
+    assert response.headers["content-type"].startswith("text/plain")
+    samples = _samples(response.text)
+    team = ("team", "search")
+    tc = ("toolchain", TOOLCHAIN_LABEL)
+    assert samples[("neffcache_cache_events_total", (("kind", "hit"), team, tc))] == 2
+    assert samples[("neffcache_cache_events_total", (("kind", "miss"), team, tc))] == 1
+    assert samples[("neffcache_compile_time_saved_seconds_total", (team, tc))] == 120.0
+    assert samples[("neffcache_compile_seconds_total", (team, tc))] == 45.0
+    assert samples[("neffcache_entries", (("state", "FAILED"), tc))] == 1
+    assert samples[("neffcache_entry_bytes", (tc,))] == 3000
+    assert samples[("neffcache_leases_active", ())] == 1
+    assert samples[("neffcache_index_database_up", ())] == 1
+    assert samples[("neffcache_index_requests_total", (("op", "events.ingest"), ("result", "ok")))] == 1
+    assert samples[("neffcache_index_requests_total", (("op", "entries.lookup"), ("result", "not_found")))] == 1
+
+
+def test_health_and_readiness(server: LiveServer) -> None:
+    with server.client() as client:
+        assert client.get("/healthz").json() == {"status": "ok"}
+        ready = client.get("/readyz").json()
+    assert ready["status"] == "ok" and ready["schema"] == "0001"
+
+
+def test_not_ready_when_the_database_is_gone(tmp_path, start_server: Callable[..., LiveServer],
+                                             tokens: Tokens) -> None:
+    broken = start_server(f"sqlite:///{tmp_path / 'missing-dir' / 'sub' / 'x.db'}", auto_migrate=False)
+    with broken.client() as client:
+        assert client.get("/healthz").status_code == 200
+        ready = client.get("/readyz")
+    assert ready.status_code == 503 and "schema" in ready.json()["detail"]
