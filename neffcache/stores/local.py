@@ -190,6 +190,13 @@ class LocalStore(Store):
             shutil.copyfile(source, tmp)
         if self.shared:
             os.chmod(tmp, SHARED_FILE_MODE)
+            # A host that crashes (not just a killed process) after the rename must not leave
+            # every other host a NEFF whose blocks never reached the servers: flush first.
+            fd = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
     def _delete(self, paths: list[str]) -> int:
         removed = 0
