@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import time
 
 import click
 
 from neffcache.config import load_settings
 from neffcache.entry import EntryState
-from neffcache.errors import ConfigError
+from neffcache.errors import ConfigError, EntryNotFound
 from neffcache.jobenv import job_env, render_env
-from neffcache.scan import ScanReport, scan
+from neffcache.keys import safe_relpath
+from neffcache.scan import ScanReport, load_entry, scan
 from neffcache.stores import open_store
 from neffcache.toolchain import resolve_toolchain
 from neffcache.verify import CheckStatus, VerifyReport, verify
@@ -153,4 +155,47 @@ def config_cmd(as_json: bool) -> None:
     render(as_json, data, lambda: "\n".join(f"{k} = {v!r}" for k, v in data.items()))
 
 
-COMMANDS: list[click.Command] = [scan_cmd, verify_cmd, env_cmd, config_cmd]
+@click.command("show")
+@click.argument("store_url", metavar="STORE")
+@click.argument("entry_path", metavar="ENTRY")
+@json_option
+def show_cmd(store_url: str, entry_path: str, as_json: bool) -> None:
+    """Show one entry: its state, files and manifest (toolchain, flags, tags, producer).
+
+    ENTRY is the entry's path in the store, as `neffcache scan --entries` lists it.
+
+    \b
+    Example:
+      neffcache show /mnt/fsx/cache trn2-lnc2/neuronxcc-2.27.5334.0+f702b353/MODULE_1234+abb26765
+    """
+    store = open_store(store_url, read_only=True, create=False)
+    entry = load_entry(store, safe_relpath(entry_path))
+    if entry is None:
+        raise EntryNotFound(f"no entry {entry_path} in {store.url}", store=store.url, path=entry_path)
+    data = {
+        "path": entry.path, "layout": entry.layout, "state": entry.state.value, "size": entry.size,
+        "problems": list(entry.problems),
+        "files": {n: {"size": f.size, "mtime": f.mtime} for n, f in sorted(entry.files.items())},
+        "manifest": entry.manifest.to_json() if entry.manifest else None,
+    }
+
+    def text() -> str:
+        out = [f"{entry.path}: {entry.state.value}, {human_bytes(entry.size)} ({entry.layout})"]
+        out += [f"  problem: {p}" for p in entry.problems]
+        out += [f"  {n}  {human_bytes(f.size)}" for n, f in sorted(entry.files.items())]
+        m = entry.manifest
+        if m is None:
+            out.append("  no manifest (written by a runtime; `neffcache pull` or `push` computes one)")
+        else:
+            tc = m.toolchain.label if m.toolchain else "unknown toolchain"
+            out.append(f"  {tc}; flags {' '.join(m.flags) or '(none)'}")
+            out.append(f"  produced by {m.producer} at {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(m.created))}"
+                       f" UTC; compile {m.compile_seconds if m.compile_seconds is not None else '?'} s")
+            if m.tags:
+                out.append("  tags " + ", ".join(f"{k}={v}" for k, v in sorted(m.tags.items())))
+        return "\n".join(out)
+
+    render(as_json, data, text)
+
+
+COMMANDS: list[click.Command] = [scan_cmd, show_cmd, verify_cmd, env_cmd, config_cmd]

@@ -143,3 +143,19 @@ def test_config_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setenv("NEFFCACHE_CONFIG", str(tmp_path / "missing.toml"))
     with pytest.raises(ConfigError, match="does not exist"):
         load_settings()
+
+
+def test_show_entry(tmp_path: Path) -> None:
+    from neffcache.stores.local import LocalStore
+
+    store = LocalStore(tmp_path / "c")
+    path, _ = publish_a(store)
+    runner = CliRunner()
+    data = json.loads(runner.invoke(cli, ["show", str(store.root), path, "--json"], catch_exceptions=False).output)
+    assert data["state"] == "SUCCESS" and data["manifest"]["tags"] == {"model": "llama"}
+    text = runner.invoke(cli, ["show", str(store.root), path], catch_exceptions=False).output
+    assert "neuronxcc-2.27.5334.0+f702b353 trn2 lnc=2" in text and "compile 12.5 s" in text
+    missing = run_cli("show", str(store.root), "trn2-lnc2/neuronxcc-2.27.5334.0+f702b353/MODULE_0+0")
+    assert missing.returncode == 4 and "no entry" in missing.stderr
+    traversal = run_cli("show", str(store.root), "../../etc/passwd")
+    assert traversal.returncode == 2 and "invalid key" in traversal.stderr
