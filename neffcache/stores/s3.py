@@ -53,6 +53,7 @@ from neffcache.stores.s3_transfer import ExpectedError, ObjectReader, backoff, d
 
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-_]{1,61}[a-z0-9]$")
 DELETE_BATCH = 1000  # the DeleteObjects maximum
+LIST_PARENTS_LIMIT = 2000  # deletes spanning more directories list their common prefix instead
 OUTER_ROUNDS = 3  # our retries on top of botocore's, for throttling and dropped connections
 _SMALL_COMPARE = 1 << 20
 _POOL_PREFIX = "neffcache-s3"
@@ -283,7 +284,7 @@ class S3Store(Store):
         parents: dict[str, list[str]] = defaultdict(list)
         for key in keys:
             parents[key.rsplit("/", 1)[0] + "/" if "/" in key else ""].append(key)
-        if len(parents) > 2000:
+        if len(parents) > LIST_PARENTS_LIMIT:
             # A big prune: one parallel listing of what the keys have in common is cheaper.
             common = posixpath.commonpath([p.rstrip("/") for p in parents])
             common = common + "/" if common else ""

@@ -1,0 +1,162 @@
+"""A small HTTP proxy between boto3 and moto that misbehaves on purpose.
+
+Each request gets a fate, by chance (``rates``) or by a rule of the test's own:
+
+- ``ok``: forwarded to moto, reply relayed;
+- ``slowdown``: answered ``503 SlowDown`` the way S3 throttles, moto never sees it;
+- ``drop``: the connection is closed before the request is forwarded (no reply);
+- ``lost_reply``: forwarded to moto (it happens!), then the connection is closed before the
+  reply: the nasty case for exclusive writes, whose retry then meets its own object;
+- ``cut``: forwarded, and only the first half of the reply body is sent before closing;
+- ``deny``: answered ``403 AccessDenied``.
+"""
+
+from __future__ import annotations
+
+import http.client
+import random
+import threading
+from collections import Counter
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
+
+Rule = Callable[[str, str, dict[str, str]], str | None]  # (method, path, headers) -> fate or None
+_HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "te", "upgrade", "content-length"}
+_XML = '<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code><Message>{msg}</Message></Error>'
+
+
+class FaultProxy:
+    def __init__(self, upstream: str, *, rates: dict[str, float] | None = None, rule: Rule | None = None,
+                 seed: int = 1) -> None:
+        parts = urlsplit(upstream)
+        self.upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
+        self.rates = dict(rates or {})
+        self.rule = rule
+        self.random = random.Random(seed)
+        self.lock = threading.Lock()
+        self.fates: Counter[str] = Counter()
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def start(self) -> FaultProxy:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def __enter__(self) -> FaultProxy:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def fate(self, method: str, path: str, headers: dict[str, str]) -> str:
+        chosen = self.rule(method, path, headers) if self.rule is not None else None
+        if chosen is None:
+            with self.lock:
+                roll = self.random.random()
+            chosen = "ok"
+            for name, rate in self.rates.items():
+                if roll < rate:
+                    chosen = name
+                    break
+                roll -= rate
+        with self.lock:
+            self.fates[chosen] += 1
+        return chosen
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        proxy = self
+        local = threading.local()
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: object) -> None:
+                return
+
+            def _body(self) -> bytes:
+                if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                    out = b""
+                    while True:
+                        size = int(self.rfile.readline().split(b";")[0].strip(), 16)
+                        if size == 0:
+                            while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                                pass
+                            return out
+                        out += self.rfile.read(size)
+                        self.rfile.readline()
+                length = int(self.headers.get("Content-Length") or 0)
+                return self.rfile.read(length) if length else b""
+
+            def _reply(self, status: int, headers: list[tuple[str, str]], body: bytes, *, length: int) -> None:
+                self.send_response_only(status)
+                for name, value in headers:
+                    if name.lower() not in _HOP:
+                        self.send_header(name, value)
+                self.send_header("Content-Length", str(length))
+                self.end_headers()
+                if body:
+                    self.wfile.write(body)
+                self.wfile.flush()
+
+            def _error(self, status: int, code: str, message: str) -> None:
+                body = _XML.format(code=code, msg=message).encode()
+                self._reply(status, [("Content-Type", "application/xml")],
+                            b"" if self.command == "HEAD" else body, length=len(body))
+
+            def _forward(self, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
+                conn = getattr(local, "conn", None)
+                for attempt in range(2):
+                    if conn is None:
+                        conn = http.client.HTTPConnection(*proxy.upstream, timeout=60)
+                        local.conn = conn
+                    try:
+                        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("connection",)}
+                        conn.request(self.command, self.path, body=body, headers=headers)
+                        reply = conn.getresponse()
+                        data = reply.read()
+                        return reply.status, list(reply.getheaders()), data
+                    except (ConnectionError, http.client.HTTPException):
+                        conn.close()
+                        conn = local.conn = None
+                        if attempt:
+                            raise
+                raise AssertionError("unreachable")
+
+            def _proxy(self) -> None:
+                body = self._body()
+                fate = proxy.fate(self.command, self.path, dict(self.headers.items()))
+                if fate == "drop":
+                    self.close_connection = True
+                    return
+                if fate == "slowdown":
+                    self._error(503, "SlowDown", "Please reduce your request rate.")
+                    return
+                if fate == "deny":
+                    self._error(403, "AccessDenied", "Access Denied")
+                    return
+                status, headers, data = self._forward(body)
+                if fate == "lost_reply":
+                    self.close_connection = True
+                    return
+                length = next((int(v) for k, v in headers if k.lower() == "content-length"), len(data))
+                if self.command == "HEAD":
+                    self._reply(status, headers, b"", length=length)
+                elif fate == "cut" and len(data) > 1:
+                    self._reply(status, headers, data[: len(data) // 2], length=len(data))
+                    self.close_connection = True
+                else:
+                    self._reply(status, headers, data, length=len(data))
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _proxy
+
+        return Handler
