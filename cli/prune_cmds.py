@@ -1,7 +1,264 @@
-"""Placeholder: commands of an issue still being built."""
+"""Lifecycle commands: prune (plan first, --yes to act) and reconcile (index vs stores)."""
 
 from __future__ import annotations
 
+import re
+from collections import Counter
+from collections.abc import Sequence
+
 import click
 
-COMMANDS: list[click.Command] = []
+from neffcache.config import Settings, load_settings
+from neffcache.errors import ConfigError
+from neffcache.index import Index, open_index
+from neffcache.prune import ALL_STORES, PrunePlan, PrunePolicy, PruneResult, plan_prune, resolve_keep_compilers
+from neffcache.reconcile import ReconcilePlan, plan_reconcile
+from neffcache.stores import open_store
+from neffcache.stores.base import Store
+
+from .options import store_option
+from .output import human_bytes, json_option, progress, render, table
+
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
+          "t": 10**12, "tb": 10**12, "p": 10**15, "pb": 10**15, "kib": 2**10, "mib": 2**20, "gib": 2**30,
+          "tib": 2**40, "pib": 2**50}
+_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_NUMBER = re.compile(r"^\s*(?P<n>[0-9]+(?:\.[0-9]+)?)\s*(?P<unit>[A-Za-z]*)\s*$")
+
+
+def parse_size(text: str) -> int:
+    """500G, 1.5T, 200MB, 64GiB, 1000 (bytes). Decimal units, as `neffcache scan` prints sizes."""
+    match = _NUMBER.match(text)
+    if not match or match.group("unit").lower() not in _UNITS:
+        raise ValueError(f"{text!r} is not a size (e.g. 500G, 1.5T, 64GiB)")
+    return int(float(match.group("n")) * _UNITS[match.group("unit").lower()])
+
+
+def parse_duration(text: str) -> float:
+    """30d, 12h, 90m, 2w, 3600s (a bare number is seconds)."""
+    match = _NUMBER.match(text)
+    unit = match.group("unit").lower() if match else ""
+    if not match or (unit and unit not in _SECONDS):
+        raise ValueError(f"{text!r} is not a duration (e.g. 30d, 12h, 90m)")
+    return float(match.group("n")) * _SECONDS.get(unit, 1)
+
+
+def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+
+
+def budgets(values: tuple[str, ...], given: Sequence[str], stores: Sequence[Store]) -> dict[str, int]:
+    """``--max-size 500G`` (every store) or ``--max-size URL=500G`` (the store given as URL)."""
+    out: dict[str, int] = {}
+    for value in values:
+        where, sep, size = value.rpartition("=")
+        try:
+            limit = parse_size(size if sep else value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--max-size") from None
+        if not sep:
+            out[ALL_STORES] = limit
+            continue
+        match = [s.url for g, s in zip(given, stores, strict=True) if where in (g, s.url)]
+        if not match:
+            raise click.BadParameter(f"{where} is not one of the --store URLs", param_hint="--max-size")
+        out[match[0]] = limit
+    return out
+
+
+def _urls(urls: tuple[str, ...], settings: Settings) -> tuple[str, ...]:
+    chosen = urls or settings.stores
+    if not chosen:
+        raise ConfigError("name the stores: --store URL (repeat for tiers) or NEFFCACHE_STORES")
+    return chosen
+
+
+def _stores(urls: Sequence[str], *, read_only: bool) -> list[Store]:
+    return [open_store(url, read_only=read_only, create=False) for url in urls]
+
+
+def _index(settings: Settings, enabled: bool) -> Index | None:
+    return open_index(settings.index_url, settings.token) if enabled else None
+
+
+def _plan_text(plan: PrunePlan, show_items: bool, executing: bool) -> str:
+    other = len(plan.items) - plan.entries
+    head = (f"prune plan {plan.id}: {plan.entries} entries and {other} other items, "
+            f"{human_bytes(plan.expected_freed_size)} to free (planned in {plan.seconds:.1f}s)")
+    out = [head]
+    if plan.items:
+        for title, groups in (("reason", plan.by_reason()), ("toolchain", plan.by_toolchain()),
+                              ("store", plan.by_store())):
+            out.append("")
+            out.append(table([[k, g.items, human_bytes(g.bytes)] for k, g in groups.items()], [title, "items", "size"]))
+    if plan.budgets:
+        out.append("")
+        out.append(table([[b.store, human_bytes(b.limit), human_bytes(b.size_before), human_bytes(b.size_after),
+                           "yes" if b.met else "NO"] for b in plan.budgets],
+                         ["budget", "limit", "now", "after", "met"]))
+    if show_items and plan.items:
+        out.append("")
+        out.append(table([[i.path, i.reason.value, human_bytes(i.size), i.detail] for i in plan.items],
+                         ["item", "reason", "size", "why"]))
+    if plan.protected:
+        why = Counter(p.why.split(" (")[0] if "published" in p.why else p.why.split(",")[0] for p in plan.protected)
+        out.append("")
+        out.append(f"kept by the safety rules: {len(plan.protected)} ("
+                   + "; ".join(f"{n} {w}" for w, n in why.most_common(5)) + ")")
+    out.extend(f"note: {n}" for n in plan.notes)
+    if not executing:
+        out.append("")
+        out.append("dry run: nothing was changed. Add --yes to remove these items." if plan.items
+                   else "nothing to prune.")
+    return "\n".join(out)
+
+
+def _result_text(result: PruneResult) -> str:
+    entries = sum(1 for i in result.removed if i.kind.value == "entry")
+    out = [f"removed {len(result.removed)} items ({entries} entries), freed {human_bytes(result.freed_bytes)} "
+           f"in {result.seconds:.1f}s"]
+    if result.skipped:
+        reasons = Counter(s.why for s in result.skipped)
+        out.append(f"skipped {len(result.skipped)} (re-checked right before removal): "
+                   + "; ".join(f"{n} {w}" for w, n in reasons.most_common(6)))
+    return "\n".join(out)
+
+
+@click.command("prune")
+@store_option("A store to prune (path, fsx://, s3://...); repeat for tiers. Default: NEFFCACHE_STORES.")
+@click.option("--keep-compiler", "keep_compilers", multiple=True, metavar="current|VERSION",
+              help="Keep this compiler's entries, remove every other toolchain's; repeatable. "
+                   "'current' is the installed neuronx-cc (or --compiler-version).")
+@click.option("--keep-last", type=click.IntRange(min=1), metavar="N",
+              help="Keep the N newest compiler versions of each target; remove older toolchains.")
+@click.option("--older-than", callback=_duration, metavar="AGE", help="Remove entries not used for AGE (30d, 12h).")
+@click.option("--max-size", "max_sizes", multiple=True, metavar="[URL=]SIZE",
+              help="Size budget per store (500G, 2T): least recently used entries go first. "
+                   "URL=SIZE for one store; repeatable.")
+@click.option("--failed", is_flag=True, help="Remove cached compiler failures.")
+@click.option("--stale-locks", is_flag=True, help="Remove leases and runtime compile locks whose holder is gone.")
+@click.option("--garbage", is_flag=True,
+              help="Remove temp files, uncommitted writes, orphan files, abandoned S3 multipart uploads.")
+@click.option("--grace", callback=_duration, default="1h", show_default=True,
+              help="Garbage younger than this may be a write in flight and stays.")
+@click.option("--hit-grace", callback=_duration, default="1h", show_default=True,
+              help="Entries used this recently are never removed by age or size.")
+@click.option("--lock-age", callback=_duration, default="6h", show_default=True,
+              help="A runtime compile lock without a lease is stale after this long.")
+@click.option("--compiler", metavar="PATH", help="The neuronx-cc whose version 'current' means.")
+@click.option("--compiler-version", metavar="VERSION", help="What 'current' means, without running neuronx-cc.")
+@click.option("--source", type=click.Choice(["store", "index"]), default="store", show_default=True,
+              help="Plan from a listing of each store, or from the index server's records.")
+@click.option("--index/--no-index", "use_index", default=True, show_default=True,
+              help="Use the index server (NEFFCACHE_INDEX_URL) for last use and evict events.")
+@click.option("--entries", "show_items", is_flag=True, help="List every item of the plan.")
+@click.option("--workers", type=click.IntRange(1, 64), default=4, show_default=True,
+              help="Chunks of entries removed in parallel.")
+@click.option("--yes", is_flag=True, help="Carry out the plan. Without it, prune only prints the plan.")
+@json_option
+def prune_cmd(stores: tuple[str, ...], keep_compilers: tuple[str, ...], keep_last: int | None,
+              older_than: float | None, max_sizes: tuple[str, ...], failed: bool, stale_locks: bool, garbage: bool,
+              grace: float, hit_grace: float, lock_age: float, compiler: str | None, compiler_version: str | None,
+              source: str, use_index: bool, show_items: bool, workers: int, yes: bool, as_json: bool) -> None:
+    """Remove what no toolchain needs, nobody used, or breaks a budget — as a plan first.
+
+    Prints the plan (entries, reason, size; totals per reason, toolchain and store) and
+    changes nothing unless --yes is given. Execution re-checks every entry right before
+    removing it (never one with a live lease, one published or used since the plan) and
+    removes commit markers before data, so readers see an entry whole or not at all.
+
+    \b
+    Examples:
+      neffcache prune --store fsx:///mnt/fsx/neuron-cache --keep-compiler current
+      neffcache prune --store /nvme/cache --store s3://bucket/cache --max-size /nvme/cache=500G --older-than 30d
+      neffcache prune --store /var/tmp/neuron-compile-cache --failed --stale-locks --garbage --yes
+    """
+    settings = load_settings(compiler=compiler, compiler_version=compiler_version)
+    given = _urls(stores, settings)
+    opened = _stores(given, read_only=not yes)
+    keep = resolve_keep_compilers(keep_compilers, compiler=settings.compiler,
+                                  compiler_version_override=settings.compiler_version)
+    policy = PrunePolicy(keep_compilers=keep, keep_last=keep_last, older_than=older_than,
+                         max_size=budgets(max_sizes, given, opened), failed=failed, stale_locks=stale_locks,
+                         garbage=garbage, grace=grace, hit_grace=hit_grace, lock_age=lock_age)
+    index = _index(settings, use_index)
+    try:
+        with progress("listing", enabled=not as_json) as bar:
+            plan = plan_prune(opened, policy, index=index, source=source,
+                              progress=lambda url, n: bar.update(n, detail=f"files of {url}"))
+        if not yes:
+            render(as_json, {"plan": plan.to_json(), "executed": False}, lambda: _plan_text(plan, show_items, False))
+            return
+        if not as_json:
+            click.echo(_plan_text(plan, show_items, True))
+        with progress("removing", len(plan.items), enabled=not as_json) as bar:
+            result = plan.execute(opened, index=index, workers=workers, progress=bar.update)
+        render(as_json, {"plan": plan.to_json(), "executed": True, "result": result.to_json()},
+               lambda: _result_text(result))
+    finally:
+        if index is not None:
+            index.close()
+        for store in opened:
+            store.close()
+
+
+def _reconcile_text(plan: ReconcilePlan, executed: bool) -> str:
+    out = [f"reconcile {', '.join(plan.stores)} with {plan.index}: {plan.matched} entries agree, "
+           f"{len(plan.missing_in_store)} listed by the index but not in the store, "
+           f"{len(plan.missing_in_index)} in the store but not in the index, {len(plan.differ)} differ"]
+    for title, rows in (("index lists, store lacks (fix: forget)", plan.missing_in_store),
+                        ("store holds, index lacks (fix: register)", plan.missing_in_index),
+                        ("recorded differently (fix: register again)", plan.differ)):
+        if rows:
+            out.append("")
+            out.append(table([[r.store, r.path, r.detail] for r in rows[:50]], ["store", title, "detail"]))
+            if len(rows) > 50:
+                out.append(f"... and {len(rows) - 50} more (--json lists all)")
+    if not executed:
+        out.append("")
+        out.append("dry run: nothing was changed. Add --yes to apply the fixes." if plan.fixes
+                   else "the index and the stores agree.")
+    return "\n".join(out)
+
+
+@click.command("reconcile")
+@store_option("A store to compare with the index; repeatable. Default: NEFFCACHE_STORES.")
+@click.option("--fix", type=click.Choice(["both", "forget", "register"]), default="both", show_default=True,
+              help="Which direction to fix: forget index records no store backs, register entries the index "
+                   "lacks, or both.")
+@click.option("--yes", is_flag=True, help="Apply the fixes to the index. Without it, only report.")
+@json_option
+def reconcile_cmd(stores: tuple[str, ...], fix: str, yes: bool, as_json: bool) -> None:
+    """Compare the index server's records with what the stores hold.
+
+    Reports entries the index lists but no store holds (lost files, a prune whose evict
+    events never arrived) and entries a store holds that the index does not know (written
+    by a runtime, or while the index was down), and with --yes fixes the index.
+
+    \b
+    Example:
+      neffcache reconcile --store fsx:///mnt/fsx/neuron-cache --store s3://bucket/cache --yes
+    """
+    settings = load_settings()
+    if not settings.index_url:
+        raise ConfigError("reconcile needs the index server: set NEFFCACHE_INDEX_URL (and NEFFCACHE_TOKEN)")
+    opened = _stores(_urls(stores, settings), read_only=True)
+    index = open_index(settings.index_url, settings.token)
+    try:
+        with progress("comparing", enabled=not as_json) as bar:
+            plan = plan_reconcile(opened, index, fix=fix, progress=lambda n: bar.update(n, detail="entries"))
+        applied = plan.execute(index) if yes else None
+        data = {"plan": plan.to_json(), "executed": yes, "applied": applied.to_json() if applied else None}
+        render(as_json, data, lambda: _reconcile_text(plan, yes) + (f"\n{applied.summary()}" if applied else ""))
+    finally:
+        index.close()
+        for store in opened:
+            store.close()
+
+
+COMMANDS: list[click.Command] = [prune_cmd, reconcile_cmd]

@@ -1,0 +1,385 @@
+"""Executing a prune plan: re-check every item right before removing it, markers first.
+
+Per store, under the store-wide ``prune`` lease (two executions never interleave), entries go
+in chunks. For each entry of a chunk: take its publish lease (so no publisher writes into it
+while it is half-removed: a publisher that finds the marker gone asks for that lease first),
+list its files again and compare them with what the plan saw (anything republished, written
+to or locked since is skipped), and re-read its last-use stamp for age and size reasons.
+Then the chunk's journal is written (``.neffcache/prune/<plan>-<n>.json``: the files about to
+go), and the files are removed in phases across the chunk — see :func:`delete_order` — so at
+every instant each entry reads either as it was or as absent (uncommitted), never as a
+different entry. A prune killed at any point leaves at most journaled, uncommitted remains,
+which the next plan lists as ``interrupted`` and its execution finishes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from neffcache.entry import Entry, EntryState, FileInfo
+from neffcache.errors import ConfigError, EntryNotFound, IndexServerError
+from neffcache.layouts.neuronxcc import DONE, HLO, LOCK_SUFFIX, LOG, NEFF
+from neffcache.lease import Lease, LeaseRecord, held, lease_path, try_acquire
+from neffcache.manifest import MANIFEST_NAME
+from neffcache.prune_plan import ItemKind, PruneItem, PrunePlan, Reason, ago
+from neffcache.prune_sweep import LockJudge, lease_stale
+from neffcache.publish import PUBLISH_LEASE_TTL, publish_lease_name
+from neffcache.scan import load_entry
+from neffcache.stamps import stamp_path
+from neffcache.stores.base import CONTROL_DIR, Store
+
+if TYPE_CHECKING:
+    from neffcache.index import Index
+
+log = logging.getLogger(__name__)
+JOURNAL_DIR = f"{CONTROL_DIR}/prune"
+PRUNE_LEASE = "prune"
+CHUNK = 256
+MTIME_SLACK = 1.0  # S3's HEAD reports whole seconds where its listing has milliseconds
+
+
+@dataclass(frozen=True)
+class Skipped:
+    store: str
+    path: str
+    reason: Reason
+    why: str
+
+
+@dataclass(frozen=True)
+class PruneResult:
+    plan_id: str
+    removed: tuple[PruneItem, ...]
+    skipped: tuple[Skipped, ...]
+    seconds: float
+    interrupted: bool = False
+
+    @property
+    def freed_bytes(self) -> int:
+        return sum(item.size for item in self.removed)
+
+    def to_json(self, *, items: bool = True) -> dict[str, Any]:
+        by_reason: dict[str, dict[str, int]] = {}
+        for item in self.removed:
+            slot = by_reason.setdefault(item.reason.value, {"items": 0, "bytes": 0})
+            slot["items"] += 1
+            slot["bytes"] += item.size
+        out: dict[str, Any] = {
+            "plan": self.plan_id, "freed_bytes": self.freed_bytes, "removed": len(self.removed),
+            "removed_entries": sum(1 for i in self.removed if i.kind is ItemKind.ENTRY),
+            "by_reason": by_reason, "skipped": [s.__dict__ | {"reason": s.reason.value} for s in self.skipped],
+            "interrupted": self.interrupted, "seconds": round(self.seconds, 3),
+        }
+        if items:
+            out["removed_items"] = [{"store": i.store, "path": i.path, "reason": i.reason.value, "bytes": i.size}
+                                    for i in self.removed]
+        return out
+
+
+def delete_order(entry: Entry) -> list[list[str]]:
+    """An entry's files in removal phases (store paths).
+
+    Phase one removes what makes readers see the entry: runtime locks and the commit marker.
+    The last phase removes the one file that keeps the remains reading as uncommitted (the
+    manifest, or layout A's NEFF without ``model.done``), or — for entries the runtimes wrote
+    without a manifest and marker — the file that defines their state (the NEFF of a legacy
+    entry, the failure log, the HLO), so a half-removed entry never reads as another state.
+    """
+    names = set(entry.files)
+    locks = sorted(n for n in names if n.endswith(LOCK_SUFFIX))
+    if entry.layout == "neuronxcc":
+        anchor = next((n for n in (NEFF, MANIFEST_NAME, LOG, HLO) if n in names), None)
+        first = [*locks, *([DONE] if DONE in names and anchor != DONE else [])]
+    else:
+        manifest, marker = entry.manifest_name, entry.marker_name
+        if manifest in names:
+            first, anchor = [*locks, *([marker] if marker in names else [])], manifest
+        else:
+            anchor = marker if marker in names else max(names, default=None)
+            first = locks
+    rest = sorted(names - set(first) - {anchor}, key=lambda n: (n != MANIFEST_NAME, n))
+    phases = [first, rest, [anchor] if anchor else []]
+    return [[entry.store_path(n) for n in phase] for phase in phases if phase]
+
+
+def _same_files(current: Iterable[FileInfo], planned: Iterable[FileInfo]) -> bool:
+    now = {f.path: f for f in current}
+    then = {f.path: f for f in planned}
+    if now.keys() != then.keys():
+        return False
+    return all(now[p].size == then[p].size and abs(now[p].mtime - then[p].mtime) <= MTIME_SLACK for p in now)
+
+
+def discard(store: Store, paths: list[str]) -> None:
+    """Remove ``paths`` without counting them (S3 would list their directories to count)."""
+    if not paths:
+        return
+    quiet = getattr(store, "discard", None)
+    if quiet is not None:
+        quiet(paths)
+    else:
+        store.delete(paths)
+
+
+def read_journals(store: Store) -> dict[str, dict[str, list[str]]]:
+    """Journal path -> {entry path: files it was removing}, of prunes that did not finish."""
+    out: dict[str, dict[str, list[str]]] = {}
+    for info in store.iter_files(JOURNAL_DIR):
+        if not info.path.endswith(".json"):
+            continue
+        try:
+            data = json.loads(store.read_bytes(info.path))
+            out[info.path] = {str(p): [str(f) for f in files] for p, files in data["entries"].items()}
+        except (EntryNotFound, ValueError, KeyError, TypeError, AttributeError):
+            out[info.path] = {}  # torn or foreign: nothing to finish, removed after the next execution
+    return out
+
+
+def index_usage(index: Index | None, store_url: str) -> dict[str, float]:
+    """Entry path -> last hit the index recorded for entries of ``store_url`` (raises when down)."""
+    if index is None or not index.enabled:
+        return {}
+    return {row["path"]: float(row["last_used"]) for row in index.find_entries(store=store_url, page_size=1000)
+            if row.get("last_used") is not None}
+
+
+class _StoreRun:
+    """Executes one store's part of a plan."""
+
+    def __init__(self, plan: PrunePlan, store: Store, index: Index | None, usage: Mapping[str, float],
+                 stop: threading.Event) -> None:
+        self.plan = plan
+        self.store = store
+        self.index = index
+        self.usage = usage
+        self.stop = stop
+        self.policy = plan.policy
+        self.judge = LockJudge(store, self.policy, time.time(), {})
+        self.lock = threading.Lock()
+        self.removed: list[PruneItem] = []
+        self.skipped: list[Skipped] = []
+        self.done = 0
+
+    def skip(self, item: PruneItem, why: str) -> None:
+        with self.lock:
+            self.skipped.append(Skipped(item.store, item.path, item.reason, why))
+            self.done += 1
+
+    def _recheck(self, item: PruneItem, current: Entry | None) -> str | None:
+        if current is None:
+            return "gone already"
+        if item.files:
+            if not _same_files(current.files.values(), item.files):
+                return "changed since the plan (republished, written to or locked)"
+        else:
+            marker = current.files.get(current.marker_name)
+            if marker is not None and marker.mtime >= self.plan.created_at - MTIME_SLACK:
+                return "published after the plan was made"
+        if current.state is EntryState.LOCKED and not self.judge.all_stale(current):
+            return "locked by a compile that may still run"
+        if item.reason in (Reason.AGE, Reason.SIZE):
+            now = time.time()
+            stamp = self.store.stat(stamp_path(item.path))
+            used = max((t for t in (stamp.mtime if stamp else None, self.usage.get(item.path)) if t is not None),
+                       default=None)
+            if used is not None and now - used < self.policy.hit_grace:
+                return f"used {ago(now - used)} ago, within the hit grace period"
+            if used is not None and (item.last_used is None or used > item.last_used + MTIME_SLACK):
+                return "used since the plan was made"
+        return None
+
+    def entries(self, chunk: Sequence[PruneItem], number: int) -> None:
+        approved: list[tuple[PruneItem, Entry]] = []
+        leases: list[Lease] = []
+        started = time.monotonic()
+        try:
+            for item in chunk:
+                got = try_acquire(self.store, publish_lease_name(item.path), ttl=PUBLISH_LEASE_TTL)
+                if isinstance(got, LeaseRecord):
+                    self.skip(item, f"being published by {got.owner} (live lease)")
+                    continue
+                leases.append(got)
+                current = load_entry(self.store, item.path, read_manifest=False)
+                why = self._recheck(item, current)
+                if why is not None or current is None:
+                    self.skip(item, why or "gone already")
+                    continue
+                approved.append((item, current))
+            if approved:
+                self._remove(approved, number)
+        finally:
+            self._release(leases, started)
+
+    def _remove(self, approved: list[tuple[PruneItem, Entry]], number: int) -> None:
+        journal = f"{JOURNAL_DIR}/{self.plan.id}-{number}.json"
+        body = {"plan": self.plan.id, "created_at": self.plan.created_at,
+                "entries": {e.path: sorted(f.path for f in e.files.values()) for _, e in approved}}
+        self.store.put_file(journal, json.dumps(body).encode())
+        orders = [delete_order(entry) for _, entry in approved]
+        for phase in range(3):
+            discard(self.store, [p for order in orders if phase < len(order) for p in order[phase]])
+        discard(self.store, [stamp_path(item.path) for item, _ in approved])
+        discard(self.store, [journal])
+        with self.lock:
+            for item, entry in approved:
+                self.removed.append(PruneItem(**{**item.__dict__, "size": entry.size}))
+                self.done += 1
+        if self.index is not None and self.index.enabled:
+            for item, entry in approved:
+                if entry.committed:
+                    self.index.record("evict", path=entry.path, key=entry.key, namespace=entry.namespace.path,
+                                      toolchain=entry.toolchain, store=self.store.url,
+                                      message=f"prune ({item.reason.value}): {item.detail}")
+
+    def _release(self, leases: list[Lease], started: float) -> None:
+        if not leases:
+            return
+        if time.monotonic() - started < PUBLISH_LEASE_TTL / 2:
+            # Nobody takes over a lease before it expires (we are alive), so they are all still
+            # ours: drop them in one call instead of a read and a delete each.
+            discard(self.store, [lease.path for lease in leases])
+        else:
+            for lease in leases:
+                lease.release()
+
+    def loose(self, item: PruneItem) -> None:
+        """A file, runtime lock, lease file or multipart upload."""
+        why = self._loose(item)
+        if why is None:
+            with self.lock:
+                self.removed.append(item)
+                self.done += 1
+        else:
+            self.skip(item, why)
+
+    def _loose(self, item: PruneItem) -> str | None:
+        if item.kind is ItemKind.UPLOAD:
+            aborter = getattr(self.store, "abort_uploads", None)
+            if aborter is None:
+                return "this store has no multipart uploads"
+            aborted = aborter([_Upload(item.path, item.token or "", item.last_used or 0.0)])
+            return None if aborted else "completed or aborted already"
+        info = self.store.stat(item.path)
+        if info is None:
+            return "gone already"
+        if not _same_files([info], item.files):
+            return "changed since the plan"
+        if item.kind is ItemKind.LEASE:
+            return self._lease(item)
+        if item.kind is ItemKind.LOCK:
+            entry_path = item.path.rsplit("/", 1)[0]
+            got = try_acquire(self.store, publish_lease_name(entry_path), ttl=PUBLISH_LEASE_TTL)
+            if isinstance(got, LeaseRecord):
+                return f"entry is being published by {got.owner}"
+            try:
+                why = self.judge.why_live(entry_path, info)
+                if why is None:
+                    discard(self.store, [item.path])
+                return why
+            finally:
+                got.release()
+        discard(self.store, [item.path])
+        return None
+
+    def _lease(self, item: PruneItem) -> str | None:
+        # The takeover protocol of neffcache.lease: whoever creates the tombstone for this
+        # token owns the stale lease; a host taking it over at this instant loses to us or wins.
+        tombstone = f"{item.path}.taken-{item.token}"
+        if not self.store.put_file(tombstone, b"", exclusive=True):
+            return "someone is taking this lease over right now"
+        try:
+            record = LeaseRecord.from_bytes(self.store.read_bytes(item.path))
+        except EntryNotFound:
+            record = None
+        try:
+            if record is not None and (record.token != item.token or not lease_stale(record, time.time())):
+                return "renewed or taken over since the plan"
+            if record is not None and lease_path(record.name) != item.path:
+                return "not a lease file"
+            discard(self.store, [item.path])
+            return None
+        finally:
+            discard(self.store, [tombstone])
+
+
+@dataclass(frozen=True)
+class _Upload:
+    path: str
+    upload_id: str
+    initiated: float
+
+
+def execute(plan: PrunePlan, stores: Mapping[str, Store] | Iterable[Store], *, index: Index | None = None,
+            workers: int = 4, progress: Callable[[int, int], None] | None = None) -> PruneResult:
+    """Carry out ``plan`` on ``stores`` (matched by URL). Ctrl-C stops after the chunks in hand."""
+    by_url = dict(stores) if isinstance(stores, Mapping) else {s.url: s for s in stores}
+    missing = [url for url in plan.stores if plan.for_store(url) and url not in by_url]
+    if missing:
+        raise ConfigError(f"the plan is for {', '.join(missing)}, which was not given")
+    started = time.monotonic()
+    stop = threading.Event()
+    runs: list[_StoreRun] = []
+    total = len(plan.items)
+    interrupted = False
+    try:
+        for url in plan.stores:
+            items = plan.for_store(url)
+            store = by_url.get(url)
+            if store is None:
+                continue
+            store.check_writable()
+            try:
+                usage = index_usage(index, url) if any(i.reason in (Reason.AGE, Reason.SIZE) for i in items) else {}
+            except IndexServerError as exc:
+                log.warning("index unreachable (%s): re-checking last use by stamps only", exc)
+                usage = {}
+            run = _StoreRun(plan, store, index, usage, stop)
+            runs.append(run)
+            with held(store, PRUNE_LEASE, ttl=120.0):
+                _run_store(run, items, workers, progress, lambda: sum(r.done for r in runs), total)
+                discard(store, list(plan.journals.get(url, ())))
+    except KeyboardInterrupt:
+        stop.set()
+        interrupted = True
+        raise
+    finally:
+        if index is not None and index.enabled:
+            index.flush()
+        if interrupted:
+            log.warning("prune interrupted: rerun it to finish (the journal lists what was in progress)")
+    removed = tuple(i for r in runs for i in r.removed)
+    skipped = tuple(s for r in runs for s in r.skipped)
+    return PruneResult(plan.id, removed, skipped, time.monotonic() - started)
+
+
+def _run_store(run: _StoreRun, items: list[PruneItem], workers: int,
+               progress: Callable[[int, int], None] | None, done: Callable[[], int], total: int) -> None:
+    entries = [i for i in items if i.kind is ItemKind.ENTRY]
+    chunks = [entries[i:i + CHUNK] for i in range(0, len(entries), CHUNK)]
+
+    def one(numbered: tuple[int, list[PruneItem]]) -> None:
+        if not run.stop.is_set():
+            run.entries(numbered[1], numbered[0])
+            if progress is not None:
+                progress(done(), total)
+
+    with ThreadPoolExecutor(max(1, workers)) as pool:
+        try:
+            for _ in pool.map(one, enumerate(chunks)):
+                pass
+        except BaseException:
+            run.stop.set()  # let the chunks in hand finish; start no more
+            raise
+    # Loose items after the entries: an orphan stamp or lease may belong to an entry above.
+    for item in items:
+        if item.kind is not ItemKind.ENTRY and not run.stop.is_set():
+            run.loose(item)
+    if progress is not None:
+        progress(done(), total)

@@ -1,0 +1,251 @@
+"""What a prune will do, frozen before anything is touched (huggingface_hub's DeleteCacheStrategy).
+
+A :class:`PrunePlan` lists every item it would remove with its reason, size, toolchain and
+store (tier), the totals per reason, per toolchain and per tier, and what it deliberately kept
+(live leases, recent hits, locks of running compiles). Building one changes nothing;
+:meth:`PrunePlan.execute` is the only way to act on it, and execution re-checks every item
+right before removing it (see :mod:`neffcache.prune_exec`).
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from neffcache.entry import FileInfo
+from neffcache.errors import ConfigError
+from neffcache.toolchain import validate_version
+
+if TYPE_CHECKING:
+    from neffcache.index import Index
+    from neffcache.prune_exec import PruneResult
+    from neffcache.stores.base import Store
+
+
+DAY = 86400.0
+ALL_STORES = "*"
+
+
+def ago(seconds: float) -> str:
+    """A duration for people: 45m, 7h, 30d."""
+    if seconds >= 2 * DAY:
+        return f"{seconds / DAY:.0f}d"
+    if seconds >= 7200:
+        return f"{seconds / 3600:.0f}h"
+    return f"{seconds / 60:.0f}m"
+
+
+
+@dataclass(frozen=True)
+class PrunePolicy:
+    """What to prune. Rules are off unless asked for; the grace periods have safe defaults."""
+
+    keep_compilers: tuple[str, ...] = ()  # compiler versions to keep (already resolved, no "current")
+    keep_last: int | None = None  # keep the N newest compiler versions per target
+    older_than: float | None = None  # seconds without use
+    max_size: Mapping[str, int] = field(default_factory=dict)  # store URL (or "*") -> bytes
+    failed: bool = False
+    stale_locks: bool = False
+    garbage: bool = False
+    # A write younger than this may still be in flight: its temp files and uncommitted entries stay.
+    grace: float = 3600.0
+    # An entry used this recently is never pruned by age or size, whatever the plan said.
+    hit_grace: float = 3600.0
+    # A runtime's compile lock (no neffcache lease; the runtime never refreshes it) older than
+    # this is taken as the leftover of a killed compile. Longer than the longest compile.
+    lock_age: float = 6 * 3600.0
+
+    def __post_init__(self) -> None:
+        for version in self.keep_compilers:
+            validate_version(version)
+        if self.keep_last is not None and self.keep_last < 1:
+            raise ConfigError("--keep-last must be at least 1 (to remove every toolchain, name none to keep)")
+        for name in ("older_than", "grace", "hit_grace", "lock_age"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ConfigError(f"{name.replace('_', '-')} cannot be negative")
+        for store, limit in self.max_size.items():
+            if limit < 0:
+                raise ConfigError(f"--max-size for {store} cannot be negative")
+
+    @property
+    def prunes_compilers(self) -> bool:
+        return bool(self.keep_compilers) or self.keep_last is not None
+
+    @property
+    def selects_entries(self) -> bool:
+        return self.prunes_compilers or self.older_than is not None or bool(self.max_size) or self.failed
+
+    @property
+    def anything(self) -> bool:
+        return self.selects_entries or self.stale_locks or self.garbage
+
+    def budget_for(self, store: str) -> int | None:
+        return self.max_size.get(store, self.max_size.get(ALL_STORES))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"keep_compilers": list(self.keep_compilers), "keep_last": self.keep_last,
+                "older_than": self.older_than, "max_size": dict(self.max_size), "failed": self.failed,
+                "stale_locks": self.stale_locks, "garbage": self.garbage, "grace": self.grace,
+                "hit_grace": self.hit_grace, "lock_age": self.lock_age}
+
+
+
+class Reason(enum.StrEnum):
+    COMPILER = "compiler"  # a toolchain that is not kept
+    AGE = "age"  # not used for longer than --older-than
+    SIZE = "size"  # least recently used, over the tier's --max-size budget
+    FAILED = "failed"  # a cached compiler failure
+    STALE_LOCK = "stale-lock"  # a lease or runtime lock whose holder is gone
+    GARBAGE = "garbage"  # temp files, uncommitted writes, orphans, aborted uploads
+    INTERRUPTED = "interrupted"  # an entry a killed prune had started removing
+
+
+class ItemKind(enum.StrEnum):
+    ENTRY = "entry"  # a whole entry: commit marker first, then blobs, then the anchor file
+    FILE = "file"  # one loose file (temp file, orphan, stamp of a removed entry)
+    LOCK = "lock"  # a runtime lock file inside an entry (the entry itself stays)
+    LEASE = "lease"  # a neffcache lease file past its expiry or of a dead holder
+    UPLOAD = "upload"  # an S3 multipart upload nobody completed
+
+
+class Basis(enum.StrEnum):
+    """Where an entry's last use came from (age and size reasons only)."""
+
+    STAMP = "stamp"  # neffcache's per-entry stamp in the store
+    INDEX = "index"  # the index server's last hit
+    CREATED = "created"  # no record of any use: the time the entry was committed to this store
+
+
+@dataclass(frozen=True)
+class PruneItem:
+    store: str  # the store URL (tier) that holds it
+    path: str  # entry path, file path, lease file path or upload key
+    kind: ItemKind
+    reason: Reason
+    size: int
+    detail: str
+    toolchain: str = "-"
+    layout: str | None = None
+    state: str | None = None
+    files: tuple[FileInfo, ...] = ()  # what the plan saw: execution skips the item if this changed
+    last_used: float | None = None
+    basis: Basis | None = None
+    token: str | None = None  # the lease token or S3 upload id the plan saw
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "store": self.store, "path": self.path, "kind": self.kind.value, "reason": self.reason.value,
+            "bytes": self.size, "detail": self.detail, "toolchain": self.toolchain, "layout": self.layout,
+            "state": self.state, "last_used": self.last_used,
+            "basis": self.basis.value if self.basis else None,
+        }
+
+
+@dataclass(frozen=True)
+class Protected:
+    """An entry a rule selected but a safety rule kept."""
+
+    store: str
+    path: str
+    reason: Reason
+    why: str
+
+
+@dataclass(frozen=True)
+class Budget:
+    """One tier's size budget and how the plan meets it."""
+
+    store: str
+    limit: int
+    size_before: int  # committed entries before the plan
+    size_after: int  # what stays if the plan runs
+
+    @property
+    def met(self) -> bool:
+        return self.size_after <= self.limit
+
+
+@dataclass(frozen=True)
+class Group:
+    items: int
+    bytes: int
+
+
+def _group(items: Iterable[PruneItem], key: Callable[[PruneItem], str]) -> dict[str, Group]:
+    counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for item in items:
+        slot = counts[key(item)]
+        slot[0] += 1
+        slot[1] += item.size
+    return {k: Group(v[0], v[1]) for k, v in sorted(counts.items())}
+
+
+@dataclass(frozen=True)
+class PrunePlan:
+    """An immutable list of what to remove, and why. ``execute()`` acts on it."""
+
+    stores: tuple[str, ...]
+    items: tuple[PruneItem, ...]
+    created_at: float = field(default_factory=time.time)
+    id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
+    policy: PrunePolicy = field(default_factory=PrunePolicy)
+    protected: tuple[Protected, ...] = ()
+    budgets: tuple[Budget, ...] = ()
+    notes: tuple[str, ...] = ()
+    seconds: float = 0.0
+    # Journals of killed executions this plan finishes (store URL -> journal paths): the
+    # execution removes them once their entries are done.
+    journals: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @property
+    def expected_freed_size(self) -> int:
+        return sum(item.size for item in self.items)
+
+    @property
+    def entries(self) -> int:
+        return sum(1 for item in self.items if item.kind is ItemKind.ENTRY)
+
+    def by_reason(self) -> dict[str, Group]:
+        return _group(self.items, lambda i: i.reason.value)
+
+    def by_toolchain(self) -> dict[str, Group]:
+        return _group(self.items, lambda i: i.toolchain)
+
+    def by_store(self) -> dict[str, Group]:
+        return _group(self.items, lambda i: i.store)
+
+    def for_store(self, url: str) -> list[PruneItem]:
+        return [item for item in self.items if item.store == url]
+
+    def execute(self, stores: Mapping[str, Store] | Iterable[Store], *, index: Index | None = None,
+                workers: int = 4, progress: Callable[[int, int], None] | None = None) -> PruneResult:
+        """Remove the items, each re-checked right before; see :func:`neffcache.prune_exec.execute`."""
+        from neffcache.prune_exec import execute
+
+        return execute(self, stores, index=index, workers=workers, progress=progress)
+
+    def to_json(self, *, items: bool = True) -> dict[str, Any]:
+        def groups(data: dict[str, Group]) -> dict[str, dict[str, int]]:
+            return {k: {"items": g.items, "bytes": g.bytes} for k, g in data.items()}
+
+        out: dict[str, Any] = {
+            "id": self.id, "created_at": self.created_at, "stores": list(self.stores),
+            "policy": self.policy.to_json(), "expected_freed_bytes": self.expected_freed_size,
+            "entries": self.entries, "item_count": len(self.items),
+            "by_reason": groups(self.by_reason()), "by_toolchain": groups(self.by_toolchain()),
+            "by_store": groups(self.by_store()),
+            "budgets": [{"store": b.store, "limit": b.limit, "size_before": b.size_before,
+                         "size_after": b.size_after, "met": b.met} for b in self.budgets],
+            "protected": [{"store": p.store, "path": p.path, "reason": p.reason.value, "why": p.why}
+                          for p in self.protected],
+            "notes": list(self.notes), "seconds": round(self.seconds, 3),
+        }
+        if items:
+            out["items"] = [item.to_json() for item in self.items]
+        return out

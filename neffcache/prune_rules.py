@@ -1,0 +1,190 @@
+"""The rules that choose entries to prune: toolchain, age, size budget, failed.
+
+Rules see :class:`Candidate` records, not store listings, so the same rules run on a scan of a
+store or on the index server's rows. Each entry gets at most one reason, the first rule that
+selects it in the order compiler, failed, age, size; the size budget runs last because it
+depends on what the other rules leave behind.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from neffcache.entry import Entry, EntryState, FileInfo
+from neffcache.prune_plan import Basis, Budget, ItemKind, Protected, PruneItem, PrunePolicy, Reason, ago
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One entry of one store, as the rules see it."""
+
+    store: str
+    path: str
+    layout: str
+    compiler_version: str | None
+    target: str | None
+    lnc: int | None
+    state: EntryState
+    size: int
+    created: float  # when it was committed to this store (the commit marker's mtime)
+    last_used: float | None = None  # the newest of its stamp and its index record
+    basis: Basis = Basis.CREATED
+    committed: bool = True
+    files: tuple[FileInfo, ...] = ()  # empty for candidates from the index (no listing)
+    stale_locks: bool = False  # LOCKED only by locks the stale-lock rule would remove
+    lease_holder: str | None = None  # owner of a live publish lease on it, if any
+
+    @property
+    def used(self) -> float:
+        return self.last_used if self.last_used is not None else self.created
+
+    @property
+    def toolchain(self) -> str:
+        return toolchain_label(self.compiler_version, self.target, self.lnc)
+
+
+def toolchain_label(version: str | None, target: str | None, lnc: int | None) -> str:
+    if not version:
+        return "(unknown toolchain)"
+    where = f"{target} lnc={lnc}" if target else "(target not recorded)"
+    return f"neuronxcc-{version} {where}"
+
+
+def created_time(entry: Entry) -> float:
+    marker = entry.files.get(entry.marker_name)
+    return marker.mtime if marker is not None else entry.mtime
+
+
+def version_key(version: str) -> tuple[Any, ...]:
+    """Order compiler versions numerically: 2.9 < 2.10, 2.27.5334.0+f702b353 by its release part."""
+    release, _, local = version.partition("+")
+    parts = tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"[.\-_]", release))
+    return (parts, local)
+
+
+Group = tuple[str | None, int | None]  # (target, lnc); None where the root has no target directory
+
+
+def kept_versions(candidates: Iterable[Candidate], policy: PrunePolicy) -> dict[Group, set[str]]:
+    """Per (target, lnc): the versions to keep. ``--keep-last`` counts each target's own versions,
+    because trn1 and trn2 fleets move to a new compiler on their own schedules."""
+    seen: dict[Group, set[str]] = defaultdict(set)
+    for c in candidates:
+        if c.compiler_version:
+            seen[(c.target, c.lnc)].add(c.compiler_version)
+    kept: dict[Group, set[str]] = {}
+    for group, versions in seen.items():
+        keep = {v for v in versions if v in policy.keep_compilers}
+        if policy.keep_last is not None:
+            keep |= set(sorted(versions, key=version_key, reverse=True)[: policy.keep_last])
+        kept[group] = keep
+    return kept
+
+
+def entry_item(c: Candidate, reason: Reason, detail: str) -> PruneItem:
+    with_use = reason in (Reason.AGE, Reason.SIZE)
+    return PruneItem(c.store, c.path, ItemKind.ENTRY, reason, c.size, detail, c.toolchain, c.layout,
+                     c.state.value if c.committed else "UNCOMMITTED", c.files,
+                     c.last_used if with_use else None, c.basis if with_use else None)
+
+
+@dataclass
+class Selection:
+    items: list[PruneItem] = field(default_factory=list)
+    protected: list[Protected] = field(default_factory=list)
+    budgets: list[Budget] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def select_entries(candidates: Sequence[Candidate], policy: PrunePolicy, now: float | None = None,
+                   stores: Sequence[str] = ()) -> Selection:
+    """Apply the entry rules to ``candidates`` (committed and uncommitted entries of every store)."""
+    now = time.time() if now is None else now
+    out = Selection()
+    chosen: set[tuple[str, str]] = set()
+
+    def guard(c: Candidate, reason: Reason) -> bool:
+        """True when a safety rule keeps ``c`` (and records why)."""
+        why = None
+        if c.lease_holder:
+            why = f"being published by {c.lease_holder} (live lease)"
+        elif c.state is EntryState.LOCKED and not c.stale_locks:
+            why = "locked by a compile that may still run"
+        elif reason in (Reason.AGE, Reason.SIZE) and c.last_used is not None and now - c.last_used < policy.hit_grace:
+            why = f"used {ago(now - c.last_used)} ago, within the {ago(policy.hit_grace)} grace period"
+        if why:
+            out.protected.append(Protected(c.store, c.path, reason, why))
+        return why is not None
+
+    def take(c: Candidate, reason: Reason, detail: str) -> None:
+        if (c.store, c.path) in chosen or guard(c, reason):
+            return
+        chosen.add((c.store, c.path))
+        out.items.append(entry_item(c, reason, detail))
+
+    if policy.prunes_compilers:
+        kept = kept_versions(candidates, policy)
+        unknown = 0
+        for c in candidates:
+            if not c.compiler_version:
+                unknown += c.committed
+                continue
+            keep = kept.get((c.target, c.lnc), set())
+            if c.compiler_version not in keep:
+                # Uncommitted leftovers of an obsolete namespace go with it: no grace needed, a
+                # publish in flight holds its lease and is protected by it.
+                names = ", ".join(sorted(keep, key=version_key)) or "none"
+                take(c, Reason.COMPILER, f"compiler {c.compiler_version} not kept (keeping {names})")
+        if unknown:
+            out.notes.append(f"{unknown} entries of unknown toolchain (runtime-written, no manifest, no "
+                             "version directory) kept: compiler rules cannot tell what made them")
+    committed = [c for c in candidates if c.committed]
+    if policy.failed:
+        for c in committed:
+            if c.state is EntryState.FAILED:
+                take(c, Reason.FAILED, "cached compiler failure (the runtime skips it until retried)")
+    if policy.older_than is not None:
+        cutoff = now - policy.older_than
+        for c in committed:
+            if c.used < cutoff:
+                what = "last used" if c.last_used is not None else "committed (no record of any use)"
+                take(c, Reason.AGE, f"{what} {ago(now - c.used)} ago ({c.basis.value})")
+    if policy.max_size:
+        _budgets(committed, policy, now, stores, chosen, take, out)
+    no_use = sum(1 for it in out.items if it.basis is Basis.CREATED)
+    if no_use:
+        out.notes.append(f"{no_use} entries have no last-use record (no stamp, no index hit): their age is "
+                         "the time they were committed to the store")
+    return out
+
+
+def _budgets(committed: Sequence[Candidate], policy: PrunePolicy, now: float, stores: Sequence[str],
+             chosen: set[tuple[str, str]], take: Any, out: Selection) -> None:
+    by_store: dict[str, list[Candidate]] = defaultdict(list)
+    for c in committed:
+        by_store[c.store].append(c)
+    for store in stores or sorted(by_store):
+        limit = policy.budget_for(store)
+        if limit is None:
+            continue
+        entries = by_store.get(store, [])
+        before = sum(c.size for c in entries)
+        size = sum(c.size for c in entries if (store, c.path) not in chosen)
+        # Least recently used first; ties by size, largest first (fewer removals for the same bytes).
+        for c in sorted(entries, key=lambda c: (c.used, -c.size)):
+            if size <= limit:
+                break
+            if (store, c.path) in chosen:
+                continue
+            take(c, Reason.SIZE, f"over the {limit} B budget; last used {ago(now - c.used)} ago ({c.basis.value})")
+            if (store, c.path) in chosen:
+                size -= c.size
+        out.budgets.append(Budget(store, limit, before, size))
+        if size > limit:
+            out.notes.append(f"{store}: the budget of {limit} B cannot be met ({size} B stay): the rest is "
+                             "protected (recent use, live lease or running compile)")

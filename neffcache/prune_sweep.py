@@ -1,0 +1,233 @@
+"""Finding what no reader needs: stale locks and leases, temp files, uncommitted writes, orphans.
+
+The rules, and why they are sound:
+
+- **Lease files** (``.neffcache/leases/``) are stale when past their expiry or when their
+  holder ran on this host and its pid is gone — the same test :func:`neffcache.lease.try_acquire`
+  uses to take one over. Removal goes through the lease's takeover tombstone, so a host taking
+  the lease over at the same instant and prune never both act on it.
+- **Runtime compile locks** (``model.hlo_module.pb.lock``, written by libneuronxla, 0 bytes,
+  never refreshed, no owner inside) are stale when all of: older than ``lock_age`` (default 6 h,
+  longer than the longest compile), no live neffcache lease on the entry, and — on a local or
+  shared mount — no process on this host holds a lock on the file (``/proc/locks``). A lock
+  younger than that is left alone even if its compile died: we cannot tell, and a duplicate
+  compile costs less than a corrupted one.
+- **Garbage** waits out ``grace`` (default 1 h) so a write in flight is never taken for debris:
+  temp files (``.neffcache-tmp-``) and leftover staging directories by their mtime, uncommitted
+  entries by their newest file and only without a live publish lease, stamps of entries that no
+  longer exist, S3 multipart uploads by their start time. Files no layout claims are removed
+  only inside a cache namespace (``neuronxcc-<v>/``, ``torchneuron-<v>/``) or neffcache's
+  control directory: a store URL pointing one level too high must not cost anyone their files.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from neffcache.entry import Entry, FileInfo
+from neffcache.layouts.base import TEMP_MARKER
+from neffcache.layouts.neuronxcc import LOCK_SUFFIX
+from neffcache.lease import LEASE_DIR, LeaseRecord
+from neffcache.prune_plan import ItemKind, Protected, PruneItem, PrunePolicy, Reason, ago
+from neffcache.publish import publish_lease_name
+from neffcache.scan import ScanReport
+from neffcache.stamps import STAMP_DIR
+from neffcache.stores.base import CONTROL_DIR, Store
+
+STAGING_DIR = f"{CONTROL_DIR}/staging"
+_NAMESPACE_DIR = re.compile(r"(?:^|/)(?:neuronxcc|torchneuron)-[0-9][^/]*/")
+_TOMBSTONE = ".taken-"
+_STAMP_SUFFIX = ".used"
+
+
+@dataclass(frozen=True)
+class LeaseFile:
+    info: FileInfo
+    record: LeaseRecord | None  # None for a tombstone
+
+
+def read_leases(store: Store) -> list[LeaseFile]:
+    """Every lease file and takeover tombstone, each lease read once (there are few)."""
+    out = []
+    for info in store.iter_files(LEASE_DIR):
+        if _TOMBSTONE in info.path.rsplit("/", 1)[-1]:
+            out.append(LeaseFile(info, None))
+        elif info.path.endswith(".lease"):
+            try:
+                raw = store.read_bytes(info.path)
+            except FileNotFoundError:
+                continue  # released while we listed
+            record = LeaseRecord.from_bytes(raw) or LeaseRecord("(unreadable)", "(unreadable)", "torn", "", 0,
+                                                                0.0, 0.0)
+            out.append(LeaseFile(info, record))
+    return out
+
+
+def lease_stale(record: LeaseRecord, now: float) -> bool:
+    return record.expired(now) or record.holder_dead_here()
+
+
+def live_holders(leases: Iterable[LeaseFile], now: float) -> dict[str, str]:
+    """Lease name -> owner, for every live lease."""
+    return {lf.record.name: lf.record.owner for lf in leases
+            if lf.record is not None and not lease_stale(lf.record, now)}
+
+
+def held_file_locks() -> set[tuple[int, int]]:
+    """(device, inode) of every file a process on this host holds a POSIX or flock lock on."""
+    held: set[tuple[int, int]] = set()
+    try:
+        with open("/proc/locks") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return held
+    for line in lines:
+        parts = line.split()
+        # "1: POSIX  ADVISORY  WRITE 3776 fe:00:1474578 0 EOF" ("->" marks a blocked waiter)
+        fields = [p for p in parts if p.count(":") == 2]
+        if not fields:
+            continue
+        major, minor, inode = fields[0].split(":")
+        try:
+            held.add((os.makedev(int(major, 16), int(minor, 16)), int(inode)))
+        except ValueError:
+            continue
+    return held
+
+
+class LockJudge:
+    """Decides whether a runtime compile lock is stale (see the module docstring)."""
+
+    def __init__(self, store: Store, policy: PrunePolicy, now: float, live: Mapping[str, str]) -> None:
+        self.store = store
+        self.policy = policy
+        self.now = now
+        self.live = live
+        self.local = store.local_path(CONTROL_DIR) is not None  # a filesystem: /proc/locks can see its locks
+        self.held = held_file_locks() if self.local else set()
+
+    def why_live(self, entry_path: str, lock: FileInfo) -> str | None:
+        """None when the lock is stale, else why it is not."""
+        age = self.now - lock.mtime
+        if age < self.policy.lock_age:
+            return f"lock is {ago(age)} old, younger than --lock-age {ago(self.policy.lock_age)}"
+        holder = self.live.get(publish_lease_name(entry_path))
+        if holder:
+            return f"live lease held by {holder}"
+        if self.local:
+            local = self.store.local_path(lock.path)
+            try:
+                st = os.stat(local) if local is not None else None
+            except OSError:
+                st = None
+            if st is not None and (st.st_dev, st.st_ino) in self.held:
+                return "a process on this host holds a lock on the file"
+        return None
+
+    def locks(self, entry: Entry) -> list[FileInfo]:
+        return [info for name, info in entry.files.items() if name.endswith(LOCK_SUFFIX)]
+
+    def all_stale(self, entry: Entry) -> bool:
+        locks = self.locks(entry)
+        return bool(locks) and all(self.why_live(entry.path, lock) is None for lock in locks)
+
+
+@dataclass
+class Sweep:
+    items: list[PruneItem] = field(default_factory=list)
+    protected: list[Protected] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _file(store: Store, info: FileInfo, reason: Reason, detail: str, kind: ItemKind = ItemKind.FILE) -> PruneItem:
+    return PruneItem(store.url, info.path, kind, reason, info.size, detail, files=(info,))
+
+
+def sweep_locks(store: Store, report: ScanReport, leases: list[LeaseFile], judge: LockJudge, now: float,
+                policy: PrunePolicy) -> Sweep:
+    out = Sweep()
+    live_tokens = {lf.record.token for lf in leases if lf.record is not None}
+    for lf in leases:
+        if lf.record is None:
+            # A tombstone outlives its takeover only when the taker died mid-way (takeovers take ms).
+            token = lf.info.path.rsplit(_TOMBSTONE, 1)[-1]
+            if now - lf.info.mtime > policy.grace or token not in live_tokens:
+                out.items.append(_file(store, lf.info, Reason.STALE_LOCK, "lease takeover tombstone left behind"))
+        elif lease_stale(lf.record, now):
+            rec = lf.record
+            why = (f"holder {rec.owner} is gone (pid {rec.pid} not running on this host)" if rec.holder_dead_here()
+                   else f"expired {ago(now - rec.expires_at)} ago (owner {rec.owner})")
+            out.items.append(PruneItem(store.url, lf.info.path, ItemKind.LEASE, Reason.STALE_LOCK, lf.info.size,
+                                       f"lease {rec.name}: {why}", files=(lf.info,), token=rec.token))
+    for entry in report.entries:
+        for lock in judge.locks(entry):
+            live_why = judge.why_live(entry.path, lock)
+            if live_why is None:
+                out.items.append(PruneItem(
+                    store.url, lock.path, ItemKind.LOCK, Reason.STALE_LOCK, lock.size,
+                    f"runtime compile lock {ago(now - lock.mtime)} old, no lease, no process holds it",
+                    layout=entry.layout, state=entry.state.value, files=(lock,)))
+            else:
+                out.protected.append(Protected(store.url, lock.path, Reason.STALE_LOCK, live_why))
+    return out
+
+
+def sweep_garbage(store: Store, report: ScanReport, stamps: Mapping[str, FileInfo], live: Mapping[str, str],
+                  now: float, policy: PrunePolicy, taken: set[str]) -> tuple[Sweep, list[Entry]]:
+    """Loose garbage as items; uncommitted entries old enough to be garbage are returned for the
+    caller to turn into entry items (they are removed like entries: under their publish lease)."""
+    out = Sweep()
+    young = outside = 0
+    for info in report.garbage:
+        name = info.path.rsplit("/", 1)[-1]
+        if now - info.mtime <= policy.grace:
+            young += 1
+        elif TEMP_MARKER in name:
+            out.items.append(_file(store, info, Reason.GARBAGE, "temp file of an interrupted write"))
+        elif _NAMESPACE_DIR.search(info.path) or info.path.startswith(CONTROL_DIR + "/"):
+            out.items.append(_file(store, info, Reason.GARBAGE, "orphan file no layout claims"))
+        else:
+            outside += 1
+    for info in store.iter_files(STAGING_DIR):
+        if now - info.mtime > policy.grace:
+            out.items.append(_file(store, info, Reason.GARBAGE, "leftover of an interrupted transfer (staging)"))
+    existing = {e.path for e in report.entries} | {e.path for e in report.uncommitted}
+    for path, info in stamps.items():
+        if path not in existing and path not in taken and now - info.mtime > policy.grace:
+            out.items.append(_file(store, info, Reason.GARBAGE, "last-use stamp of an entry that is gone"))
+    uncommitted = []
+    for entry in report.uncommitted:
+        if entry.path in taken:
+            continue
+        holder = live.get(publish_lease_name(entry.path))
+        if holder:
+            out.protected.append(Protected(store.url, entry.path, Reason.GARBAGE, f"being published by {holder}"))
+        elif now - entry.mtime <= policy.grace:
+            young += 1
+        else:
+            uncommitted.append(entry)
+    lister = getattr(store, "incomplete_uploads", None)
+    if lister is not None:
+        for up in lister(policy.grace):
+            out.items.append(PruneItem(store.url, up.path, ItemKind.UPLOAD, Reason.GARBAGE, 0,
+                                       f"multipart upload started {ago(now - up.initiated)} ago, never completed",
+                                       token=up.upload_id, last_used=up.initiated))
+    if young:
+        out.notes.append(f"{store.url}: {young} temp files or uncommitted writes younger than the "
+                         f"{ago(policy.grace)} grace period kept (they may be in flight)")
+    if outside:
+        out.notes.append(f"{store.url}: {outside} unknown files outside any cache namespace kept "
+                         "(not neffcache's to remove)")
+    return out, uncommitted
+
+
+def stamp_files(store: Store) -> dict[str, FileInfo]:
+    """Entry path -> its last-use stamp file, from one listing (as :func:`neffcache.stamps.last_used`)."""
+    out = {}
+    for info in store.iter_files(STAMP_DIR):
+        if info.path.endswith(_STAMP_SUFFIX):
+            out[info.path[len(STAMP_DIR) + 1 : -len(_STAMP_SUFFIX)]] = info
+    return out

@@ -1,0 +1,186 @@
+"""Comparing the index server's catalog with what the stores hold, and fixing the index.
+
+The two drift apart for ordinary reasons: a runtime writes entries the index never hears of,
+an evict event is lost, an operator deletes a directory by hand, a publish happens while the
+index is down and its spool is wiped. :func:`plan_reconcile` lists, per store,
+
+- entries the index says the store holds but the store does not (fix: forget that location),
+- entries the store holds that the index does not list for it (fix: register them),
+- entries both know but record in different states (fix: register them again);
+
+as a frozen plan, like a prune: :meth:`ReconcilePlan.execute` applies the fixes. The stores
+are never changed: a store is the truth about its own bytes, the index is a catalog of it.
+
+The index is reached through :class:`IndexCatalog`, the four calls used here, so anything
+with those methods (the HTTP client, a test double) can stand in.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from neffcache.entry import Entry
+from neffcache.errors import ConfigError, CorruptEntry, EntryNotFound, NeffcacheError
+from neffcache.index.records import EntryRecord
+from neffcache.manifest import Manifest
+from neffcache.prune_rules import created_time
+from neffcache.scan import scan
+from neffcache.stores.base import Store
+
+FIXES = ("both", "forget", "register")
+
+
+class IndexCatalog(Protocol):
+    @property
+    def url(self) -> str | None: ...
+
+    def find_entries(self, *, page_size: int = 500, **filters: Any) -> Iterator[dict[str, Any]]: ...
+
+    def forget(self, path: str, store: str | None = None) -> dict[str, Any] | None: ...
+
+    def register_entries(self, records: Iterable[EntryRecord]) -> None: ...
+
+    def flush(self) -> Any: ...
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    store: str
+    path: str
+    detail: str
+    record: EntryRecord | None = None  # what registering would send
+
+
+@dataclass(frozen=True)
+class ReconcileResult:
+    forgotten: int
+    registered: int
+    errors: tuple[str, ...] = ()
+
+    def summary(self) -> str:
+        text = f"index fixed: {self.forgotten} records forgotten, {self.registered} entries registered"
+        return text + (f"; {len(self.errors)} errors: {self.errors[0]}" if self.errors else "")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"forgotten": self.forgotten, "registered": self.registered, "errors": list(self.errors)}
+
+
+@dataclass(frozen=True)
+class ReconcilePlan:
+    stores: tuple[str, ...]
+    index: str
+    matched: int
+    missing_in_store: tuple[Mismatch, ...]
+    missing_in_index: tuple[Mismatch, ...]
+    differ: tuple[Mismatch, ...]
+    fix: str = "both"
+    created_at: float = field(default_factory=time.time)
+
+    @property
+    def to_forget(self) -> tuple[Mismatch, ...]:
+        return self.missing_in_store if self.fix in ("both", "forget") else ()
+
+    @property
+    def to_register(self) -> tuple[Mismatch, ...]:
+        return self.missing_in_index + self.differ if self.fix in ("both", "register") else ()
+
+    @property
+    def fixes(self) -> int:
+        return len(self.to_forget) + len(self.to_register)
+
+    def execute(self, index: IndexCatalog) -> ReconcileResult:
+        """Apply the fixes. Registrations are reports (spooled if the index is down); a forget is a
+        question and its failure is listed, not raised, so one bad record does not stop the rest."""
+        forgotten = 0
+        errors: list[str] = []
+        for m in self.to_forget:
+            try:
+                if index.forget(m.path, store=m.store) is not None:
+                    forgotten += 1
+            except (NeffcacheError, OSError) as exc:  # reported per record; the rest still runs
+                errors.append(f"{m.path}: {exc}")
+        records = [m.record for m in self.to_register if m.record is not None]
+        for start in range(0, len(records), 500):
+            index.register_entries(records[start:start + 500])
+        index.flush()
+        return ReconcileResult(forgotten, len(records), tuple(errors))
+
+    def to_json(self) -> dict[str, Any]:
+        def rows(items: Sequence[Mismatch]) -> list[dict[str, str]]:
+            return [{"store": m.store, "path": m.path, "detail": m.detail} for m in items]
+
+        return {"stores": list(self.stores), "index": self.index, "matched": self.matched, "fix": self.fix,
+                "missing_in_store": rows(self.missing_in_store), "missing_in_index": rows(self.missing_in_index),
+                "differ": rows(self.differ), "fixes": self.fixes}
+
+
+def entry_record(entry: Entry, store_url: str, manifest: Manifest | None) -> EntryRecord:
+    """What a publisher would have registered for ``entry`` in ``store_url``."""
+    tc = entry.toolchain
+    neff = manifest.files.get(entry.marker_name if entry.layout == "torchneuron" else "model.neff") \
+        if manifest else None
+    record: EntryRecord = {
+        "path": entry.path, "layout": "torchneuron" if entry.layout == "torchneuron" else "neuronxcc",
+        "key": entry.key, "namespace": entry.namespace.path,
+        "toolchain": {"compiler_version": tc.compiler_version, "target": tc.target, "lnc": tc.lnc} if tc else None,
+        "state": entry.state.value, "size": manifest.size if manifest else entry.size,
+        "neff_sha256": neff.sha256 if neff else None, "store": store_url,
+        "tags": dict(manifest.tags) if manifest else {},
+        "created": manifest.created if manifest else created_time(entry),
+        "producer": manifest.producer if manifest else "",
+        "compile_seconds": manifest.compile_seconds if manifest else None,
+    }
+    return record
+
+
+def _with_manifests(store: Store, entries: Sequence[Entry]) -> dict[str, Manifest | None]:
+    def read(entry: Entry) -> tuple[str, Manifest | None]:
+        if not entry.has_manifest:
+            return entry.path, None
+        try:
+            return entry.path, Manifest.from_bytes(store.read_bytes(entry.store_path(entry.manifest_name)))
+        except (EntryNotFound, CorruptEntry):
+            return entry.path, None
+
+    with ThreadPoolExecutor(8) as pool:
+        return dict(pool.map(read, entries))
+
+
+def plan_reconcile(stores: Sequence[Store], index: IndexCatalog, *, fix: str = "both",
+                   progress: Callable[[int], None] | None = None) -> ReconcilePlan:
+    """Compare ``index`` with ``stores``. Reads only (manifests only of entries to register)."""
+    if fix not in FIXES:
+        raise ConfigError(f"--fix must be one of {', '.join(FIXES)}")
+    matched = 0
+    missing_store: list[Mismatch] = []
+    missing_index: list[Mismatch] = []
+    differ: list[Mismatch] = []
+    for store in stores:
+        rows: Mapping[str, dict[str, Any]] = {row["path"]: row for row in index.find_entries(store=store.url,
+                                                                                              page_size=1000)}
+        report = scan(store, progress=progress)
+        held = {e.path: e for e in report.entries}
+        for path, row in sorted(rows.items()):
+            if path not in held:
+                missing_store.append(Mismatch(store.url, path, f"{row.get('state')} entry, "
+                                              f"{row.get('size')} B, not in the store"))
+        register: list[tuple[Entry, str]] = []
+        for path, entry in held.items():
+            known = rows.get(path)
+            if known is None:
+                register.append((entry, f"{entry.state.value} entry ({entry.layout}) unknown to the index"))
+            elif known.get("state") != entry.state.value:
+                detail = f"index says {known.get('state')}, the store holds a {entry.state.value} entry"
+                register.append((entry, detail))
+            else:
+                matched += 1
+        manifests = _with_manifests(store, [e for e, _ in register])
+        for entry, detail in sorted(register, key=lambda pair: pair[0].path):
+            mismatch = Mismatch(store.url, entry.path, detail, entry_record(entry, store.url, manifests[entry.path]))
+            (differ if entry.path in rows else missing_index).append(mismatch)
+    return ReconcilePlan(tuple(s.url for s in stores), str(getattr(index, "url", None) or "(index)"), matched,
+                         tuple(missing_store), tuple(missing_index), tuple(differ), fix)
