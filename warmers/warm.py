@@ -1,0 +1,320 @@
+"""``neffcache warm``: run a workload compile-only over shape buckets, publish what it compiled.
+
+One-phase (any layout): each bucket's workload runs with the compile-only contract
+(``TORCH_NEURONX_COMPILE_ONLY=1``, ``NEURON_RT_FAKE_INSTANCE_TYPE``) and the cache variables of
+both layouts pointed at the toolchain's namespace in the work store; the runtime finds what
+the stores hold (prefetched from the remote tiers first) and compiles only what is missing.
+Its log lines say which entries were hits and which it compiled; those get their manifest
+(tags, toolchain, compile time) and are published to the other tiers.
+
+Two-phase (layout A, like ``neuron_parallel_compile``): the workloads only extract their
+graphs (``NEURON_EXTRACT_GRAPHS_ONLY=1``), then :class:`~.compiling.CompilePool` compiles
+every pending HLO itself: bounded, memory-aware, under a per-compile timeout, and leased so
+shards on different hosts never compile the same graph twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shlex
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from neffcache.entry import EntryState, Namespace
+from neffcache.ingest import read_flags
+from neffcache.jobenv import job_env
+from neffcache.layouts import get_layout
+from neffcache.layouts.neuronxcc import HLO, LOG
+from neffcache.scan import load_entry, scan
+from neffcache.toolchain import Toolchain
+
+from .children import Children, wait_all
+from .compiling import CompileJob, CompileOutcome, CompilePool, record_outcome
+from .logscan import Pattern, entry_of
+from .matrix import Bucket, Shard, shard_buckets
+from .memory import MemoryGate
+from .placement import Placement
+from .report import GroupReport, WarmReport
+from .watchdog import CompileWatchdog
+from .workload import WorkloadRun, remove_dead_locks, run_workload
+
+log = logging.getLogger(__name__)
+Progress = Callable[[str], None]
+UNATTRIBUTED = "(unattributed)"
+
+
+@dataclass
+class WarmRequest:
+    command: Sequence[str]
+    instance: str
+    toolchain: Toolchain
+    compiler: Path
+    buckets: Sequence[Bucket]
+    patterns: Sequence[Pattern]
+    log_dir: Path
+    shard: Shard = field(default_factory=Shard)
+    parallel: int = 1
+    two_phase: bool = False
+    timeout: float | None = None  # per workload
+    compile_timeout: float | None = None
+    compile_memory_mb: float | None = None
+    retry_failed: bool = False
+    prefetch: bool = True
+    tags: Mapping[str, str] = field(default_factory=dict)
+    base_env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+
+
+def workload_env(req: WarmRequest, root: str, notes: list[str]) -> dict[str, str]:
+    """The compile-only contract, both layouts' cache variables, the compiler first on PATH."""
+    env = dict(req.base_env)
+    cache_vars, job_notes = job_env(root, req.toolchain)
+    notes.extend(n for n in job_notes if "--cache_dir" not in n)
+    env.update(cache_vars)
+    env.update({"TORCH_NEURONX_COMPILE_ONLY": "1", "NEURON_RT_FAKE_INSTANCE_TYPE": req.instance})
+    flags = shlex.split(env.get("NEURON_CC_FLAGS", ""))
+    # --cache_dir would win over NEURON_COMPILE_CACHE_URL and send NEFFs past the namespace.
+    kept = [f for i, f in enumerate(flags) if not f.startswith("--cache_dir")
+            and not (i and flags[i - 1] == "--cache_dir")]
+    if len(kept) != len(flags):
+        notes.append("removed --cache_dir from NEURON_CC_FLAGS: the warm-up writes to the namespace")
+    if req.retry_failed and "--retry_failed_compilation" not in kept:
+        kept.append("--retry_failed_compilation")
+    env["NEURON_CC_FLAGS"] = shlex.join(kept)
+    if not env["NEURON_CC_FLAGS"]:
+        del env["NEURON_CC_FLAGS"]
+    if req.two_phase:
+        env["NEURON_EXTRACT_GRAPHS_ONLY"] = "1"
+    # The runtime runs `neuronx-cc` from PATH: make it the one we resolved the toolchain with.
+    env["PATH"] = os.pathsep.join([str(req.compiler.parent), env.get("PATH", os.defpath)])
+    return env
+
+
+def _log_name(bucket: Bucket) -> str:
+    return f"{bucket.index:03d}-{re.sub(r'[^A-Za-z0-9_.=-]+', '_', bucket.name)[:80]}.log"
+
+
+class Warmer:
+    def __init__(self, req: WarmRequest, placement: Placement, children: Children,
+                 progress: Progress | None = None) -> None:
+        self.req = req
+        self.placement = placement
+        self.children = children
+        self.progress = progress or (lambda message: None)
+        tc = req.toolchain
+        self.namespaces = [get_layout(n).namespace_for(tc) for n in ("neuronxcc", "torchneuron")]
+        self.live_groups: set[int] = set()
+        self.report = WarmReport("warm", {**tc.to_json(), "instance": req.instance},
+                                 [ns.path for ns in self.namespaces], [s.url for s in placement.tiers],
+                                 "two-phase" if req.two_phase else "one-phase", req.shard.label, req.parallel)
+        self.started = time.time()
+        self._lock = threading.Lock()
+
+    def run(self) -> WarmReport:
+        started = time.monotonic()
+        try:
+            self._run()
+        except KeyboardInterrupt:
+            self.report.interrupted = True
+            raise
+        finally:
+            self.report.seconds = time.monotonic() - started
+        return self.report
+
+    def _run(self) -> None:
+        req, placement = self.req, self.placement
+        if req.prefetch and placement.remotes:
+            self.progress(f"prefetching {', '.join(ns.path for ns in self.namespaces)} from the remote tiers")
+            self.report.prefetched, _ = placement.prefetch(self.namespaces, parallel=max(4, req.parallel))
+        env = workload_env(req, placement.work_root, self.report.notes)
+        buckets = shard_buckets(req.buckets, req.shard)
+        if not buckets:
+            self.report.notes.append(f"shard {req.shard.label} has no buckets ({len(req.buckets)} in all)")
+            return
+        self.progress(f"{'extracting' if req.two_phase else 'warming'} {len(buckets)} bucket(s), "
+                      f"{req.parallel} at a time: {shlex.join(req.command)}")
+        for bucket in buckets:
+            self.report.group(bucket.name)  # rows in matrix order, whatever finishes first
+        # Runtimes that compile inside the workload (one-phase, or the native backend, which has
+        # no extraction mode) get their compiles timed out by the watchdog.
+        watchdog = CompileWatchdog(req.compile_timeout, lambda: set(self.live_groups)) \
+            if req.compile_timeout else None
+        runs: dict[str, WorkloadRun] = {}
+        with ThreadPoolExecutor(max(1, req.parallel), thread_name_prefix="neffcache-workload") as pool:
+            if watchdog is not None:
+                watchdog.__enter__()
+            try:
+                futures = [pool.submit(self._bucket, b, env, runs) for b in buckets]
+                wait_all(futures)
+            finally:
+                if watchdog is not None:
+                    watchdog.__exit__(None, None, None)
+        if watchdog is not None:
+            self._mark_timeouts(watchdog)
+        if req.two_phase:
+            self._compile_pending(runs)
+
+    def _bucket(self, bucket: Bucket, env: Mapping[str, str], runs: dict[str, WorkloadRun]) -> None:
+        req = self.req
+        run = run_workload(bucket.name, bucket.command(req.command), {**env, **bucket.env()},
+                           children=self.children, patterns=req.patterns, root=self.placement.work_root,
+                           namespaces=self.namespaces, log_path=req.log_dir / _log_name(bucket),
+                           timeout=req.timeout, live_groups=self.live_groups)
+        runs[bucket.name] = run
+        row = self.report.group(bucket.name)
+        row.status, row.exit_code, row.seconds, row.log = (run.group.status, run.group.exit_code,
+                                                            run.group.seconds, run.group.log)
+        row.failures.extend(run.group.failures)
+        if row.status in ("timeout", "crashed"):
+            remove_dead_locks(self.placement.work, run)
+        if not self.children.stopping.is_set():
+            # Two-phase: layout A graphs are compiled later by us; only what the runtime itself
+            # compiled (the native backend cannot extract) is ingested now.
+            self._ingest(bucket, run, row, native_only=req.two_phase)
+        self.progress(_row_line(row, "extracted" if req.two_phase else "done"))
+
+    # -- one-phase: what the runtime did -------------------------------------------------
+    def _ingest(self, bucket: Bucket, run: WorkloadRun, row: GroupReport, *, native_only: bool) -> None:
+        placement, counter = self.placement, run.counter
+
+        def mine(paths: list[str]) -> list[str]:
+            return [p for p in paths if _is_native(p)] if native_only else paths
+
+        failed = mine(counter.entries("failure"))
+        compiled = [p for p in mine(counter.entries("compile")) if p not in failed]
+        hits = [p for p in mine(counter.entries("hit")) if p not in compiled and p not in failed]
+        unnamed = native_only or bool(counter.entries("hit") or counter.entries("failure"))
+        row.hits = len(hits) or (0 if unnamed else counter.count("hit"))
+        row.failed = len(failed) or (0 if unnamed else counter.count("failure"))
+        tags = {**self.req.tags, **bucket.tags()}
+        for path in hits:
+            placement.event("hit", path, self._ns(path))
+        placement.stamp(hits)
+        for path in compiled:
+            seconds = placement.compile_seconds_of(path, run.started)
+            entry = placement.adopt(path, toolchain=self.req.toolchain, tags=tags, compile_seconds=seconds)
+            if entry is None:
+                continue  # the runtime did not finish it (stopped mid-compile): nothing to publish
+            held = placement.publish_remote(entry)
+            with self._lock:
+                self.report.published += len(held) - 1
+            placement.register(entry, held)
+            placement.event("miss", path, entry.namespace)
+            placement.event("compile", path, entry.namespace, compile_seconds=seconds)
+            row.compiled += 1
+            row.compile_seconds += seconds or 0.0
+            row.bytes += entry.size
+        for event in counter.failure_lines():
+            if native_only and not (event.entry and _is_native(event.entry)):
+                continue
+            what = event.entry or "graph"
+            if not any(f.what == what for f in row.failures):
+                row.fail(what, "compile", _excerpt(event.line))
+            placement.event("error", event.entry, self._ns(event.entry), message=event.line[-4000:])
+        if row.failed:
+            row.worsen("failed")
+        row.graphs = row.hits + row.compiled + row.failed
+        if not counter.events and not run.mentioned and row.status == "ok":
+            self.report.notes.append(f"bucket {bucket.name}: no cache log lines recognised; if the runtime "
+                                     "logs differently, add --pattern KIND=REGEX")
+
+    def _ns(self, path: str | None) -> Namespace:
+        layout = "torchneuron" if path and _is_native(path) else "neuronxcc"
+        return next(ns for ns in self.namespaces if ns.layout == layout)
+
+    def _mark_timeouts(self, watchdog: CompileWatchdog) -> None:
+        """Say "timeout" for the graphs whose compiler the watchdog killed (not "compile error")."""
+        root = self.placement.work_root
+        for killed in watchdog.killed:
+            if not killed.input:
+                continue
+            entry = entry_of(root, self.namespaces, path=killed.input, key=None)
+            for failure in self.report.failures:
+                key = failure.what.rsplit("/", 1)[-1]
+                if failure.what == entry or (len(key) == 64 and key in Path(killed.input).name):
+                    failure.kind = "timeout"
+                    failure.reason = (f"compile killed after {killed.seconds:.0f}s "
+                                      f"(--compile-timeout {watchdog.timeout:g}s); runtime said: {failure.reason}")
+
+    # -- two-phase: compile what the workloads extracted ----------------------------------
+    def _compile_pending(self, runs: Mapping[str, WorkloadRun]) -> None:
+        if self.children.stopping.is_set():
+            return
+        work = self.placement.work
+        jobs: list[CompileJob] = []
+        claimed: set[str] = set()
+        for bucket in self.req.buckets:
+            run = runs.get(bucket.name)
+            if run is None:
+                continue
+            row = self.report.group(bucket.name)
+            paths = [p for p in run.mentioned if p not in claimed and not _is_native(p)]
+            claimed.update(paths)
+            jobs.extend(self._jobs_for(row, paths, {**self.req.tags, **bucket.tags()}))
+        # Extractions whose log lines named nothing we recognise: every pending HLO that
+        # appeared in the namespace since we started.
+        ns = self.namespaces[0]
+        fresh = [e.path for e in scan(work, prefix=ns.path).entries
+                 if e.path not in claimed and e.state is EntryState.EMPTY and e.mtime >= self.started - 1]
+        if fresh:
+            jobs.extend(self._jobs_for(self.report.group(UNATTRIBUTED), fresh, dict(self.req.tags)))
+        if not jobs:
+            return
+        self.progress(f"compiling {len(jobs)} pending graph(s), up to {self.req.parallel} at a time")
+        pool = CompilePool(self.placement, self.req.compiler, self.children, parallel=self.req.parallel,
+                           timeout=self.req.compile_timeout, memory=MemoryGate(self.req.compile_memory_mb),
+                           retry_failed=self.req.retry_failed, started_at=self.started,
+                           on_done=lambda o: self.progress(_outcome_line(o)))
+        for outcome in pool.run(jobs):
+            self._count(outcome)
+
+    def _jobs_for(self, row: GroupReport, paths: Sequence[str], tags: Mapping[str, str]) -> list[CompileJob]:
+        work, jobs = self.placement.work, []
+        for path in paths:
+            entry = load_entry(work, path, read_manifest=False)
+            if entry is None:
+                continue
+            if entry.state is EntryState.SUCCESS:
+                row.hits += 1
+                row.graphs += 1
+                self.placement.event("hit", path, entry.namespace)
+                self.placement.stamp([path])
+            elif entry.state is EntryState.FAILED and not self.req.retry_failed:
+                text = work.read_bytes(entry.store_path(LOG)).decode(errors="replace").strip()
+                row.graphs += 1
+                row.failed += 1
+                row.worsen("failed")
+                row.fail(path, "compile", f"cached failure (--retry-failed compiles it again): {_excerpt(text)}")
+            elif HLO in entry.files:
+                jobs.append(CompileJob(row.name, entry.namespace, entry.key, work, entry.store_path(HLO),
+                                       tuple(read_flags(work, entry)), self.req.toolchain, tags))
+        return jobs
+
+    def _count(self, outcome: CompileOutcome) -> None:
+        record_outcome(self.report, outcome, len(self.placement.writable) - 1)
+
+
+def _is_native(path: str) -> bool:
+    return "/torchneuron-" in f"/{path}"
+
+
+def _excerpt(line: str) -> str:
+    text = re.sub(r"^\S+ \S+:\s+\d+\s+", "", line.strip())  # the wrapper's timestamp and pid
+    return text[:400]
+
+
+def _row_line(row: GroupReport, verb: str) -> str:
+    counts = f"{row.hits} hits, {row.compiled} compiled, {row.failed} failed" if verb == "done" else ""
+    status = "" if row.status == "ok" else f" [{row.status.upper()}]"
+    return f"  bucket {row.name}: {verb} in {row.seconds:.1f}s{': ' + counts if counts else ''}{status}"
+
+
+def _outcome_line(outcome: CompileOutcome) -> str:
+    extra = f" in {outcome.seconds:.1f}s" if outcome.seconds else ""
+    why = f": {outcome.reason}" if outcome.reason else ""
+    return f"  {outcome.status:<9} {outcome.job.path}{extra}{why}"

@@ -1,0 +1,143 @@
+"""Running one workload (one bucket of a warm-up) as a real subprocess, and reading what it did.
+
+The workload runs in its own process group with its output (stdout and stderr together)
+going to a per-bucket log file; every line also goes through the log patterns, so the
+runtime's hit/miss/compile/failure lines become entry paths. When it ends, how it ended
+decides the bucket's status:
+
+- exit 0: ok, unless the runtime reported failed graphs;
+- non-zero with failure lines: ``failed`` (the runtime raises when a graph fails to compile);
+- non-zero without them, or killed by a signal: ``crashed``, with the last lines of output;
+- past ``--timeout``: stopped (SIGTERM, then SIGKILL) and ``timeout``.
+
+A workload that dies mid-compile may leave the runtime's ``model.hlo_module.pb.lock``, on
+which every later job would wait forever. The runtime only logs "Call compiler" once it holds
+that lock, so a lock on an entry our (now dead) workload was compiling is ours to remove.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from neffcache.entry import EntryState, Namespace
+from neffcache.layouts.neuronxcc import LOCK_SUFFIX
+from neffcache.scan import load_entry
+from neffcache.stores.base import Store
+
+from .children import Children, exit_status
+from .logscan import LogCounter, Pattern, entry_of
+from .report import GroupReport
+
+log = logging.getLogger(__name__)
+# Any layout-A entry directory a line mentions (extraction has no standard log line).
+_MODULE_PATH = re.compile(r"(?P<path>/[^\s'\",\[\]]*?/MODULE_[^/\s'\",\[\]]+)")
+_TAIL_LINES = 12
+
+
+@dataclass
+class WorkloadRun:
+    """One finished workload: its report row, its events, every entry its output named."""
+
+    group: GroupReport
+    counter: LogCounter
+    mentioned: list[str] = field(default_factory=list)
+    tail: list[str] = field(default_factory=list)
+    started: float = 0.0  # wall clock, to tell our files from older ones
+
+
+def run_workload(name: str, argv: Sequence[str], env: Mapping[str, str], *, children: Children,
+                 patterns: Sequence[Pattern], root: str, namespaces: Sequence[Namespace], log_path: Path,
+                 timeout: float | None, live_groups: set[int] | None = None) -> WorkloadRun:
+    group = GroupReport(name, log=str(log_path))
+    counter = LogCounter(patterns, root, namespaces)
+    run = WorkloadRun(group, counter, started=time.time())
+    mentioned: dict[str, None] = {}
+    tail: list[str] = []
+    started = time.monotonic()
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "wb") as out:
+        try:
+            proc = children.spawn(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        except OSError as exc:
+            group.worsen("crashed")
+            group.fail("workload", "crash", f"cannot start {argv[0]!r}: {exc.strerror or exc}")
+            return run
+        if live_groups is not None:
+            live_groups.add(proc.pid)
+
+        def read() -> None:
+            assert proc.stdout is not None
+            for raw in proc.stdout:
+                out.write(raw)
+                line = raw.decode(errors="replace")
+                counter.feed(line)
+                for match in _MODULE_PATH.finditer(line):
+                    found = entry_of(root, namespaces, path=match.group("path") + "/model.neff", key=None)
+                    if found:
+                        mentioned.setdefault(found)
+                tail.append(line.rstrip("\n"))
+                del tail[:-_TAIL_LINES]
+
+        reader = threading.Thread(target=read, name=f"workload-output:{name}", daemon=True)
+        reader.start()
+        try:
+            status = children.wait(proc, timeout)
+        finally:
+            if live_groups is not None:
+                live_groups.discard(proc.pid)
+        # The pipe closes when the last process of the group exits; children.wait killed them.
+        reader.join(timeout=children.grace + 5)
+    group.seconds = time.monotonic() - started
+    run.mentioned = [*counter.entries("hit"), *counter.entries("compile"), *counter.entries("miss"),
+                     *counter.entries("failure"), *mentioned]
+    run.mentioned = list(dict.fromkeys(run.mentioned))
+    run.tail = tail
+    _classify(run, status, timeout, children)
+    return run
+
+
+def _classify(run: WorkloadRun, status: int | None, timeout: float | None, children: Children) -> None:
+    group, counter = run.group, run.counter
+    if children.stopping.is_set():
+        group.worsen("interrupted")
+        group.exit_code = None if status is None else exit_status(status)
+        return
+    if status is None:
+        group.worsen("timeout")
+        group.fail("workload", "timeout", f"the workload ran past --timeout {timeout:g}s and was stopped "
+                                          f"(SIGTERM, then SIGKILL); see {group.log}")
+        return
+    group.exit_code = exit_status(status)
+    if status == 0:
+        return
+    if counter.count("failure"):
+        group.worsen("failed")  # the graphs' own failures are listed by the caller
+        return
+    group.worsen("crashed")
+    how = f"was killed by {signal.Signals(-status).name}" if status < 0 else f"exited {status}"
+    last = " | ".join(line for line in run.tail[-3:] if line.strip()) or "no output"
+    group.fail("workload", "crash", f"the workload {how}: {last[-600:]} (log: {group.log})")
+
+
+def remove_dead_locks(store: Store, run: WorkloadRun) -> list[str]:
+    """Remove the runtime locks a dead workload left on entries it was compiling."""
+    removed = []
+    for path in run.counter.entries("compile"):
+        entry = load_entry(store, path, read_manifest=False)
+        if entry is None or entry.state is not EntryState.LOCKED:
+            continue
+        locks = [n for n, info in entry.files.items()
+                 if n.endswith(LOCK_SUFFIX) and info.mtime >= run.started - 1]
+        if locks:
+            store.delete([entry.store_path(n) for n in locks])
+            removed.append(path)
+            log.warning("removed the lock a stopped workload left on %s", path)
+    return removed

@@ -1,0 +1,173 @@
+"""``neffcache run -- CMD``: a real training or inference job, wrapped.
+
+The job gets the cache environment of its toolchain (both layouts, pointed at the namespace
+in the work store), optionally after a prefetch from the remote tiers. Its stdout and stderr
+pass through byte for byte (read in chunks, written at once, so progress bars and partial
+lines behave), while a copy of every line goes through the log patterns. Signals are
+forwarded, so an orchestrator's SIGTERM reaches the job and not only us. Afterwards the
+entries the job compiled get their manifest and are published to every writable tier, hits
+are stamped (for age-based pruning) and everything is reported to the index. The exit code is
+the job's own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import IO, Any
+
+from neffcache.jobenv import job_env
+from neffcache.layouts import get_layout
+from neffcache.toolchain import Toolchain
+
+from .children import exit_status
+from .logscan import KINDS, LogCounter, Pattern
+from .placement import Placement
+
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+_CHUNK = 65536
+
+
+@dataclass
+class RunRequest:
+    command: Sequence[str]
+    toolchain: Toolchain
+    patterns: Sequence[Pattern]
+    prefetch: bool = False
+    prefetch_tags: Mapping[str, str] = field(default_factory=dict)
+    tags: Mapping[str, str] = field(default_factory=dict)
+    publish: bool = True
+    base_env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+
+
+@dataclass
+class RunResult:
+    exit_code: int
+    counts: dict[str, int]
+    env: dict[str, str]
+    prefetched: int = 0
+    published: int = 0  # new entries adopted (manifest written) in the work store
+    seconds: float = 0.0
+    failures: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"exit_code": self.exit_code, **{k: self.counts.get(k, 0) for k in KINDS},
+                "prefetched": self.prefetched, "published": self.published, "seconds": round(self.seconds, 3),
+                "failures": self.failures, "env": self.env}
+
+
+def _pump(src: IO[bytes], dst: IO[bytes], counter: LogCounter) -> None:
+    """Copy ``src`` to ``dst`` unchanged as it arrives; feed whole lines to ``counter``."""
+    fd = src.fileno()
+    pending = b""
+    while True:
+        chunk = os.read(fd, _CHUNK)
+        if not chunk:
+            break
+        with contextlib.suppress(BrokenPipeError, ValueError):
+            dst.write(chunk)
+            dst.flush()
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            counter.feed(line.decode(errors="replace"))
+    if pending:
+        counter.feed(pending.decode(errors="replace"))
+
+
+@contextlib.contextmanager
+def _forward_signals(proc: subprocess.Popen[bytes], own_group: bool) -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            if own_group:
+                os.killpg(proc.pid, signum)
+            elif signum != signal.SIGINT:  # the terminal sent SIGINT to the job itself already
+                os.kill(proc.pid, signum)
+
+    previous = {sig: signal.signal(sig, handler) for sig in FORWARDED}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def run_job(req: RunRequest, placement: Placement, *, stdout: IO[bytes] | None = None,
+            stderr: IO[bytes] | None = None) -> RunResult:
+    started = time.monotonic()
+    wall_start = time.time()
+    namespaces = [get_layout(n).namespace_for(req.toolchain) for n in ("neuronxcc", "torchneuron")]
+    prefetched = 0
+    if req.prefetch and placement.remotes:
+        prefetched, _ = placement.prefetch(namespaces, tags=req.prefetch_tags or None)
+    cache_env, _ = job_env(placement.work_root, req.toolchain)
+    env = {**req.base_env, **cache_env}
+    counter = LogCounter(req.patterns, placement.work_root, namespaces)
+    # On a terminal the job stays in our process group (Ctrl-C reaches it directly and it may
+    # read the terminal); otherwise it gets its own group and every signal is forwarded to it.
+    interactive = sys.stdin.isatty()
+    proc = subprocess.Popen(list(req.command), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            process_group=None if interactive else 0)
+    assert proc.stdout is not None and proc.stderr is not None
+    out = stdout or sys.stdout.buffer
+    err = stderr or sys.stderr.buffer
+    pumps = [threading.Thread(target=_pump, args=(proc.stdout, out, counter), daemon=True),
+             threading.Thread(target=_pump, args=(proc.stderr, err, counter), daemon=True)]
+    for t in pumps:
+        t.start()
+    with _forward_signals(proc, own_group=not interactive):
+        while True:
+            try:
+                status = proc.wait()
+                break
+            except KeyboardInterrupt:  # SIGINT with no handler installed: keep waiting for the job
+                continue
+    for t in pumps:
+        t.join()
+    result = RunResult(exit_status(status), counter.counts(), cache_env, prefetched)
+    _after(req, placement, counter, result, wall_start)
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _after(req: RunRequest, placement: Placement, counter: LogCounter, result: RunResult, since: float) -> None:
+    """Stamp hits, publish what the job compiled, report it all to the index."""
+    hits = counter.entries("hit")
+    failed = counter.entries("failure")
+    compiled = [p for p in counter.entries("compile") if p not in failed]
+    ns_by_layout = {ns.layout: ns for ns in (get_layout(n).namespace_for(req.toolchain)
+                                             for n in ("neuronxcc", "torchneuron"))}
+
+    def ns_of(path: str | None) -> Any:
+        native = path is not None and "/torchneuron-" in f"/{path}"
+        return ns_by_layout["torchneuron" if native else "neuronxcc"]
+
+    placement.stamp(hits)
+    for path in hits:
+        placement.event("hit", path, ns_of(path))
+    misses = counter.entries("miss")
+    for path in [*misses, *(p for p in compiled if p not in misses)]:
+        placement.event("miss", path, ns_of(path))
+    for path in compiled:
+        seconds = placement.compile_seconds_of(path, since)
+        entry = placement.adopt(path, toolchain=req.toolchain, tags=req.tags, compile_seconds=seconds) \
+            if req.publish else None
+        if entry is not None:
+            placement.register(entry, placement.publish_remote(entry))
+            result.published += 1
+        placement.event("compile", path, ns_of(path), compile_seconds=seconds)
+    for event in counter.failure_lines():
+        placement.event("error", event.entry, ns_of(event.entry), message=event.line[-4000:])
+        result.failures.append(event.entry or event.line[:300])
