@@ -115,16 +115,32 @@ class Placement:
         return round(max(0.0, neff.mtime - begin), 3)
 
     # -- writing --------------------------------------------------------------------------
-    def adopt(self, path: str, *, toolchain: Toolchain, tags: Mapping[str, str],
-              compile_seconds: float | None = None) -> Entry | None:
-        """Give an entry the runtime wrote into the work store its manifest (with our tags).
+    def ingest(self, path: str, *, toolchain: Toolchain, tags: Mapping[str, str],
+               compile_seconds: float | None = None, skip_managed: bool = False
+               ) -> tuple[Entry, list[Store]] | None:
+        """Manifest, publish and register an entry the runtime wrote into the work store.
 
-        The manifest is created exclusively: of several warmers that saw the same new entry,
-        the first one's record stands. None when the entry is not a whole SUCCESS entry.
+        Returns the entry and the stores holding it; None when it is not a whole SUCCESS entry
+        (a compile stopped midway), or with ``skip_managed`` when it has a manifest already
+        (a hit on an entry neffcache published before: nothing new to publish).
         """
         entry = load_entry(self.work, path)
         if entry is None or entry.state is not EntryState.SUCCESS:
             return None
+        if entry.has_manifest and skip_managed:
+            return None
+        entry = self.adopt(entry, toolchain=toolchain, tags=tags, compile_seconds=compile_seconds)
+        held = self.publish_remote(entry)
+        self.register(entry, held)
+        return entry, held
+
+    def adopt(self, entry: Entry, *, toolchain: Toolchain, tags: Mapping[str, str],
+              compile_seconds: float | None = None) -> Entry:
+        """Give an entry the runtime wrote its manifest (with our tags), in place.
+
+        The manifest is created exclusively: of several warmers that saw the same new entry,
+        the first one's record stands.
+        """
         if entry.has_manifest:
             return entry
         local = {n: p for n in transferable_names(entry) if (p := self.work.local_path(entry.store_path(n)))}
@@ -132,7 +148,7 @@ class Placement:
                                   flags=read_flags(self.work, entry), tags=tags,
                                   compile_seconds=compile_seconds)
         self.work.put_file(entry.store_path(entry.manifest_name), manifest.to_bytes(), exclusive=True)
-        return load_entry(self.work, path)
+        return load_entry(self.work, entry.path) or entry
 
     def publish_remote(self, entry: Entry) -> list[Store]:
         """Copy a work-store entry to every other writable tier; the stores that now hold it."""
@@ -191,7 +207,7 @@ def open_placement(urls: Sequence[str], *, index_url: str | None, token: str | N
                    event_fields: Mapping[str, str] | None = None) -> Placement:
     """Open the tiers named by ``urls`` (fastest first) and the index."""
     tiers = [open_store(u) for u in urls]
-    work = next((s for s in tiers if isinstance(s, LocalStore) and not s.read_only), None)
+    work: Store | None = next((s for s in tiers if isinstance(s, LocalStore) and not s.read_only), None)
     if work is None:
         # Only remote tiers: the runtimes still need a directory, so a local cache goes in front.
         work = open_store(str(default_cache_home() / "store"))

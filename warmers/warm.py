@@ -194,16 +194,21 @@ class Warmer:
         tags = {**self.req.tags, **bucket.tags()}
         for path in hits:
             placement.event("hit", path, self._ns(path))
+            # A hit on an entry the runtime wrote without us (an earlier run that was stopped,
+            # a job outside neffcache) is still new to the other tiers: publish it too.
+            got = placement.ingest(path, toolchain=self.req.toolchain, tags=tags, skip_managed=True)
+            if got is not None:
+                with self._lock:
+                    self.report.published += len(got[1]) - 1
         placement.stamp(hits)
         for path in compiled:
             seconds = placement.compile_seconds_of(path, run.started)
-            entry = placement.adopt(path, toolchain=self.req.toolchain, tags=tags, compile_seconds=seconds)
-            if entry is None:
+            got = placement.ingest(path, toolchain=self.req.toolchain, tags=tags, compile_seconds=seconds)
+            if got is None:
                 continue  # the runtime did not finish it (stopped mid-compile): nothing to publish
-            held = placement.publish_remote(entry)
+            entry, held = got
             with self._lock:
                 self.report.published += len(held) - 1
-            placement.register(entry, held)
             placement.event("miss", path, entry.namespace)
             placement.event("compile", path, entry.namespace, compile_seconds=seconds)
             row.compiled += 1
@@ -305,6 +310,8 @@ def _is_native(path: str) -> bool:
 
 def _excerpt(line: str) -> str:
     text = re.sub(r"^\S+ \S+:\s+\d+\s+", "", line.strip())  # the wrapper's timestamp and pid
+    # The wrapper repeats the whole compiler command line; the entry path already says which.
+    text = re.sub(r"\[(?:'[^']*'(?:, )?){4,}\]", "[...]", text)
     return text[:400]
 
 

@@ -123,8 +123,8 @@ def _classify(run: WorkloadRun, status: int | None, timeout: float | None, child
         return
     group.worsen("crashed")
     how = f"was killed by {signal.Signals(-status).name}" if status < 0 else f"exited {status}"
-    last = " | ".join(line for line in run.tail[-3:] if line.strip()) or "no output"
-    group.fail("workload", "crash", f"the workload {how}: {last[-600:]} (log: {group.log})")
+    last = " | ".join(_clip(line) for line in run.tail[-2:] if line.strip()) or "no output"
+    group.fail("workload", "crash", f"the workload {how}: {last} (log: {group.log})")
 
 
 def remove_dead_locks(store: Store, run: WorkloadRun) -> list[str]:
@@ -141,3 +141,8 @@ def remove_dead_locks(store: Store, run: WorkloadRun) -> list[str]:
             removed.append(path)
             log.warning("removed the lock a stopped workload left on %s", path)
     return removed
+
+
+def _clip(line: str, limit: int = 240) -> str:
+    line = line.strip()
+    return line if len(line) <= limit else line[: limit - 3] + "..."

@@ -157,15 +157,15 @@ def _after(req: RunRequest, placement: Placement, counter: LogCounter, result: R
     placement.stamp(hits)
     for path in hits:
         placement.event("hit", path, ns_of(path))
+        if req.publish:
+            placement.ingest(path, toolchain=req.toolchain, tags=req.tags, skip_managed=True)
     misses = counter.entries("miss")
     for path in [*misses, *(p for p in compiled if p not in misses)]:
         placement.event("miss", path, ns_of(path))
     for path in compiled:
         seconds = placement.compile_seconds_of(path, since)
-        entry = placement.adopt(path, toolchain=req.toolchain, tags=req.tags, compile_seconds=seconds) \
-            if req.publish else None
-        if entry is not None:
-            placement.register(entry, placement.publish_remote(entry))
+        if req.publish and placement.ingest(path, toolchain=req.toolchain, tags=req.tags,
+                                            compile_seconds=seconds) is not None:
             result.published += 1
         placement.event("compile", path, ns_of(path), compile_seconds=seconds)
     for event in counter.failure_lines():
