@@ -263,6 +263,19 @@ class S3Store(Store):
         if not keys:
             return 0
         existed = len(self._existing(keys))
+        self._delete_keys(keys)
+        return existed
+
+    def discard(self, paths: Iterable[str]) -> None:
+        """Delete like :meth:`delete` without learning which keys existed: no listing first.
+
+        Prune removes an entry's files in several ordered calls, and the count ``delete``
+        returns would cost a listing of every entry's directory (and of the stamp directory)
+        per call."""
+        self.check_writable()
+        self._delete_keys(sorted({self._key(p) for p in paths}))
+
+    def _delete_keys(self, keys: list[str]) -> None:
         batches = [keys[i:i + DELETE_BATCH] for i in range(0, len(keys), DELETE_BATCH)]
         for errors in self._map(self._delete_batch, batches):
             if errors:
@@ -271,7 +284,6 @@ class S3Store(Store):
                                      "DeleteObjects")
                 raise translate(exc, url=self.url, bucket=self.bucket, endpoint=self.endpoint, op="DeleteObjects",
                                 path=self._rel(first.get("Key", "")))
-        return existed
 
     def _delete_batch(self, keys: list[str]) -> list[dict[str, str]]:
         reply = self._call("delete_objects", Delete={"Objects": [{"Key": k} for k in keys], "Quiet": True})
