@@ -6,14 +6,17 @@ import enum
 import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from neffcache.manifest import Manifest
 from neffcache.toolchain import Toolchain
 
 
-@dataclass(frozen=True)
-class FileInfo:
-    """One file in a store, by its path relative to the store root."""
+class FileInfo(NamedTuple):
+    """One file in a store, by its path relative to the store root.
+
+    A NamedTuple, not a dataclass: scans make one per file, hundreds of thousands at a time.
+    """
 
     path: str
     size: int

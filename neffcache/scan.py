@@ -21,12 +21,14 @@ from neffcache.errors import CorruptEntry, EntryNotFound
 from neffcache.instances import TARGETS
 from neffcache.layouts import LAYOUTS, Located, locate
 from neffcache.layouts.base import TEMP_MARKER
+from neffcache.layouts.neuronxcc import NeuronxccLayout
 from neffcache.layouts.torchneuron import TorchNeuronLayout
 from neffcache.manifest import Manifest
 from neffcache.stores.base import CONTROL_DIR, Store
 
 log = logging.getLogger(__name__)
 Progress = Callable[[int], None]
+CONTROL_PREFIX = CONTROL_DIR + "/"
 # libneuronxla's root lock, at the root or under a target directory neffcache added.
 RUNTIME_FILE_RE = re.compile(r"^(?:(?:" + "|".join(TARGETS) + r")-lnc[12]/)?lock$")
 
@@ -123,17 +125,33 @@ def group_files(files: Iterable[FileInfo], progress: Progress | None = None
     garbage: list[FileInfo] = []
     control = 0
     layouts = list(LAYOUTS.values())
+    neuronxcc = LAYOUTS["neuronxcc"]
+    assert isinstance(neuronxcc, NeuronxccLayout)
+    # Layout A keeps an entry's files in one directory: resolve each directory once, not
+    # each file (a scan of 100k entries would otherwise run 400k regex matches).
+    entry_dirs: dict[str, _Group | None] = {}
     for count, info in enumerate(files, 1):
         if progress is not None and count % 5000 == 0:
             progress(count)
         path = info.path
-        if path.startswith(CONTROL_DIR + "/"):
-            control += 1
-            if TEMP_MARKER in path.rsplit("/", 1)[-1]:
-                garbage.append(info)
-            continue
-        if TEMP_MARKER in path.rsplit("/", 1)[-1]:
+        head, _, name = path.rpartition("/")
+        if TEMP_MARKER in name:
             garbage.append(info)
+            if path.startswith(CONTROL_PREFIX):
+                control += 1
+            continue
+        if path.startswith(CONTROL_PREFIX):
+            control += 1
+            continue
+        if head in entry_dirs:
+            group = entry_dirs[head]
+        else:
+            found = neuronxcc.locate_dir(head)
+            group = entry_dirs[head] = _Group(found) if found is not None else None
+            if group is not None:
+                groups[group.located.path] = group
+        if group is not None:
+            group.files[name] = info
             continue
         located = None
         for layout in layouts:
@@ -144,10 +162,10 @@ def group_files(files: Iterable[FileInfo], progress: Progress | None = None
             if not RUNTIME_FILE_RE.match(path):
                 garbage.append(info)
             continue
-        group = groups.get(located.path)
-        if group is None:
-            group = groups[located.path] = _Group(located)
-        group.files[located.name] = info
+        other = groups.get(located.path)
+        if other is None:
+            other = groups[located.path] = _Group(located)
+        other.files[located.name] = info
     return groups, garbage, control
 
 
@@ -170,10 +188,11 @@ def scan(store: Store, *, prefix: str = "", read_manifests: bool = False, layout
 
     def build(group: _Group) -> Entry:
         lay = LAYOUTS[group.located.namespace.layout]
-        plan = lay.plan_entry(group.located.namespace, group.located.key)
         manifest, error = (None, None)
-        if read_manifests and plan.manifest_name in group.files:
-            manifest, error = _read_manifest(store, group, plan.manifest_name)
+        if read_manifests:
+            name = lay.plan_entry(group.located.namespace, group.located.key).manifest_name
+            if name in group.files:
+                manifest, error = _read_manifest(store, group, name)
         return lay.classify(group.located, group.files, manifest, error)
 
     selected = [g for g in groups.values() if layout is None or g.located.namespace.layout == layout]

@@ -35,6 +35,7 @@ KNOWN = frozenset({HLO, FLAGS_JSON, FLAGS_TXT, NEFF, DONE, LOG, MANIFEST_NAME})
 _PATH_RE = re.compile(
     "^" + TARGET_DIR_RE + r"neuronxcc-(?P<ver>[0-9][^/]*)/(?P<key>MODULE_[^/]+)/(?P<name>[^/]+)$"
 )
+_DIR_RE = re.compile("^" + TARGET_DIR_RE + r"neuronxcc-(?P<ver>[0-9][^/]*)/(?P<key>MODULE_[^/]+)$")
 
 
 class NeuronxccLayout(Layout):
@@ -43,6 +44,15 @@ class NeuronxccLayout(Layout):
     def namespace_for(self, toolchain: Toolchain) -> Namespace:
         path = f"{toolchain.target_dir}/neuronxcc-{toolchain.compiler_version}"
         return Namespace(self.name, path, toolchain.compiler_version, toolchain.target, toolchain.lnc)
+
+    def locate_dir(self, directory: str) -> Located | None:
+        """The entry whose directory is ``directory`` (name left empty): one regex per entry."""
+        match = _DIR_RE.match(directory)
+        if not match:
+            return None
+        target, lnc = parse_target_dir(match)
+        ns = Namespace(self.name, directory.rsplit("/", 1)[0], match.group("ver"), target, lnc)
+        return Located(ns, match.group("key"), directory, directory, "")
 
     def locate(self, path: str) -> Located | None:
         match = _PATH_RE.match(path)

@@ -18,6 +18,7 @@ import os
 import secrets
 import shutil
 from collections.abc import Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import BinaryIO
 
@@ -31,6 +32,29 @@ SHARED_FILE_MODE = 0o664
 SHARED_DIR_MODE = 0o2775
 
 
+def _list_dirs(directories: list[str], root_len: int) -> tuple[list[str], list[FileInfo]]:
+    """List a batch of directories: (their subdirectories, their regular files)."""
+    subdirs: list[str] = []
+    files: list[FileInfo] = []
+    add_dir, add_file, make = subdirs.append, files.append, FileInfo
+    for directory in directories:
+        try:
+            with os.scandir(directory) as it:
+                for item in it:
+                    try:
+                        if item.is_dir(follow_symlinks=False):
+                            add_dir(item.path)
+                            continue
+                        st = item.stat(follow_symlinks=False)
+                    except FileNotFoundError:
+                        continue  # removed while we listed: a concurrent prune or publish
+                    if st.st_mode & 0o170000 == 0o100000:  # regular files only
+                        add_file(make(item.path[root_len:], st.st_size, st.st_mtime))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+    return subdirs, files
+
+
 def temp_name(name: str) -> str:
     return f".{name}{TEMP_MARKER}{secrets.token_hex(6)}"
 
@@ -39,9 +63,11 @@ class LocalStore(Store):
     scheme = "file"
 
     def __init__(self, root: str | os.PathLike[str], *, shared: bool = False, read_only: bool = False,
-                 create: bool = True, url: str | None = None) -> None:
+                 create: bool = True, url: str | None = None, list_workers: int | None = None) -> None:
         self.root = Path(root).absolute()
         self.shared = shared
+        # Shared mounts pay a network round trip per stat: list with many threads there.
+        self.list_workers = list_workers if list_workers is not None else (16 if shared else 4)
         super().__init__(url or ("fsx://" if shared else "file://") + str(self.root), read_only=read_only)
         self._control = self.root / CONTROL_DIR
         if not self.root.exists():
@@ -95,24 +121,28 @@ class LocalStore(Store):
     def iter_files(self, prefix: str = "") -> Iterator[FileInfo]:
         start = self._abs(prefix) if prefix else self.root
         root_len = len(str(self.root)) + 1
-        stack = [str(start)]
-        while stack:
-            current = stack.pop()
-            try:
-                with os.scandir(current) as it:
-                    for item in it:
-                        try:
-                            if item.is_dir(follow_symlinks=False):
-                                stack.append(item.path)
-                            elif item.is_file(follow_symlinks=False):
-                                st = item.stat(follow_symlinks=False)
-                                yield FileInfo(item.path[root_len:], st.st_size, st.st_mtime)
-                        except FileNotFoundError:
-                            continue  # removed while we listed: a concurrent prune or publish
-            except FileNotFoundError:
-                continue
-            except NotADirectoryError:
-                continue
+        if self.list_workers <= 1:
+            pending = [str(start)]
+            while pending:
+                subdirs, files = _list_dirs([pending.pop()], root_len)
+                pending.extend(subdirs)
+                yield from files
+            return
+        # On Lustre/NFS every stat is a round trip to a metadata server: list many directories
+        # at once. Batches keep the per-task overhead small next to the syscalls.
+        with ThreadPoolExecutor(self.list_workers, thread_name_prefix="neffcache-list") as pool:
+            pending = [str(start)]
+            running: set[Future[tuple[list[str], list[FileInfo]]]] = set()
+            while pending or running:
+                while pending and len(running) < self.list_workers * 2:
+                    size = max(1, min(64, len(pending) // self.list_workers))
+                    batch, pending = pending[:size], pending[size:]
+                    running.add(pool.submit(_list_dirs, batch, root_len))
+                done, running = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    subdirs, files = future.result()
+                    pending.extend(subdirs)
+                    yield from files
 
     def stat(self, path: str) -> FileInfo | None:
         try:

@@ -1,0 +1,69 @@
+"""Scanning 100k entries vs a bare ``find`` of the same tree.
+
+    .venv/bin/python -m bench.scan_bench --entries 100000
+
+The tree is a layout-A cache (4 files per entry, as libneuronxla writes them). ``find -type f``
+only lists names; ``find -printf '%s %T@'`` also stats every file, as a scan must (sizes for the
+report, modification times for age). neffcache lists, stats and classifies every entry (state,
+size, namespace). All run on a warm dentry cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from bench.common import VERSION, print_ratio
+from neffcache.scan import scan
+from neffcache.stores.local import LocalStore
+
+
+def build(root: Path, entries: int) -> None:
+    ns = root / "trn2-lnc2" / f"neuronxcc-{VERSION}"
+    ns.mkdir(parents=True)
+    for i in range(entries):
+        entry = ns / f"MODULE_{i}+d41d8cd9"
+        entry.mkdir()
+        for name, data in (("model.hlo_module.pb", b"h"), ("compile_flags.json", b"[]"),
+                           ("model.neff", b"n"), ("model.done", b"")):
+            fd = os.open(entry / name, os.O_WRONLY | os.O_CREAT, 0o644)
+            os.write(fd, data)
+            os.close(fd)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--entries", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="neffcache-scan-") as tmp:
+        root = Path(tmp) / "cache"
+        started = time.perf_counter()
+        build(root, args.entries)
+        print(f"built {args.entries} entries ({args.entries * 4} files) in {time.perf_counter() - started:.1f}s")
+        store = LocalStore(root, read_only=True)
+        best_find = best_stat = best_scan = float("inf")
+        for r in range(args.rounds):
+            t = time.perf_counter()
+            subprocess.run(f"find {root} -type f | wc -l > /dev/null", shell=True, check=True)
+            best_find = min(best_find, time.perf_counter() - t)
+            t = time.perf_counter()
+            subprocess.run(f"find {root} -type f -printf '%P %s %T@\\n' | wc -l > /dev/null", shell=True, check=True)
+            best_stat = min(best_stat, time.perf_counter() - t)
+            t = time.perf_counter()
+            report = scan(store)
+            best_scan = min(best_scan, time.perf_counter() - t)
+            assert len(report.entries) == args.entries
+            print(f"round {r + 1}: find {best_find:.2f}s, find -printf {best_stat:.2f}s, "
+                  f"scan {best_scan:.2f}s (best so far)")
+        print_ratio(f"scan of {args.entries} entries", best_scan, best_find, "find -type f")
+        print_ratio(f"scan of {args.entries} entries", best_scan, best_stat,
+                    "find -printf size+mtime (the same information)")
+
+
+if __name__ == "__main__":
+    main()
