@@ -1,102 +1,305 @@
-"""``neffcache demo``: the main job on the embedded default, end to end, in about a minute."""
+"""``neffcache demo``: the main job on the embedded default, end to end, in about a minute.
+
+Every step is a real ``neffcache`` command run as its own process, printed before it runs, so
+the demo doubles as a walk-through of the CLI: an index server in the background, a compile-only
+warm-up over shape buckets, the same warm-up again (all hits), a wrapped "training job", a
+compiler bump and re-warm, the job again on the new compiler (all hits), then the stats.
+
+The steps are a list (:func:`steps`) so later features slot in where they belong: a prune of
+the old compiler's namespace goes right after the re-warm.
+"""
 
 from __future__ import annotations
 
-import os
-import re
+import contextlib
+import json
+import secrets
+import shlex
 import shutil
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import click
 
-from neffcache.jobenv import job_env
-from neffcache.scan import scan
-from neffcache.stores import open_store
-from neffcache.toolchain import find_compiler, resolve_toolchain
+from neffcache.toolchain import find_compiler
+from neffcache.warmers.report import WarmReport
 
-from .cache_cmds import _scan_text
+from .warm_cmds import report_text
 
 INSTANCE = "trn2.48xlarge"
-HIT = re.compile(r"Using a cached neff at |\[NEFF_CACHE\] Cache HIT")
-MISS = re.compile(r"Call compiler with cmd: |\[NEFF_CACHE\] Cache MISS")
+OLD_VERSION = "2.27.5334.0+f702b353"
+NEW_VERSION = "2.28.1001.0+0badc0de"
+BUCKETS = "128,256,512,1024"
+GRAPHS = 4
+COMPILE_SECONDS = 1.0
+WORKLOAD = [sys.executable, "-m", "neffcache.testing.workload", "--model", "llama-tiny", "--graphs", str(GRAPHS)]
 
 
-def _toolchain_bin(workdir: Path) -> tuple[dict[str, str], bool]:
-    env = dict(os.environ)
+@dataclass
+class Demo:
+    workdir: Path
+    env: dict[str, str] = field(default_factory=dict)
+    index_url: str | None = None
+    compile_seconds: float = COMPILE_SECONDS
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def store(self) -> str:
+        return str(self.workdir / "cache")
+
+    def neffcache(self, *args: str, capture: bool = False) -> subprocess.CompletedProcess[str]:
+        """Run one real `neffcache` command, showing it first; ``capture`` keeps its stdout."""
+        # `python` reads better in the printed command than the venv's full interpreter path.
+        shown = ["python" if a == sys.executable else a for a in args]
+        click.secho(f"$ neffcache {shlex.join(shown)}", fg="cyan")
+        argv = [sys.executable, "-m", "neffcache.cli.main", *args]
+        return subprocess.run(argv, env=self.env, stdout=subprocess.PIPE if capture else None, text=True,
+                              check=False)
+
+    def expect(self, ok: bool, what: str) -> None:
+        if not ok:
+            self.failures.append(what)
+            click.secho(f"  !! {what}", fg="red")
+
+    def warm(self, *extra: str) -> dict[str, Any]:
+        proc = self.neffcache("warm", "--instance", INSTANCE, "--store", self.store, "--bucket", f"SEQ={BUCKETS}",
+                              "--parallel", "4", "--tag", "model=llama-tiny", "--tag", "team=demo", "--log-dir",
+                              str(self.workdir / "logs"), "--json", *extra, "--", *WORKLOAD,
+                              "--bucket", "{SEQ}", capture=True)
+        if proc.returncode != 0 or not proc.stdout.strip():
+            self.expect(False, f"warm exited {proc.returncode}")
+            return {}
+        report: dict[str, Any] = json.loads(proc.stdout)
+        click.echo(_indent(report_text(WarmReport.from_json(report))))
+        return report
+
+    def train(self, label: str) -> dict[str, int]:
+        report = self.workdir / "run-report.json"
+        # A "training job": not compile-only, it runs its steps once its graphs are loaded.
+        self.env.pop("TORCH_NEURONX_COMPILE_ONLY", None)
+        shown = ["python" if a == sys.executable else a for a in WORKLOAD]
+        click.secho(f"$ neffcache run --instance {INSTANCE} --store {self.store} --tag model=llama-tiny "
+                    f"--tag team=demo -- {shlex.join(shown)} --bucket {BUCKETS} --steps 3", fg="cyan")
+        argv = [sys.executable, "-m", "neffcache.cli.main", "run", "--instance", INSTANCE, "--store", self.store,
+                "--tag", "model=llama-tiny", "--tag", "team=demo", "--report", str(report), "--", *WORKLOAD,
+                "--bucket", BUCKETS, "--steps", "3"]
+        proc = subprocess.run(argv, env=self.env, capture_output=True, text=True, check=False)
+        # The job's output passes through `neffcache run` unchanged; here it is shortened.
+        click.echo(_indent(_abridged(proc.stderr + proc.stdout)))
+        self.expect(proc.returncode == 0, f"{label}: the job exited {proc.returncode}")
+        counts: dict[str, int] = json.loads(report.read_text()) if report.exists() else {}
+        return counts
+
+
+def _abridged(text: str, keep: int = 2) -> str:
+    """Runs of similar runtime lines cut to their first ``keep``."""
+    out: list[str] = []
+    run: list[str] = []
+
+    def flush() -> None:
+        out.extend(run[:keep])
+        if len(run) > keep:
+            out.append(f"... ({len(run) - keep} more like it)")
+        run.clear()
+
+    for line in text.splitlines():
+        kind = line.split("||: ", 1)[1][:20] if "||: " in line else None
+        if run and kind is not None and kind == run[0].split("||: ", 1)[1][:20]:
+            run.append(line)
+            continue
+        flush()
+        if kind is not None:
+            run.append(line)
+        else:
+            out.append(line)
+    flush()
+    return "\n".join(out)
+
+
+def _indent(text: str) -> str:
+    return "\n".join(f"  {line}" for line in text.rstrip().splitlines())
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _server_available() -> bool:
     try:
-        find_compiler()
-        return env, False
-    except FileNotFoundError:
-        from neffcache.testing.shim import install_compiler_shim, simulated_env
+        import uvicorn  # noqa: F401
 
-        bin_dir = workdir / "bin"
-        install_compiler_shim(bin_dir, compile_seconds=0.3)
-        return simulated_env(bin_dir, base=env), True
+        import neffcache.server.app  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
-def _run_workload(env: dict[str, str], label: str) -> tuple[int, int]:
-    cmd = [sys.executable, "-m", "neffcache.testing.workload", "--model", "llama-tiny",
-           "--bucket", "128,256,512", "--graphs", "4"]
-    started = time.monotonic()
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-    hits = sum(1 for line in proc.stderr.splitlines() if HIT.search(line))
-    misses = sum(1 for line in proc.stderr.splitlines() if MISS.search(line))
-    click.echo(f"  {label}: {hits} hits, {misses} compiles in {time.monotonic() - started:.1f}s "
-               f"(exit {proc.returncode})")
-    if proc.returncode != 0:
-        click.echo(proc.stderr[-2000:], err=True)
-        raise click.ClickException(f"the workload failed ({label})")
-    return hits, misses
+@contextlib.contextmanager
+def index_server(demo: Demo) -> Iterator[str | None]:
+    """`neffcache serve` in the background on SQLite, for as long as the demo runs."""
+    if not _server_available():
+        click.echo("index server: the server extra is not installed (pip install 'neffcache[server]'); "
+                   "the demo runs without an index")
+        yield None
+        return
+    port = _free_port()
+    token = secrets.token_urlsafe(24)
+    env = {**demo.env, "NEFFCACHE_SERVER_ADMIN_TOKEN": token, "NEFFCACHE_SERVER_ANONYMOUS_READ": "1"}
+    log = open(demo.workdir / "server.log", "wb")  # noqa: SIM115 - closed below
+    argv = [sys.executable, "-m", "neffcache.cli.main", "serve", "--port", str(port), "--data-dir",
+            str(demo.workdir / "server"), "--log-level", "warning"]
+    click.secho(f"$ neffcache serve --port {port} --data-dir {demo.workdir / 'server'} &", fg="cyan")
+    proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/readyz", timeout=1) as reply:  # noqa: S310 - our own server
+                    if reply.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                click.echo(f"index server did not start (see {demo.workdir / 'server.log'}); continuing without it")
+                yield None
+                return
+            time.sleep(0.2)
+        click.echo(f"  index (SQLite) at {url}")
+        demo.env.update({"NEFFCACHE_INDEX_URL": url, "NEFFCACHE_TOKEN": token})
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def install_toolchain(demo: Demo, version: str) -> None:
+    from neffcache.testing.shim import install_compiler_shim, simulated_env
+
+    bin_dir = demo.workdir / "bin"
+    install_compiler_shim(bin_dir, version=version, compile_seconds=demo.compile_seconds)
+    if not demo.env:
+        demo.env.update(simulated_env(bin_dir))
+
+
+def steps(demo: Demo) -> list[tuple[str, Callable[[], None]]]:
+    def warm_first() -> None:
+        report = demo.warm()
+        totals = report.get("totals", {})
+        demo.expect(bool(report.get("ok")) and totals.get("compiled") == len(BUCKETS.split(",")) * GRAPHS,
+                    "the first warm-up should compile every graph")
+
+    def warm_again() -> None:
+        totals = demo.warm("--quiet").get("totals", {})
+        demo.expect(totals.get("compiled") == 0 and bool(totals.get("hits")),
+                    "the second warm-up should be all hits")
+
+    def train_old() -> None:
+        counts = demo.train("training job")
+        demo.expect(counts.get("compile") == 0 and bool(counts.get("hit")), "the training job should only hit")
+
+    def bump_and_rewarm() -> None:
+        install_toolchain(demo, NEW_VERSION)
+        click.echo(f"  neuronx-cc on PATH is now {NEW_VERSION} (simulated upgrade): every old NEFF is stale")
+        proc = demo.neffcache("rewarm", "--from-compiler", OLD_VERSION, "--store", demo.store, "--parallel", "4",
+                              "--quiet")
+        demo.expect(proc.returncode == 0, f"rewarm exited {proc.returncode}")
+
+    def train_new() -> None:
+        counts = demo.train("training job on the new compiler")
+        demo.expect(counts.get("compile") == 0 and bool(counts.get("hit")),
+                    "after the re-warm, the job on the new compiler should only hit")
+
+    def stats() -> None:
+        demo.neffcache("scan", demo.store)
+        if demo.index_url:
+            demo.neffcache("stats", "--window", "1h", "--group-by", "model")
+
+    n = len(BUCKETS.split(","))
+    return [
+        (f"warm: compile-only over {n} shape buckets, 4 at a time, on this CPU host", warm_first),
+        ("warm again: everything is in the cache now", warm_again),
+        ("a training job wrapped by `neffcache run`: hits counted from the runtime's own log lines", train_old),
+        ("compiler upgrade: re-warm the stored HLOs with the new neuronx-cc", bump_and_rewarm),
+        # (a `neffcache prune` of the old compiler's namespace belongs here)
+        ("the training job again, on the new compiler", train_new),
+        ("what the cache holds, and what the index saw", stats),
+    ]
 
 
 @click.command("demo")
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=Path(".demo"),
-              show_default=True, help="Where the demo keeps its cache (wiped at the start).")
-def demo_cmd(workdir: Path) -> None:
-    """Run the main job on the embedded default and show the result.
+              show_default=True, help="Where the demo keeps its cache, index and logs (wiped at the start).")
+@click.option("--serve", is_flag=True, help="Keep the index server (and its dashboard) running at the end.")
+@click.option("--compile-seconds", type=click.FloatRange(min=0), default=COMPILE_SECONDS, show_default=True,
+              help="How long the simulated neuronx-cc takes per graph.")
+def demo_cmd(workdir: Path, serve: bool, compile_seconds: float) -> None:
+    """Run the main job on the embedded default and show the result (about a minute).
 
-    Uses a local store and the simulated Neuron toolchain (neffcache.testing) when no real
-    neuronx-cc is on PATH: a compile-only workload runs twice over three shape buckets; the
-    second run is served entirely from the cache.
+    Starts the index server (SQLite) in the background, warms a small model over several
+    shape buckets in parallel, warms again (all hits), wraps a "training job" with
+    `neffcache run`, bumps the compiler version and re-warms, runs the job again (all hits),
+    and prints the stats and the dashboard URL. Uses a local store and the SIMULATED Neuron
+    toolchain (neffcache.testing): fake NEFFs, real processes, real cache layouts.
 
     \b
     Example:
-      neffcache demo --workdir /tmp/neffcache-demo
+      neffcache demo --workdir /tmp/neffcache-demo --serve
     """
     workdir = workdir.absolute()
-    shutil.rmtree(workdir / "cache", ignore_errors=True)
-    workdir.mkdir(parents=True, exist_ok=True)
-    env, simulated = _toolchain_bin(workdir)
-    if simulated:
-        click.echo("neffcache demo: no neuronx-cc on PATH, so this uses the SIMULATED Neuron toolchain "
-                   "(neffcache.testing): fake NEFFs, real processes, real cache layout.")
-    old_path = os.environ.get("PATH", "")
-    os.environ["PATH"] = env["PATH"]
+    for part in ("cache", "server", "bin", "logs", "tmp", "spool"):
+        shutil.rmtree(workdir / part, ignore_errors=True)
+    (workdir / "tmp").mkdir(parents=True)
+    started = time.monotonic()
     try:
-        toolchain = resolve_toolchain(INSTANCE)
-    finally:
-        os.environ["PATH"] = old_path
-    store_url = str(workdir / "cache")
-    store = open_store(store_url)
-    variables, _ = job_env(store_url, toolchain, ("neuronxcc",))
-    env.update(variables)
-    env.update({"TORCH_NEURONX_COMPILE_ONLY": "1", "NEURON_RT_FAKE_INSTANCE_TYPE": INSTANCE,
-                "TMPDIR": str(workdir)})
-    click.echo(f"toolchain: {toolchain.label}; store: {store_url}")
-    for key, value in variables.items():
-        click.echo(f"  {key}={value}")
-    click.echo("compile-only workload (llama-tiny, buckets 128/256/512, 4 graphs each):")
-    _run_workload(env, "first run ")
-    hits, misses = _run_workload(env, "second run")
-    click.echo("")
-    click.echo(_scan_text(scan(store), show_entries=False))
-    verdict = "all hits" if misses == 0 and hits else "NOT all hits"
-    click.echo(f"\nsecond run: {verdict} ({hits} hits, {misses} compiles)")
-    if misses:
-        sys.exit(1)
+        real = find_compiler()
+        click.echo(f"note: {real} is a real neuronx-cc; the demo's workload is simulated (fake HLO), so it "
+                   "uses the simulated compiler on its own PATH instead.")
+    except FileNotFoundError:
+        pass
+    click.secho("neffcache demo: SIMULATED Neuron toolchain (neffcache.testing): a stand-in neuronx-cc "
+                f"({compile_seconds:g}s per graph) and a compile-only torch-neuronx workload; fake NEFFs, real "
+                "processes, real cache layouts.", bold=True)
+    demo = Demo(workdir, compile_seconds=compile_seconds)
+    install_toolchain(demo, OLD_VERSION)
+    demo.env.update({"NEURON_RT_FAKE_INSTANCE_TYPE": INSTANCE, "TMPDIR": str(workdir / "tmp"),
+                     "NEFFCACHE_SPOOL_DIR": str(workdir / "spool")})
+    for name in ("NEFFCACHE_STORES", "NEFFCACHE_INDEX_URL", "NEFFCACHE_TOKEN", "NEURON_CC_FLAGS",
+                 "NEURON_COMPILE_CACHE_URL", "TORCH_NEURONX_NEFF_CACHE_DIR", "NEFFSIM_FAIL_MATCH"):
+        demo.env.pop(name, None)
+    with index_server(demo) as url:
+        demo.index_url = url
+        for number, (title, step) in enumerate(steps(demo), 1):
+            click.secho(f"\n== {number}. {title}", bold=True)
+            step()
+        click.echo("")
+        if url:
+            click.secho(f"dashboard: {url}/   (metrics: {url}/metrics)", bold=True)
+        click.echo(f"demo finished in {time.monotonic() - started:.0f}s; workdir {workdir}")
+        if demo.failures:
+            raise click.ClickException("demo checks failed: " + "; ".join(demo.failures))
+        if url and serve:
+            click.echo("serving the index until Ctrl-C ...")
+            with contextlib.suppress(KeyboardInterrupt):
+                while True:
+                    time.sleep(3600)
+        elif url:
+            click.echo(f"(the index stopped with the demo; browse it again with `neffcache serve --data-dir "
+                       f"{workdir / 'server'}` or rerun with --serve)")
 
 
 COMMANDS: list[click.Command] = [demo_cmd]

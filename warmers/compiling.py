@@ -145,7 +145,7 @@ class CompilePool:
             lease.release()
 
     def _hit(self, job: CompileJob) -> CompileOutcome:
-        self.placement.event("hit", job.path, job.namespace)
+        self.placement.event("hit", job.path, job.namespace, tags=job.tags)
         self.placement.stamp([job.path])
         return CompileOutcome(job, "hit")
 
@@ -224,12 +224,12 @@ class CompilePool:
         entry = load_entry(self.placement.work, job.path)
         if entry is not None:
             self.placement.register(entry, held)
-        self.placement.event("miss", job.path, job.namespace)
-        self.placement.event("compile", job.path, job.namespace, compile_seconds=seconds)
+        self.placement.event("miss", job.path, job.namespace, tags=job.tags)
+        self.placement.event("compile", job.path, job.namespace, compile_seconds=seconds, tags=job.tags)
         return manifest.size
 
     def _record_failure(self, job: CompileJob, hlo: Path, text: str) -> None:
-        self.placement.event("error", job.path, job.namespace, message=text[-_TAIL:])
+        self.placement.event("error", job.path, job.namespace, message=text[-_TAIL:], tags=job.tags)
         if job.namespace.layout != "neuronxcc":
             return  # the native runtime does not cache failures: neither do we
         for store in dict.fromkeys([self.placement.work, self.placement.coordinator]):

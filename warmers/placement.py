@@ -169,10 +169,12 @@ class Placement:
         self.index.register_entries(records)
 
     def event(self, kind: EventKind, entry: str | None, namespace: Namespace, *,
-              compile_seconds: float | None = None, message: str | None = None) -> None:
+              compile_seconds: float | None = None, message: str | None = None,
+              tags: Mapping[str, str] | None = None) -> None:
+        """Report to the index; ``tags`` (an entry's own model/team) win over the command's."""
+        fields = {**self.event_fields, **{k: v for k, v in (tags or {}).items() if k in ("model", "team")}}
         self.index.record(kind, path=entry, namespace=namespace.path, toolchain=namespace.toolchain,
-                          compile_seconds=compile_seconds, store=self.work.url, message=message,
-                          **self.event_fields)
+                          compile_seconds=compile_seconds, store=self.work.url, message=message, **fields)
 
     def stamp(self, paths: Sequence[str]) -> None:
         """Record use of entries served from the cache (prune by age reads these, never atime)."""

@@ -93,6 +93,18 @@ class WarmReport:
             "bytes": sum(g.bytes for g in self.groups),
         }
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> WarmReport:
+        """Back from :meth:`to_json` (e.g. a report another process printed with --json)."""
+        groups = []
+        for g in data.get("groups", []):
+            row = GroupReport(**{k: v for k, v in g.items() if k != "failures"})
+            row.failures = [Failure(**f) for f in g.get("failures", [])]
+            groups.append(row)
+        names = ("command", "toolchain", "namespaces", "stores", "mode", "shard", "parallel", "prefetched",
+                 "published", "seconds", "interrupted", "notes")
+        return cls(**{k: data[k] for k in names if k in data}, groups=groups)
+
     def to_json(self) -> dict[str, Any]:
         return {"command": self.command, "ok": self.ok, "mode": self.mode, "toolchain": self.toolchain,
                 "namespaces": self.namespaces, "stores": self.stores, "shard": self.shard,
