@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from sqlalchemy import Select, delete, exists, func, select
 from sqlalchemy.orm import Session
 
-from neffcache.server.db import chunks, upsert
-from neffcache.server.models import Entry, EntryLocation, EntryTag
+from neffcache.server.db import upsert
+from neffcache.server.models import Entry, EntryLocation, EntryTag, table_of
 from neffcache.server.schemas import EntryIn, EntryOut, EntryPage, ForgetResult, toolchain_label
 
 _MUTABLE = ("layout", "key", "namespace", "compiler_version", "target", "lnc", "toolchain", "state",
@@ -35,7 +35,7 @@ class EntryFilter:
     tags: dict[str, str] = field(default_factory=dict)
     unused_since: float | None = None
 
-    def apply(self, stmt: Select[tuple[Entry]]) -> Select[tuple[Entry]]:
+    def apply(self, stmt: Select[Entry]) -> Select[Entry]:
         for column, value in ((Entry.key, self.key), (Entry.namespace, self.namespace),
                               (Entry.toolchain, self.toolchain),
                               (Entry.compiler_version, self.compiler_version),
@@ -60,25 +60,27 @@ def register_entries(session: Session, records: Sequence[EntryIn], now: float) -
     by_path = {record.path: record for record in records}  # last registration in a batch wins
     # Sorted so concurrent batches lock entry rows in one order and cannot deadlock.
     ordered = [by_path[path] for path in sorted(by_path)]
-    ids: dict[str, int] = {}
-    for chunk in chunks(ordered, 19):
-        stmt = upsert(session, Entry).values([_entry_row(record, now) for record in chunk])
-        stmt = stmt.on_conflict_do_update(
-            index_elements=[Entry.path],
-            set_={name: getattr(stmt.excluded, name) for name in _MUTABLE},
-        ).returning(Entry.id, Entry.path)
-        ids.update({path: entry_id for entry_id, path in session.execute(stmt)})
+    if not ordered:
+        return 0
+    conn = session.connection()
+    # executemany (batched by SQLAlchemy into multi-row statements, compiled once).
+    entries = table_of(Entry)
+    stmt = upsert(session, entries)
+    stmt = stmt.on_conflict_do_update(
+        index_elements=[entries.c.path], set_={name: stmt.excluded[name] for name in _MUTABLE},
+    ).returning(entries.c.id, entries.c.path, sort_by_parameter_order=True)
+    ids = {path: entry_id for entry_id, path in conn.execute(stmt, [_entry_row(r, now) for r in ordered])}
     # Every (path, store) pair of the batch is a location, even when one entry came from two stores.
     pairs = sorted({(r.path, r.store) for r in records})
-    locations = [{"entry_id": ids[path], "store": store, "added": now} for path, store in pairs]
-    for chunk in chunks(locations, 3):
-        session.execute(upsert(session, EntryLocation).values(chunk).on_conflict_do_nothing())
+    conn.execute(upsert(session, table_of(EntryLocation)).on_conflict_do_nothing(),
+                 [{"entry_id": ids[path], "store": store, "added": now} for path, store in pairs])
     tags = [{"entry_id": ids[r.path], "name": name, "value": value}
             for r in ordered for name, value in sorted(r.tags.items())]
-    for chunk in chunks(tags, 3):
-        stmt = upsert(session, EntryTag).values(chunk)
-        session.execute(stmt.on_conflict_do_update(index_elements=[EntryTag.entry_id, EntryTag.name],
-                                                   set_={"value": stmt.excluded.value}))
+    if tags:
+        table = table_of(EntryTag)
+        tag_stmt = upsert(session, table)
+        conn.execute(tag_stmt.on_conflict_do_update(index_elements=[table.c.entry_id, table.c.name],
+                                                    set_={"value": tag_stmt.excluded.value}), tags)
     return len(ordered)
 
 

@@ -172,22 +172,23 @@ def stacked_bars(name: str, starts: Sequence[float], stacks: Sequence[tuple[str,
     return _svg(width, height, name, body, label or name)
 
 
-def hbars(name: str, rows: Sequence[tuple[str, float, str, str]], *, width: int = 460,
-          row_height: int = 26, label: str = "", empty: str = "nothing yet") -> Markup:
-    """Horizontal bars: (label, value, text shown at the bar's end, css class)."""
+def hbars(name: str, rows: Sequence[tuple[str, float, str, str]], *, width: int = 460, label_width: int = 170,
+          row_height: int = 28, label: str = "", empty: str = "nothing yet",
+          short: Callable[[str], str] = lambda text: text) -> Markup:
+    """Horizontal bars: (label, value, text shown at the bar's end, css class); ``short`` makes the
+    visible label (the full one is the hover text)."""
     if not rows or not any(value for _, value, _, _ in rows):
         return _empty(width, 80, name, empty)
     top = max(value for _, value, _, _ in rows)
-    label_w, text_w = 200, 90
+    label_w, text_w = label_width, 80
     plot_w = width - label_w - text_w
     height = row_height * len(rows) + 6
     body = []
     for i, (text, value, shown, css_class) in enumerate(rows):
         y = 3 + i * row_height
         w = max(1.5, value / top * plot_w) if value else 0
-        short = text if len(text) <= 30 else text[:13] + "…" + text[-16:]
         body.append(f'<text class="label" x="{label_w - 8}" y="{y + row_height * 0.62:.1f}" text-anchor="end">'
-                    f"<title>{escape(text)}</title>{escape(short)}</text>")
+                    f"<title>{escape(text)}</title>{escape(short(text))}</text>")
         body.append(f'<rect class="bar {css_class}" x="{label_w}" y="{y + 4}" width="{w:.1f}" '
                     f'height="{row_height - 8}" rx="3"><title>{escape(text)}: {escape(shown)}</title></rect>')
         body.append(f'<text class="value" x="{label_w + w + 6:.1f}" y="{y + row_height * 0.62:.1f}">'

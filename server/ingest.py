@@ -16,14 +16,13 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import case, delete, func, select, update
+from sqlalchemy import Double, bindparam, case, delete, func, select, update
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.elements import BindParameter
 
 from neffcache.server.db import chunks, upsert
-from neffcache.server.models import Entry, EntryLocation, EntryTag, Event, EventRollup
+from neffcache.server.models import Entry, EntryLocation, EntryTag, Event, EventRollup, table_of
 from neffcache.server.schemas import EventIn, toolchain_label
-
-_EVENT_COLUMNS = 17
 
 
 @dataclass(frozen=True)
@@ -42,9 +41,12 @@ def ingest_events(session: Session, events: Sequence[EventIn], now: float) -> In
     saved = _recorded_compile_seconds(session, ordered)
     rows = [_event_row(event, now, saved) for event in ordered]
     inserted: set[str] = set()
-    for chunk in chunks(rows, _EVENT_COLUMNS):
-        stmt = upsert(session, Event).values(chunk).on_conflict_do_nothing(index_elements=[Event.event_id])
-        inserted.update(session.scalars(stmt.returning(Event.event_id)))
+    if rows:
+        # executemany: SQLAlchemy batches it into multi-row INSERTs ("insertmanyvalues") with one
+        # compiled statement, instead of compiling a fresh VALUES list for every batch.
+        table = table_of(Event)
+        stmt = upsert(session, table).on_conflict_do_nothing(index_elements=[table.c.event_id])
+        inserted.update(session.connection().execute(stmt.returning(table.c.event_id), rows).scalars())
     fresh = [row for row in rows if row["event_id"] in inserted]
     _roll_up(session, fresh)
     _stamp_entries(session, fresh)
@@ -61,7 +63,7 @@ def _recorded_compile_seconds(session: Session, events: Sequence[EventIn]) -> di
             select(Entry.path, Entry.compile_seconds)
             .where(Entry.path.in_(chunk), Entry.compile_seconds.is_not(None))
         ):
-            found[path] = float(seconds)
+            found[path] = float(seconds or 0.0)
     return found
 
 
@@ -91,15 +93,16 @@ def _roll_up(session: Session, rows: list[dict[str, object]]) -> None:
          "count": int(acc[0]), "seconds": acc[1]}
         for d, acc in sorted(sums.items())
     ]
-    for chunk in chunks(values, 8):
-        stmt = upsert(session, EventRollup).values(chunk)
-        # count = count + new count: atomic under the row lock ON CONFLICT takes, on both databases.
-        session.execute(stmt.on_conflict_do_update(
-            index_elements=[EventRollup.hour, EventRollup.kind, EventRollup.team, EventRollup.model,
-                            EventRollup.instance_type, EventRollup.toolchain],
-            set_={"count": EventRollup.count + stmt.excluded.count,
-                  "seconds": EventRollup.seconds + stmt.excluded.seconds},
-        ))
+    if not values:
+        return
+    table = table_of(EventRollup)
+    stmt = upsert(session, table)
+    # count = count + new count: atomic under the row lock ON CONFLICT takes, on both databases.
+    session.connection().execute(stmt.on_conflict_do_update(
+        index_elements=[table.c.hour, table.c.kind, table.c.team, table.c.model, table.c.instance_type,
+                        table.c.toolchain],
+        set_={"count": table.c.count + stmt.excluded.count, "seconds": table.c.seconds + stmt.excluded.seconds},
+    ), values)
 
 
 def _stamp_entries(session: Session, rows: list[dict[str, object]]) -> None:
@@ -107,15 +110,17 @@ def _stamp_entries(session: Session, rows: list[dict[str, object]]) -> None:
     for row in rows:
         if row["kind"] == "hit" and row["path"]:
             hits[str(row["path"])].append(float(row["ts"]))  # type: ignore[arg-type]
-    for path in sorted(hits):
-        latest = max(hits[path])
-        session.execute(
-            update(Entry).where(Entry.path == path).values(
-                hit_count=Entry.hit_count + len(hits[path]),
-                # Events arrive out of order (spools drain late): keep the newest use.
-                last_used=case((func.coalesce(Entry.last_used, 0.0) < latest, latest), else_=Entry.last_used),
-            )
-        )
+    if not hits:
+        return
+    table = table_of(Entry)
+    latest: BindParameter[float] = bindparam("latest", type_=Double())
+    stmt = update(table).where(table.c.path == bindparam("p")).values(
+        hit_count=table.c.hit_count + bindparam("n"),
+        # Events arrive out of order (spools drain late): keep the newest use.
+        last_used=case((func.coalesce(table.c.last_used, 0.0) < latest, latest), else_=table.c.last_used),
+    )
+    session.connection().execute(stmt, [{"p": path, "n": len(hits[path]), "latest": max(hits[path])}
+                                        for path in sorted(hits)])
 
 
 def _apply_evictions(session: Session, rows: list[dict[str, object]]) -> None:

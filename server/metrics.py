@@ -20,7 +20,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 
-from neffcache.server import stats
+from neffcache.server import leases, stats
 from neffcache.server.models import Entry
 
 if TYPE_CHECKING:
@@ -83,7 +83,7 @@ class DatabaseCollector(Collector):
                 per_toolchain[toolchain] = per_toolchain.get(toolchain, 0) + int(total or 0)
             for toolchain, total in sorted(per_toolchain.items()):
                 size.add_metric([toolchain], total)
-            held.add_metric([], len(stats.leases.active(session)))
+            held.add_metric([], len(leases.active(session)))
         return [events, saved, spent, entries, size, held]
 
 

@@ -8,7 +8,9 @@ upsert depends on that conflict.
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Double, ForeignKey, Index, Integer, String, Text
+from typing import Any, cast
+
+from sqlalchemy import BigInteger, Double, ForeignKey, Index, Integer, String, Table, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 # SQLite only auto-increments a column declared exactly INTEGER PRIMARY KEY.
@@ -17,6 +19,11 @@ BigId = BigInteger().with_variant(Integer(), "sqlite")
 
 class Base(DeclarativeBase):
     pass
+
+
+def table_of(model: Any) -> Table:
+    """The Core table of a mapped class, for executemany statements that skip the ORM."""
+    return cast(Table, model.__table__)
 
 
 class Entry(Base):

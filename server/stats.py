@@ -14,14 +14,14 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel
 from sqlalchemy import ColumnElement, Select, exists, func, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from neffcache.server import leases
 from neffcache.server.ingest import hour_of
 from neffcache.server.models import Entry, EntryTag, Event, EventRollup
 from neffcache.server.schemas import STATES
 
-S = TypeVar("S", bound=Select[Any])
+S = TypeVar("S", bound="Select[*tuple[Any, ...]]")
 GroupBy = Literal["team", "model", "instance_type", "toolchain"]
 _MAX_POINTS = 200
 
@@ -229,7 +229,7 @@ def _top_misses(session: Session, q: StatsQuery) -> list[MissRow]:
             for g, ns, tc, n, last in session.execute(stmt)]
 
 
-def _distinct(session: Session, column: ColumnElement[str]) -> list[str]:
+def _distinct(session: Session, column: InstrumentedAttribute[str]) -> list[str]:
     return sorted(v for v in session.scalars(select(column).distinct().limit(500)) if v)
 
 

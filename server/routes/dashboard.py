@@ -16,6 +16,7 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from neffcache import __version__
+from neffcache.server import leases as lease_table
 from neffcache.server.charts import Line, hbars, line_chart, stacked_bars
 from neffcache.server.deps import TOKEN_COOKIE, BearerDep, StateDep, check_access, presented_token
 from neffcache.server.routes.common import QText
@@ -51,6 +52,14 @@ def ago(ts: float, now: float) -> str:
     return "just now"
 
 
+def short_toolchain(label: str) -> str:
+    """"trn2-lnc2/neuronxcc-2.27.5334.0+f702b353" -> "trn2 lnc2 · 2.27.5334.0" (hash in the hover text)."""
+    target, _, compiler = label.partition("/neuronxcc-")
+    if not compiler:
+        return label
+    return f"{target.replace('-', ' ')} · {compiler.split('+', 1)[0]}"
+
+
 def charts(stats: StatsOut) -> dict[str, Any]:
     start, end, bucket = stats.window.start, stats.window.end, stats.window.bucket_seconds
     points = stats.series
@@ -76,10 +85,11 @@ def charts(stats: StatsOut) -> dict[str, Any]:
             start=start, end=end, y_format=lambda v: f"{v:,.0f} h", label="cumulative compile hours"),
         "sizes": hbars("size-by-toolchain", [(s.toolchain, float(s.bytes), f"{human_bytes(s.bytes)}", "size")
                                              for s in sizes], label="cache size by toolchain",
-                       empty="no entries registered"),
+                       empty="no entries registered", short=short_toolchain, label_width=180, width=620, row_height=26),
         "states": hbars("entries-by-state", [(state, float(n), f"{n:,}", _STATE_CLASS.get(state, "muted"))
                                              for state, n in stats.entries_by_state.items()],
-                        label="entries by state", empty="no entries registered"),
+                        label="entries by state", empty="no entries registered", label_width=180, width=620,
+                        row_height=26),
     }
 
 
@@ -112,13 +122,14 @@ def dashboard(
     query = build_query(window, None, group_by, team, model, None, None, top=12)
     with state.db.read() as session:
         stats = compute_stats(session, query)
+        held = lease_table.active(session, limit=4)
     now = time.time()
     page = state.templates.get_template("dashboard.html").render(
         stats=stats, charts=charts(stats), windows=WINDOWS, window=window, window_label=dict(WINDOWS)[window],
         team=team or "", model=model or "", group_by=group_by, refresh=state.settings.dashboard_refresh_seconds,
         now=now, updated=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(now)), version=__version__,
         human_bytes=human_bytes, hours=hours, pct=pct, ago=lambda ts: ago(ts, now),
-        state_class=_STATE_CLASS, database=state.db.dialect,
+        state_class=_STATE_CLASS, leases=held, database=state.db.dialect, tc=short_toolchain,
         total_bytes=sum(s.bytes for s in stats.size_by_toolchain),
         total_entries=sum(stats.entries_by_state.values()),
         problems=sum(n for s, n in stats.entries_by_state.items() if s in ("FAILED", "LOCKED", "CORRUPT")),

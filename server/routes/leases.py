@@ -73,4 +73,5 @@ def list_leases(
     with db.read() as session:
         if name is not None:
             return [lease_table.lookup(session, name)]
-        return lease_table.active(session, limit)
+        held: list[LeaseOut] = lease_table.active(session, limit)
+        return held

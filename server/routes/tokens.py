@@ -25,14 +25,14 @@ def create_token(body: TokenCreate, db: DbDep, _: AdminAccess) -> TokenCreated:
     except (ConfigError, IntegrityError) as exc:
         detail = str(exc) if isinstance(exc, ConfigError) else f"a token named {body.name!r} exists already"
         raise HTTPException(status.HTTP_409_CONFLICT, detail) from None
-    return TokenCreated(**info.to_json(), token=secret)
+    return TokenCreated.model_validate({**info.to_json(), "token": secret})
 
 
 @router.get("/v1/tokens", name="tokens.list", responses=AUTH_ERRORS)
 def list_tokens(db: DbDep, _: AdminAccess) -> list[TokenOut]:
     """Every token, revoked ones included (never the secrets)."""
     with db.read() as session:
-        return [TokenOut(**t.to_json()) for t in tokens.list_tokens(session)]
+        return [TokenOut.model_validate(t.to_json()) for t in tokens.list_tokens(session)]
 
 
 @router.delete("/v1/tokens/{token}", name="tokens.revoke",
@@ -46,7 +46,7 @@ def revoke_token(
     if info is None:
         raise not_found(f"token {token!r}")
     state.token_cache.forget(info.id)
-    return TokenOut(**info.to_json())
+    return TokenOut.model_validate(info.to_json())
 
 
 @router.get("/v1/whoami", name="tokens.whoami", responses=AUTH_ERRORS)

@@ -61,8 +61,8 @@ def test_counts_exact_and_no_lease_held_twice(replicas: tuple[list[ServerProcess
             mine = [{**e, "store": f"fsx://client-{n}"} for e in entries]
             clients[n % 2].post("/v1/entries", json=mine).raise_for_status()
             for b in range(BATCHES):
-                batch = [event("hit", path=rng.choice(entries)["path"]) if i % 2 else event("miss", key=f"MODULE_{n}+{b}")
-                         for i in range(BATCH_SIZE)]
+                batch = [event("hit", path=rng.choice(entries)["path"]) if i % 2
+                         else event("miss", key=f"MODULE_{n}+{b}") for i in range(BATCH_SIZE)]
                 sent_hits += sum(1 for e in batch if e["kind"] == "hit")
                 clients[b % 2].post("/v1/events", json=batch).raise_for_status()
                 if b % 3 == 0:  # a spool resending after a lost response, to the other replica

@@ -1,0 +1,113 @@
+"""The dashboard, filled with a realistic week of events, rendered by headless Chromium.
+
+Checks what a person would look at: the charts have data in them (SVG paths with as many points
+as hours, bars for hits and misses, one bar per toolchain), the numbers match the stats API, and
+filters narrow the page. The screenshot lands in tmp (and in docs/images with
+NEFFCACHE_UPDATE_DOCS_IMAGES=1).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import struct
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.server.conftest import ADMIN_SECRET, LiveServer
+from tests.server.week import make_week
+from tests.services import chromium_executable, service_missing
+
+DOCS_IMAGE = Path(__file__).resolve().parents[2] / "docs" / "images" / "dashboard.png"
+# Read at import: the suite's autouse fixture clears NEFFCACHE_* variables before each test.
+UPDATE_DOCS_IMAGE = os.environ.get("NEFFCACHE_UPDATE_DOCS_IMAGES") == "1"
+pytestmark = [pytest.mark.chromium, pytest.mark.slow]
+
+
+def _chromium(url: str, tmp_path: Path, *mode: str, size: str = "1400,1480") -> subprocess.CompletedProcess[str]:
+    exe = chromium_executable()
+    if exe is None:
+        service_missing("Chromium", "no chromium on PATH (apt-get install chromium)")
+    profile = tmp_path / f"profile-{time.monotonic_ns()}"
+    profile.mkdir()
+    command = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+               "--disable-background-networking", "--disable-component-update", "--disable-sync",
+               "--hide-scrollbars", f"--user-data-dir={profile}", f"--window-size={size}", *mode, url]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, check=True)  # type: ignore[arg-type]
+
+
+def _svg(dom: str, name: str) -> str:
+    match = re.search(rf'<svg class="chart" data-chart="{name}".*?</svg>', dom, re.S)
+    assert match, f"chart {name} missing"
+    return match.group(0)
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    header = path.read_bytes()[:24]
+    assert header[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", header[16:24])
+    return int(width), int(height)
+
+
+@pytest.fixture
+def week_server(sqlite_url: str, start_server: Callable[..., LiveServer]) -> LiveServer:
+    live = start_server(sqlite_url, anonymous_read=True)
+    week = make_week(time.time())
+    with live.client(ADMIN_SECRET) as admin:
+        admin.post("/v1/entries", json=week.entries).raise_for_status()
+        for start in range(0, len(week.events), 2500):
+            admin.post("/v1/events", json=week.events[start:start + 2500]).raise_for_status()
+        for i, owner in enumerate(("ip-10-0-12-7:4114:ab12cd34", "warm-3:977:0c1d2e3f")):
+            admin.post("/v1/leases/acquire", json={"name": week.entries[-1 - i]["path"], "owner": owner,
+                                                   "ttl": 900 - 300 * i}).raise_for_status()
+    return live
+
+
+def test_dashboard_renders_a_week_in_chromium(week_server: LiveServer, tmp_path: Path) -> None:
+    stats = httpx.get(f"{week_server.url}/v1/stats", params={"window": "7d"}).json()
+    dom = _chromium(f"{week_server.url}/", tmp_path, "--dump-dom").stdout
+
+    hit_rate = _svg(dom, "hit-rate")
+    line = re.search(r'<path class="line hit" d="([^"]+)"', hit_rate)
+    assert line and line.group(1).count("L") > 120  # ~168 hourly points over a week
+    assert len(re.findall(r'<rect class="bar hit"', _svg(dom, "lookups"))) > 120
+    assert len(re.findall(r'<rect class="bar miss"', _svg(dom, "lookups"))) > 100
+    saved = _svg(dom, "saved")
+    assert 'class="line saved"' in saved and 'class="line spent"' in saved
+    assert len(re.findall(r'<rect class="bar size"', _svg(dom, "size-by-toolchain"))) == 3
+    assert 'class="bar bad"' in _svg(dom, "entries-by-state")
+    assert "no data" not in dom and "no events" not in dom
+
+    assert f"{stats['totals']['hit_rate'] * 100:.1f}%" in dom
+    misses = re.findall(r'<table class="misses">.*?</table>', dom, re.S)[0]
+    assert misses.count("<tr>") == 1 + min(8, len(stats["top_misses"]))
+    for team in ("search", "ads", "speech", "research"):
+        assert f'title="{team}"' in dom
+    assert 'src="/static/dashboard.js"' in dom and "http://" not in dom.split("<footer")[0].replace(
+        'xmlns="http://www.w3.org/2000/svg"', "")  # nothing loaded from elsewhere
+
+    shot = tmp_path / "dashboard.png"
+    _chromium(f"{week_server.url}/", tmp_path, f"--screenshot={shot}")
+    assert _png_size(shot) == (1400, 1480)
+    assert shot.stat().st_size > 100_000  # a blank page compresses to a few kB
+    if UPDATE_DOCS_IMAGE:
+        DOCS_IMAGE.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(shot, DOCS_IMAGE)
+
+
+def test_dashboard_filters_narrow_the_page(week_server: LiveServer, tmp_path: Path) -> None:
+    dom = _chromium(f"{week_server.url}/?team=speech&window=24h&group_by=model", tmp_path, "--dump-dom").stdout
+    stats = httpx.get(f"{week_server.url}/v1/stats",
+                      params={"window": "24h", "team": "speech", "group_by": "model"}).json()
+    assert "team <b>speech</b>" in dom
+    assert '<option selected="">speech</option>' in dom or "<option selected>speech</option>" in dom
+    groups = re.findall(r'<td class="name" title="([^"]+)"', dom)
+    assert groups == ["whisper-large-v3"] == [g["name"] for g in stats["groups"]]
+    points = len(re.findall(r'<circle class="hover"', _svg(dom, "hit-rate")))
+    assert 10 < points <= 25  # hourly points of one day (quiet hours have none)
