@@ -1,0 +1,116 @@
+"""`neffcache serve`, `neffcache token create|list|revoke`, `neffcache stats`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import click
+import httpx
+import pytest
+from click.testing import CliRunner
+
+from neffcache.cli.server_cmds import COMMANDS, stats_cmd, token_group
+from neffcache.errors import ConfigError
+from tests.server.conftest import LiveServer, Tokens, free_port
+from tests.server.factories import entry, event
+
+
+def _all_commands() -> list[click.Command]:
+    out: list[click.Command] = []
+    for command in COMMANDS:
+        out.append(command)
+        if isinstance(command, click.Group):
+            out += list(command.commands.values())
+    return out
+
+
+@pytest.mark.parametrize("command", _all_commands(), ids=lambda c: c.name)
+def test_every_command_has_help_with_an_example(command: click.Command) -> None:
+    result = CliRunner().invoke(command, ["--help"])
+    assert result.exit_code == 0
+    assert "Example" in result.output and "neffcache " in result.output
+
+
+def test_token_create_list_revoke(db_url: str, start_server: Callable[..., LiveServer]) -> None:
+    runner = CliRunner()
+    created = runner.invoke(token_group, ["create", "ci-warmers", "--scope", "write", "--database-url", db_url])
+    assert created.exit_code == 0, created.output
+    secret = created.stdout.strip().splitlines()[0]
+    assert secret.startswith("nfc_")
+    listed = runner.invoke(token_group, ["list", "--database-url", db_url, "--json"])
+    rows = json.loads(listed.stdout)
+    assert [(r["name"], r["scope"], r["active"]) for r in rows] == [("ci-warmers", "write", True)]
+    assert secret not in listed.stdout
+
+    server = start_server(db_url)
+    with server.client(secret) as client:
+        assert client.post("/v1/events", json=[event("hit")]).status_code == 200
+        revoked = runner.invoke(token_group, ["revoke", "ci-warmers", "--database-url", db_url])
+        assert revoked.exit_code == 0 and "revoked" in revoked.stdout
+        assert client.post("/v1/events", json=[event("hit")]).status_code == 401
+    table = runner.invoke(token_group, ["list", "--database-url", db_url]).stdout
+    assert "ci-warmers" in table and "revoked" in table
+
+    duplicate = runner.invoke(token_group, ["create", "ci-warmers", "--database-url", db_url])
+    assert isinstance(duplicate.exception, ConfigError)
+    missing = runner.invoke(token_group, ["revoke", "nobody", "--database-url", db_url])
+    assert isinstance(missing.exception, ConfigError)
+
+
+def test_token_commands_default_to_the_embedded_database(tmp_path: Path) -> None:
+    result = CliRunner().invoke(token_group, ["create", "local", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["token"].startswith("nfc_")
+    assert (Path(os.environ["HOME"]) / ".local/share/neffcache/server/index.db").is_file()
+
+
+def test_stats_table_and_json(server: LiveServer, tokens: Tokens) -> None:
+    with server.client(tokens.write) as client:
+        client.post("/v1/entries", json=[entry(1, size=2_000_000)]).raise_for_status()
+        client.post("/v1/events", json=[event("hit", compile_seconds=3600.0), event("miss", key="MODULE_7+ab"),
+                                        event("compile", compile_seconds=1800.0)]).raise_for_status()
+    args = ["--index-url", server.url, "--token", tokens.read]
+    text = CliRunner().invoke(stats_cmd, args)
+    assert text.exit_code == 0, text.output
+    assert "hit rate        50.0%" in text.stdout
+    assert "hours saved     1.0" in text.stdout
+    assert "MODULE_7+ab" in text.stdout and "2.0 MB" in text.stdout
+    data = json.loads(CliRunner().invoke(stats_cmd, [*args, "--json", "--window", "24h"]).stdout)
+    assert data["totals"]["hits"] == 1 and data["totals"]["compile_hours"] == 0.5
+
+
+def test_stats_needs_an_index() -> None:
+    result = CliRunner().invoke(stats_cmd, [])
+    assert isinstance(result.exception, ConfigError)
+    assert "NEFFCACHE_INDEX_URL" in str(result.exception)
+
+
+@pytest.mark.slow
+def test_serve_without_database_arguments_uses_embedded_sqlite(tmp_path: Path) -> None:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "neffcache.cli.main", "serve", "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        banner = proc.stdout.readline()  # type: ignore[union-attr]
+        assert f"http://127.0.0.1:{port}/" in banner
+        database = proc.stdout.readline()  # type: ignore[union-attr]
+        assert "sqlite:///" in database and ".local/share/neffcache/server/index.db" in database
+        assert "neffcache token create" in proc.stdout.readline()  # type: ignore[union-attr]
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline and proc.poll() is None
+                time.sleep(0.1)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        proc.stdout.close()  # type: ignore[union-attr]
