@@ -47,5 +47,6 @@ ENV NEFFCACHE_STORES=/var/cache/neuron \
     PYTHONUNBUFFERED=1
 USER 10001:10001
 WORKDIR /workspace
-ENTRYPOINT ["neffcache"]
-CMD ["--help"]
+# No ENTRYPOINT: CI systems run their own shell in this image (GitLab's `image:`, `docker run
+# IMAGE neffcache warm ...`), and Kubernetes manifests name the command explicitly.
+CMD ["neffcache", "--help"]
