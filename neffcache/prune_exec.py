@@ -27,7 +27,6 @@ from neffcache.entry import Entry, EntryState, FileInfo
 from neffcache.errors import ConfigError, EntryNotFound, IndexServerError
 from neffcache.layouts.neuronxcc import DONE, HLO, LOCK_SUFFIX, LOG, NEFF
 from neffcache.lease import Lease, LeaseRecord, held, lease_path, try_acquire
-from neffcache.manifest import MANIFEST_NAME
 from neffcache.prune_plan import ItemKind, PruneItem, PrunePlan, Reason, ago
 from neffcache.prune_sweep import LockJudge, lease_stale
 from neffcache.publish import PUBLISH_LEASE_TTL, publish_lease_name
@@ -42,7 +41,7 @@ log = logging.getLogger(__name__)
 JOURNAL_DIR = f"{CONTROL_DIR}/prune"
 PRUNE_LEASE = "prune"
 CHUNK = 256
-MTIME_SLACK = 1.0  # S3's HEAD reports whole seconds where its listing has milliseconds
+MTIME_SLACK = 1.0  # clock steps between a store's times and ours (S3 reports whole seconds)
 
 
 @dataclass(frozen=True)
@@ -86,27 +85,36 @@ class PruneResult:
 def delete_order(entry: Entry) -> list[list[str]]:
     """An entry's files in removal phases (store paths).
 
-    Phase one removes what makes readers see the entry: runtime locks and the commit marker.
-    The last phase removes the one file that keeps the remains reading as uncommitted (the
-    manifest, or layout A's NEFF without ``model.done``), or — for entries the runtimes wrote
-    without a manifest and marker — the file that defines their state (the NEFF of a legacy
-    entry, the failure log, the HLO), so a half-removed entry never reads as another state.
+    Entries neffcache published go in the publish order reversed: commit marker, blobs, then
+    the manifest, whose presence keeps the remains reading as uncommitted (absent). Entries a
+    runtime wrote have no manifest: their marker (``model.done``) goes first and the file that
+    defines what readers see goes last — the NEFF (a NEFF without ``model.done`` is uncommitted;
+    a legacy entry's NEFF is its marker), else the failure log, else the HLO — so a half-removed
+    entry never reads as a different entry (an EMPTY one a runtime would pick up, say).
     """
     names = set(entry.files)
     locks = sorted(n for n in names if n.endswith(LOCK_SUFFIX))
-    if entry.layout == "neuronxcc":
-        anchor = next((n for n in (NEFF, MANIFEST_NAME, LOG, HLO) if n in names), None)
-        first = [*locks, *([DONE] if DONE in names and anchor != DONE else [])]
+    marker = entry.marker_name
+    anchor: str | None
+    if entry.manifest_name in names:
+        # neffcache's own entries: the publish order reversed (marker, blobs, manifest).
+        first, anchor = [*locks, *([marker] if marker in names else [])], entry.manifest_name
+    elif entry.layout == "neuronxcc":
+        anchor = next((n for n in (NEFF, LOG, HLO) if n in names), None)
+        first = [*locks, *([DONE] if DONE in names else [])]
     else:
-        manifest, marker = entry.manifest_name, entry.marker_name
-        if manifest in names:
-            first, anchor = [*locks, *([marker] if marker in names else [])], manifest
-        else:
-            anchor = marker if marker in names else max(names, default=None)
-            first = locks
-    rest = sorted(names - set(first) - {anchor}, key=lambda n: (n != MANIFEST_NAME, n))
+        anchor, first = (marker if marker in names else max(names - set(locks), default=None)), locks
+    rest = sorted(names - set(first) - {anchor})
     phases = [first, rest, [anchor] if anchor else []]
     return [[entry.store_path(n) for n in phase] for phase in phases if phase]
+
+
+def same_time(a: float, b: float) -> bool:
+    """Equal mtimes, where one side may only know whole seconds (S3's HEAD, where its listing and
+    local filesystems report fractions): then the seconds must agree."""
+    if a == b:
+        return True
+    return (a.is_integer() or b.is_integer()) and int(a) == int(b)
 
 
 def _same_files(current: Iterable[FileInfo], planned: Iterable[FileInfo]) -> bool:
@@ -114,7 +122,7 @@ def _same_files(current: Iterable[FileInfo], planned: Iterable[FileInfo]) -> boo
     then = {f.path: f for f in planned}
     if now.keys() != then.keys():
         return False
-    return all(now[p].size == then[p].size and abs(now[p].mtime - then[p].mtime) <= MTIME_SLACK for p in now)
+    return all(now[p].size == then[p].size and same_time(now[p].mtime, then[p].mtime) for p in now)
 
 
 def discard(store: Store, paths: list[str]) -> None:
@@ -191,7 +199,8 @@ class _StoreRun:
                        default=None)
             if used is not None and now - used < self.policy.hit_grace:
                 return f"used {ago(now - used)} ago, within the hit grace period"
-            if used is not None and (item.last_used is None or used > item.last_used + MTIME_SLACK):
+            if used is not None and (item.last_used is None or (used > item.last_used
+                                                                 and not same_time(used, item.last_used))):
                 return "used since the plan was made"
         return None
 
