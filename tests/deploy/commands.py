@@ -72,7 +72,7 @@ def parse_invocation(argv: list[str] | tuple[str, ...]) -> Invocation:
             assert tuple(params[param.name or ""]) == workload, (
                 f"{shlex.join(argv)}: words before `--` that are not options of `neffcache {' '.join(path)}`: "
                 f"{list(params[param.name or ''])[:len(params[param.name or '']) - len(workload)]}")
-    if "shard" in params and params["shard"]:
+    if params.get("shard"):
         Shard.parse(params["shard"])  # the real parser the command body uses
     return Invocation(tuple(argv), tuple(path), params, command)
 

@@ -8,6 +8,7 @@ import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,9 @@ def k8s_files() -> list[Path]:
     return sorted(K8S.glob("*.yaml"))
 
 
+@cache
 def k8s_documents() -> list[tuple[Path, dict[str, Any]]]:
+    """Parsed once per session; callers treat the documents as read-only."""
     docs = []
     for path in k8s_files():
         for doc in yaml.safe_load_all(path.read_text()):
@@ -61,8 +64,7 @@ def pod_spec(doc: dict[str, Any]) -> dict[str, Any] | None:
         spec: dict[str, Any] = doc["spec"]["template"]["spec"]
         return spec
     if kind == "CronJob":
-        spec = doc["spec"]["jobTemplate"]["spec"]["template"]["spec"]
-        return spec
+        return doc["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     return None
 
 
