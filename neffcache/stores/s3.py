@@ -14,9 +14,11 @@ How the store contract maps onto S3:
 - *delete*: DeleteObjects in batches of 1000, in parallel; S3 does not say which keys existed,
   so the count comes from listing the parent "directories" of the keys first.
 
-Retries: botocore's ``adaptive`` mode (backoff plus a client-side rate limiter that slows
-down on SlowDown) for every request; on top, a few more rounds for throttling, 5xx and dropped
-connections, and resumable body reads (s3_transfer). Errors become one-line neffcache errors
+Retries: botocore's ``standard`` mode (exponential backoff with jitter) for every attempt,
+an AIMD limit on calls in flight that shrinks on SlowDown and regrows on success (s3_throttle
+says why not botocore's ``adaptive`` limiter); on top, more rounds for throttling, 5xx and
+dropped connections once botocore gives up (its retry quota runs dry under sustained
+faults), and resumable body reads (s3_transfer). Errors become one-line neffcache errors
 (s3_errors). Credentials come from boto3's standard chain.
 """
 
@@ -49,12 +51,13 @@ from neffcache.keys import safe_relpath
 from neffcache.stores.base import Source, Store
 from neffcache.stores.s3_errors import error_code, is_transient, retry_attempts, translate
 from neffcache.stores.s3_list import ParallelLister
+from neffcache.stores.s3_throttle import ThrottleGate
 from neffcache.stores.s3_transfer import ExpectedError, ObjectReader, backoff, download, upload_multipart
 
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-_]{1,61}[a-z0-9]$")
 DELETE_BATCH = 1000  # the DeleteObjects maximum
 LIST_PARENTS_LIMIT = 2000  # deletes spanning more directories list their common prefix instead
-OUTER_ROUNDS = 3  # our retries on top of botocore's, for throttling and dropped connections
+OUTER_ROUNDS = 6  # our retries on top of botocore's, for throttling and dropped connections
 _SMALL_COMPARE = 1 << 20
 _POOL_PREFIX = "neffcache-s3"
 T = TypeVar("T")
@@ -99,6 +102,7 @@ class S3Store(Store):
         multipart_threshold: int = 16 << 20,
         multipart_chunksize: int = 8 << 20,
         max_attempts: int = 6,
+        retry_mode: str = "standard",
         connect_timeout: float = 5.0,
         read_timeout: float = 60.0,
     ) -> None:
@@ -114,7 +118,7 @@ class S3Store(Store):
             region = "us-east-1"  # S3-compatible endpoints still want a region to sign with
         config = Config(
             region_name=region,
-            retries={"mode": "adaptive", "max_attempts": max(1, max_attempts)},
+            retries={"mode": retry_mode, "max_attempts": max(1, max_attempts)},
             # Our transfer threads, the parts pool and the listing pool all share one client.
             max_pool_connections=2 * self.max_concurrency + 8,
             connect_timeout=connect_timeout,
@@ -127,6 +131,8 @@ class S3Store(Store):
             self._client = session.client("s3", endpoint_url=self.endpoint, config=config)
         except (bx.ProfileNotFound, bx.BotoCoreError, ValueError) as exc:
             raise StoreUnavailable(f"cannot set up an S3 client for {self.url}: {exc}", store=self.url) from exc
+        self.gate = ThrottleGate(2 * self.max_concurrency + 8)
+        self.gate.register(self._client.meta.events)
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
 
@@ -162,8 +168,12 @@ class S3Store(Store):
         """One S3 API call with our extra retry rounds; errors become neffcache errors."""
         method = getattr(self._client, op)
         expected = frozenset(expect)
+        body = kwargs.get("Body")
+        start = body.tell() if hasattr(body, "seek") else None
         rounds = 0
         while True:
+            if rounds and body is not None and start is not None:
+                body.seek(start)  # the failed round read the stream: send all of it again
             try:
                 reply: dict[str, Any] = method(Bucket=self.bucket, **kwargs)
                 return reply
@@ -179,6 +189,8 @@ class S3Store(Store):
                     continue
                 raise translate(exc, url=self.url, bucket=self.bucket, endpoint=self.endpoint, op=op,
                                 path=path) from exc
+            finally:
+                self.gate.release()  # only if an attempt died between its two hooks
 
     # -- primitives ---------------------------------------------------------------------------
     def iter_files(self, prefix: str = "") -> Iterator[FileInfo]:

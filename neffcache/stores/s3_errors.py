@@ -29,14 +29,18 @@ _EXPIRED = frozenset({"ExpiredToken", "TokenRefreshRequired", "RequestExpired"})
 _WRONG_REGION = frozenset({"PermanentRedirect", "AuthorizationHeaderMalformed", "IllegalLocationConstraintException"})
 
 
+# A reply whose XML body got lost still has its status: name it like S3 would have.
+_BY_STATUS = {"412": "PreconditionFailed", "503": "SlowDown"}
+
+
 def error_code(exc: BaseException) -> str:
     if isinstance(exc, bx.ClientError):
         err = exc.response.get("Error", {})
         code = str(err.get("Code") or "")
-        if code:
-            return code
-        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-        return str(status or "")
+        status = str(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or "")
+        if not code or code == status:
+            return _BY_STATUS.get(status, status)
+        return code
     return ""
 
 

@@ -2,18 +2,22 @@
 
 ListObjectsV2 returns 1000 keys per request, strictly one page after the other, so a flat
 listing of a 100k-entry cache (half a million keys) is hundreds of sequential round trips.
-The walk below splits the key space instead:
+The walk below splits the key space instead, without listing anything twice:
 
-1. probe a prefix with one flat page; if it is not truncated, that page is the answer (a small
-   cache costs exactly one request, like a flat listing);
-2. otherwise list its children with ``Delimiter="/"``; a few children (namespaces, shard
-   directories) are walked the same way in parallel; many children (the ``MODULE_*``
-   directories of a namespace) are cut into contiguous ranges, and each range is listed flat
-   from ``StartAfter`` up to the next range's first child, all ranges in parallel.
+1. one flat page of the prefix (the *head*); if it is not truncated, that is the answer, so a
+   small cache costs one request, exactly like a flat listing;
+2. otherwise the prefix's children are listed with ``Delimiter="/"`` (cheap: no keys). The
+   head already holds the complete children before the one it stopped in; it also tells how
+   many keys a child holds, which decides what to do with the rest:
+   - *big children* (namespaces, shard directories): each is walked the same way, in
+     parallel; the child the head stopped in inherits its part of the head as its own head;
+   - *small children* (the ``MODULE_*`` directories of one namespace, ~5 keys each): they
+     are cut into contiguous ranges of about one page each, listed flat from ``StartAfter``
+     up to the next range's first child, all ranges in parallel.
 
 S3 returns keys in UTF-8 byte order, which for ``str`` is code-point order, so the ranges
-are exact: every key below the prefix lands in exactly one task. No task waits on another
-(the caller's thread submits the follow-up work), so sharing the pool cannot deadlock.
+are exact: every key below the prefix is yielded by exactly one task. No task waits on
+another (the caller's thread submits the follow-up work), so sharing the pool cannot deadlock.
 """
 
 from __future__ import annotations
@@ -24,9 +28,8 @@ from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
 from dataclasses import dataclass
 from typing import Any
 
-PAGE = 1000
-RECURSE_LIMIT = 256  # up to this many children: walk each (they are probably big)
-KEYS_PER_RANGE_CHILD = 20  # cut many children into ranges of about this many each
+PAGE = 1000  # the S3 maximum
+BIG_CHILD = 250  # children with this many keys or more are walked one by one
 
 ListPage = Callable[..., dict[str, Any]]  # client.list_objects_v2 with Bucket bound
 
@@ -38,19 +41,23 @@ class Listed:
     mtime: float
 
 
-def _listed(obj: dict[str, Any]) -> Listed:
-    return Listed(obj["Key"], int(obj.get("Size", 0)), obj["LastModified"].timestamp())
-
-
-def _files(page: dict[str, Any]) -> list[Listed]:
-    # Keys ending in "/" are "folder" placeholders some consoles create: not files.
-    return [_listed(o) for o in page.get("Contents", ()) if not o["Key"].endswith("/")]
-
-
 @dataclass(frozen=True)
 class _Work:
     files: list[Listed]
     follow_up: list[Callable[[], _Work]]
+
+
+def _listed(page: dict[str, Any]) -> list[Listed]:
+    # Keys ending in "/" are "folder" placeholders some consoles create: not files.
+    return [Listed(o["Key"], int(o.get("Size", 0)), o["LastModified"].timestamp())
+            for o in page.get("Contents", ()) if not o["Key"].endswith("/")]
+
+
+def _child(prefix: str, key: str) -> str | None:
+    """The child "directory" of ``prefix`` that ``key`` lies in (None for a direct file)."""
+    rest = key[len(prefix):]
+    cut = rest.find("/")
+    return prefix + rest[: cut + 1] if cut >= 0 else None
 
 
 class ParallelLister:
@@ -61,7 +68,7 @@ class ParallelLister:
 
     def iter_keys(self, prefix: str) -> Iterator[Listed]:
         """Every key below ``prefix`` ("" or ending in "/"), in no set order."""
-        pending: set[Future[_Work]] = {self.pool.submit(self._level, prefix)}
+        pending: set[Future[_Work]] = {self.pool.submit(self._level, prefix, None)}
         try:
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -73,60 +80,68 @@ class ParallelLister:
             for future in pending:
                 future.cancel()
 
-    def _level(self, prefix: str) -> _Work:
-        probe = self.list_page(Prefix=prefix, MaxKeys=PAGE)
-        if not probe.get("IsTruncated"):
-            return _Work(_files(probe), [])
-        children: list[str] = []
-        direct: list[Listed] = []
+    def _pages(self, **kwargs: Any) -> Iterator[dict[str, Any]]:
         token: str | None = None
         while True:
-            kwargs: dict[str, Any] = {"Prefix": prefix, "Delimiter": "/", "MaxKeys": PAGE}
-            if token:
-                kwargs["ContinuationToken"] = token
-            page = self.list_page(**kwargs)
-            direct.extend(_files(page))
-            children.extend(p["Prefix"] for p in page.get("CommonPrefixes", ()))
+            page = self.list_page(**kwargs, **({"ContinuationToken": token} if token else {}))
+            yield page
             token = page.get("NextContinuationToken")
             if not page.get("IsTruncated") or not token:
-                break
+                return
+            kwargs.pop("StartAfter", None)
+
+    def _level(self, prefix: str, head: list[Listed] | None) -> _Work:
+        if head is None:
+            page = self.list_page(Prefix=prefix, MaxKeys=PAGE)
+            head = _listed(page)
+            if not page.get("IsTruncated"):
+                return _Work(head, [])
+        direct: list[Listed] = []
+        children: list[str] = []
+        for page in self._pages(Prefix=prefix, Delimiter="/", MaxKeys=PAGE):
+            direct.extend(_listed(page))
+            children.extend(p["Prefix"] for p in page.get("CommonPrefixes", ()))
         children.sort()
-        if len(children) <= RECURSE_LIMIT:
-            follow = [self._bind_level(c) for c in children]
-        else:
-            groups = min(4 * self.concurrency, math.ceil(len(children) / KEYS_PER_RANGE_CHILD))
-            step = math.ceil(len(children) / groups)
-            starts = children[::step]
-            follow = [self._bind_range(prefix, lo, starts[i + 1] if i + 1 < len(starts) else None)
-                      for i, lo in enumerate(starts)]
-        return _Work(direct, follow)
+        if not head:
+            return _Work(direct, [self._bind_level(c, None) for c in children])
+        last = head[-1].key
+        boundary = _child(prefix, last) or last  # children before it are complete in the head
+        kept = [h for h in head if (c := _child(prefix, h.key)) is not None and c < boundary]
+        partial = [h for h in head if _child(prefix, h.key) == boundary]
+        complete = len({_child(prefix, h.key) for h in kept})
+        per_child = max(len(kept) / complete if complete else 0.0, float(len(partial)), 1.0)
+        rest = [c for c in children if c >= boundary]
+        if per_child >= BIG_CHILD:
+            follow = [self._bind_level(c, partial if c == boundary and partial else None) for c in rest]
+            return _Work(direct + kept, follow)
+        # Small children: ranges of about one page each; the first resumes after the head.
+        per_range = max(1, int(PAGE / per_child))
+        starts = rest[::per_range]
+        max_keys = min(PAGE, math.ceil(per_range * per_child * 1.5) + 10)
+        follow = []
+        for i, lo in enumerate(starts):
+            hi = starts[i + 1] if i + 1 < len(starts) else None
+            resume = last if (i == 0 and lo == boundary and partial) else None
+            follow.append(self._bind_range(prefix, lo, hi, resume, max_keys))
+        return _Work(direct + kept + (partial if starts and starts[0] == boundary else []), follow)
 
-    def _bind_level(self, prefix: str) -> Callable[[], _Work]:
-        return lambda: self._level(prefix)
+    def _bind_level(self, prefix: str, head: list[Listed] | None) -> Callable[[], _Work]:
+        return lambda: self._level(prefix, head)
 
-    def _bind_range(self, prefix: str, lo: str, hi: str | None) -> Callable[[], _Work]:
-        return lambda: _Work(self._range(prefix, lo, hi), [])
+    def _bind_range(self, prefix: str, lo: str, hi: str | None, resume: str | None,
+                    max_keys: int) -> Callable[[], _Work]:
+        return lambda: _Work(self._range(prefix, lo, hi, resume, max_keys), [])
 
-    def _range(self, prefix: str, lo: str, hi: str | None) -> list[Listed]:
-        """Keys of the children in [lo, hi): a flat listing from just before ``lo``."""
+    def _range(self, prefix: str, lo: str, hi: str | None, resume: str | None, max_keys: int) -> list[Listed]:
+        """Keys of the children in [lo, hi), listed flat (after ``resume`` when given)."""
         out: list[Listed] = []
-        # lo ends with "/": lo[:-1] sorts before every key of lo and after no key of an
-        # earlier child we would keep (the filter below drops whatever lies in between).
-        start_after = lo[:-1]
-        token: str | None = None
-        while True:
-            kwargs: dict[str, Any] = {"Prefix": prefix, "MaxKeys": PAGE}
-            if token:
-                kwargs["ContinuationToken"] = token
-            else:
-                kwargs["StartAfter"] = start_after
-            page = self.list_page(**kwargs)
-            for item in _files(page):
+        # lo ends with "/": lo[:-1] sorts before every key of lo; the filter below drops
+        # whatever of an earlier child lies in between.
+        for page in self._pages(Prefix=prefix, MaxKeys=max_keys, StartAfter=resume or lo[:-1]):
+            for item in _listed(page):
                 if hi is not None and item.key >= hi:
                     return out
                 # Direct files of the level came with the delimiter listing already.
                 if item.key >= lo and "/" in item.key[len(prefix):]:
                     out.append(item)
-            token = page.get("NextContinuationToken")
-            if not page.get("IsTruncated") or not token:
-                return out
+        return out

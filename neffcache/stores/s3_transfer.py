@@ -133,8 +133,7 @@ def download(call: Call, pool: Executor, *, key: str, path: str, dest: Path, chu
         # The first range comes from the reply we already have; closing it early discards
         # that one connection, which is cheaper than a separate HEAD on every object.
         part = part_size_for(size, chunk)
-        _drain(call, reply, fd, key, path, etag, 0, part)
-        reply["Body"].close()
+        _drain(call, reply, fd, key, path, etag, 0, part)  # closes the reply's body
         futures = [pool.submit(_fetch_range, call, fd, key, path, etag, start, min(start + part, size))
                    for start in range(part, size, part)]
         wait(futures)
@@ -158,20 +157,31 @@ def _drain(call: Call, reply: dict[str, Any], fd: int, key: str, path: str, etag
     offset = start
     body = reply["Body"]
     attempt = 0
-    while offset < end:
-        try:
-            data = body.read(min(_PIECE, end - offset))
-            if not data:
-                raise ConnectionError(f"the body of {key} ended at {offset} of {end}")
-        except NETWORK_ERRORS as exc:
-            attempt += 1
-            if attempt >= STREAM_ATTEMPTS:
-                raise StoreError(f"reading {path} kept failing: {exc}", path=path) from exc
-            backoff(attempt)
-            body = range_get(call, key, path, etag, offset, end)["Body"]
-            continue
-        os.pwrite(fd, data, offset)
-        offset += len(data)
+    try:
+        while offset < end:
+            try:
+                data = body.read(min(_PIECE, end - offset))
+                if not data:
+                    raise ConnectionError(f"the body of {key} ended at {offset} of {end}")
+            except NETWORK_ERRORS as exc:
+                attempt += 1
+                if attempt >= STREAM_ATTEMPTS:
+                    raise StoreError(f"reading {path} kept failing: {exc}", path=path) from exc
+                _close(body)  # a broken connection must not linger in the pool
+                backoff(attempt)
+                body = range_get(call, key, path, etag, offset, end)["Body"]
+                continue
+            os.pwrite(fd, data, offset)
+            offset += len(data)
+    finally:
+        _close(body)
+
+
+def _close(body: Any) -> None:
+    try:
+        body.close()
+    except (OSError, *NETWORK_ERRORS):
+        pass
 
 
 class ObjectReader(io.RawIOBase):
@@ -204,6 +214,7 @@ class ObjectReader(io.RawIOBase):
             except NETWORK_ERRORS as exc:
                 if attempt == STREAM_ATTEMPTS:
                     raise StoreError(f"reading {self._path} kept failing: {exc}", path=self._path) from exc
+                _close(self._body)
                 backoff(attempt)
                 self._body = range_get(self._call, self._key, self._path, self._etag, self._pos,
                                        self._size)["Body"]
@@ -219,6 +230,6 @@ class ObjectReader(io.RawIOBase):
 
     def close(self) -> None:
         try:
-            self._body.close()
+            _close(self._body)
         finally:
             super().close()

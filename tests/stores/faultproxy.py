@@ -75,10 +75,17 @@ class FaultProxy:
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         proxy = self
-        local = threading.local()
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            upstream: http.client.HTTPConnection | None = None
+
+            def finish(self) -> None:
+                try:
+                    super().finish()
+                finally:
+                    if self.upstream is not None:
+                        self.upstream.close()
 
             def log_message(self, format: str, *args: object) -> None:
                 return
@@ -114,11 +121,10 @@ class FaultProxy:
                             b"" if self.command == "HEAD" else body, length=len(body))
 
             def _forward(self, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
-                conn = getattr(local, "conn", None)
                 for attempt in range(2):
-                    if conn is None:
-                        conn = http.client.HTTPConnection(*proxy.upstream, timeout=60)
-                        local.conn = conn
+                    if self.upstream is None:
+                        self.upstream = http.client.HTTPConnection(*proxy.upstream, timeout=60)
+                    conn = self.upstream
                     try:
                         headers = {k: v for k, v in self.headers.items() if k.lower() not in ("connection",)}
                         conn.request(self.command, self.path, body=body, headers=headers)
@@ -127,7 +133,7 @@ class FaultProxy:
                         return reply.status, list(reply.getheaders()), data
                     except (ConnectionError, http.client.HTTPException):
                         conn.close()
-                        conn = local.conn = None
+                        self.upstream = None
                         if attempt:
                             raise
                 raise AssertionError("unreachable")

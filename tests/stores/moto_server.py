@@ -53,7 +53,7 @@ class S3TestServer(ThreadedMotoServer):
 
     def reset(self) -> None:
         request = urllib.request.Request(f"{self.url}/moto-api/reset", method="POST")
-        with urllib.request.urlopen(request, timeout=10) as reply:  # noqa: S310 - loopback
+        with urllib.request.urlopen(request, timeout=10) as reply:
             reply.read()
 
 

@@ -93,19 +93,21 @@ def test_endpoint_from_environment(s3_endpoint: str, monkeypatch: pytest.MonkeyP
 
 
 # -- listing, deleting, big files ------------------------------------------------------------------
-def test_parallel_listing_is_exact(s3_store: S3Store, s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Tiny pages and ranges so every branch of the walk runs on a small tree, with names that
-    # sort around the "/" boundary (MODULE_5/ vs MODULE_5+x/ vs the file MODULE_5.x).
-    monkeypatch.setattr(s3_list, "PAGE", 7)
-    monkeypatch.setattr(s3_list, "RECURSE_LIMIT", 3)
-    monkeypatch.setattr(s3_list, "KEYS_PER_RANGE_CHILD", 2)
+@pytest.mark.parametrize(("page", "big_child"), [(7, 3), (7, 1000), (4, 1), (1000, 250)])
+def test_parallel_listing_is_exact(s3_store: S3Store, s3_endpoint: str, monkeypatch: pytest.MonkeyPatch,
+                                   page: int, big_child: int) -> None:
+    # Tiny pages so every branch of the walk runs on a small tree, with names that sort
+    # around the "/" boundary (MODULE_5/ vs MODULE_5+x/ vs the file MODULE_5.x).
+    monkeypatch.setattr(s3_list, "PAGE", page)
+    monkeypatch.setattr(s3_list, "BIG_CHILD", big_child)
     names = {"lock", "ns/MODULE_5.x", "ns/MODULE_5/a", "ns/MODULE_5+x/a", "ns/MODULE_5+x/b", "ns/MODULE_50/a",
-             "ns/z", ".neffcache/leases/ab/l1", ".neffcache/leases/cd/l2", "other/deep/er/file"}
+             "ns/z", ".neffcache/leases/ab/l1", ".neffcache/leases/cd/l2", "other/deep/er/file", "zz"}
     names |= {f"ns/MODULE_{i}+abb26765/{f}" for i in range(40) for f in ("model.neff", "model.done")}
     names |= {f"b/{i:02x}/{j:02x}/k.neff" for i in range(6) for j in range(4)}
     for name in names:
         s3_store.put_file(name, b"x")
-    assert {f.path for f in s3_store.iter_files()} == names
+    listed = [f.path for f in s3_store.iter_files()]
+    assert len(listed) == len(set(listed)) and set(listed) == names
     assert {f.path for f in s3_store.iter_files("ns")} == {n for n in names if n.startswith("ns/")}
     assert {k.removeprefix("cache/") for k in raw_keys(s3_endpoint, "cache/")} == names
 
