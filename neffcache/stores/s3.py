@@ -168,7 +168,7 @@ class S3Store(Store):
         """One S3 API call with our extra retry rounds; errors become neffcache errors."""
         method = getattr(self._client, op)
         expected = frozenset(expect)
-        body = kwargs.get("Body")
+        body: Any = kwargs.get("Body")
         start = body.tell() if hasattr(body, "seek") else None
         rounds = 0
         while True:

@@ -180,7 +180,9 @@ def _drain(call: Call, reply: dict[str, Any], fd: int, key: str, path: str, etag
 def _close(body: Any) -> None:
     try:
         body.close()
-    except (OSError, *NETWORK_ERRORS):
+    except NETWORK_ERRORS:
+        pass
+    except OSError:
         pass
 
 
