@@ -145,3 +145,70 @@ def make_bucket(s3_env: dict[str, str]) -> Callable[[], str]:
         return name
 
     return make
+
+
+def clean_env(home: Path) -> dict[str, str]:
+    """This process's environment without anyone's neffcache/Neuron/AWS settings, HOME in ``home``."""
+    drop = ("NEFFCACHE_", "NEURON_", "TORCH_NEURONX_", "NEFFSIM_", "AWS_")
+    keep = ("NEFFCACHE_REQUIRE_SERVICES", "NEFFCACHE_TEST_POSTGRES_URL")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop) or k in keep}
+    home.mkdir(parents=True, exist_ok=True)
+    env.update(HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"), XDG_CONFIG_HOME=str(home / ".config"),
+               XDG_DATA_HOME=str(home / ".local" / "share"))
+    return env
+
+
+@dataclass
+class ComposeStack:
+    """deploy/compose.yaml's index, bucket job and warmer, run for real (SQLite in place of the
+    postgres service, moto's server in place of the s3 service)."""
+
+    server: RunningServer
+    warm_runs: list[subprocess.CompletedProcess[str]]
+    bucket_run: subprocess.CompletedProcess[str]
+    workdir: Path
+
+    def metrics(self) -> str:
+        reply = self.server.get("/metrics")  # compose allows anonymous reads
+        assert reply.status_code == 200, reply.text
+        return reply.text
+
+
+@pytest.fixture(scope="session")
+def compose_stack(moto: S3TestServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ComposeStack]:
+    from tests.deploy.files import SERVER_DOCKERFILE, compose, compose_argv, compose_environment
+
+    services = compose()["services"]
+    workdir = tmp_path_factory.mktemp("compose")
+    base = clean_env(workdir / "home")
+    index = services["index"]
+    env = compose_environment(index)
+    # The postgres service is not here: the same settings with the embedded SQLite database.
+    env["NEFFCACHE_SERVER_DATABASE_URL"] = f"sqlite:///{workdir / 'index.db'}"
+    with serve(compose_argv(index, SERVER_DOCKERFILE), {**base, **env}, workdir) as server:
+        port = compose_argv(index, SERVER_DOCKERFILE)
+        port = port[port.index("--port") + 1]
+        hosts = {f"http://index:{port}": server.url, "http://s3:5000": moto.url,
+                 "/tmp/sim-bin": str(workdir / "sim-bin"), "/tmp/neuron-cache": str(workdir / "neuron-cache")}
+
+        def localize(text: str) -> str:
+            for cluster, local in hosts.items():
+                text = text.replace(cluster, local)
+            return text
+
+        bucket_job = services["s3-bucket"]
+        assert bucket_job["entrypoint"][:2] == ["python3", "-c"]
+        bucket_run = subprocess.run([sys.executable, "-c", localize(bucket_job["entrypoint"][2])], env=base,
+                                    capture_output=True, text=True, timeout=60, check=False)
+        warmer = services["warmer"]
+        argv = compose_argv(warmer, SERVER_DOCKERFILE)
+        assert argv[:2] == ["/bin/sh", "-c"], argv
+        warm_env = {**base, **{k: localize(v) for k, v in compose_environment(warmer).items()}}
+        # The image's /opt/neffcache/bin is this venv's bin here (neffcache and python).
+        warm_env["PATH"] = warm_env["PATH"].replace("/opt/neffcache/bin", str(Path(sys.executable).parent))
+        # The simulated compiler's pretend compile time only makes the test slower; the shim
+        # lets a caller's NEFFSIM_* value win over the one baked in by the compose command.
+        warm_env["NEFFSIM_COMPILE_SECONDS"] = "0"
+        runs = [subprocess.run(["/bin/sh", "-c", localize(argv[2])], env=warm_env, cwd=workdir, capture_output=True,
+                               text=True, timeout=240, check=False) for _ in range(2)]
+        yield ComposeStack(server, runs, bucket_run, workdir)
