@@ -150,8 +150,12 @@ def neffcache_argvs(script: str, values: Mapping[str, str]) -> list[list[str]]:
             if len(command) == 1 and (m := _ASSIGNMENT.match(command[0])):
                 scope[m.group("name")] = m.group("value")
                 continue
-            if "neffcache" in command:
-                found.append(command[command.index("neffcache"):])
+            starts = [i for i, word in enumerate(command) if word == "neffcache"]
+            if starts:
+                # `kubectl -n neffcache exec deploy/x -- neffcache token ...`: the invocation is the
+                # `neffcache` followed by a real command; with none, the first (so typos still fail).
+                real = [i for i in starts if i + 1 < len(command) and command[i + 1] in cli.commands]
+                found.append(command[(real or starts)[0]:])
     return found
 
 
