@@ -14,8 +14,10 @@ which the next plan lists as ``interrupted`` and its execution finishes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -136,6 +138,19 @@ def discard(store: Store, paths: list[str]) -> None:
         store.delete(paths)
 
 
+def drop_leases(store: Store, paths: list[str]) -> None:
+    """Remove lease files, leaving their shard directories: a local store would otherwise remove
+    each emptied ``leases/ab/`` directory and the next lease would make it again (two directory
+    operations per entry, the slowest calls on a filesystem)."""
+    for path in paths:
+        local = store.local_path(path)
+        if local is None:
+            discard(store, paths)
+            return
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(local)
+
+
 def read_journals(store: Store) -> dict[str, dict[str, list[str]]]:
     """Journal path -> {entry path: files it was removing}, of prunes that did not finish."""
     out: dict[str, dict[str, list[str]]] = {}
@@ -253,7 +268,7 @@ class _StoreRun:
         if time.monotonic() - started < PUBLISH_LEASE_TTL / 2:
             # Nobody takes over a lease before it expires (we are alive), so they are all still
             # ours: drop them in one call instead of a read and a delete each.
-            discard(self.store, [lease.path for lease in leases])
+            drop_leases(self.store, [lease.path for lease in leases])
         else:
             for lease in leases:
                 lease.release()

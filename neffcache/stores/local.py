@@ -121,17 +121,18 @@ class LocalStore(Store):
     def iter_files(self, prefix: str = "") -> Iterator[FileInfo]:
         start = self._abs(prefix) if prefix else self.root
         root_len = len(str(self.root)) + 1
-        if self.list_workers <= 1:
-            pending = [str(start)]
-            while pending:
-                subdirs, files = _list_dirs([pending.pop()], root_len)
-                pending.extend(subdirs)
-                yield from files
+        pending = [str(start)]
+        # Sequential while there is at most one directory to list: an entry directory (the
+        # common small listing, load_entry's) costs no thread pool.
+        while len(pending) == 1 or (pending and self.list_workers <= 1):
+            subdirs, files = _list_dirs([pending.pop()], root_len)
+            pending.extend(subdirs)
+            yield from files
+        if not pending:
             return
         # On Lustre/NFS every stat is a round trip to a metadata server: list many directories
         # at once. Batches keep the per-task overhead small next to the syscalls.
         with ThreadPoolExecutor(self.list_workers, thread_name_prefix="neffcache-list") as pool:
-            pending = [str(start)]
             running: set[Future[tuple[list[str], list[FileInfo]]]] = set()
             while pending or running:
                 while pending and len(running) < self.list_workers * 2:
