@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -84,37 +85,68 @@ class CompilePool:
     lease_ttl: float = LEASE_TTL
     on_done: Callable[[CompileOutcome], None] | None = None
 
+    def __post_init__(self) -> None:
+        self._queue: deque[CompileJob] = deque()
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+
+    def add(self, jobs: Sequence[CompileJob]) -> None:
+        """Queue more jobs (from any thread) while :meth:`drain` runs; duplicates are dropped."""
+        with self._lock:
+            for job in jobs:
+                if job.path not in self._seen:
+                    self._seen.add(job.path)
+                    self._queue.append(job)
+
+    def close(self) -> None:
+        """No more jobs will come: :meth:`drain` returns once the queued ones are done."""
+        self._closed.set()
+
     def run(self, jobs: Sequence[CompileJob]) -> list[CompileOutcome]:
-        """Every job's outcome. Jobs whose lease is held elsewhere are retried until resolved."""
-        queue: deque[CompileJob] = deque({j.path: j for j in jobs}.values())
-        deferred: list[tuple[float, int, CompileJob]] = []  # (retry at, attempts, job)
+        self.add(jobs)
+        self.close()
+        return self.drain()
+
+    def _next(self) -> CompileJob | None:
+        with self._lock:
+            return self._queue.popleft() if self._queue else None
+
+    def drain(self) -> list[CompileOutcome]:
+        """Run jobs until closed and done. Jobs whose lease another host holds come back later."""
+        deferred: list[tuple[float, CompileJob]] = []  # (retry at, job)
         attempts: dict[str, int] = {}
         outcomes: list[CompileOutcome] = []
         running: dict[Future[CompileOutcome | None], CompileJob] = {}
         pool = ThreadPoolExecutor(max(1, self.parallel), thread_name_prefix="neffcache-compile")
         try:
-            while queue or deferred or running:
+            while True:
                 now = time.monotonic()
-                ready = [d for d in deferred if d[0] <= now]
-                for item in ready:
+                for item in [d for d in deferred if d[0] <= now]:
                     deferred.remove(item)
-                    queue.append(item[2])
-                while (queue and len(running) < self.parallel and not self.children.stopping.is_set()
+                    self.add_back(item[1])
+                while (len(running) < self.parallel and not self.children.stopping.is_set()
                        and self.memory.room_for_another(len(running))):
-                    job = queue.popleft()
+                    job = self._next()
+                    if job is None:
+                        break
                     running[pool.submit(self._one, job)] = job
-                if self.children.stopping.is_set() and not running:
-                    outcomes.extend(CompileOutcome(j, "interrupted") for j in [*queue, *(d[2] for d in deferred)])
-                    break
-                done, _ = wait(running, timeout=0.2, return_when=FIRST_COMPLETED) if running else (set(), None)
                 if not running:
-                    time.sleep(0.1)
+                    with self._lock:
+                        idle = not self._queue
+                    if self.children.stopping.is_set() or (idle and not deferred and self._closed.is_set()):
+                        outcomes.extend(CompileOutcome(j, "interrupted")
+                                        for j in [*self._queue, *(d[1] for d in deferred)])
+                        break
+                    time.sleep(0.05)  # nothing to run yet: more jobs, a deferred one, or the close
+                    continue
+                done, _ = wait(running, timeout=0.2, return_when=FIRST_COMPLETED)
                 for future in done:
                     job = running.pop(future)
                     outcome = future.result()
                     if outcome is None:  # someone else holds its lease: look again soon
                         n = attempts[job.path] = attempts.get(job.path, 0) + 1
-                        deferred.append((time.monotonic() + min(0.2 * 2 ** n, 5.0), n, job))
+                        deferred.append((time.monotonic() + min(0.2 * 2 ** n, 5.0), job))
                         continue
                     outcomes.append(outcome)
                     if self.on_done is not None:
@@ -122,6 +154,10 @@ class CompilePool:
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
         return outcomes
+
+    def add_back(self, job: CompileJob) -> None:
+        with self._lock:
+            self._queue.append(job)
 
     # -- one graph ------------------------------------------------------------------------
     def _one(self, job: CompileJob) -> CompileOutcome | None:

@@ -22,7 +22,7 @@ import shlex
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,7 +42,7 @@ from .memory import MemoryGate
 from .placement import Placement
 from .report import GroupReport, WarmReport
 from .watchdog import CompileWatchdog
-from .workload import WorkloadRun, remove_dead_locks, run_workload
+from .workload import WorkloadRun, clean_after_dead_workload, run_workload
 
 log = logging.getLogger(__name__)
 Progress = Callable[[str], None]
@@ -114,6 +114,8 @@ class Warmer:
                                  "two-phase" if req.two_phase else "one-phase", req.shard.label, req.parallel)
         self.started = time.time()
         self._lock = threading.Lock()
+        self.claimed: set[str] = set()  # two-phase: entries already queued by some bucket
+        self.pool: CompilePool | None = None
 
     def run(self) -> WarmReport:
         started = time.monotonic()
@@ -145,19 +147,28 @@ class Warmer:
         watchdog = CompileWatchdog(req.compile_timeout, lambda: set(self.live_groups)) \
             if req.compile_timeout else None
         runs: dict[str, WorkloadRun] = {}
-        with ThreadPoolExecutor(max(1, req.parallel), thread_name_prefix="neffcache-workload") as pool:
+        # Two-phase: each bucket's graphs go to the compile pool as soon as its extraction ends,
+        # so compiles overlap the other buckets' extractions.
+        self.pool = self._compile_pool() if req.two_phase else None
+        with ThreadPoolExecutor(max(1, req.parallel), thread_name_prefix="neffcache-workload") as workers:
             if watchdog is not None:
                 watchdog.__enter__()
             try:
-                futures = [pool.submit(self._bucket, b, env, runs) for b in buckets]
-                wait_all(futures)
+                futures = [workers.submit(self._bucket, b, env, runs) for b in buckets]
+                if self.pool is None:
+                    wait_all(futures)
+                else:
+                    closer = workers.submit(self._close_pool_after, futures)
+                    for outcome in self.pool.drain():
+                        record_outcome(self.report, outcome, len(placement.writable) - 1)
+                    wait_all([*futures, closer])
             finally:
+                if self.pool is not None:
+                    self.pool.close()
                 if watchdog is not None:
                     watchdog.__exit__(None, None, None)
         if watchdog is not None:
             self._mark_timeouts(watchdog)
-        if req.two_phase:
-            self._compile_pending(runs)
 
     def _bucket(self, bucket: Bucket, env: Mapping[str, str], runs: dict[str, WorkloadRun]) -> None:
         req = self.req
@@ -170,12 +181,14 @@ class Warmer:
         row.status, row.exit_code, row.seconds, row.log = (run.group.status, run.group.exit_code,
                                                             run.group.seconds, run.group.log)
         row.failures.extend(run.group.failures)
-        if row.status in ("timeout", "crashed"):
-            remove_dead_locks(self.placement.work, run)
+        if row.status in ("timeout", "crashed", "interrupted"):
+            clean_after_dead_workload(self.placement.work, run)
         if not self.children.stopping.is_set():
-            # Two-phase: layout A graphs are compiled later by us; only what the runtime itself
-            # compiled (the native backend cannot extract) is ingested now.
+            # Two-phase: layout A graphs are compiled by our pool; only what the runtime itself
+            # compiled (the native backend cannot extract) is ingested here.
             self._ingest(bucket, run, row, native_only=req.two_phase)
+            if self.pool is not None:
+                self._queue_extracted(bucket, run)
         self.progress(_row_line(row, "extracted" if req.two_phase else "done"))
 
     # -- one-phase: what the runtime did -------------------------------------------------
@@ -247,36 +260,35 @@ class Warmer:
                                       f"(--compile-timeout {watchdog.timeout:g}s); runtime said: {failure.reason}")
 
     # -- two-phase: compile what the workloads extracted ----------------------------------
-    def _compile_pending(self, runs: Mapping[str, WorkloadRun]) -> None:
-        if self.children.stopping.is_set():
-            return
-        work = self.placement.work
-        jobs: list[CompileJob] = []
-        claimed: set[str] = set()
-        for bucket in self.req.buckets:
-            run = runs.get(bucket.name)
-            if run is None:
-                continue
-            row = self.report.group(bucket.name)
-            paths = [p for p in run.mentioned if p not in claimed and not _is_native(p)]
-            claimed.update(paths)
-            jobs.extend(self._jobs_for(row, paths, {**self.req.tags, **bucket.tags()}))
-        # Extractions whose log lines named nothing we recognise: every pending HLO that
-        # appeared in the namespace since we started.
-        ns = self.namespaces[0]
-        fresh = [e.path for e in scan(work, prefix=ns.path).entries
-                 if e.path not in claimed and e.state is EntryState.EMPTY and e.mtime >= self.started - 1]
-        if fresh:
-            jobs.extend(self._jobs_for(self.report.group(UNATTRIBUTED), fresh, dict(self.req.tags)))
-        if not jobs:
-            return
-        self.progress(f"compiling {len(jobs)} pending graph(s), up to {self.req.parallel} at a time")
-        pool = CompilePool(self.placement, self.req.compiler, self.children, parallel=self.req.parallel,
+    def _compile_pool(self) -> CompilePool:
+        return CompilePool(self.placement, self.req.compiler, self.children, parallel=self.req.parallel,
                            timeout=self.req.compile_timeout, memory=MemoryGate(self.req.compile_memory_mb),
                            retry_failed=self.req.retry_failed, started_at=self.started,
                            on_done=lambda o: self.progress(_outcome_line(o)))
-        for outcome in pool.run(jobs):
-            self._count(outcome)
+
+    def _queue_extracted(self, bucket: Bucket, run: WorkloadRun) -> None:
+        assert self.pool is not None
+        with self._lock:
+            paths = [p for p in run.mentioned if p not in self.claimed and not _is_native(p)]
+            self.claimed.update(paths)
+        self.pool.add(self._jobs_for(self.report.group(bucket.name), paths, {**self.req.tags, **bucket.tags()}))
+
+    def _close_pool_after(self, futures: Sequence[Future[None]]) -> None:
+        """Once every extraction ended: queue what no log line named, then close the pool."""
+        assert self.pool is not None
+        try:
+            wait_all(futures)
+            if not self.children.stopping.is_set():
+                # Extractions whose log lines named nothing we recognise: every pending HLO
+                # that appeared in the namespace since we started.
+                ns = self.namespaces[0]
+                fresh = [e.path for e in scan(self.placement.work, prefix=ns.path).entries
+                         if e.path not in self.claimed and e.state is EntryState.EMPTY
+                         and e.mtime >= self.started - 1]
+                if fresh:
+                    self.pool.add(self._jobs_for(self.report.group(UNATTRIBUTED), fresh, dict(self.req.tags)))
+        finally:
+            self.pool.close()
 
     def _jobs_for(self, row: GroupReport, paths: Sequence[str], tags: Mapping[str, str]) -> list[CompileJob]:
         work, jobs = self.placement.work, []
@@ -299,10 +311,6 @@ class Warmer:
                 jobs.append(CompileJob(row.name, entry.namespace, entry.key, work, entry.store_path(HLO),
                                        tuple(read_flags(work, entry)), self.req.toolchain, tags))
         return jobs
-
-    def _count(self, outcome: CompileOutcome) -> None:
-        record_outcome(self.report, outcome, len(self.placement.writable) - 1)
-
 
 def _is_native(path: str) -> bool:
     return "/torchneuron-" in f"/{path}"

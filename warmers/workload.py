@@ -11,8 +11,9 @@ decides the bucket's status:
 - past ``--timeout``: stopped (SIGTERM, then SIGKILL) and ``timeout``.
 
 A workload that dies mid-compile may leave the runtime's ``model.hlo_module.pb.lock``, on
-which every later job would wait forever. The runtime only logs "Call compiler" once it holds
-that lock, so a lock on an entry our (now dead) workload was compiling is ours to remove.
+which every later job would wait forever, or a NEFF without its ``model.done``. The runtime
+only logs "Call compiler" once it holds that lock, so what is left on an entry our (now dead)
+workload was compiling is ours to clean up.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from neffcache.entry import EntryState, Namespace
-from neffcache.layouts.neuronxcc import LOCK_SUFFIX
+from neffcache.layouts.neuronxcc import DONE, LOCK_SUFFIX, NEFF
 from neffcache.scan import load_entry
 from neffcache.stores.base import Store
 
@@ -127,20 +128,27 @@ def _classify(run: WorkloadRun, status: int | None, timeout: float | None, child
     group.fail("workload", "crash", f"the workload {how}: {last} (log: {group.log})")
 
 
-def remove_dead_locks(store: Store, run: WorkloadRun) -> list[str]:
-    """Remove the runtime locks a dead workload left on entries it was compiling."""
-    removed = []
+def clean_after_dead_workload(store: Store, run: WorkloadRun) -> list[str]:
+    """Undo what a stopped or crashed runtime left half done on the entries it was compiling.
+
+    The runtime holds ``model.hlo_module.pb.lock`` while it compiles and writes ``model.neff``
+    before its commit marker ``model.done``; killed in between it leaves a lock on which every
+    later job waits forever, or a NEFF no runtime will serve. Both are removed (NEFF first, then
+    the lock), so the entry reads as pending (EMPTY) and is compiled again by the next run.
+    """
+    cleaned = []
     for path in run.counter.entries("compile"):
         entry = load_entry(store, path, read_manifest=False)
-        if entry is None or entry.state is not EntryState.LOCKED:
+        if entry is None or entry.state is EntryState.SUCCESS:
             continue
-        locks = [n for n, info in entry.files.items()
-                 if n.endswith(LOCK_SUFFIX) and info.mtime >= run.started - 1]
-        if locks:
-            store.delete([entry.store_path(n) for n in locks])
-            removed.append(path)
-            log.warning("removed the lock a stopped workload left on %s", path)
-    return removed
+        stale = [n for n, info in entry.files.items() if n.endswith(LOCK_SUFFIX) and info.mtime >= run.started - 1]
+        orphan = [n for n in (NEFF,) if n in entry.files and DONE not in entry.files
+                  and entry.manifest_name not in entry.files]
+        if stale or orphan:
+            store.delete([entry.store_path(n) for n in [*orphan, *stale]])
+            cleaned.append(path)
+            log.warning("cleaned up after a stopped workload on %s: removed %s", path, ", ".join([*orphan, *stale]))
+    return cleaned
 
 
 def _clip(line: str, limit: int = 240) -> str:

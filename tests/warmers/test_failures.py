@@ -95,25 +95,28 @@ def test_a_workload_past_its_timeout_is_stopped_and_leaves_no_lock(cli: Cli, tmp
     healthy(store)
 
 
-def test_locks_a_killed_workload_left_are_removed(tmp_path: Path) -> None:
+@pytest.mark.parametrize("left", ["lock", "neff"])
+def test_what_a_killed_runtime_left_is_cleaned_up(tmp_path: Path, left: str) -> None:
     from neffcache.layouts import get_layout
     from neffcache.scan import load_entry
     from neffcache.stores import open_store
     from neffcache.toolchain import Toolchain
     from neffcache.warmers.logscan import LogCounter, compile_patterns
     from neffcache.warmers.report import GroupReport
-    from neffcache.warmers.workload import WorkloadRun, remove_dead_locks
+    from neffcache.warmers.workload import WorkloadRun, clean_after_dead_workload
     from tests.runtime_caches import write_neuronxcc_entry
 
     root = tmp_path / "store"
     toolchain = Toolchain("2.21.33363.0+82129205", "trn2", 2)
-    entry_dir = write_neuronxcc_entry(root / "trn2-lnc2", b"HLO" * 100, state="LOCKED")
+    entry_dir = write_neuronxcc_entry(root / "trn2-lnc2", b"HLO" * 100, state="LOCKED" if left == "lock" else "EMPTY")
+    if left == "neff":
+        (entry_dir / "model.neff").write_bytes(b"NEFF" * 100)  # killed between model.neff and model.done
     counter = LogCounter(compile_patterns(), str(root), [get_layout("neuronxcc").namespace_for(toolchain)])
     counter.feed(f"INFO ||NEURON_CC_WRAPPER||: Call compiler with cmd: neuronx-cc compile --target=trn2 "
                  f"{entry_dir}/model.hlo_module.pb --output {entry_dir}/model.neff")
     store = open_store(str(root))
     path = str(entry_dir.relative_to(root))
     run = WorkloadRun(GroupReport("b"), counter, started=entry_dir.stat().st_mtime - 5)
-    assert remove_dead_locks(store, run) == [path]
+    assert clean_after_dead_workload(store, run) == [path]
     found = load_entry(store, path)
     assert found is not None and found.state is EntryState.EMPTY
