@@ -32,7 +32,6 @@ from neffcache.layouts import get_layout
 from neffcache.layouts.neuronxcc import FLAGS_JSON, HLO, LOG, NEFF
 from neffcache.layouts.torchneuron import TorchNeuronLayout
 from neffcache.lease import Lease, try_acquire
-from neffcache.publish import PublishStatus, publish
 from neffcache.scan import load_entry
 from neffcache.stores.base import Source, Store
 from neffcache.toolchain import Toolchain
@@ -70,6 +69,7 @@ class CompileOutcome:
     seconds: float = 0.0
     bytes: int = 0
     reason: str = ""
+    tiers: int = 0  # how many tiers hold the new entry
 
 
 @dataclass
@@ -229,8 +229,8 @@ class CompilePool:
                 reason = f"neuronx-cc exited {status}: {_summary(output)}"
                 self._record_failure(job, hlo, output or reason)
                 return CompileOutcome(job, "failed", seconds, reason=reason)
-            size = self._publish(job, hlo, neff, seconds)
-        return CompileOutcome(job, "compiled", seconds, size)
+            size, tiers = self._publish(job, hlo, neff, seconds)
+        return CompileOutcome(job, "compiled", seconds, size, tiers=tiers)
 
     def _files(self, job: CompileJob, hlo: Path, neff: Path | None) -> dict[str, Source]:
         flags = json.dumps(list(job.flags)).encode()
@@ -245,24 +245,22 @@ class CompilePool:
             files[NEFF] = neff
         return files
 
-    def _publish(self, job: CompileJob, hlo: Path, neff: Path, seconds: float) -> int:
+    def _publish(self, job: CompileJob, hlo: Path, neff: Path, seconds: float) -> tuple[int, int]:
         files = self._files(job, hlo, neff)
         manifest = build_manifest(job.namespace.layout, job.key, files, toolchain=job.toolchain,
                                   flags=job.flags, tags=job.tags, compile_seconds=round(seconds, 3))
-        held = []
-        for store in self.placement.writable:
-            result = publish(store, job.namespace, job.key, files, manifest)
-            if result.status is not PublishStatus.BUSY:
-                held.append(store)
-            if job.namespace.layout == "neuronxcc" and store.stat(f"{job.path}/{LOG}") is not None:
-                # A retried failure: its old log must not outlive the NEFF that replaced it.
-                store.delete([f"{job.path}/{LOG}"])
+        held = self.placement.publish(job.namespace, job.key, files, manifest)
+        if job.namespace.layout == "neuronxcc":
+            for store in held:
+                if store.stat(f"{job.path}/{LOG}") is not None:
+                    # A retried failure: its old log must not outlive the NEFF that replaced it.
+                    store.delete([f"{job.path}/{LOG}"])
         entry = load_entry(self.placement.work, job.path)
         if entry is not None:
             self.placement.register(entry, held)
         self.placement.event("miss", job.path, job.namespace, tags=job.tags)
         self.placement.event("compile", job.path, job.namespace, compile_seconds=seconds, tags=job.tags)
-        return manifest.size
+        return manifest.size, len(held)
 
     def _record_failure(self, job: CompileJob, hlo: Path, text: str) -> None:
         self.placement.event("error", job.path, job.namespace, message=text[-_TAIL:], tags=job.tags)
@@ -282,7 +280,7 @@ def _summary(text: str) -> str:
     return (errors[0] if errors else lines[-1] if lines else "no output")[:300]
 
 
-def record_outcome(report: WarmReport, outcome: CompileOutcome, extra_tiers: int) -> None:
+def record_outcome(report: WarmReport, outcome: CompileOutcome) -> None:
     """Count one compile outcome into its group's row."""
     row = report.group(outcome.job.group)
     if outcome.status == "interrupted":
@@ -295,7 +293,7 @@ def record_outcome(report: WarmReport, outcome: CompileOutcome, extra_tiers: int
         row.compiled += 1
         row.compile_seconds += outcome.seconds
         row.bytes += outcome.bytes
-        report.published += extra_tiers
+        report.published += max(0, outcome.tiers - 1)
     else:
         row.failed += 1
         row.worsen("failed")

@@ -1,11 +1,12 @@
-"""Where a warm-up reads, writes, coordinates and reports.
+"""Where a warm-up reads, writes, coordinates and reports, on top of :class:`~neffcache.tiers.Tiers`.
 
-- the **work store**: the first local tier (NVMe, FSx). The runtimes need a filesystem path,
-  so the workloads read and write here; without a local tier, a local cache under
-  ``$XDG_CACHE_HOME/neffcache/store`` is put in front of the remote ones;
-- the **writable tiers**: every new entry is published to each of them (work store first);
-- the **coordinator**: the last writable tier, the one shared most widely (S3 or FSx across
-  hosts). Compile leases live there, so two hosts never compile the same graph;
+- the **work store**: the first tier, a local path (NVMe, FSx). The runtimes need a directory,
+  so the workloads read and write here; when the first tier is remote, a local cache under
+  ``$XDG_CACHE_HOME/neffcache/store`` is put in front of the chain;
+- the **writable tiers**: every new entry is published to each of them that is up (a tier
+  that is down is skipped and reported, never fatal);
+- the **coordinator**: the last writable tier that is up, the one shared most widely (S3 or
+  FSx across hosts). Compile leases live there, so two hosts never compile the same graph;
 - the **index**, optional: entries are registered and events sent through the client's spool,
   so an index that is down never fails a warm-up.
 """
@@ -22,27 +23,30 @@ from neffcache.entry import Entry, EntryState, Namespace
 from neffcache.errors import ConfigError, StoreError
 from neffcache.index import Index, open_index
 from neffcache.index.records import EntryRecord, EventKind
-from neffcache.ingest import build_manifest, read_flags, transfer, transferable_names
+from neffcache.ingest import build_manifest, read_flags, transferable_names
 from neffcache.layouts.neuronxcc import HLO, NEFF
 from neffcache.manifest import Manifest
 from neffcache.publish import PublishStatus
 from neffcache.scan import load_entry
 from neffcache.stamps import record_use
-from neffcache.stores import open_store
-from neffcache.stores.base import Store
+from neffcache.stores.base import Source, Store
 from neffcache.stores.local import LocalStore
-from neffcache.sync import pull
+from neffcache.tiers import Tiers
 from neffcache.toolchain import Toolchain
 
 log = logging.getLogger(__name__)
+Ingested = tuple[Entry, list[Store]]
 
 
 @dataclass
 class Placement:
-    work: Store
-    tiers: list[Store]  # every tier, in the order given (work included)
+    chain: Tiers
     index: Index
     event_fields: dict[str, str] = field(default_factory=dict)  # model, team, job for events
+
+    @property
+    def work(self) -> Store:
+        return self.chain.local
 
     @property
     def work_root(self) -> str:
@@ -50,56 +54,48 @@ class Placement:
         return str(self.work.root).rstrip("/")
 
     @property
+    def tiers(self) -> list[Store]:
+        return [t.store for t in self.chain.tiers if t.store is not None]
+
+    @property
     def remotes(self) -> list[Store]:
-        return [s for s in self.tiers if s is not self.work]
+        return self.tiers[1:]
 
     @property
     def writable(self) -> list[Store]:
-        return [self.work, *(s for s in self.remotes if not s.read_only)]
+        return [t.store for t in self.chain.tiers if t.store is not None and t.up and t.writable]
 
     @property
     def coordinator(self) -> Store:
         return self.writable[-1]
 
+    def _store(self, url: str) -> Store | None:
+        return next((s for s in self.tiers if s.url == url), None)
+
+    def problem_notes(self) -> list[str]:
+        return [f"tier {p.tier}: {p.op} {p.kind}{' ' + p.path if p.path else ''}: {p.message}"
+                for p in self.chain.problems]
+
     def close(self) -> None:
         self.index.close()
-        for store in self.tiers:
-            store.close()
+        self.chain.close()
 
     # -- reading --------------------------------------------------------------------------
     def prefetch(self, namespaces: Sequence[Namespace], *, tags: Mapping[str, str] | None = None,
                  parallel: int = 16) -> tuple[int, int]:
-        """Pull the namespaces' entries the work store lacks from the remote tiers, verified.
+        """Pull the namespaces' entries the work store lacks from the lower tiers, verified.
 
         Returns (entries, bytes). Faster tiers first: what one tier supplied, the next skips.
         """
-        entries = size = 0
-        for remote in self.remotes:
-            report = pull(remote, self.work, namespaces=[ns.path for ns in namespaces], tags=tags,
-                          parallel=parallel)
-            entries += len(report.copied)
-            size += report.bytes
-            for failure in report.failed:
-                log.warning("prefetch of %s from %s failed: %s", failure.path, remote.url, failure.reason)
-        return entries, size
-
-    def find(self, path: str) -> tuple[Store, Entry] | None:
-        """The first tier holding a SUCCESS entry at ``path``."""
-        for store in self.tiers:
-            entry = load_entry(store, path)
-            if entry is not None and entry.state is EntryState.SUCCESS:
-                return store, entry
-        return None
+        report = self.chain.prefetch(namespaces=[ns.path for ns in namespaces], tags=tags, parallel=parallel)
+        for sync_report in report.reports:
+            for failure in sync_report.failed:
+                log.warning("prefetch of %s from %s failed: %s", failure.path, sync_report.src, failure.reason)
+        return sum(len(r.copied) for r in report.reports), sum(r.bytes for r in report.reports)
 
     def bring_to_work(self, path: str) -> bool:
-        """Make the work store hold ``path`` if any tier does (a concurrent host compiled it)."""
-        found = self.find(path)
-        if found is None:
-            return False
-        store, entry = found
-        if store is not self.work:
-            transfer(store, entry, self.work)
-        return True
+        """True when some tier holds ``path``; it is then in the work store (promoted, verified)."""
+        return self.chain.get_entry(path) is not None
 
     def compile_seconds_of(self, path: str, since: float) -> float | None:
         """A runtime-compiled entry's compile time, from its files: HLO written (or ``since``,
@@ -116,23 +112,38 @@ class Placement:
 
     # -- writing --------------------------------------------------------------------------
     def ingest(self, path: str, *, toolchain: Toolchain, tags: Mapping[str, str],
-               compile_seconds: float | None = None, skip_managed: bool = False
-               ) -> tuple[Entry, list[Store]] | None:
-        """Manifest, publish and register an entry the runtime wrote into the work store.
+               compile_seconds: float | None = None, skip_managed: bool = False) -> Ingested | None:
+        found = self.ingest_many([(path, tags, compile_seconds)], toolchain=toolchain, skip_managed=skip_managed)
+        return found.get(path)
 
-        Returns the entry and the stores holding it; None when it is not a whole SUCCESS entry
-        (a compile stopped midway), or with ``skip_managed`` when it has a manifest already
-        (a hit on an entry neffcache published before: nothing new to publish).
+    def ingest_many(self, items: Sequence[tuple[str, Mapping[str, str], float | None]], *, toolchain: Toolchain,
+                    skip_managed: bool = False) -> dict[str, Ingested]:
+        """Manifest, publish and register entries the runtime wrote into the work store.
+
+        ``items`` are (path, tags, compile seconds). Entries that are not whole SUCCESS entries
+        (a compile stopped midway) are left out, and with ``skip_managed`` those that have a
+        manifest already (a hit on an entry neffcache published before: nothing new).
         """
-        entry = load_entry(self.work, path)
-        if entry is None or entry.state is not EntryState.SUCCESS:
-            return None
-        if entry.has_manifest and skip_managed:
-            return None
-        entry = self.adopt(entry, toolchain=toolchain, tags=tags, compile_seconds=compile_seconds)
-        held = self.publish_remote(entry)
-        self.register(entry, held)
-        return entry, held
+        adopted: dict[str, Entry] = {}
+        for path, tags, seconds in items:
+            entry = load_entry(self.work, path)
+            if entry is None or entry.state is not EntryState.SUCCESS or (entry.has_manifest and skip_managed):
+                continue
+            adopted[path] = self.adopt(entry, toolchain=toolchain, tags=tags, compile_seconds=seconds)
+        if not adopted:
+            return {}
+        held: dict[str, list[Store]] = {path: [self.work] for path in adopted}
+        if len(self.writable) > 1:
+            pushed = self.chain.push_new(paths=list(adopted))
+            for report in pushed.reports:
+                store = self._store(report.dst)
+                done = [o.path for o in report.copied] + [o.path for o in report.skipped if o.reason == "exists"]
+                for path in done:
+                    if store is not None and path in held:
+                        held[path].append(store)
+        for path, entry in adopted.items():
+            self.register(entry, held[path])
+        return {path: (entry, held[path]) for path, entry in adopted.items()}
 
     def adopt(self, entry: Entry, *, toolchain: Toolchain, tags: Mapping[str, str],
               compile_seconds: float | None = None) -> Entry:
@@ -150,18 +161,11 @@ class Placement:
         self.work.put_file(entry.store_path(entry.manifest_name), manifest.to_bytes(), exclusive=True)
         return load_entry(self.work, entry.path) or entry
 
-    def publish_remote(self, entry: Entry) -> list[Store]:
-        """Copy a work-store entry to every other writable tier; the stores that now hold it."""
-        held = [self.work]
-        for store in self.writable[1:]:
-            try:
-                result = transfer(self.work, entry, store)
-            except StoreError as exc:
-                log.warning("could not publish %s to %s: %s", entry.path, store.url, exc)
-                continue
-            if result.status is not PublishStatus.BUSY:
-                held.append(store)
-        return held
+    def publish(self, namespace: Namespace, key: str, files: Mapping[str, Source], manifest: Manifest
+                ) -> list[Store]:
+        """Publish a new entry (ours: compiled by the pool) to every writable tier that is up."""
+        result = self.chain.publish(namespace, key, files, manifest)
+        return [s for url, r in result.results if r.status is not PublishStatus.BUSY and (s := self._store(url))]
 
     def register(self, entry: Entry, stores: Iterable[Store]) -> None:
         manifest = entry.manifest
@@ -205,15 +209,23 @@ def entry_record(entry: Entry, store_url: str, manifest: Manifest | None) -> Ent
     return record
 
 
+def is_local_url(url: str) -> bool:
+    return "://" not in url or url.startswith(("file://", "fsx://"))
+
+
 def open_placement(urls: Sequence[str], *, index_url: str | None, token: str | None,
                    event_fields: Mapping[str, str] | None = None) -> Placement:
     """Open the tiers named by ``urls`` (fastest first) and the index."""
-    tiers = [open_store(u) for u in urls]
-    work: Store | None = next((s for s in tiers if isinstance(s, LocalStore) and not s.read_only), None)
-    if work is None:
-        # Only remote tiers: the runtimes still need a directory, so a local cache goes in front.
-        work = open_store(str(default_cache_home() / "store"))
-        tiers.insert(0, work)
-    if work.read_only:
-        raise ConfigError(f"the work store {work.url} must be writable")
-    return Placement(work, tiers, open_index(index_url, token), dict(event_fields or {}))
+    tiers = list(urls)
+    if not tiers or not is_local_url(tiers[0]):
+        # The runtimes need a directory: a local cache goes in front of remote-only tiers.
+        tiers.insert(0, str(default_cache_home() / "store"))
+    chain = Tiers.open(tiers)
+    try:
+        work = chain.local
+        if work.read_only or not isinstance(work, LocalStore):
+            raise ConfigError(f"the first tier {work.url} must be a writable local directory")
+    except BaseException:
+        chain.close()
+        raise
+    return Placement(chain, open_index(index_url, token), dict(event_fields or {}))

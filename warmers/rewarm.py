@@ -108,7 +108,7 @@ class Rewarmer:
                                    on_done=lambda o: self.progress(f"  {o.status:<9} {o.job.path}"
                                                                    + (f": {o.reason}" if o.reason else "")))
                 for outcome in pool.run(jobs):
-                    record_outcome(self.report, outcome, len(self.placement.writable) - 1)
+                    record_outcome(self.report, outcome)
             elif not self.report.notes:
                 self.report.notes.append(f"no entries of neuronx-cc {self.req.from_version} in "
                                          f"{', '.join(s.url for s in self.placement.tiers)}")
@@ -117,6 +117,7 @@ class Rewarmer:
             raise
         finally:
             self.report.seconds = time.monotonic() - started
+            self.report.notes.extend(self.placement.problem_notes())
         return self.report
 
     def _sources(self) -> dict[str, tuple[Store, Entry]]:

@@ -126,6 +126,7 @@ class Warmer:
             raise
         finally:
             self.report.seconds = time.monotonic() - started
+            self.report.notes.extend(self.placement.problem_notes())
         return self.report
 
     def _run(self) -> None:
@@ -160,7 +161,7 @@ class Warmer:
                 else:
                     closer = workers.submit(self._close_pool_after, futures)
                     for outcome in self.pool.drain():
-                        record_outcome(self.report, outcome, len(placement.writable) - 1)
+                        record_outcome(self.report, outcome)
                     wait_all([*futures, closer])
             finally:
                 if self.pool is not None:
@@ -207,25 +208,23 @@ class Warmer:
         tags = {**self.req.tags, **bucket.tags()}
         for path in hits:
             placement.event("hit", path, self._ns(path))
-            # A hit on an entry the runtime wrote without us (an earlier run that was stopped,
-            # a job outside neffcache) is still new to the other tiers: publish it too.
-            got = placement.ingest(path, toolchain=self.req.toolchain, tags=tags, skip_managed=True)
-            if got is not None:
-                with self._lock:
-                    self.report.published += len(got[1]) - 1
         placement.stamp(hits)
+        # A hit on an entry the runtime wrote without us (an earlier run that was stopped, a
+        # job outside neffcache) is still new to the other tiers: it is published too.
+        adopted = placement.ingest_many([(p, tags, None) for p in hits], toolchain=self.req.toolchain,
+                                        skip_managed=True)
+        seconds = {p: placement.compile_seconds_of(p, run.started) for p in compiled}
+        adopted.update(placement.ingest_many([(p, tags, seconds[p]) for p in compiled], toolchain=self.req.toolchain))
+        with self._lock:
+            self.report.published += sum(len(held) - 1 for _, held in adopted.values())
         for path in compiled:
-            seconds = placement.compile_seconds_of(path, run.started)
-            got = placement.ingest(path, toolchain=self.req.toolchain, tags=tags, compile_seconds=seconds)
-            if got is None:
+            if path not in adopted:
                 continue  # the runtime did not finish it (stopped mid-compile): nothing to publish
-            entry, held = got
-            with self._lock:
-                self.report.published += len(held) - 1
+            entry = adopted[path][0]
             placement.event("miss", path, entry.namespace)
-            placement.event("compile", path, entry.namespace, compile_seconds=seconds)
+            placement.event("compile", path, entry.namespace, compile_seconds=seconds[path])
             row.compiled += 1
-            row.compile_seconds += seconds or 0.0
+            row.compile_seconds += seconds[path] or 0.0
             row.bytes += entry.size
         for event in counter.failure_lines():
             if native_only and not (event.entry and _is_native(event.entry)):
