@@ -103,6 +103,7 @@ def report_text(report: WarmReport) -> str:
     extra.append(f"published {report.published} entr{'y' if report.published == 1 else 'ies'} to remote tiers")
     out.append("; ".join(extra))
     out.extend(f"note: {n}" for n in report.notes)
+    out.extend(f"PROBLEM: {p}" for p in report.problems)
     return "\n".join(out)
 
 
@@ -291,6 +292,8 @@ def run_cmd(instance: str | None, lnc: int | None, compiler_version: str | None,
                    f"{'y' if result.published == 1 else 'ies'}"
                    + (f", prefetched {result.prefetched}" if result.prefetched else "")
                    + f"; exit {result.exit_code}", err=True)
+        for problem in result.problems:
+            click.echo(f"neffcache run: PROBLEM: {problem}", err=True)
     sys.exit(result.exit_code)
 
 

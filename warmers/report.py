@@ -65,6 +65,8 @@ class WarmReport:
     seconds: float = 0.0
     interrupted: bool = False
     notes: list[str] = field(default_factory=list)
+    # Tiers that were down or refused (skipped, so the entries did not reach them): a failure.
+    problems: list[str] = field(default_factory=list)
 
     def group(self, name: str) -> GroupReport:
         for g in self.groups:
@@ -80,7 +82,7 @@ class WarmReport:
 
     @property
     def ok(self) -> bool:
-        return not self.interrupted and all(g.status == "ok" for g in self.groups)
+        return not self.interrupted and not self.problems and all(g.status == "ok" for g in self.groups)
 
     def totals(self) -> dict[str, Any]:
         return {
@@ -102,7 +104,7 @@ class WarmReport:
             row.failures = [Failure(**f) for f in g.get("failures", [])]
             groups.append(row)
         names = ("command", "toolchain", "namespaces", "stores", "mode", "shard", "parallel", "prefetched",
-                 "published", "seconds", "interrupted", "notes")
+                 "published", "seconds", "interrupted", "notes", "problems")
         return cls(**{k: data[k] for k in names if k in data}, groups=groups)
 
     def to_json(self) -> dict[str, Any]:
@@ -110,4 +112,5 @@ class WarmReport:
                 "namespaces": self.namespaces, "stores": self.stores, "shard": self.shard,
                 "parallel": self.parallel, "groups": [g.to_json() for g in self.groups],
                 "totals": self.totals(), "prefetched": self.prefetched, "published": self.published,
-                "seconds": round(self.seconds, 3), "interrupted": self.interrupted, "notes": self.notes}
+                "seconds": round(self.seconds, 3), "interrupted": self.interrupted, "notes": self.notes,
+                "problems": self.problems}

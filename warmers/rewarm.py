@@ -117,7 +117,7 @@ class Rewarmer:
             raise
         finally:
             self.report.seconds = time.monotonic() - started
-            self.report.notes.extend(self.placement.problem_notes())
+            self.report.problems.extend(self.placement.problem_notes())
         return self.report
 
     def _sources(self) -> dict[str, tuple[Store, Entry]]:

@@ -126,7 +126,7 @@ class Warmer:
             raise
         finally:
             self.report.seconds = time.monotonic() - started
-            self.report.notes.extend(self.placement.problem_notes())
+            self.report.problems.extend(self.placement.problem_notes())
         return self.report
 
     def _run(self) -> None:

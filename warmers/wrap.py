@@ -57,11 +57,12 @@ class RunResult:
     published: int = 0  # new entries adopted (manifest written) in the work store
     seconds: float = 0.0
     failures: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # tiers that were down or refused
 
     def to_json(self) -> dict[str, Any]:
         return {"exit_code": self.exit_code, **{k: self.counts.get(k, 0) for k in KINDS},
                 "prefetched": self.prefetched, "published": self.published, "seconds": round(self.seconds, 3),
-                "failures": self.failures, "env": self.env}
+                "failures": self.failures, "problems": self.problems, "env": self.env}
 
 
 def _pump(src: IO[bytes], dst: IO[bytes], counter: LogCounter) -> None:
@@ -138,6 +139,7 @@ def run_job(req: RunRequest, placement: Placement, *, stdout: IO[bytes] | None =
         t.join()
     result = RunResult(exit_status(status), counter.counts(), cache_env, prefetched)
     _after(req, placement, counter, result, wall_start)
+    result.problems = placement.problem_notes()
     result.seconds = time.monotonic() - started
     return result
 
