@@ -115,6 +115,9 @@ class Rewarmer:
         except KeyboardInterrupt:
             self.report.interrupted = True
             raise
+        except Exception:
+            self.children.stop_all()  # a store or index error: no compiler may outlive us
+            raise
         finally:
             self.report.seconds = time.monotonic() - started
             self.report.problems.extend(self.placement.problem_notes())

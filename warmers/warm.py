@@ -124,6 +124,9 @@ class Warmer:
         except KeyboardInterrupt:
             self.report.interrupted = True
             raise
+        except Exception:
+            self.children.stop_all()  # a store or index error: no workload may outlive us
+            raise
         finally:
             self.report.seconds = time.monotonic() - started
             self.report.problems.extend(self.placement.problem_notes())
@@ -300,6 +303,10 @@ class Warmer:
                 row.graphs += 1
                 self.placement.event("hit", path, entry.namespace)
                 self.placement.stamp([path])
+                got = self.placement.ingest(path, toolchain=self.req.toolchain, tags=tags, skip_managed=True)
+                if got is not None:  # written by a runtime without us: new to the other tiers
+                    with self._lock:
+                        self.report.published += len(got[1]) - 1
             elif entry.state is EntryState.FAILED and not self.req.retry_failed:
                 text = work.read_bytes(entry.store_path(LOG)).decode(errors="replace").strip()
                 row.graphs += 1
@@ -310,6 +317,7 @@ class Warmer:
                 jobs.append(CompileJob(row.name, entry.namespace, entry.key, work, entry.store_path(HLO),
                                        tuple(read_flags(work, entry)), self.req.toolchain, tags))
         return jobs
+
 
 def _is_native(path: str) -> bool:
     return "/torchneuron-" in f"/{path}"

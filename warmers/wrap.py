@@ -76,8 +76,10 @@ def _pump(src: IO[bytes], dst: IO[bytes], counter: LogCounter) -> None:
         with contextlib.suppress(BrokenPipeError, ValueError):
             dst.write(chunk)
             dst.flush()
-        pending += chunk
+        # Progress bars redraw with \r: a line for counting ends at either.
+        pending += chunk.replace(b"\r", b"\n")
         *lines, pending = pending.split(b"\n")
+        pending = pending[-_CHUNK:]  # a newline-less flood must not grow without bound
         for line in lines:
             counter.feed(line.decode(errors="replace"))
     if pending:
@@ -119,8 +121,14 @@ def run_job(req: RunRequest, placement: Placement, *, stdout: IO[bytes] | None =
     # On a terminal the job stays in our process group (Ctrl-C reaches it directly and it may
     # read the terminal); otherwise it gets its own group and every signal is forwarded to it.
     interactive = sys.stdin.isatty()
-    proc = subprocess.Popen(list(req.command), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            process_group=None if interactive else 0)
+    try:
+        proc = subprocess.Popen(list(req.command), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                process_group=None if interactive else 0)
+    except OSError as exc:
+        # What a shell would say and return: 127 not found, 126 not runnable.
+        code = 127 if isinstance(exc, FileNotFoundError) else 126
+        (stderr or sys.stderr.buffer).write(f"neffcache run: {req.command[0]}: {exc.strerror}\n".encode())
+        return RunResult(code, counter.counts(), cache_env, prefetched, failures=[str(exc)])
     assert proc.stdout is not None and proc.stderr is not None
     out = stdout or sys.stdout.buffer
     err = stderr or sys.stderr.buffer

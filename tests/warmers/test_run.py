@@ -59,6 +59,8 @@ def test_run_exits_with_the_jobs_code_and_counts_failures(cli: Cli, tmp_path: Pa
     assert rc == 3 and "exit 3" in err
     rc, _, _ = _run(cli, tmp_path / "s", "--report", str(report), NEFFSIM_FAIL_MATCH="g2")
     assert rc == 1 and json.loads(report.read_text())["failure"] == 1
+    rc, _, err = _run(cli, tmp_path / "s", command=("no-such-command-here",))
+    assert rc == 127 and "no-such-command-here" in err
 
 
 def test_run_prefetches_from_a_remote_tier(cli: Cli, tmp_path: Path, s3: str) -> None:
