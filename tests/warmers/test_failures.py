@@ -37,7 +37,7 @@ def test_one_phase_fail_hang_and_crash(cli: Cli, tmp_path: Path) -> None:
     matrix.write_text(json.dumps({"include": [{"SEQ": 128, "MODE": "--graphs=3"}, {"SEQ": 256, "MODE": "--graphs=3"},
                                               {"SEQ": 512, "MODE": "--crash-after=1"}]}))
     args = ["warm", "--instance", INSTANCE, "--store", str(store), "--matrix", str(matrix), "--parallel", "3",
-            "--compile-timeout", "2", "-q", "--", *WORKLOAD, "--bucket", "{SEQ}", "{MODE}"]
+            "--compile-timeout", "6", "-q", "--", *WORKLOAD, "--bucket", "{SEQ}", "{MODE}"]
     faults = {"NEFFSIM_FAIL_MATCH": "b128/g1", "NEFFSIM_HANG_MATCH": "b256/g2"}
     report = cli.json(*args, rc=1, **faults)
     groups = _groups(report)
@@ -46,7 +46,7 @@ def test_one_phase_fail_hang_and_crash(cli: Cli, tmp_path: Path) -> None:
     assert failed["failures"][0]["kind"] == "compile" and "NCC_ESIM001" in failed["failures"][0]["reason"]
     hung = groups["SEQ=256,MODE=--graphs=3"]
     assert (hung["status"], hung["compiled"], hung["failed"]) == ("failed", 2, 1)
-    assert hung["failures"][0]["kind"] == "timeout" and "--compile-timeout 2s" in hung["failures"][0]["reason"]
+    assert hung["failures"][0]["kind"] == "timeout" and "--compile-timeout 6s" in hung["failures"][0]["reason"]
     crashed = groups["SEQ=512,MODE=--crash-after=1"]
     assert (crashed["status"], crashed["compiled"], crashed["exit_code"]) == ("crashed", 1, 3)
     assert crashed["failures"][0]["kind"] == "crash" and "exited 3" in crashed["failures"][0]["reason"]
@@ -65,13 +65,13 @@ def test_one_phase_fail_hang_and_crash(cli: Cli, tmp_path: Path) -> None:
 
 def test_two_phase_fail_and_hang_then_retry(cli: Cli, tmp_path: Path) -> None:
     store = tmp_path / "store"
-    args = warm_args(store, "--two-phase", "--parallel", "3", "--compile-timeout", "2", graphs=3)
+    args = warm_args(store, "--two-phase", "--parallel", "3", "--compile-timeout", "6", graphs=3)
     report = cli.json(*args, rc=1, NEFFSIM_FAIL_MATCH="b128/g1", NEFFSIM_HANG_MATCH="b256/g2")
     kinds = sorted((f["group"], f["kind"]) for g in report["groups"] for f in g["failures"])
     assert kinds == [("SEQ=128", "compile"), ("SEQ=256", "timeout")]
     assert report["totals"]["compiled"] == 4
     reasons = " ".join(f["reason"] for g in report["groups"] for f in g["failures"])
-    assert "NCC_ESIM001" in reasons and "timed out after 2s" in reasons
+    assert "NCC_ESIM001" in reasons and "timed out after 6s" in reasons
     _no_compiler_left(cli)
     states = [e.state for e in healthy(store).entries]
     assert (states.count(EntryState.SUCCESS), states.count(EntryState.FAILED)) == (4, 2)
@@ -87,7 +87,7 @@ def test_two_phase_fail_and_hang_then_retry(cli: Cli, tmp_path: Path) -> None:
 @pytest.mark.parametrize("backend", ["xla", "native"])
 def test_a_workload_past_its_timeout_is_stopped_and_leaves_no_lock(cli: Cli, tmp_path: Path, backend: str) -> None:
     store = tmp_path / "store"
-    report = cli.json(*warm_args(store, "--timeout", "1.5", backend=backend), rc=1, NEFFSIM_COMPILE_SECONDS="30")
+    report = cli.json(*warm_args(store, "--timeout", "3", backend=backend), rc=1, NEFFSIM_COMPILE_SECONDS="30")
     assert {g["status"] for g in report["groups"]} == {"timeout"}
     assert all(g["failures"][0]["kind"] == "timeout" for g in report["groups"])
     assert report["seconds"] < 20
