@@ -64,8 +64,11 @@ def test_run_exits_with_the_jobs_code_and_counts_failures(cli: Cli, tmp_path: Pa
 
 
 def test_run_prefetches_from_a_remote_tier(cli: Cli, tmp_path: Path, s3: str) -> None:
-    assert _run(cli, tmp_path / "host-a", "--store", s3)[0] == 0
+    assert _run(cli, tmp_path / "host-a", "--store", s3, "--tag", "model=llama-tiny")[0] == 0
     report = tmp_path / "r.json"
+    rc, _, err = _run(cli, tmp_path / "host-c", "--store", s3, "--prefetch-tag", "model=other", "--no-publish",
+                      "--report", str(report))
+    assert rc == 0 and json.loads(report.read_text())["prefetched"] == 0, err  # no entry has that tag
     rc, _, err = _run(cli, tmp_path / "host-b", "--store", s3, "--prefetch", "--report", str(report))
     assert rc == 0, err
     counts = json.loads(report.read_text())
