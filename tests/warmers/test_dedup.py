@@ -10,6 +10,8 @@ import pytest
 
 from tests.warmers.conftest import Cli, graphs_compiled, healthy, warm_args
 
+pytestmark = pytest.mark.slow
+
 BUCKETS = "128,256,512,1024"
 GRAPHS = 3
 UNIQUE = 4 * GRAPHS
@@ -44,6 +46,7 @@ def test_four_warmers_on_one_shared_store(cli: Cli, tmp_path: Path, split: str, 
     assert len(report.entries) == UNIQUE and all(e.manifest is not None for e in report.entries)
 
 
+@pytest.mark.s3
 def test_hosts_with_their_own_disks_lease_through_s3(cli: Cli, tmp_path: Path, s3: str) -> None:
     """Four "hosts" (separate local stores) share only S3: the compile leases there keep every
     graph to one compile, and every host ends up with every NEFF."""

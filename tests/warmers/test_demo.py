@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.warmers.conftest import Cli
+
+pytestmark = pytest.mark.slow
 
 
 def test_the_demo_runs_and_its_checks_pass(cli: Cli, tmp_path: Path) -> None:

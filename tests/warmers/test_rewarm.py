@@ -6,7 +6,11 @@ import json
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from tests.warmers.conftest import V1, V2, Cli, Index, healthy, summary, warm_args
+
+pytestmark = pytest.mark.slow
 
 WORKLOAD_ARGS = ("--model", "llama-tiny", "--bucket", "128,256", "--graphs", "2")
 
@@ -45,6 +49,7 @@ def test_rewarm_lands_where_the_new_runtime_looks(cli: Cli, tmp_path: Path, inde
     assert (again["totals"]["hits"], again["totals"]["compiled"]) == (8, 0)
 
 
+@pytest.mark.s3
 def test_sharded_rewarm_on_two_hosts_through_s3(cli: Cli, tmp_path: Path, s3: str) -> None:
     _warm_both_layouts(cli, tmp_path / "warm-host", s3)
     cli.bump(V2)

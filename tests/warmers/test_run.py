@@ -63,6 +63,7 @@ def test_run_exits_with_the_jobs_code_and_counts_failures(cli: Cli, tmp_path: Pa
     assert rc == 127 and "no-such-command-here" in err
 
 
+@pytest.mark.s3
 def test_run_prefetches_from_a_remote_tier(cli: Cli, tmp_path: Path, s3: str) -> None:
     assert _run(cli, tmp_path / "host-a", "--store", s3, "--tag", "model=llama-tiny")[0] == 0
     report = tmp_path / "r.json"

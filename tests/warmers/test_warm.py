@@ -69,6 +69,7 @@ def test_bad_input_changes_nothing(cli: Cli, tmp_path: Path) -> None:
     assert not cli.sim.compiles()
 
 
+@pytest.mark.s3
 def test_warm_with_s3_and_index_then_another_host_only_hits(cli: Cli, tmp_path: Path, s3: str, index: Index) -> None:
     first = cli.json(*warm_args(tmp_path / "host-a", "--store", s3, "--tag", "team=llm"))
     assert first["totals"]["compiled"] == 4 and first["published"] == 4
@@ -89,6 +90,7 @@ def test_warm_with_s3_and_index_then_another_host_only_hits(cli: Cli, tmp_path: 
     assert len(stores) == 4
 
 
+@pytest.mark.s3
 def test_native_backend_with_s3(cli: Cli, tmp_path: Path, s3: str) -> None:
     report = cli.json(*warm_args(tmp_path / "local", "--store", s3, backend="native"))
     assert report["totals"]["compiled"] == 4 and report["published"] == 4
