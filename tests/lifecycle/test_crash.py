@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from neffcache.entry import EntryState
+from neffcache.layouts.base import TEMP_MARKER
 from neffcache.prune import PrunePolicy, Reason, plan_prune
 from neffcache.prune_exec import JOURNAL_DIR
 from neffcache.scan import scan
@@ -54,7 +55,7 @@ def test_sigkill_mid_prune_then_rerun(fs_store: Store) -> None:
         assert proc.stdout is not None and proc.stdout.readline().startswith("planned")
         # Kill right after a chunk's journal appears: inside its removal phases, most of the time.
         deadline = time.monotonic() + 30
-        while not (journal_dir.is_dir() and any(journal_dir.iterdir())):
+        while not (journal_dir.is_dir() and any(p.suffix == ".json" for p in journal_dir.iterdir())):
             assert time.monotonic() < deadline and proc.poll() is None, "the prune never started removing"
             time.sleep(0.0005)
         time.sleep(rng.uniform(0, 0.015))
@@ -78,7 +79,11 @@ def test_sigkill_mid_prune_then_rerun(fs_store: Store) -> None:
         assert not result.skipped, result.skipped[:3]
         after = scan(store)
         assert [e.path for e in after.entries] == [keep]
-        assert after.uncommitted == () and after.garbage == ()
+        assert after.uncommitted == ()
+        # A kill inside a write (a lease, a journal) leaves a temp file: garbage for --garbage.
+        assert all(TEMP_MARKER in g.path for g in after.garbage), after.garbage
+        plan_prune([store], PrunePolicy(garbage=True, grace=0)).execute([store])
+        assert scan(store).garbage == ()
         assert list(store.iter_files(JOURNAL_DIR)) == []
         store.delete([f.path for f in store.iter_files(keep)])
     assert interrupted_seen, "no kill landed inside a removal: the test did not exercise the window"
