@@ -10,11 +10,12 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from sqlalchemy import Select, delete, exists, func, select
+from sqlalchemy import Connection, Select, bindparam, delete, exists, func, select
 from sqlalchemy.orm import Session
 
-from neffcache.server.db import upsert
+from neffcache.server.db import string_list, upsert
 from neffcache.server.models import Entry, EntryLocation, EntryTag, table_of
 from neffcache.server.schemas import EntryIn, EntryOut, EntryPage, ForgetResult, toolchain_label
 
@@ -96,9 +97,40 @@ def _entry_row(record: EntryIn, now: float) -> dict[str, object]:
     }
 
 
-def lookup_entry(session: Session, path: str) -> EntryOut | None:
-    row = session.scalar(select(Entry).where(Entry.path == path))
-    return _render(session, [row])[0] if row is not None else None
+def _lookup_statement() -> Select[Any]:
+    entries, locations, tags = table_of(Entry), table_of(EntryLocation), table_of(EntryTag)
+    stores = select(string_list(locations.c.store)).where(locations.c.entry_id == entries.c.id)
+    pairs = select(string_list(tags.c.name + "=" + tags.c.value)).where(tags.c.entry_id == entries.c.id)
+    return select(entries, stores.scalar_subquery().label("stores_"), pairs.scalar_subquery().label("tags_")
+                  ).where(entries.c.path == bindparam("path"))
+
+
+# Built once: constructing the statement costs more than SQLite takes to run it.
+_LOOKUP = _lookup_statement()
+
+
+def lookup_entry(conn: Connection, path: str) -> dict[str, Any] | None:
+    """One entry as the API returns it, in a single SELECT (stores and tags aggregated in
+    subqueries): this is the hot path every cache lookup of every host goes through."""
+    row = conn.execute(_LOOKUP, {"path": path}).first()
+    if row is None:
+        return None
+    stores_text, tags_text = row.stores_, row.tags_
+    return entry_json(row, stores_text.split("\n") if stores_text else [],
+                      dict(item.split("=", 1) for item in tags_text.split("\n")) if tags_text else {})
+
+
+def entry_json(row: Any, stores: list[str], tags: dict[str, str]) -> dict[str, Any]:
+    """The API form of an entry row (an ORM ``Entry`` or a Core row with the same columns)."""
+    return {
+        "path": row.path, "layout": row.layout, "key": row.key, "namespace": row.namespace,
+        "toolchain": ({"compiler_version": row.compiler_version, "target": row.target, "lnc": row.lnc}
+                      if row.compiler_version is not None else None),
+        "toolchain_label": row.toolchain, "state": row.state, "size": row.size, "neff_sha256": row.neff_sha256,
+        "stores": sorted(stores), "tags": dict(sorted(tags.items())), "created": row.created,
+        "registered": row.registered, "updated": row.updated, "producer": row.producer,
+        "compile_seconds": row.compile_seconds, "hit_count": row.hit_count, "last_used": row.last_used,
+    }
 
 
 def list_entries(session: Session, where: EntryFilter, *, limit: int, cursor: int | None) -> EntryPage:
@@ -136,22 +168,11 @@ def _render(session: Session, rows: Sequence[Entry]) -> list[EntryOut]:
     if ids:
         for entry_id, store in session.execute(
             select(EntryLocation.entry_id, EntryLocation.store)
-            .where(EntryLocation.entry_id.in_(ids)).order_by(EntryLocation.added, EntryLocation.store)
+            .where(EntryLocation.entry_id.in_(ids))
         ):
             stores[entry_id].append(store)
         for entry_id, name, value in session.execute(
             select(EntryTag.entry_id, EntryTag.name, EntryTag.value).where(EntryTag.entry_id.in_(ids))
         ):
             tags[entry_id][name] = value
-    return [
-        EntryOut(
-            path=row.path, layout=row.layout, key=row.key, namespace=row.namespace,
-            toolchain=({"compiler_version": row.compiler_version, "target": row.target, "lnc": row.lnc}
-                       if row.compiler_version is not None else None),
-            toolchain_label=row.toolchain, state=row.state, size=row.size, neff_sha256=row.neff_sha256,
-            stores=stores[row.id], tags=dict(sorted(tags[row.id].items())), created=row.created,
-            registered=row.registered, updated=row.updated, producer=row.producer,
-            compile_seconds=row.compile_seconds, hit_count=row.hit_count, last_used=row.last_used,
-        )
-        for row in rows
-    ]
+    return [EntryOut.model_validate(entry_json(row, stores[row.id], tags[row.id])) for row in rows]

@@ -35,6 +35,8 @@ class Settings(BaseSettings):
     dashboard_refresh_seconds: int = Field(default=60, ge=5)
     # How long a replica trusts a verified token before asking the database again: the delay
     # before a revocation made on another replica takes effect here.
+    # FastAPI's native OpenTelemetry tracing/metrics/logs (global providers); off unless wanted.
+    opentelemetry: bool = False
     token_cache_seconds: float = Field(default=5.0, ge=0.0, le=300.0)
 
     def resolved_database_url(self) -> str:

@@ -26,7 +26,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.expression import FunctionElement
-from sqlalchemy.types import Double
+from sqlalchemy.types import Double, String
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +35,7 @@ MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 # Arbitrary constant: the PostgreSQL advisory lock replicas take while upgrading the schema.
 _MIGRATION_LOCK = 0x6E6566_66
 _WRITE_OPTION = "neffcache_write"
+_SINGLE_READ_OPTION = "neffcache_single_read"
 
 
 class db_now(FunctionElement[float]):  # noqa: N801 - reads like the SQL function it renders
@@ -56,6 +57,23 @@ def _now_sqlite(element: db_now, compiler: Any, **kw: Any) -> str:
     return "((julianday('now') - 2440587.5) * 86400.0)"
 
 
+class string_list(FunctionElement[str]):  # noqa: N801 - reads like the SQL aggregate it renders
+    """Aggregate strings into one newline-separated string (values never contain control characters)."""
+
+    type = String()
+    inherit_cache = True
+
+
+@compiles(string_list, "postgresql")
+def _string_list_pg(element: string_list, compiler: Any, **kw: Any) -> str:
+    return f"string_agg({compiler.process(element.clauses, **kw)}, E'\\n')"
+
+
+@compiles(string_list, "sqlite")
+def _string_list_sqlite(element: string_list, compiler: Any, **kw: Any) -> str:
+    return f"group_concat({compiler.process(element.clauses, **kw)}, char(10))"
+
+
 def is_sqlite(engine: Engine | Connection) -> bool:
     return engine.dialect.name == "sqlite"
 
@@ -71,7 +89,9 @@ def make_engine(url: str, *, pool_size: int = 10) -> Engine:
         )
         _configure_sqlite(engine)
         return engine
-    return create_engine(parsed, pool_size=pool_size, max_overflow=pool_size * 2, pool_pre_ping=True)
+    # No pool_pre_ping: it costs a round trip per request; a connection that died with a database
+    # restart is invalidated on its first error (503 to that one client, which retries).
+    return create_engine(parsed, pool_size=pool_size, max_overflow=pool_size * 2, pool_recycle=1800)
 
 
 def _configure_sqlite(engine: Engine) -> None:
@@ -88,8 +108,10 @@ def _configure_sqlite(engine: Engine) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
-        write = conn.get_execution_options().get(_WRITE_OPTION, False)
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+        options = conn.get_execution_options()
+        if options.get(_SINGLE_READ_OPTION):
+            return  # one SELECT is consistent on its own; skip the BEGIN round of a transaction
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if options.get(_WRITE_OPTION) else "BEGIN")
 
 
 class Database:
@@ -99,6 +121,12 @@ class Database:
         self.url = url
         self.engine = make_engine(url, pool_size=pool_size)
         self._write_engine = self.engine.execution_options(**{_WRITE_OPTION: True})
+        single: dict[str, Any] = {_SINGLE_READ_OPTION: True}
+        if self.engine.dialect.name == "postgresql":
+            single["isolation_level"] = "AUTOCOMMIT"  # no BEGIN/ROLLBACK round trips around one SELECT
+        # Its own small pool: single reads run on the event loop, which must never wait for a
+        # connection that a batch write in the thread pool is holding.
+        self._single_read_engine = make_engine(url, pool_size=1).execution_options(**single)
 
     @property
     def dialect(self) -> str:
@@ -108,6 +136,12 @@ class Database:
     def read(self) -> Iterator[Session]:
         with Session(self.engine, expire_on_commit=False) as session, session.begin():
             yield session
+
+    @contextmanager
+    def single_read(self) -> Iterator[Connection]:
+        """A connection for exactly one SELECT (the lookup hot path): no transaction around it."""
+        with self._single_read_engine.connect() as conn:
+            yield conn
 
     @contextmanager
     def write(self) -> Iterator[Session]:
@@ -129,6 +163,7 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
+        self._single_read_engine.engine.dispose()
 
 
 def _retryable(exc: DBAPIError) -> bool:

@@ -12,12 +12,13 @@ import hmac
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Annotated
 
 import jinja2
 from fastapi import Depends, HTTPException, Request, status
+from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from neffcache.server import tokens
@@ -66,6 +67,14 @@ class TokenCache:
         with self._lock:
             self._items = {k: v for k, v in self._items.items() if v[0].id != token_id}
 
+    def settled(self, presented: str) -> bool:
+        """Cached and stamped recently: checking it needs no database at all."""
+        info = self.get(presented)
+        if info is None:
+            return False
+        with self._lock:
+            return time.monotonic() - self._touched.get(info.id, -_TOUCH_EVERY) < _TOUCH_EVERY
+
     def due_for_touch(self, token_id: str) -> bool:
         now = time.monotonic()
         with self._lock:
@@ -84,17 +93,14 @@ class AppState:
     templates: jinja2.Environment
 
 
-def get_state(request: Request) -> AppState:
+# Dependencies are async on purpose: FastAPI runs a sync dependency in the thread pool, and a
+# thread hop per dependency per request costs more than the database lookup the request is for.
+async def get_state(request: Request) -> AppState:
     state: AppState = request.app.state.neffcache
     return state
 
 
-def get_db(state: Annotated[AppState, Depends(get_state)]) -> Database:
-    return state.db
-
-
 StateDep = Annotated[AppState, Depends(get_state)]
-DbDep = Annotated[Database, Depends(get_db)]
 _bearer = HTTPBearer(auto_error=False, description="a neffcache token: `neffcache token create NAME --scope read`")
 BearerDep = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 
@@ -103,9 +109,13 @@ def _unauthorized(detail: str) -> HTTPException:
     return HTTPException(status.HTTP_401_UNAUTHORIZED, detail, headers={"WWW-Authenticate": "Bearer"})
 
 
-def _identify(state: AppState, presented: str) -> Principal | None:
+def _is_admin(state: AppState, presented: str) -> bool:
     admin = state.settings.admin_token
-    if admin is not None and hmac.compare_digest(presented.encode(), admin.get_secret_value().encode()):
+    return admin is not None and hmac.compare_digest(presented.encode(), admin.get_secret_value().encode())
+
+
+def _identify(state: AppState, presented: str) -> Principal | None:
+    if _is_admin(state, presented):
         return Principal(name="bootstrap-admin", scope="admin")
     info = state.token_cache.get(presented)
     if info is None:
@@ -144,14 +154,32 @@ def presented_token(request: Request, credentials: HTTPAuthorizationCredentials 
     return request.cookies.get(TOKEN_COOKIE) if scope == "read" else None
 
 
-def require(scope: str) -> Callable[..., Principal]:
-    def dependency(request: Request, state: StateDep, credentials: BearerDep) -> Principal:
-        return check_access(state, presented_token(request, credentials, scope), scope)
+@dataclass(frozen=True)
+class Access:
+    """What an authorised route gets: who is asking, and the app's state (database, metrics...)."""
+
+    principal: Principal
+    state: AppState
+
+    @property
+    def db(self) -> Database:
+        return self.state.db
+
+
+def require(scope: str) -> Callable[..., Awaitable[Access]]:
+    # One dependency (plus HTTPBearer, which documents the scheme in OpenAPI) per route: FastAPI's
+    # dependency solving costs more per request than the database lookup it guards.
+    async def dependency(request: Request, credentials: BearerDep) -> Access:
+        state: AppState = request.app.state.neffcache
+        presented = presented_token(request, credentials, scope)
+        if presented is None or state.token_cache.settled(presented) or _is_admin(state, presented):
+            return Access(check_access(state, presented, scope), state)  # no database: stay on the loop
+        return Access(await run_in_threadpool(check_access, state, presented, scope), state)
 
     dependency.__name__ = f"require_{scope}"
     return dependency
 
 
-ReadAccess = Annotated[Principal, Depends(require("read"))]
-WriteAccess = Annotated[Principal, Depends(require("write"))]
-AdminAccess = Annotated[Principal, Depends(require("admin"))]
+ReadAccess = Annotated[Access, Depends(require("read"))]
+WriteAccess = Annotated[Access, Depends(require("write"))]
+AdminAccess = Annotated[Access, Depends(require("admin"))]

@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Body
 
 from neffcache.server import ingest
-from neffcache.server.deps import DbDep, StateDep, WriteAccess
+from neffcache.server.deps import WriteAccess
 from neffcache.server.routes.common import WRITE_ERRORS
 from neffcache.server.schemas import MAX_BATCH, EventIn, IngestResult
 
@@ -17,12 +17,12 @@ router = APIRouter(prefix="/v1/events", tags=["events"])
 
 @router.post("", name="events.ingest", responses=WRITE_ERRORS)
 def ingest_events(
-    events: Annotated[list[EventIn], Body(max_length=MAX_BATCH)], db: DbDep, state: StateDep, _: WriteAccess
+    events: Annotated[list[EventIn], Body(max_length=MAX_BATCH)], access: WriteAccess
 ) -> IngestResult:
     """Store a batch of events. Each event carries a client-generated ``id``; an id seen before is
     skipped and counted in ``duplicates``, so a client may resend a batch as often as it likes."""
     now = time.time()
-    outcome = db.transact(lambda s: ingest.ingest_events(s, events, now))
-    state.metrics.ingested.labels("accepted").inc(outcome.accepted)
-    state.metrics.ingested.labels("duplicate").inc(outcome.duplicates)
+    outcome = access.db.transact(lambda s: ingest.ingest_events(s, events, now))
+    access.state.metrics.ingested.labels("accepted").inc(outcome.accepted)
+    access.state.metrics.ingested.labels("duplicate").inc(outcome.duplicates)
     return IngestResult(accepted=outcome.accepted, duplicates=outcome.duplicates)

@@ -15,7 +15,7 @@ router = APIRouter(tags=["health"])
 
 
 @router.get("/healthz", name="health.live")
-def healthz() -> dict[str, str]:
+async def healthz() -> dict[str, str]:
     """Liveness: the process serves HTTP. Never touches the database (a database outage must not
     make an orchestrator restart every replica)."""
     return {"status": "ok"}
@@ -37,7 +37,7 @@ def readyz(state: StateDep) -> JSONResponse:
 
 
 @router.get("/metrics", name="metrics", responses={**AUTH_ERRORS, 200: {"content": {"text/plain": {}}}})
-async def metrics(state: StateDep, _: ReadAccess) -> Response:
+async def metrics(access: ReadAccess) -> Response:
     """Prometheus exposition. Request counters are this replica's; cache facts come from the database."""
-    body = await run_in_threadpool(state.metrics.render)
+    body = await run_in_threadpool(access.state.metrics.render)
     return Response(body, media_type=CONTENT_TYPE_LATEST)

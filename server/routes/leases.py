@@ -9,7 +9,7 @@ from fastapi import APIRouter, HTTPException, Query, status
 from pydantic import BaseModel
 
 from neffcache.server import leases as lease_table
-from neffcache.server.deps import DbDep, ReadAccess, WriteAccess
+from neffcache.server.deps import ReadAccess, WriteAccess
 from neffcache.server.routes.common import AUTH_ERRORS, WRITE_ERRORS
 from neffcache.server.schemas import LeaseAcquire, LeaseOut, LeaseRelease, Problem
 
@@ -30,20 +30,20 @@ def _held_by_other(state: LeaseOut) -> HTTPException:
 
 
 @router.post("/acquire", name="leases.acquire", responses=WRITE_ERRORS)
-def acquire(body: LeaseAcquire, db: DbDep, _: WriteAccess) -> LeaseOut:
+def acquire(body: LeaseAcquire, access: WriteAccess) -> LeaseOut:
     """Take the lease for ``ttl`` seconds if it is free or expired (or already ours).
 
     ``held`` says whether you got it; if not, ``owner`` and ``expires_in`` say who has it and
     for how long. Not getting a lease is an answer, not an error (200)."""
     if random.random() < 0.01:  # expired rows are harmless; sweeping now and then keeps the table small
-        db.transact(lease_table.sweep_expired)
-    return db.transact(lambda s: lease_table.acquire(s, body.name, body.owner, body.ttl))
+        access.db.transact(lease_table.sweep_expired)
+    return access.db.transact(lambda s: lease_table.acquire(s, body.name, body.owner, body.ttl))
 
 
 @router.post("/renew", name="leases.renew", responses={**WRITE_ERRORS, **_CONFLICT})
-def renew(body: LeaseAcquire, db: DbDep, _: WriteAccess) -> LeaseOut:
+def renew(body: LeaseAcquire, access: WriteAccess) -> LeaseOut:
     """Extend a lease you hold by ``ttl`` seconds from now."""
-    state, exists = db.transact(lambda s: lease_table.renew(s, body.name, body.owner, body.ttl))
+    state, exists = access.db.transact(lambda s: lease_table.renew(s, body.name, body.owner, body.ttl))
     if state.held:
         return state
     if not exists:
@@ -52,9 +52,9 @@ def renew(body: LeaseAcquire, db: DbDep, _: WriteAccess) -> LeaseOut:
 
 
 @router.post("/release", name="leases.release", responses={**WRITE_ERRORS, **_CONFLICT})
-def release(body: LeaseRelease, db: DbDep, _: WriteAccess) -> Released:
+def release(body: LeaseRelease, access: WriteAccess) -> Released:
     """Give a lease back. Only its owner can; a retry after success gets 404."""
-    released, state = db.transact(lambda s: lease_table.release(s, body.name, body.owner))
+    released, state = access.db.transact(lambda s: lease_table.release(s, body.name, body.owner))
     if released:
         return Released(released=True)
     if state.owner is None:
@@ -64,13 +64,13 @@ def release(body: LeaseRelease, db: DbDep, _: WriteAccess) -> Released:
 
 @router.get("", name="leases.list", responses=AUTH_ERRORS)
 def list_leases(
-    db: DbDep, _: ReadAccess,
+    access: ReadAccess,
     name: Annotated[str | None, Query(min_length=1, max_length=1024, pattern=r"^[^\x00-\x1f\x7f]+$",
                                       description="one lease by name (held or not)")] = None,
     limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
 ) -> list[LeaseOut]:
     """Leases held now, soonest expiry first; or the one named by ``name``."""
-    with db.read() as session:
+    with access.db.read() as session:
         if name is not None:
             return [lease_table.lookup(session, name)]
         held: list[LeaseOut] = lease_table.active(session, limit)

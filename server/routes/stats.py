@@ -8,7 +8,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from neffcache.server.deps import DbDep, ReadAccess
+from neffcache.server.deps import ReadAccess
 from neffcache.server.routes.common import AUTH_ERRORS, QText
 from neffcache.server.stats import GroupBy, StatsOut, StatsQuery, compute_stats
 
@@ -36,8 +36,7 @@ def build_query(window: str, end: float | None, group_by: GroupBy, team: str | N
 
 @router.get("", name="stats.get", responses=AUTH_ERRORS)
 def get_stats(
-    db: DbDep,
-    _: ReadAccess,
+    access: ReadAccess,
     window: Annotated[str, Query(pattern=WINDOW_PATTERN, description="e.g. 24h, 7d, 2w, or seconds")] = "7d",
     end: Annotated[float | None, Query(ge=946684800, le=7258118400, allow_inf_nan=False,
                                        description="window end, epoch seconds (default now)")] = None,
@@ -52,5 +51,5 @@ def get_stats(
     cache size by toolchain, entries by state, failed/locked entries and the most missed graphs.
     Counts have hour resolution."""
     query = build_query(window, end, group_by, team, model, instance_type, toolchain, top)
-    with db.read() as session:
+    with access.db.read() as session:
         return compute_stats(session, query)

@@ -9,7 +9,7 @@ from sqlalchemy.exc import IntegrityError
 
 from neffcache.errors import ConfigError
 from neffcache.server import tokens
-from neffcache.server.deps import AdminAccess, DbDep, ReadAccess, StateDep
+from neffcache.server.deps import AdminAccess, ReadAccess
 from neffcache.server.routes.common import AUTH_ERRORS, WRITE_ERRORS, not_found
 from neffcache.server.schemas import Problem, TokenCreate, TokenCreated, TokenOut, WhoAmI
 
@@ -18,10 +18,10 @@ router = APIRouter(tags=["tokens"])
 
 @router.post("/v1/tokens", name="tokens.create", status_code=status.HTTP_201_CREATED,
              responses={**WRITE_ERRORS, 409: {"model": Problem, "description": "name taken"}})
-def create_token(body: TokenCreate, db: DbDep, _: AdminAccess) -> TokenCreated:
+def create_token(body: TokenCreate, access: AdminAccess) -> TokenCreated:
     """Create a token; the response carries the secret, which cannot be retrieved again."""
     try:
-        info, secret = db.transact(lambda s: tokens.create_token(s, body.name, body.scope))
+        info, secret = access.db.transact(lambda s: tokens.create_token(s, body.name, body.scope))
     except (ConfigError, IntegrityError) as exc:
         detail = str(exc) if isinstance(exc, ConfigError) else f"a token named {body.name!r} exists already"
         raise HTTPException(status.HTTP_409_CONFLICT, detail) from None
@@ -29,9 +29,9 @@ def create_token(body: TokenCreate, db: DbDep, _: AdminAccess) -> TokenCreated:
 
 
 @router.get("/v1/tokens", name="tokens.list", responses=AUTH_ERRORS)
-def list_tokens(db: DbDep, _: AdminAccess) -> list[TokenOut]:
+def list_tokens(access: AdminAccess) -> list[TokenOut]:
     """Every token, revoked ones included (never the secrets)."""
-    with db.read() as session:
+    with access.db.read() as session:
         return [TokenOut.model_validate(t.to_json()) for t in tokens.list_tokens(session)]
 
 
@@ -39,17 +39,18 @@ def list_tokens(db: DbDep, _: AdminAccess) -> list[TokenOut]:
                responses={**AUTH_ERRORS, 404: {"model": Problem, "description": "no such token"}})
 def revoke_token(
     token: Annotated[str, Path(max_length=64, pattern=r"^[A-Za-z0-9_.@:-]+$", description="id or name")],
-    db: DbDep, state: StateDep, _: AdminAccess,
+    access: AdminAccess,
 ) -> TokenOut:
     """Revoke a token by id or name. Other replicas stop accepting it within a few seconds."""
-    info = db.transact(lambda s: tokens.revoke_token(s, token))
+    info = access.db.transact(lambda s: tokens.revoke_token(s, token))
     if info is None:
         raise not_found(f"token {token!r}")
-    state.token_cache.forget(info.id)
+    access.state.token_cache.forget(info.id)
     return TokenOut.model_validate(info.to_json())
 
 
 @router.get("/v1/whoami", name="tokens.whoami", responses=AUTH_ERRORS)
-def whoami(principal: ReadAccess) -> WhoAmI:
+async def whoami(access: ReadAccess) -> WhoAmI:
     """Which token the request authenticated as, and its scope."""
-    return WhoAmI(name=principal.name, scope=principal.scope, anonymous=principal.anonymous)
+    who = access.principal
+    return WhoAmI(name=who.name, scope=who.scope, anonymous=who.anonymous)

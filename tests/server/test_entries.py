@@ -28,7 +28,7 @@ def test_a_second_store_adds_a_location_and_keeps_usage(writer: httpx.Client) ->
     writer.post("/v1/entries", json=[{**record, "store": "fsx:///mnt/fsx/cache", "state": "SUCCESS"}]
                 ).raise_for_status()
     got = writer.get(f"/v1/entries/{record['path']}").json()
-    assert got["stores"] == ["s3://bucket/prefix", "fsx:///mnt/fsx/cache"]
+    assert got["stores"] == ["fsx:///mnt/fsx/cache", "s3://bucket/prefix"]
     assert got["hit_count"] == 1
 
 

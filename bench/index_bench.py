@@ -1,0 +1,392 @@
+"""Index server: lookups/s with p50/p99 over >=100k entries, and events ingested/s, on SQLite and
+PostgreSQL, each against a bare SQL loop on the same database (the baseline of the ratio).
+
+    .venv/bin/python -m bench.index_bench --entries 100000 --databases sqlite,postgresql
+
+What runs: the real server (``uvicorn --factory neffcache.server.app:create_app``, one process
+unless --workers) on 127.0.0.1, queried by --clients threads with keep-alive HTTP connections
+(bearer token checked on every request). Lookups are GET /v1/entries/{path} of random entries
+(the entry row, its stores and tags). Ingest is POST /v1/events of --batch events per request
+(dedup insert, hourly rollup upsert, hit stamps on entries).
+Baselines use the DB-API driver directly (sqlite3 / psycopg), one connection, no HTTP:
+the same SELECTs for a lookup; a plain executemany INSERT of the same event rows per batch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import random
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from neffcache.server import catalog
+from neffcache.server.db import Database, migrate
+from neffcache.server.schemas import EntryIn
+
+COMPILER = "2.27.5334.0+f702b353"
+NAMESPACE = f"trn2-lnc2/neuronxcc-{COMPILER}"
+POSTGRES_URL = os.environ.get("NEFFCACHE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+ADMIN = "bench-admin-token"
+
+
+@dataclass
+class Result:
+    database: str
+    what: str
+    rate: float
+    p50_ms: float
+    p99_ms: float
+    baseline_rate: float
+    baseline_p50_ms: float
+    baseline_p99_ms: float
+    cpu_per_item: float | None  # server CPU seconds per lookup / per event
+
+    @property
+    def ratio(self) -> float:
+        return self.rate / self.baseline_rate
+
+
+def entry_records(count: int) -> Iterator[list[EntryIn]]:
+    rng = random.Random(3)
+    now = time.time()
+    batch: list[EntryIn] = []
+    for i in range(count):
+        key = f"MODULE_{10**12 + i}+{i % 65536:04x}abcd"
+        batch.append(EntryIn.model_validate({
+            "path": f"{NAMESPACE}/{key}", "layout": "neuronxcc", "key": key, "namespace": NAMESPACE,
+            "toolchain": {"compiler_version": COMPILER, "target": "trn2", "lnc": 2}, "state": "SUCCESS",
+            "size": rng.randint(144_000, 17_500_000), "neff_sha256": f"{rng.getrandbits(256):064x}",
+            "store": "s3://bench/prefix", "tags": {"team": f"team-{i % 7}", "model": f"model-{i % 23}"},
+            "created": now - rng.uniform(0, 86400 * 30), "producer": "bench", "compile_seconds": rng.uniform(5, 900),
+        }))
+        if len(batch) == 5000:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def paths(count: int) -> list[str]:
+    return [f"{NAMESPACE}/MODULE_{10**12 + i}+{i % 65536:04x}abcd" for i in range(count)]
+
+
+def events(count: int, entry_count: int, rng: random.Random) -> list[dict[str, Any]]:
+    now = time.time()
+    out = []
+    for _ in range(count):
+        kind = rng.choice(("hit", "hit", "hit", "miss", "compile"))
+        i = rng.randrange(entry_count)
+        out.append({
+            "id": uuid.uuid4().hex, "kind": kind, "ts": now - rng.uniform(0, 86400),
+            "path": f"{NAMESPACE}/MODULE_{10**12 + i}+{i % 65536:04x}abcd", "key": None, "namespace": NAMESPACE,
+            "toolchain": {"compiler_version": COMPILER, "target": "trn2", "lnc": 2}, "job": "bench-job",
+            "model": f"model-{i % 23}", "team": f"team-{i % 7}", "host": f"host-{i % 50}",
+            "instance_type": "trn2.48xlarge", "compile_seconds": rng.uniform(5, 900) if kind == "compile" else None,
+            "store": None, "message": None,
+        })
+    return out
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+
+
+@contextmanager
+def database(kind: str, workdir: Path) -> Iterator[str]:
+    if kind == "sqlite":
+        yield f"sqlite:///{workdir / 'bench.db'}"
+        return
+    import psycopg
+
+    schema = f"bench_{uuid.uuid4().hex[:8]}"
+    raw = POSTGRES_URL.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(raw, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    try:
+        yield f"{POSTGRES_URL}?options=-csearch_path%3D{schema}"
+    finally:
+        with psycopg.connect(raw, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+def seed(url: str, count: int) -> float:
+    db = Database(url, pool_size=2)
+    migrate(db.engine)
+    started = time.perf_counter()
+    for batch in entry_records(count):
+        db.transact(lambda s, batch=batch: catalog.register_entries(s, batch, time.time()))
+    if db.dialect == "postgresql":
+        with db.engine.connect() as conn:
+            conn.exec_driver_sql("ANALYZE")
+            conn.commit()
+    db.dispose()
+    return time.perf_counter() - started
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) of a process and its children (uvicorn workers), from /proc.
+    Per-request CPU is the figure that survives a noisy shared machine; wall-clock rates do not."""
+    pids = [pid]
+    try:
+        pids += [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        pass
+    total = 0.0
+    for p in pids:
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+@contextmanager
+def server(url: str, workers: int, log: Path) -> Iterator[tuple[str, int]]:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "NEFFCACHE_SERVER_DATABASE_URL": url, "NEFFCACHE_SERVER_ADMIN_TOKEN": ADMIN,
+           "NEFFCACHE_SERVER_POOL_SIZE": "20"}
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "--factory", "neffcache.server.app:create_app",
+                                 "--port", str(port), "--workers", str(workers), "--log-level", "warning",
+                                 "--no-access-log"], env=env, stdout=out, stderr=subprocess.STDOUT)
+        base = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise RuntimeError(f"server did not start; see {log}")
+                time.sleep(0.1)
+            yield base, proc.pid
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+class Http:
+    """A keep-alive HTTP/1.1 connection from the standard library. The load generator shares the
+    machine with the server, so it must be cheap: httpx costs ~4x more CPU per request than
+    http.client and would measure the client instead of the server."""
+
+    def __init__(self, base: str) -> None:
+        host, port = base.removeprefix("http://").split(":")
+        self.conn = http.client.HTTPConnection(host, int(port), timeout=60)
+        self.headers = {"Authorization": f"Bearer {ADMIN}", "Content-Type": "application/json"}
+
+    def request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
+        self.conn.request(method, urllib.parse.quote(path), body=body, headers=self.headers)
+        response = self.conn.getresponse()
+        return response.status, response.read()
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def run_clients(clients: int, jobs: list[Any], work: Callable[[Http, Any], None], base: str
+                ) -> tuple[float, list[float]]:
+    """Spread ``jobs`` over ``clients`` threads; returns (seconds, per-job latencies)."""
+    latencies: list[float] = []
+    lock = threading.Lock()
+    shares = [jobs[i::clients] for i in range(clients)]
+
+    def worker(share: list[Any]) -> None:
+        mine = []
+        connection = Http(base)
+        try:
+            for job in share:
+                started = time.perf_counter()
+                work(connection, job)
+                mine.append(time.perf_counter() - started)
+        finally:
+            connection.close()
+        with lock:
+            latencies.extend(mine)
+
+    threads = [threading.Thread(target=worker, args=(share,)) for share in shares]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return time.perf_counter() - started, latencies
+
+
+def lookup_request(connection: Http, path: str) -> None:
+    status, body = connection.request("GET", f"/v1/entries/{path}")
+    if status != 200:
+        raise RuntimeError(f"lookup {path}: {status} {body[:200]!r}")
+
+
+def ingest_request(connection: Http, batch: bytes) -> None:
+    status, body = connection.request("POST", "/v1/events", batch)
+    if status != 200 or json.loads(body)["duplicates"] != 0:
+        raise RuntimeError(f"ingest: {status} {body[:200]!r}")
+
+
+class BareSQL:
+    """The baseline: the driver, one connection, the same statements, no HTTP, no framework."""
+
+    def __init__(self, url: str) -> None:
+        self.sqlite = url.startswith("sqlite")
+        if self.sqlite:
+            self.conn: Any = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute("PRAGMA synchronous=NORMAL")
+            self.mark = "?"
+        else:
+            import psycopg
+
+            raw, _, query = url.replace("postgresql+psycopg://", "postgresql://").partition("?")
+            schema = query.split("search_path%3D", 1)[1]
+            self.conn = psycopg.connect(raw, options=f"-csearch_path={schema}")
+            self.mark = "%s"
+
+    def lookup(self, path: str) -> None:
+        m = self.mark
+        cur = self.conn.cursor()
+        cur.execute(f"SELECT * FROM entries WHERE path = {m}", (path,))
+        row = cur.fetchone()
+        cur.execute(f"SELECT store FROM entry_locations WHERE entry_id = {m}", (row[0],))
+        cur.fetchall()
+        cur.execute(f"SELECT name, value FROM entry_tags WHERE entry_id = {m}", (row[0],))
+        cur.fetchall()
+        if not self.sqlite:
+            self.conn.commit()
+
+    def insert(self, batch: list[dict[str, Any]]) -> None:
+        m = self.mark
+        columns = ("event_id", "kind", "ts", "path", "key", "namespace", "toolchain", "job", "model", "team",
+                   "host", "instance_type", "compile_seconds", "store", "message", "received")
+        sql = f"INSERT INTO events ({', '.join(columns)}) VALUES ({', '.join([m] * len(columns))})"
+        now = time.time()
+        rows = [(e["id"], e["kind"], e["ts"], e["path"], e["key"], e["namespace"], NAMESPACE, e["job"], e["model"],
+                 e["team"], e["host"], e["instance_type"], e["compile_seconds"], e["store"], e["message"], now)
+                for e in batch]
+        if self.sqlite:
+            self.conn.execute("BEGIN IMMEDIATE")
+            self.conn.executemany(sql, rows)
+            self.conn.execute("COMMIT")
+        else:
+            with self.conn.cursor() as cur:
+                cur.executemany(sql, rows)
+            self.conn.commit()
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def timed_loop(jobs: list[Any], fn: Callable[[Any], None]) -> tuple[float, list[float]]:
+    latencies = []
+    started = time.perf_counter()
+    for job in jobs:
+        t = time.perf_counter()
+        fn(job)
+        latencies.append(time.perf_counter() - t)
+    return time.perf_counter() - started, latencies
+
+
+def bench_database(kind: str, args: argparse.Namespace, workdir: Path) -> list[Result]:
+    rng = random.Random(11)
+    with database(kind, workdir) as url:
+        seconds = seed(url, args.entries)
+        print(f"[{kind}] seeded {args.entries:,} entries in {seconds:.1f}s", file=sys.stderr)
+        all_paths = paths(args.entries)
+        wanted = [rng.choice(all_paths) for _ in range(args.lookups)]
+        batches = [json.dumps(events(args.batch, args.entries, rng)).encode()
+                   for _ in range(args.events // args.batch)]
+        baseline_batches = [events(args.batch, args.entries, rng) for _ in range(len(batches))]
+        bare = BareSQL(url)
+        try:
+            timed_loop(wanted[:500], bare.lookup)  # warm the page cache like the server's warm-up below
+            sql_lookup_s, sql_lookup_lat = timed_loop(wanted, bare.lookup)
+            sql_ingest_s, sql_ingest_lat = timed_loop(baseline_batches, bare.insert)
+        finally:
+            bare.close()
+        with server(url, args.workers, workdir / f"server-{kind}.log") as (base, pid):
+            run_clients(args.clients, wanted[:500], lookup_request, base)  # warm-up
+            _, single_lat = run_clients(1, wanted[:args.lookups // 5], lookup_request, base)
+            cpu = cpu_seconds(pid)
+            lookup_s, lookup_lat = run_clients(args.clients, wanted, lookup_request, base)
+            lookup_cpu = cpu_seconds(pid) - cpu
+            ingest_s, ingest_lat = run_clients(args.clients, batches, ingest_request, base)
+            ingest_cpu = cpu_seconds(pid) - cpu - lookup_cpu
+        events_sent = len(batches) * args.batch
+        return [
+            Result(kind, "lookups, 1 client", len(single_lat) / sum(single_lat), percentile(single_lat, 0.5),
+                   percentile(single_lat, 0.99), len(wanted) / sql_lookup_s, percentile(sql_lookup_lat, 0.5),
+                   percentile(sql_lookup_lat, 0.99), None),
+            Result(kind, f"lookups, {args.clients} clients", len(wanted) / lookup_s, percentile(lookup_lat, 0.5),
+                   percentile(lookup_lat, 0.99), len(wanted) / sql_lookup_s, percentile(sql_lookup_lat, 0.5),
+                   percentile(sql_lookup_lat, 0.99), lookup_cpu / len(wanted)),
+            Result(kind, f"events, {args.batch}/request", events_sent / ingest_s, percentile(ingest_lat, 0.5),
+                   percentile(ingest_lat, 0.99), events_sent / sql_ingest_s, percentile(sql_ingest_lat, 0.5),
+                   percentile(sql_ingest_lat, 0.99), ingest_cpu / events_sent),
+        ]
+
+
+def print_table(results: list[Result], args: argparse.Namespace) -> None:
+    print(f"\nindex server, {args.entries:,} entries, {args.clients} client threads, {args.workers} server "
+          f"process(es), {os.cpu_count()} cores; baseline = bare SQL loop, same database, one connection\n")
+    header = (f"{'database':<11}{'what':<22}{'server/s':>10}{'p50 ms':>8}{'p99 ms':>8}{'CPU us':>8}"
+              f"{'bare SQL/s':>12}{'p50 ms':>8}{'p99 ms':>8}{'ratio':>7}")
+    print(header)
+    print("-" * len(header))
+    for r in results:
+        cpu = f"{r.cpu_per_item * 1e6:>8.0f}" if r.cpu_per_item is not None else f"{'':>8}"
+        print(f"{r.database:<11}{r.what:<22}{r.rate:>10,.0f}{r.p50_ms:>8.2f}{r.p99_ms:>8.2f}{cpu}"
+              f"{r.baseline_rate:>12,.0f}{r.baseline_p50_ms:>8.2f}{r.baseline_p99_ms:>8.2f}{r.ratio:>7.2f}")
+    print("\nratio = server rate / bare SQL rate. CPU us = server CPU per lookup / per event (all workers).\n"
+          "Latency of events is per request (one batch). Load average during the run: "
+          f"{os.getloadavg()[0]:.1f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--entries", type=int, default=100_000)
+    parser.add_argument("--lookups", type=int, default=20_000)
+    parser.add_argument("--events", type=int, default=100_000)
+    parser.add_argument("--batch", type=int, default=500)
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--databases", default="sqlite,postgresql")
+    args = parser.parse_args()
+    results: list[Result] = []
+    with tempfile.TemporaryDirectory(prefix="neffcache-index-bench-") as tmp:
+        for kind in args.databases.split(","):
+            try:
+                results += bench_database(kind.strip(), args, Path(tmp))
+            except (OSError, ImportError) as exc:
+                if kind.strip() != "postgresql":
+                    raise
+                print(f"[postgresql] skipped: {exc}", file=sys.stderr)
+    print_table(results, args)
+
+
+if __name__ == "__main__":
+    main()
