@@ -15,6 +15,7 @@ the same SELECTs for a lookup; a plain executemany INSERT of the same event rows
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import os
@@ -144,10 +145,8 @@ def cpu_seconds(pid: int) -> float:
     """CPU time (user + system) of a process and its children (uvicorn workers), from /proc.
     Per-request CPU is the figure that survives a noisy shared machine; wall-clock rates do not."""
     pids = [pid]
-    try:
+    with contextlib.suppress(OSError):
         pids += [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        pass
     total = 0.0
     for p in pids:
         try:
