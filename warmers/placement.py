@@ -145,6 +145,14 @@ class Placement:
             self.register(entry, held[path])
         return {path: (entry, held[path]) for path, entry in adopted.items()}
 
+    def catch_up(self, namespaces: Sequence[Namespace]) -> int:
+        """Push what the work store holds in ``namespaces`` and the lower tiers lack (e.g. what
+        an earlier run could not publish while a tier was down). Returns the entries copied."""
+        if len(self.writable) < 2:
+            return 0
+        report = self.chain.push_new(namespaces=[ns.path for ns in namespaces])
+        return sum(len(r.copied) for r in report.reports)
+
     def adopt(self, entry: Entry, *, toolchain: Toolchain, tags: Mapping[str, str],
               compile_seconds: float | None = None) -> Entry:
         """Give an entry the runtime wrote its manifest (with our tags), in place.

@@ -173,6 +173,9 @@ class Warmer:
                     watchdog.__exit__(None, None, None)
         if watchdog is not None:
             self._mark_timeouts(watchdog)
+        if not self.children.stopping.is_set():
+            # Entries that reached the work store but not a lower tier (it was down last time).
+            self.report.published += placement.catch_up(self.namespaces)
 
     def _bucket(self, bucket: Bucket, env: Mapping[str, str], runs: dict[str, WorkloadRun]) -> None:
         req = self.req
