@@ -24,7 +24,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from neffcache.index.client import FlushReport, IndexClient, NullIndex
+from neffcache.index.client import FlushReport, IndexClient
+from neffcache.index.null import NullIndex
 from neffcache.index.records import EVENT_KINDS, EntryRecord, Event, EventKind, Lease, new_event_id, new_owner
 from neffcache.index.spool import Spool
 

@@ -311,68 +311,6 @@ class IndexClient:
         time.sleep(delay)
 
 
-class NullIndex:
-    """The index when none is configured: reports go nowhere, questions get a clear error."""
-
-    enabled = False
-    url = None
-
-    def record(self, kind: EventKind, **fields: Any) -> Event:
-        return Event(kind=kind, **fields)
-
-    def add_event(self, event: Event) -> None:
-        return None
-
-    def register_entry(self, record: EntryRecord | Mapping[str, Any]) -> None:
-        return None
-
-    def register_entries(self, records: Iterable[EntryRecord | Mapping[str, Any]]) -> None:
-        return None
-
-    def flush(self) -> FlushReport:
-        return FlushReport()
-
-    def deliver(self) -> FlushReport:
-        return FlushReport()
-
-    def close(self) -> None:
-        return None
-
-    def __enter__(self) -> NullIndex:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-    def lookup(self, path: str) -> dict[str, Any] | None:
-        return None
-
-    def find_entries(self, *, page_size: int = 500, **filters: Any) -> Iterator[dict[str, Any]]:
-        return iter(())
-
-    def forget(self, path: str, store: str | None = None) -> dict[str, Any] | None:
-        return None
-
-    def stats(self, window: str = "7d", group_by: str = "team", **filters: str | None) -> dict[str, Any]:
-        raise _not_configured()
-
-    def acquire(self, name: str, ttl: float = 600.0) -> Lease:
-        raise _not_configured()
-
-    def renew(self, lease: Lease, ttl: float = 600.0) -> Lease:
-        raise _not_configured()
-
-    def release(self, lease: Lease) -> bool:
-        raise _not_configured()
-
-    def healthy(self) -> bool:
-        return False
-
-
-def _not_configured() -> IndexServerError:
-    return IndexServerError("no index server configured: set NEFFCACHE_INDEX_URL (and NEFFCACHE_TOKEN)")
-
-
 class _Rejected(Exception):
     def __init__(self, message: str, items: list[dict[str, Any]] | None) -> None:
         super().__init__(message)
