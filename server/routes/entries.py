@@ -27,7 +27,7 @@ router = APIRouter(prefix="/v1/entries", tags=["entries"])
 TagFilter = Annotated[str, StringConstraints(max_length=330, pattern=r"^[A-Za-z0-9_.-]{1,64}=[^\x00-\x1f\x7f]{0,256}$")]
 
 
-@router.post("", name="entries.register", responses=WRITE_ERRORS)
+@router.post("", name="entries.register", summary="Register published entries", responses=WRITE_ERRORS)
 def register_entries(
     records: Annotated[list[EntryIn], Body(max_length=MAX_BATCH)], access: WriteAccess
 ) -> RegisterResult:
@@ -40,7 +40,7 @@ def register_entries(
     return RegisterResult(registered=access.db.transact(lambda s: catalog.register_entries(s, records, now)))
 
 
-@router.get("", name="entries.list", responses=AUTH_ERRORS)
+@router.get("", name="entries.list", summary="List entries", responses=AUTH_ERRORS)
 def list_entries(
     access: ReadAccess,
     key: QText = None,
@@ -70,7 +70,7 @@ def list_entries(
         return catalog.list_entries(session, where, limit=limit, cursor=cursor)
 
 
-@router.get("/{path:path}", name="entries.lookup", response_model=EntryOut,
+@router.get("/{path:path}", name="entries.lookup", summary="Look up one entry", response_model=EntryOut,
             responses={**AUTH_ERRORS, 404: {"model": Problem, "description": "no such entry"}})
 async def lookup_entry(path: str, access: ReadAccess) -> JSONResponse:
     """One entry by its store-relative path, with the stores that hold it and its usage stamps."""
@@ -85,7 +85,7 @@ async def lookup_entry(path: str, access: ReadAccess) -> JSONResponse:
     return JSONResponse(found)
 
 
-@router.delete("/{path:path}", name="entries.forget",
+@router.delete("/{path:path}", name="entries.forget", summary="Forget a store's copy of an entry",
                responses={**AUTH_ERRORS, 404: {"model": Problem, "description": "no such entry"}})
 def forget_entry(
     path: str,

@@ -15,7 +15,7 @@ from neffcache.server.schemas import MAX_BATCH, EventIn, IngestResult
 router = APIRouter(prefix="/v1/events", tags=["events"])
 
 
-@router.post("", name="events.ingest", responses=WRITE_ERRORS)
+@router.post("", name="events.ingest", summary="Ingest a batch of events", responses=WRITE_ERRORS)
 def ingest_events(
     events: Annotated[list[EventIn], Body(max_length=MAX_BATCH)], access: WriteAccess
 ) -> IngestResult:

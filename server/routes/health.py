@@ -14,14 +14,15 @@ from neffcache.server.routes.common import AUTH_ERRORS
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz", name="health.live")
+@router.get("/healthz", name="health.live", summary="Liveness")
 async def healthz() -> dict[str, str]:
     """Liveness: the process serves HTTP. Never touches the database (a database outage must not
     make an orchestrator restart every replica)."""
     return {"status": "ok"}
 
 
-@router.get("/readyz", name="health.ready", responses={503: {"description": "database down or schema behind"}})
+@router.get("/readyz", name="health.ready", summary="Readiness",
+            responses={503: {"description": "database down or schema behind"}})
 def readyz(state: StateDep) -> JSONResponse:
     """Readiness: the database answers and its schema is at this server's head revision."""
     try:
@@ -36,7 +37,8 @@ def readyz(state: StateDep) -> JSONResponse:
     return JSONResponse({"status": "ok", "database": state.db.dialect, "schema": revision})
 
 
-@router.get("/metrics", name="metrics", responses={**AUTH_ERRORS, 200: {"content": {"text/plain": {}}}})
+@router.get("/metrics", name="metrics", summary="Prometheus metrics",
+            responses={**AUTH_ERRORS, 200: {"content": {"text/plain": {}}}})
 async def metrics(access: ReadAccess) -> Response:
     """Prometheus exposition. Request counters are this replica's; cache facts come from the database."""
     body = await run_in_threadpool(access.state.metrics.render)

@@ -29,7 +29,7 @@ def _held_by_other(state: LeaseOut) -> HTTPException:
                          f"lease {state.name!r} is held by {state.owner!r} for {state.expires_in or 0:.0f}s more")
 
 
-@router.post("/acquire", name="leases.acquire", responses=WRITE_ERRORS)
+@router.post("/acquire", name="leases.acquire", summary="Acquire a compile lease", responses=WRITE_ERRORS)
 def acquire(body: LeaseAcquire, access: WriteAccess) -> LeaseOut:
     """Take the lease for ``ttl`` seconds if it is free or expired (or already ours).
 
@@ -40,7 +40,7 @@ def acquire(body: LeaseAcquire, access: WriteAccess) -> LeaseOut:
     return access.db.transact(lambda s: lease_table.acquire(s, body.name, body.owner, body.ttl))
 
 
-@router.post("/renew", name="leases.renew", responses={**WRITE_ERRORS, **_CONFLICT})
+@router.post("/renew", name="leases.renew", summary="Renew a lease", responses={**WRITE_ERRORS, **_CONFLICT})
 def renew(body: LeaseAcquire, access: WriteAccess) -> LeaseOut:
     """Extend a lease you hold by ``ttl`` seconds from now."""
     state, exists = access.db.transact(lambda s: lease_table.renew(s, body.name, body.owner, body.ttl))
@@ -51,7 +51,7 @@ def renew(body: LeaseAcquire, access: WriteAccess) -> LeaseOut:
     raise _held_by_other(state)
 
 
-@router.post("/release", name="leases.release", responses={**WRITE_ERRORS, **_CONFLICT})
+@router.post("/release", name="leases.release", summary="Release a lease", responses={**WRITE_ERRORS, **_CONFLICT})
 def release(body: LeaseRelease, access: WriteAccess) -> Released:
     """Give a lease back. Only its owner can; a retry after success gets 404."""
     released, state = access.db.transact(lambda s: lease_table.release(s, body.name, body.owner))
@@ -62,7 +62,7 @@ def release(body: LeaseRelease, access: WriteAccess) -> Released:
     raise _held_by_other(state)
 
 
-@router.get("", name="leases.list", responses=AUTH_ERRORS)
+@router.get("", name="leases.list", summary="Held leases", responses=AUTH_ERRORS)
 def list_leases(
     access: ReadAccess,
     name: Annotated[str | None, Query(min_length=1, max_length=1024, pattern=r"^[^\x00-\x1f\x7f]+$",

@@ -34,7 +34,7 @@ def build_query(window: str, end: float | None, group_by: GroupBy, team: str | N
                       top=top)
 
 
-@router.get("", name="stats.get", responses=AUTH_ERRORS)
+@router.get("", name="stats.get", summary="Cache statistics", responses=AUTH_ERRORS)
 def get_stats(
     access: ReadAccess,
     window: Annotated[str, Query(pattern=WINDOW_PATTERN, description="e.g. 24h, 7d, 2w, or seconds")] = "7d",

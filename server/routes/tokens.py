@@ -16,7 +16,7 @@ from neffcache.server.schemas import Problem, TokenCreate, TokenCreated, TokenOu
 router = APIRouter(tags=["tokens"])
 
 
-@router.post("/v1/tokens", name="tokens.create", status_code=status.HTTP_201_CREATED,
+@router.post("/v1/tokens", name="tokens.create", summary="Create a token", status_code=status.HTTP_201_CREATED,
              responses={**WRITE_ERRORS, 409: {"model": Problem, "description": "name taken"}})
 def create_token(body: TokenCreate, access: AdminAccess) -> TokenCreated:
     """Create a token; the response carries the secret, which cannot be retrieved again."""
@@ -28,14 +28,14 @@ def create_token(body: TokenCreate, access: AdminAccess) -> TokenCreated:
     return TokenCreated.model_validate({**info.to_json(), "token": secret})
 
 
-@router.get("/v1/tokens", name="tokens.list", responses=AUTH_ERRORS)
+@router.get("/v1/tokens", name="tokens.list", summary="List tokens", responses=AUTH_ERRORS)
 def list_tokens(access: AdminAccess) -> list[TokenOut]:
     """Every token, revoked ones included (never the secrets)."""
     with access.db.read() as session:
         return [TokenOut.model_validate(t.to_json()) for t in tokens.list_tokens(session)]
 
 
-@router.delete("/v1/tokens/{token}", name="tokens.revoke",
+@router.delete("/v1/tokens/{token}", name="tokens.revoke", summary="Revoke a token",
                responses={**AUTH_ERRORS, 404: {"model": Problem, "description": "no such token"}})
 def revoke_token(
     token: Annotated[str, Path(max_length=64, pattern=r"^[A-Za-z0-9_.@:-]+$", description="id or name")],
@@ -49,7 +49,7 @@ def revoke_token(
     return TokenOut.model_validate(info.to_json())
 
 
-@router.get("/v1/whoami", name="tokens.whoami", responses=AUTH_ERRORS)
+@router.get("/v1/whoami", name="tokens.whoami", summary="Who the token is", responses=AUTH_ERRORS)
 async def whoami(access: ReadAccess) -> WhoAmI:
     """Which token the request authenticated as, and its scope."""
     who = access.principal
