@@ -195,6 +195,9 @@ class FsspecStore(Store):
                 self.fs.pipe_file(full, data, mode="create")
             except FileExistsError:
                 return False
+            except TypeError:
+                # A backend older than fsspec's mode="create": only the check above guards it.
+                self.fs.pipe_file(full, data)
         return True
 
     def _delete(self, paths: list[str]) -> int:
