@@ -206,31 +206,27 @@ class Tiers:
     def _promote(self, source: Tier, entry: Entry, above: Sequence[Tier], problems: list[TierProblem]
                  ) -> TierHit | None:
         assert source.store is not None
-        targets = [t for t in above if t.up and t.writable]
-        if not targets:
-            # Nowhere to copy it: serve it where it is, but only after hashing it there.
-            check = check_entry(source.store, entry)
-            if check.status is CheckStatus.CORRUPT:
-                problems.append(self._report(source, "get", "corrupt", "; ".join(check.problems), entry.path))
-                return None
-            return TierHit(entry, source.store, source.url, (), tuple(problems))
         promoted: list[str] = []
         origin, local = source, entry
-        for target in targets:
+        for target in [t for t in above if t.up and t.writable]:
             assert target.store is not None and origin.store is not None
             try:
                 result = transfer(origin.store, local, target.store)
             except CorruptEntry as exc:
                 problems.append(self._report(origin, "promote", "corrupt", "; ".join(exc.problems), entry.path))
-                if self.quarantine_remote and origin is source and not source.store.read_only:
+                if promoted:
+                    continue
+                if self.quarantine_remote and not source.store.read_only:
                     quarantine(source.store, entry)
                 return None
             except EntryNotFound:
+                if promoted:
+                    continue
                 return None  # pruned under us: a miss in this tier
             except TIER_ERRORS as exc:
                 culprit = self._blame(exc, origin, target)
                 problems.append(self._down(culprit, "promote", exc, entry.path))
-                if culprit is origin:
+                if culprit is source:
                     return None
                 continue
             if result.status is PublishStatus.BUSY and not self._await_commit(target, entry.path):
@@ -241,16 +237,19 @@ class Tiers:
             if fresh is None or fresh.state is not EntryState.SUCCESS:
                 continue
             promoted.append(target.url)
-            if not promoted[1:]:
+            if len(promoted) == 1:
                 # Later (slower) tiers are filled from this fresh, verified copy, not from afar.
                 origin, local = target, fresh
         if not promoted:
-            return None
-        first = next(t for t in targets if t.url == promoted[0])
-        assert first.store is not None
-        hit = load_entry(first.store, entry.path)
-        assert hit is not None
-        return TierHit(hit, first.store, source.url, tuple(promoted), tuple(problems))
+            # Nowhere to copy it (no writable tier above, or all of them down or busy): serve it
+            # where it lies, but only after hashing it there.
+            check = check_entry(source.store, entry)
+            if check.status is CheckStatus.CORRUPT:
+                problems.append(self._report(source, "get", "corrupt", "; ".join(check.problems), entry.path))
+                return None
+            return TierHit(entry, source.store, source.url, (), tuple(problems))
+        assert origin.store is not None and local is not entry
+        return TierHit(local, origin.store, source.url, tuple(promoted), tuple(problems))
 
     def _await_commit(self, tier: Tier, path: str) -> bool:
         assert tier.store is not None

@@ -174,3 +174,20 @@ def test_prefetch_and_push_new(chain: Tiers) -> None:
     pushed = chain.push_new(paths=[new])
     assert [len(r.copied) for r in pushed.reports] == [1, 1]
     assert load_entry(fsx, new) is not None and load_entry(remote, new) is not None
+
+
+def test_everything_above_down_serves_in_place(memory: FsspecStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    from neffcache.stores.s3 import S3Store
+    from tests.stores.moto_server import free_port
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    dead = S3Store("s3://bucket/cache", endpoint_url=f"http://127.0.0.1:{free_port()}", max_attempts=1)
+    chain = Tiers([dead, memory])
+    path, _ = publish_a(memory)
+    hit = chain.get_entry(path)
+    assert hit is not None and hit.store is memory and hit.promoted_to == ()
+    assert [p.kind for p in chain.problems] == ["down"]
+    fetched = chain.prefetch()  # into a first tier that is down: reported, not raised
+    assert not fetched.ok and [p.tier for p in fetched.problems] == [dead.url]
+    chain.close()
