@@ -32,6 +32,18 @@ F = TypeVar("F", bound=Callable[..., Any])
 PASS_THROUGH = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 
 
+def _workload(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    # Unknown options are passed through so the workload keeps its own flags; but a command
+    # never starts with "-": that is a mistyped neffcache option, not a workload to run.
+    if value and value[0].startswith("-") and value[0] != "--":
+        raise click.UsageError(f"no such option: {value[0]} (the workload goes after `--`)", ctx=ctx)
+    if value and value[0] == "--":
+        value = value[1:]
+    if not value:
+        raise click.UsageError("name the workload to run after `--`", ctx=ctx)
+    return value
+
+
 def _index_options(f: F) -> F:
     f = click.option("--token", metavar="TOKEN", help="Index token with write scope (NEFFCACHE_TOKEN).")(f)
     return click.option("--index-url", metavar="URL",
@@ -141,7 +153,7 @@ def _interrupted(command: str, exc: Interrupted) -> None:
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines on stderr.")
 @tag_option
 @json_option
-@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED, callback=_workload)
 def warm_cmd(instance: str | None, lnc: int | None, compiler_version: str | None, compiler: str | None,
              stores: tuple[str, ...], index_url: str | None, token: str | None, bucket_flags: tuple[str, ...],
              matrix_file: Path | None, parallel: int | None, shard: str | None, compile_timeout: float | None,
@@ -249,7 +261,7 @@ def rewarm_cmd(from_version: str, instance: str | None, lnc: int | None, compile
               help="Write the counts as JSON to this file.")
 @click.option("-q", "--quiet", is_flag=True, help="No summary line on stderr after the job.")
 @tag_option
-@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED, callback=_workload)
 def run_cmd(instance: str | None, lnc: int | None, compiler_version: str | None, compiler: str | None,
             stores: tuple[str, ...], index_url: str | None, token: str | None, prefetch: bool,
             prefetch_tags: tuple[str, ...], patterns: tuple[str, ...], no_default_patterns: bool, no_publish: bool,

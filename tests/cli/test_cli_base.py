@@ -159,3 +159,12 @@ def test_show_entry(tmp_path: Path) -> None:
     assert missing.returncode == 4 and "no entry" in missing.stderr
     traversal = run_cli("show", str(store.root), "../../etc/passwd")
     assert traversal.returncode == 2 and "invalid key" in traversal.stderr
+
+
+@pytest.mark.parametrize("command", ["warm", "run"])
+def test_mistyped_option_is_not_run_as_the_workload(command: str) -> None:
+    result = CliRunner().invoke(cli, [command, "--instance", "trn2.48xlarge", "--bogus", "--", "python", "x.py"])
+    assert result.exit_code == 2
+    assert "no such option: --bogus" in result.output
+    empty = CliRunner().invoke(cli, [command, "--instance", "trn2.48xlarge", "--"])
+    assert empty.exit_code == 2
