@@ -13,6 +13,7 @@ from __future__ import annotations
 import atexit
 import functools
 import logging
+import os
 import random
 import threading
 import time
@@ -33,6 +34,7 @@ log = logging.getLogger(__name__)
 _RETRY_STATUS = frozenset({429, 502, 503, 504})
 _KEEP_STATUS = frozenset({401, 403, 404, 405, 408, 409})  # config or deployment problems: keep, retry later
 _PATHS = {"entries": "/v1/entries", "events": "/v1/events"}
+_MAX_BUFFERED = 100_000  # events kept in memory when even the spool cannot be written
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,7 @@ class IndexClient:
             headers["Authorization"] = f"Bearer {token}"
         self._http = httpx.Client(base_url=self.url, headers=headers, transport=transport,
                                   timeout=httpx.Timeout(timeout, connect=connect_timeout))
-        self._lock = threading.RLock()
+        self._init_threading()
         self._events: list[dict[str, Any]] = []
         self._entries: list[dict[str, Any]] = []
         self._oldest = 0.0
@@ -89,8 +91,31 @@ class IndexClient:
         self._closed = False
         # At interpreter exit, put what is still buffered on disk (no network): the next process
         # that talks to this index delivers it.
-        self._exit_hook = functools.partial(_call_weak, weakref.WeakMethod(self._spill))
+        self._exit_hook = functools.partial(_call_weak, weakref.WeakMethod(self._at_exit))
         atexit.register(self._exit_hook)
+
+    def _init_threading(self) -> None:
+        self._lock = threading.RLock()  # the buffers; never held across network calls
+        self._send_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._sender: threading.Thread | None = None
+        _CLIENTS.add(self)
+
+    def _at_exit(self) -> None:
+        # Let a delivery in flight finish (briefly), so its batch is not left claimed for the
+        # stale-claim timeout; then put the buffer on disk. No new network work at exit.
+        self._closed = True
+        self._wake.set()
+        sender = self._sender
+        if sender is not None and sender.is_alive():
+            sender.join(timeout=5)
+        self._spill()
+
+    def _after_fork_in_child(self) -> None:
+        # The parent's sender thread does not exist here; the child starts its own when needed.
+        # Buffered events were copied into the child too: if both spool them, the server's
+        # idempotence by event id counts them once.
+        self._init_threading()
 
     # ------------------------------------------------------------------ reports: never raise
     def record(self, kind: EventKind, **fields: Any) -> Event:
@@ -122,18 +147,51 @@ class IndexClient:
             full = len(self._events) + len(self._entries) >= self.batch_size
             old = time.monotonic() - self._oldest >= self.flush_interval
         if full or old:
-            self.flush()
+            self._kick()
 
-    def flush(self) -> FlushReport:
+    def _kick(self) -> None:
+        """Wake the sender thread: disk and network work happen there, never on the caller's thread."""
+        if self._closed:
+            return
+        with self._lock:
+            if self._sender is None or not self._sender.is_alive():
+                self._sender = threading.Thread(target=_sender_loop, args=(weakref.ref(self),),
+                                                name="neffcache-index-sender", daemon=True)
+                self._sender.start()
+        self._wake.set()
+
+    def _background_round(self) -> None:
+        with self._lock:
+            due = bool(self._events or self._entries) and (
+                len(self._events) + len(self._entries) >= self.batch_size
+                or time.monotonic() - self._oldest >= self.flush_interval)
+        if due:
+            try:
+                self._spill()
+            except OSError as exc:
+                log.warning("cannot write the index spool %s: %s", self.spool.directory, exc)
+                self._trim_buffers()
+        if time.monotonic() >= self._down_until and self.spool.pending():
+            self.deliver(attempts=1)  # one try per round; the next round is the retry
+
+    def flush(self, *, attempts: int | None = None) -> FlushReport:
         """Spool what is buffered, then deliver the spool if the index is reachable. Never raises."""
         try:
             self._spill()
         except OSError as exc:  # a full or read-only disk: keep the events in memory, try later
             log.warning("cannot write the index spool %s: %s", self.spool.directory, exc)
+            self._trim_buffers()
             return FlushReport(error=str(exc))
         if time.monotonic() < self._down_until:
             return FlushReport(pending_batches=len(self.spool.pending()), error="index down (cooling off)")
-        return self.deliver()
+        return self.deliver(attempts=attempts)
+
+    def _trim_buffers(self) -> None:
+        with self._lock:
+            extra = len(self._events) - _MAX_BUFFERED
+            if extra > 0:
+                log.warning("index reports cannot be spooled; dropping the %d oldest events", extra)
+                del self._events[:extra]
 
     def _spill(self) -> None:
         with self._lock:
@@ -143,11 +201,15 @@ class IndexClient:
                     self.spool.put(kind, items[start:start + self.batch_size])
             self._events, self._entries = [], []
 
-    def deliver(self) -> FlushReport:
+    def deliver(self, *, attempts: int | None = None) -> FlushReport:
         """Send every spooled batch, oldest first; stop at the first sign the index is down."""
         counts = {"events": 0, "duplicates": 0, "entries": 0, "rejected": 0}
         error: str | None = None
-        with self._lock:
+        # One sender per client; a thread that finds another one sending does not wait for it
+        # (reports are on disk already), so recording an event never waits for the network.
+        if not self._send_lock.acquire(blocking=False):
+            return FlushReport(pending_batches=len(self.spool.pending()), error="another thread is delivering")
+        try:
             self.spool.recover_stale()
             for path in self.spool.pending():
                 claimed = self.spool.claim(path)
@@ -158,7 +220,7 @@ class IndexClient:
                     counts["rejected"] += 1
                     continue
                 try:
-                    self._send_batch(batch.kind, batch.items, counts)
+                    self._send_batch(batch.kind, batch.items, counts, attempts)
                 except _Rejected as exc:
                     log.warning("index refused a spooled %s batch (%s); kept in %s", batch.kind, exc,
                                 self.spool.rejected_dir)
@@ -174,12 +236,15 @@ class IndexClient:
                 self.spool.done(claimed)
             else:
                 self._down_until = 0.0
+        finally:
+            self._send_lock.release()
         return FlushReport(counts["events"], counts["duplicates"], counts["entries"], counts["rejected"],
                            len(self.spool.pending()), error)
 
-    def _send_batch(self, kind: str, items: list[dict[str, Any]], counts: dict[str, int]) -> None:
+    def _send_batch(self, kind: str, items: list[dict[str, Any]], counts: dict[str, int],
+                    attempts: int | None) -> None:
         try:
-            body = self._request("POST", _PATHS[kind], json=items)
+            body = self._request("POST", _PATHS[kind], json=items, attempts=attempts)
         except IndexServerError as exc:
             if exc.status is None or exc.status in _RETRY_STATUS or exc.status in _KEEP_STATUS or exc.status >= 500:
                 raise
@@ -188,7 +253,7 @@ class IndexClient:
                 raise _Rejected(str(exc), None) from None
             # Drop only the items the server named as invalid; the rest of the batch is good.
             good = [item for i, item in enumerate(items) if i not in bad]
-            self._send_batch(kind, good, counts)
+            self._send_batch(kind, good, counts, attempts)
             raise _Rejected(str(exc), [items[i] for i in sorted(bad)]) from None
         if kind == "events":
             counts["events"] += int(body.get("accepted", 0))
@@ -200,8 +265,12 @@ class IndexClient:
         """Flush (spooling whatever cannot be delivered) and release the connection pool."""
         if self._closed:
             return
-        self.flush()
         self._closed = True
+        self._wake.set()
+        sender = self._sender
+        if sender is not None and sender is not threading.current_thread():
+            sender.join(timeout=30)
+        self.flush()
         atexit.unregister(self._exit_hook)
         self._http.close()
 
@@ -346,6 +415,38 @@ def _bad_indexes(exc: IndexServerError, count: int) -> set[int]:
         if len(loc) >= 2 and loc[0] == "body" and isinstance(loc[1], int) and 0 <= loc[1] < count:
             bad.add(loc[1])
     return bad
+
+
+_CLIENTS: weakref.WeakSet[IndexClient] = weakref.WeakSet()
+
+
+def _after_fork() -> None:
+    for client in list(_CLIENTS):
+        client._after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
+def _sender_loop(ref: weakref.ref[IndexClient]) -> None:
+    """Spill and deliver in the background. Holds the client only weakly, so an abandoned client
+    is collected (its atexit hook then has nothing to do) and the thread ends."""
+    while True:
+        client = ref()
+        if client is None or client._closed:
+            return
+        wake, interval = client._wake, client.flush_interval
+        del client
+        wake.wait(timeout=interval)
+        wake.clear()
+        client = ref()
+        if client is None or client._closed:
+            return
+        try:
+            client._background_round()
+        except Exception:  # the thread must survive anything a round can raise; the spool keeps the data
+            log.warning("index sender round failed", exc_info=True)
+        del client
 
 
 def _call_weak(ref: weakref.WeakMethod[Any]) -> None:

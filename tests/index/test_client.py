@@ -179,3 +179,28 @@ def test_a_down_index_is_not_asked_again_during_the_cooldown(tmp_path: Path) -> 
     report = client.flush()
     assert calls == 1 and report.pending_batches == 2 and report.error
     client.close()
+
+
+def test_recording_never_waits_for_a_slow_index(tmp_path: Path) -> None:
+    import threading
+
+    release = threading.Event()
+
+    def slow(request: httpx.Request) -> httpx.Response:
+        release.wait(10)
+        return httpx.Response(200, json={"accepted": 1, "duplicates": 0})
+
+    client = IndexClient("http://index.invalid", "t", spool_dir=tmp_path, batch_size=1,
+                         transport=httpx.MockTransport(slow))
+    client.record("hit", key="k")  # batch_size 1: this call starts a delivery...
+    sender = threading.Thread(target=client.flush)
+    sender.start()
+    time.sleep(0.2)
+    started = time.monotonic()
+    for _ in range(20):  # ...and these, on another thread, must not queue behind it
+        client.record("miss", key="k")
+    assert time.monotonic() - started < 1.0
+    release.set()
+    sender.join()
+    client.close()
+    assert client.spool.pending() == []
