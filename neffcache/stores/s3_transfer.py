@@ -19,7 +19,7 @@ import os
 import random
 import time
 from collections.abc import Callable
-from concurrent.futures import Executor, Future, wait
+from concurrent.futures import FIRST_EXCEPTION, Executor, Future, wait
 from pathlib import Path
 from typing import Any
 
@@ -80,8 +80,8 @@ def upload_multipart(call: Call, pool: Executor, *, key: str, path: str, source:
             for number, offset in enumerate(range(0, size, part), start=1):
                 futures.append(pool.submit(_upload_part, call, fd, key, path, upload_id, number, offset,
                                            min(part, size - offset)))
-            wait(futures)
-            results = [f.result() for f in futures]  # raises the first failure
+            _settle(futures)
+            results = [f.result() for f in futures]
         parts = [r[0] for r in results]
         etag = multipart_etag([r[1] for r in results])
         kwargs: dict[str, Any] = {"IfNoneMatch": "*"} if exclusive else {}
@@ -96,6 +96,17 @@ def upload_multipart(call: Call, pool: Executor, *, key: str, path: str, source:
     except BaseException:
         _abort(call, key, path, upload_id)
         raise
+
+
+def _settle(futures: list[Future[Any]]) -> None:
+    """Wait for all; on the first failure cancel what has not started and raise it."""
+    done, pending = wait(futures, return_when=FIRST_EXCEPTION)
+    failed = next((f for f in done if f.exception() is not None), None)
+    if failed is not None:
+        for future in pending:
+            future.cancel()
+        wait(pending)
+        failed.result()
 
 
 def _upload_part(call: Call, fd: int, key: str, path: str, upload_id: str, number: int, offset: int,
@@ -136,9 +147,7 @@ def download(call: Call, pool: Executor, *, key: str, path: str, dest: Path, chu
         _drain(call, reply, fd, key, path, etag, 0, part)  # closes the reply's body
         futures = [pool.submit(_fetch_range, call, fd, key, path, etag, start, min(start + part, size))
                    for start in range(part, size, part)]
-        wait(futures)
-        for future in futures:
-            future.result()
+        _settle(futures)
     return size
 
 
