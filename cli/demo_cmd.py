@@ -3,10 +3,10 @@
 Every step is a real ``neffcache`` command run as its own process, printed before it runs, so
 the demo doubles as a walk-through of the CLI: an index server in the background, a compile-only
 warm-up over shape buckets, the same warm-up again (all hits), a wrapped "training job", a
-compiler bump and re-warm, the job again on the new compiler (all hits), then the stats.
+compiler bump and re-warm, the job again on the new compiler (all hits), a prune of the old
+compiler's entries (plan, then --yes), then the stats.
 
-The steps are a list (:func:`steps`) so later features slot in where they belong: a prune of
-the old compiler's namespace goes right after the re-warm.
+The steps are a list (:func:`steps`) so later features slot in where they belong.
 """
 
 from __future__ import annotations
@@ -224,6 +224,16 @@ def steps(demo: Demo) -> list[tuple[str, Callable[[], None]]]:
         demo.expect(counts.get("compile") == 0 and bool(counts.get("hit")),
                     "after the re-warm, the job on the new compiler should only hit")
 
+    def prune_old() -> None:
+        plan = demo.neffcache("prune", "--store", demo.store, "--keep-compiler", "current")
+        demo.expect(plan.returncode == 0, f"the prune plan exited {plan.returncode}")
+        done = demo.neffcache("prune", "--store", demo.store, "--keep-compiler", "current", "--yes")
+        demo.expect(done.returncode == 0, f"prune --yes exited {done.returncode}")
+        scan = demo.neffcache("scan", demo.store, "--json", capture=True)
+        namespaces = [ns["path"] for ns in json.loads(scan.stdout or "{}").get("namespaces", [])]
+        demo.expect(namespaces == [f"trn2-lnc2/neuronxcc-{NEW_VERSION}"],
+                    f"after the prune only the new compiler's namespace should be left, not {namespaces}")
+
     def stats() -> None:
         demo.neffcache("scan", demo.store)
         if demo.index_url:
@@ -235,8 +245,8 @@ def steps(demo: Demo) -> list[tuple[str, Callable[[], None]]]:
         ("warm again: everything is in the cache now", warm_again),
         ("a training job wrapped by `neffcache run`: hits counted from the runtime's own log lines", train_old),
         ("compiler upgrade: re-warm the stored HLOs with the new neuronx-cc", bump_and_rewarm),
-        # (a `neffcache prune` of the old compiler's namespace belongs here)
         ("the training job again, on the new compiler", train_new),
+        ("the old compiler's NEFFs are now dead weight: prune them (a plan first, then --yes)", prune_old),
         ("what the cache holds, and what the index saw", stats),
     ]
 
@@ -253,8 +263,9 @@ def demo_cmd(workdir: Path, serve: bool, compile_seconds: float) -> None:
     Starts the index server (SQLite) in the background, warms a small model over several
     shape buckets in parallel, warms again (all hits), wraps a "training job" with
     `neffcache run`, bumps the compiler version and re-warms, runs the job again (all hits),
-    and prints the stats and the dashboard URL. Uses a local store and the SIMULATED Neuron
-    toolchain (neffcache.testing): fake NEFFs, real processes, real cache layouts.
+    prunes the old compiler's entries, and prints the stats and the dashboard URL. Uses a
+    local store and the SIMULATED Neuron toolchain (neffcache.testing): fake NEFFs, real
+    processes, real cache layouts.
 
     \b
     Example:
