@@ -55,7 +55,7 @@ def report(exc: BaseException) -> int:
 
 def run_guarded(main: click.Group, args: list[str] | None = None) -> None:
     try:
-        main.main(args=args, standalone_mode=False)
+        main.main(args=args, prog_name="neffcache", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("neffcache: interrupted", err=True)
         sys.exit(130)
