@@ -20,6 +20,7 @@ import http.client
 import json
 import os
 import random
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -375,6 +376,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--databases", default="sqlite,postgresql")
     args = parser.parse_args()
+    # SIGTERM unwinds like Ctrl-C: the server process is stopped and the PostgreSQL schema dropped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     results: list[Result] = []
     with tempfile.TemporaryDirectory(prefix="neffcache-index-bench-") as tmp:
         for kind in args.databases.split(","):

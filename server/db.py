@@ -122,15 +122,25 @@ class Database:
         self.engine = make_engine(url, pool_size=pool_size)
         self._write_engine = self.engine.execution_options(**{_WRITE_OPTION: True})
         single: dict[str, Any] = {_SINGLE_READ_OPTION: True}
-        if self.engine.dialect.name == "postgresql":
+        if self.inline_reads:
+            # Its own small pool: inline reads run on the event loop, which must never wait for a
+            # connection that a batch write in the thread pool is holding.
+            self._single_read_engine = make_engine(url, pool_size=1).execution_options(**single)
+        else:
             single["isolation_level"] = "AUTOCOMMIT"  # no BEGIN/ROLLBACK round trips around one SELECT
-        # Its own small pool: single reads run on the event loop, which must never wait for a
-        # connection that a batch write in the thread pool is holding.
-        self._single_read_engine = make_engine(url, pool_size=1).execution_options(**single)
+            self._single_read_engine = self.engine.execution_options(**single)
 
     @property
     def dialect(self) -> str:
         return self.engine.dialect.name
+
+    @property
+    def inline_reads(self) -> bool:
+        """Whether a single indexed read may run on the event loop. SQLite: yes, it is an
+        in-process call of microseconds that never waits for a lock in WAL mode, cheaper than a
+        thread-pool hop. PostgreSQL: no, it waits for a network round trip, during which the
+        loop must keep serving other requests."""
+        return self.engine.dialect.name == "sqlite"
 
     @contextmanager
     def read(self) -> Iterator[Session]:
@@ -163,7 +173,8 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
-        self._single_read_engine.engine.dispose()
+        if self.inline_reads:
+            self._single_read_engine.engine.dispose()
 
 
 def _retryable(exc: DBAPIError) -> bool:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import time
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, HTTPException, Query, status
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from pydantic import StringConstraints
 
 from neffcache.server import catalog
+from neffcache.server.db import Database
 from neffcache.server.deps import ReadAccess, WriteAccess
 from neffcache.server.routes.common import AUTH_ERRORS, WRITE_ERRORS, QText, checked_path, not_found
 from neffcache.server.schemas import (
@@ -75,14 +77,18 @@ def list_entries(
 async def lookup_entry(path: str, access: ReadAccess) -> JSONResponse:
     """One entry by its store-relative path, with the stores that hold it and its usage stamps."""
     clean = checked_path(path)
-    # Inline on the event loop: one indexed SELECT that never waits for a lock (WAL / MVCC readers)
-    # is cheaper than the thread-pool hop FastAPI would add for a sync route.
-    with access.db.single_read() as conn:
-        found = catalog.lookup_entry(conn, clean)
+    db = access.db
+    found = _lookup(db, clean) if db.inline_reads else await run_in_threadpool(_lookup, db, clean)
     if found is None:
         raise not_found(f"entry {clean!r}")
     # Built straight from the row (the hot path): the declared response_model documents the shape.
     return JSONResponse(found)
+
+
+def _lookup(db: Database, path: str) -> dict[str, Any] | None:
+    with db.single_read() as conn:
+        found: dict[str, Any] | None = catalog.lookup_entry(conn, path)
+    return found
 
 
 @router.delete("/{path:path}", name="entries.forget", summary="Forget a store's copy of an entry",
