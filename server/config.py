@@ -32,6 +32,10 @@ class Settings(BaseSettings):
     # Upgrade the schema at startup. Replicas serialise on a PostgreSQL advisory lock.
     auto_migrate: bool = True
     pool_size: int = Field(default=10, ge=1)
+    # Raw events older than this are deleted (hourly rollups, and so every chart and counter, stay).
+    # Events older than this that arrive late are refused as expired: their ids are gone, so
+    # storing them could count a resend twice. 0 keeps everything forever.
+    event_retention_days: float = Field(default=90.0, ge=0.0)
     dashboard_refresh_seconds: int = Field(default=60, ge=5)
     # How long a replica trusts a verified token before asking the database again: the delay
     # before a revocation made on another replica takes effect here.

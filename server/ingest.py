@@ -29,13 +29,19 @@ from neffcache.server.schemas import EventIn, toolchain_label
 class IngestOutcome:
     accepted: int
     duplicates: int
+    expired: int = 0
 
 
 def hour_of(ts: float) -> int:
     return int(ts // 3600) * 3600
 
 
-def ingest_events(session: Session, events: Sequence[EventIn], now: float) -> IngestOutcome:
+def ingest_events(session: Session, events: Sequence[EventIn], now: float,
+                  keep_after: float | None = None) -> IngestOutcome:
+    """Store new events; ``keep_after`` is the retention horizon (older events are refused)."""
+    expired = [e for e in events if keep_after is not None and e.ts < keep_after]
+    if expired:
+        events = [e for e in events if keep_after is None or e.ts >= keep_after]
     unique = {event.id: event for event in events}
     ordered = [unique[event_id] for event_id in sorted(unique)]
     saved = _recorded_compile_seconds(session, ordered)
@@ -51,7 +57,15 @@ def ingest_events(session: Session, events: Sequence[EventIn], now: float) -> In
     _roll_up(session, fresh)
     _stamp_entries(session, fresh)
     _apply_evictions(session, fresh)
-    return IngestOutcome(accepted=len(fresh), duplicates=len(events) - len(fresh))
+    return IngestOutcome(accepted=len(fresh), duplicates=len(events) - len(fresh), expired=len(expired))
+
+
+def sweep_events(session: Session, before: float, limit: int = 5000) -> int:
+    """Delete up to ``limit`` raw events older than ``before`` (bounded, so a sweep never holds
+    the write lock for long; it runs again with later batches)."""
+    oldest = select(Event.id).where(Event.ts < before).order_by(Event.ts).limit(limit)
+    result = session.execute(delete(Event).where(Event.id.in_(oldest.scalar_subquery())))
+    return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
 
 def _recorded_compile_seconds(session: Session, events: Sequence[EventIn]) -> dict[str, float]:

@@ -156,6 +156,7 @@ MAX_BATCH = 5000
 class IngestResult(BaseModel):
     accepted: int = Field(description="events stored now")
     duplicates: int = Field(description="events already stored by an earlier (re)send")
+    expired: int = Field(default=0, description="events older than the server's retention, not stored")
 
 
 class LeaseAcquire(Strict):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import time
 from typing import Annotated
 
@@ -22,7 +23,13 @@ def ingest_events(
     """Store a batch of events. Each event carries a client-generated ``id``; an id seen before is
     skipped and counted in ``duplicates``, so a client may resend a batch as often as it likes."""
     now = time.time()
-    outcome = access.db.transact(lambda s: ingest.ingest_events(s, events, now))
-    access.state.metrics.ingested.labels("accepted").inc(outcome.accepted)
-    access.state.metrics.ingested.labels("duplicate").inc(outcome.duplicates)
-    return IngestResult(accepted=outcome.accepted, duplicates=outcome.duplicates)
+    retention = access.state.settings.event_retention_days * 86400
+    horizon = now - retention if retention else None
+    outcome = access.db.transact(lambda s: ingest.ingest_events(s, events, now, horizon))
+    if horizon is not None and random.random() < 0.01:  # now and then, in bounded steps
+        access.db.transact(lambda s: ingest.sweep_events(s, horizon))
+    metrics = access.state.metrics.ingested
+    metrics.labels("accepted").inc(outcome.accepted)
+    metrics.labels("duplicate").inc(outcome.duplicates)
+    metrics.labels("expired").inc(outcome.expired)
+    return IngestResult(accepted=outcome.accepted, duplicates=outcome.duplicates, expired=outcome.expired)

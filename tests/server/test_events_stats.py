@@ -3,26 +3,29 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import httpx
 import pytest
 
+from neffcache.server import ingest
+from tests.server.conftest import LiveServer, make_tokens
 from tests.server.factories import TOOLCHAIN_LABEL, entry, event
 
 
 def test_resending_a_batch_counts_nothing_twice(writer: httpx.Client) -> None:
     batch = [event("hit"), event("miss"), event("compile", compile_seconds=30.0)]
-    assert writer.post("/v1/events", json=batch).json() == {"accepted": 3, "duplicates": 0}
-    assert writer.post("/v1/events", json=batch).json() == {"accepted": 0, "duplicates": 3}
+    assert writer.post("/v1/events", json=batch).json() == {"accepted": 3, "duplicates": 0, "expired": 0}
+    assert writer.post("/v1/events", json=batch).json() == {"accepted": 0, "duplicates": 3, "expired": 0}
     mixed = [*batch[:1], event("hit")]
-    assert writer.post("/v1/events", json=mixed).json() == {"accepted": 1, "duplicates": 1}
+    assert writer.post("/v1/events", json=mixed).json() == {"accepted": 1, "duplicates": 1, "expired": 0}
     totals = writer.get("/v1/stats", params={"window": "1d"}).json()["totals"]
     assert (totals["hits"], totals["misses"], totals["compiles"]) == (2, 1, 1)
 
 
 def test_same_id_twice_in_one_batch_is_one_event(writer: httpx.Client) -> None:
     one = event("miss")
-    assert writer.post("/v1/events", json=[one, one]).json() == {"accepted": 1, "duplicates": 1}
+    assert writer.post("/v1/events", json=[one, one]).json() == {"accepted": 1, "duplicates": 1, "expired": 0}
 
 
 def test_hit_stamps_the_entry_and_saves_its_compile_time(writer: httpx.Client) -> None:
@@ -87,3 +90,18 @@ def test_stats_on_an_empty_index(reader: httpx.Client) -> None:
     assert stats["totals"]["hit_rate"] is None
     assert stats["groups"] == [] and stats["top_misses"] == []
     assert len(stats["series"]) in (24, 25)
+
+
+def test_retention_refuses_expired_events_and_sweeps_old_rows(db_url: str,
+                                                              start_server: Callable[..., LiveServer]) -> None:
+    server = start_server(db_url, event_retention_days=30)
+    tokens = make_tokens(server.db)
+    now = time.time()
+    with server.client(tokens.write) as writer:
+        result = writer.post("/v1/events", json=[event("hit", ts=now - 40 * 86400), event("hit", ts=now - 20 * 86400),
+                                                 event("miss")]).json()
+        assert result == {"accepted": 2, "duplicates": 0, "expired": 1}
+        with server.db.write() as session:
+            assert ingest.sweep_events(session, before=now - 10 * 86400) == 1
+        totals = writer.get("/v1/stats", params={"window": "60d"}).json()["totals"]
+    assert (totals["hits"], totals["misses"]) == (1, 1)  # the rollups keep what the raw rows said
