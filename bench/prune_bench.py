@@ -13,7 +13,8 @@ the anchor file, and the lease dropped. The baseline removes the same paths (the
 Index: ``--index-rows`` entries registered in an index server (SQLite, uvicorn on 127.0.0.1)
 for one store; neffcache plans ``--keep-compiler`` from the index's rows (``--source index``,
 no listing of the store). The baseline pages through the same rows over the same HTTP API
-without doing anything with them: the plan's own cost is the difference.
+without doing anything with them: the plan's own cost is the difference. The server runs in its
+own process (``uvicorn --factory``), as deployed.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import socket
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -98,7 +99,7 @@ def fill_index(url: str, rows: int, store_url: str) -> None:
                  "layout": "neuronxcc", "key": f"MODULE_{i}+d41d8cd9",
                  "namespace": f"{NS}/neuronxcc-{OLD if i % 10 else NEW}", "compiler_version": OLD if i % 10 else NEW,
                  "target": "trn2", "lnc": 2, "toolchain": f"{NS}/neuronxcc-{OLD if i % 10 else NEW}",
-                 "state": "SUCCESS", "size": 10_000 + i % 977, "neff_sha256": None, "created": now - i,
+                 "state": "SUCCESS", "size": 10_000 + i % 977, "neff_sha256": None, "created": now - i * 10,
                  "registered": now - i, "updated": now - i, "producer": "bench", "compile_seconds": 60.0,
                  "hit_count": i % 7, "last_used": now - i * 3 if i % 3 else None} for i in batch])
             conn.execute(insert(table_of(EntryLocation)),
@@ -107,12 +108,12 @@ def fill_index(url: str, rows: int, store_url: str) -> None:
 
 
 def bench_index(rows: int, base: Path) -> None:
+    import subprocess
+    import sys
+
     import httpx
-    import uvicorn
 
     from neffcache.index import open_index
-    from neffcache.server.app import create_app
-    from neffcache.server.config import Settings
     from neffcache.server.db import Database
     from neffcache.server.tokens import create_token
 
@@ -125,15 +126,27 @@ def bench_index(rows: int, base: Path) -> None:
         token = create_token(session, "bench", "write")[1]
     db.dispose()
     print(f"index: {rows} rows for {store.url} (SQLite, filled in {time.monotonic() - started:.0f}s)")
-    app = create_app(Settings(data_dir=base / "data", database_url=url, token_cache_seconds=60.0))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_config=None, log_level="warning",
-                                           access_log=False))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.05)
-    endpoint = f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    # The server in its own process, as deployed: the client's work must not share its GIL.
+    env = {**os.environ, "NEFFCACHE_SERVER_DATABASE_URL": url, "NEFFCACHE_SERVER_DATA_DIR": str(base / "data"),
+           "NEFFCACHE_SERVER_TOKEN_CACHE_SECONDS": "60"}
+    server = subprocess.Popen([sys.executable, "-m", "uvicorn", "--factory", "neffcache.server.app:create_app",
+                               "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
+                               "--no-access-log"], env=env)
+    endpoint = f"http://127.0.0.1:{port}"
     try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{endpoint}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline or server.poll() is not None:
+                raise RuntimeError("the index server did not start")
+            time.sleep(0.1)
         times: list[Timing] = []
         with timed("page through the rows", times), httpx.Client(
                 base_url=endpoint, headers={"Authorization": f"Bearer {token}"}, timeout=120) as http:
@@ -158,8 +171,8 @@ def bench_index(rows: int, base: Path) -> None:
         print_ratio(f"plan over {rows} index rows", times[1].seconds, times[0].seconds, "paging the rows",
                     f"({rows / times[1].seconds:,.0f} rows/s)")
     finally:
-        server.should_exit = True
-        thread.join(timeout=30)
+        server.terminate()
+        server.wait(timeout=30)
 
 
 def main() -> None:

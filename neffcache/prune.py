@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from neffcache.entry import Entry, EntryState, FileInfo
 from neffcache.errors import ConfigError, CorruptEntry, EntryNotFound, IndexServerError
 from neffcache.manifest import Manifest
-from neffcache.prune_exec import PruneResult, Skipped, delete_order, execute, index_usage, read_journals
+from neffcache.prune_exec import PruneResult, Skipped, execute
 from neffcache.prune_plan import (
     ALL_STORES,
     Basis,
@@ -41,7 +41,16 @@ from neffcache.prune_plan import (
     PrunePolicy,
     Reason,
 )
-from neffcache.prune_rules import Candidate, created_time, entry_item, select_entries, version_key
+from neffcache.prune_remove import delete_order, read_journals
+from neffcache.prune_rules import (
+    Candidate,
+    created_time,
+    entry_item,
+    index_usage,
+    prefetched,
+    select_entries,
+    version_key,
+)
 from neffcache.prune_sweep import LockJudge, live_holders, read_leases, stamp_files, sweep_garbage, sweep_locks
 from neffcache.publish import publish_lease_name
 from neffcache.scan import ScanReport, scan
@@ -108,7 +117,7 @@ def _candidate(store: Store, entry: Entry, stamps: Mapping[str, FileInfo], usage
 def _index_candidates(index: Index, url: str) -> list[Candidate]:
     """Candidates from the index's rows for ``url``: no listing of the store at all."""
     out = []
-    for row in index.find_entries(store=url, page_size=1000):
+    for row in prefetched(index.find_entries(store=url, page_size=1000)):
         tc = row.get("toolchain") or {}
         match = _NS_VERSION.search(row.get("namespace") or "")
         version = tc.get("compiler_version") or (match.group("ver") if match else None)

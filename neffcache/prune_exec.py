@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -25,22 +24,21 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from neffcache.entry import Entry, EntryState, FileInfo
-from neffcache.errors import AccessDenied, ConfigError, EntryNotFound, IndexServerError
-from neffcache.layouts.neuronxcc import DONE, HLO, LOCK_SUFFIX, LOG, NEFF
+from neffcache.errors import ConfigError, EntryNotFound, IndexServerError
 from neffcache.lease import Lease, LeaseRecord, held, lease_path, try_acquire
 from neffcache.prune_plan import ItemKind, PruneItem, PrunePlan, Reason, ago
+from neffcache.prune_remove import JOURNAL_DIR, delete_order, discard, drop_leases, remove_empty_dirs
+from neffcache.prune_rules import index_usage
 from neffcache.prune_sweep import LockJudge, lease_stale
 from neffcache.publish import PUBLISH_LEASE_TTL, publish_lease_name
 from neffcache.scan import load_entry
 from neffcache.stamps import stamp_path
-from neffcache.stores.base import CONTROL_DIR, Store
-from neffcache.stores.local import LocalStore
+from neffcache.stores.base import Store
 
 if TYPE_CHECKING:
     from neffcache.index import Index
 
 log = logging.getLogger(__name__)
-JOURNAL_DIR = f"{CONTROL_DIR}/prune"
 PRUNE_LEASE = "prune"
 CHUNK = 256
 MTIME_SLACK = 1.0  # clock steps between a store's times and ours (S3 reports whole seconds)
@@ -84,33 +82,6 @@ class PruneResult:
         return out
 
 
-def delete_order(entry: Entry) -> list[list[str]]:
-    """An entry's files in removal phases (store paths).
-
-    Entries neffcache published go in the publish order reversed: commit marker, blobs, then
-    the manifest, whose presence keeps the remains reading as uncommitted (absent). Entries a
-    runtime wrote have no manifest: their marker (``model.done``) goes first and the file that
-    defines what readers see goes last — the NEFF (a NEFF without ``model.done`` is uncommitted;
-    a legacy entry's NEFF is its marker), else the failure log, else the HLO — so a half-removed
-    entry never reads as a different entry (an EMPTY one a runtime would pick up, say).
-    """
-    names = set(entry.files)
-    locks = sorted(n for n in names if n.endswith(LOCK_SUFFIX))
-    marker = entry.marker_name
-    anchor: str | None
-    if entry.manifest_name in names:
-        # neffcache's own entries: the publish order reversed (marker, blobs, manifest).
-        first, anchor = [*locks, *([marker] if marker in names else [])], entry.manifest_name
-    elif entry.layout == "neuronxcc":
-        anchor = next((n for n in (NEFF, LOG, HLO) if n in names), None)
-        first = [*locks, *([DONE] if DONE in names else [])]
-    else:
-        anchor, first = (marker if marker in names else max(names - set(locks), default=None)), locks
-    rest = sorted(names - set(first) - {anchor})
-    phases = [first, rest, [anchor] if anchor else []]
-    return [[entry.store_path(n) for n in phase] for phase in phases if phase]
-
-
 def same_time(a: float, b: float) -> bool:
     """Equal mtimes, where one side may only know whole seconds (S3's HEAD, where its listing and
     local filesystems report fractions): then the seconds must agree."""
@@ -125,88 +96,6 @@ def _same_files(current: Iterable[FileInfo], planned: Iterable[FileInfo]) -> boo
     if now.keys() != then.keys():
         return False
     return all(now[p].size == then[p].size and same_time(now[p].mtime, then[p].mtime) for p in now)
-
-
-def discard(store: Store, paths: list[str], *, prune_dirs: bool = True) -> None:
-    """Remove ``paths`` without counting them (S3 would list their directories to count).
-
-    On a local store the paths came from the store's own listing, so they are unlinked directly:
-    ``LocalStore.delete`` re-validates each path and walks each parent with pathlib, which costs
-    more than the unlink itself at 100k entries. ``prune_dirs`` removes the directories the
-    unlinks emptied (an entry's, its shard's), never the root.
-    """
-    if not paths:
-        return
-    if isinstance(store, LocalStore):
-        store.check_writable()
-        _unlink_local(store, paths, prune_dirs=prune_dirs)
-        return
-    quiet = getattr(store, "discard", None)
-    if quiet is not None:
-        quiet(paths)
-    else:
-        store.delete(paths)
-
-
-def _unlink_local(store: LocalStore, paths: list[str], *, prune_dirs: bool) -> None:
-    root = str(store.root)
-    parents: set[str] = set()
-    for path in paths:
-        try:
-            os.unlink(f"{root}/{path}")
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        except PermissionError as exc:
-            raise AccessDenied(f"cannot delete {root}/{path}: {exc.strerror}", store=store.url, path=path) from exc
-        parents.add(path.rpartition("/")[0])
-    if prune_dirs:
-        remove_empty_dirs(store, parents)
-
-
-def remove_empty_dirs(store: Store, directories: Iterable[str]) -> None:
-    """Remove each directory and its parents while they are empty (local stores; never the root)."""
-    if not isinstance(store, LocalStore):
-        return  # object stores have no directories
-    root = str(store.root)
-    full: set[str] = set()  # directories found not empty: every entry of a namespace shares one
-    for directory in sorted(set(directories), key=lambda p: p.count("/"), reverse=True):
-        rel = directory
-        while rel and rel not in full:
-            try:
-                os.rmdir(f"{root}/{rel}")
-            except OSError:
-                full.add(rel)
-                break
-            rel = rel.rpartition("/")[0]
-
-
-def drop_leases(store: Store, paths: list[str]) -> None:
-    """Remove lease files, leaving their shard directories: the next lease would make each
-    emptied ``leases/ab/`` directory again (two directory operations per entry, the slowest
-    calls on a filesystem)."""
-    discard(store, paths, prune_dirs=False)
-
-
-def read_journals(store: Store) -> dict[str, dict[str, list[str]]]:
-    """Journal path -> {entry path: files it was removing}, of prunes that did not finish."""
-    out: dict[str, dict[str, list[str]]] = {}
-    for info in store.iter_files(JOURNAL_DIR):
-        if not info.path.endswith(".json"):
-            continue
-        try:
-            data = json.loads(store.read_bytes(info.path))
-            out[info.path] = {str(p): [str(f) for f in files] for p, files in data["entries"].items()}
-        except (EntryNotFound, ValueError, KeyError, TypeError, AttributeError):
-            out[info.path] = {}  # torn or foreign: nothing to finish, removed after the next execution
-    return out
-
-
-def index_usage(index: Index | None, store_url: str) -> dict[str, float]:
-    """Entry path -> last hit the index recorded for entries of ``store_url`` (raises when down)."""
-    if index is None or not index.enabled:
-        return {}
-    return {row["path"]: float(row["last_used"]) for row in index.find_entries(store=store_url, page_size=1000)
-            if row.get("last_used") is not None}
 
 
 class _StoreRun:

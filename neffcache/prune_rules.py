@@ -3,20 +3,28 @@
 Rules see :class:`Candidate` records, not store listings, so the same rules run on a scan of a
 store or on the index server's rows. Each entry gets at most one reason, the first rule that
 selects it in the order compiler, failed, age, size; the size budget runs last because it
-depends on what the other rules leave behind.
+depends on what the other rules leave behind. Last use read from the index
+(:func:`index_usage`) is one of the rules' inputs, next to the stores' own stamps.
 """
 
 from __future__ import annotations
 
 import re
+import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from queue import Queue
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from neffcache.entry import Entry, EntryState, FileInfo
 from neffcache.prune_plan import Basis, Budget, ItemKind, Protected, PruneItem, PrunePolicy, Reason, ago
+
+if TYPE_CHECKING:
+    from neffcache.index import Index
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -129,16 +137,16 @@ def select_entries(candidates: Sequence[Candidate], policy: PrunePolicy, now: fl
 
     if policy.prunes_compilers:
         kept = kept_versions(candidates, policy)
+        keeping = {group: ", ".join(sorted(keep, key=version_key)) or "none" for group, keep in kept.items()}
         unknown = 0
         for c in candidates:
             if not c.compiler_version:
                 unknown += c.committed
                 continue
-            keep = kept.get((c.target, c.lnc), set())
-            if c.compiler_version not in keep:
+            if c.compiler_version not in kept.get((c.target, c.lnc), ()):
                 # Uncommitted leftovers of an obsolete namespace go with it: no grace needed, a
                 # publish in flight holds its lease and is protected by it.
-                names = ", ".join(sorted(keep, key=version_key)) or "none"
+                names = keeping.get((c.target, c.lnc), "none")
                 take(c, Reason.COMPILER, f"compiler {c.compiler_version} not kept (keeping {names})")
         if unknown:
             out.notes.append(f"{unknown} entries of unknown toolchain (runtime-written, no manifest, no "
@@ -188,3 +196,36 @@ def _budgets(committed: Sequence[Candidate], policy: PrunePolicy, now: float, st
         if size > limit:
             out.notes.append(f"{store}: the budget of {limit} B cannot be met ({size} B stay): the rest is "
                              "protected (recent use, live lease or running compile)")
+
+
+def prefetched(rows: Iterator[T], depth: int = 4000) -> Iterator[T]:
+    """``rows`` read ahead by a thread: the next index page is on its way while this one is used."""
+    queue: Queue[tuple[bool, Any]] = Queue(maxsize=depth)
+
+    def pump() -> None:
+        try:
+            for row in rows:
+                queue.put((True, row))
+        except BaseException as exc:  # handed to the consumer, raised there
+            queue.put((False, exc))
+            return
+        queue.put((False, None))
+
+    threading.Thread(target=pump, name="neffcache-index-pages", daemon=True).start()
+    while True:
+        ok, item = queue.get()
+        if ok:
+            yield item
+        elif item is None:
+            return
+        else:
+            raise item
+
+
+def index_usage(index: Index | None, store_url: str) -> dict[str, float]:
+    """Entry path -> last hit the index recorded for entries of ``store_url`` (raises when down)."""
+    if index is None or not index.enabled:
+        return {}
+    return {row["path"]: float(row["last_used"])
+            for row in prefetched(index.find_entries(store=store_url, page_size=1000))
+            if row.get("last_used") is not None}

@@ -16,7 +16,7 @@ import pytest
 from neffcache.entry import EntryState
 from neffcache.layouts.base import TEMP_MARKER
 from neffcache.prune import PrunePolicy, Reason, plan_prune
-from neffcache.prune_exec import JOURNAL_DIR
+from neffcache.prune_remove import JOURNAL_DIR
 from neffcache.scan import scan
 from neffcache.stores.base import Store
 from neffcache.verify import CheckStatus, check_entry

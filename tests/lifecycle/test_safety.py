@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from neffcache.cli.main import cli
 from neffcache.lease import LeaseRecord, acquire, lease_path
 from neffcache.prune import ItemKind, PrunePolicy, Reason, plan_prune
-from neffcache.prune_exec import JOURNAL_DIR
+from neffcache.prune_remove import JOURNAL_DIR
 from neffcache.publish import publish_lease_name
 from neffcache.scan import load_entry, scan
 from neffcache.stamps import record_use
