@@ -233,7 +233,9 @@ def plan_prune(stores: Sequence[Store], policy: PrunePolicy, *, index: Index | N
             extra.extend(swept.items)
             protected.extend(swept.protected)
             notes.extend(swept.notes)
-    items.extend(extra)
+    # A lock inside an entry that goes anyway goes with it, as part of the entry.
+    gone = {(i.store, i.path) for i in items if i.kind is ItemKind.ENTRY}
+    items.extend(i for i in extra if i.kind is not ItemKind.LOCK or (i.store, i.path.rpartition("/")[0]) not in gone)
     return PrunePlan(stores=tuple(s.url for s in stores), items=tuple(items), created_at=now, policy=policy,
                      protected=tuple(protected), budgets=tuple(selection.budgets), notes=tuple(notes),
                      seconds=time.monotonic() - started, journals=journals)

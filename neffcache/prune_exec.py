@@ -58,7 +58,6 @@ class PruneResult:
     removed: tuple[PruneItem, ...]
     skipped: tuple[Skipped, ...]
     seconds: float
-    interrupted: bool = False
 
     @property
     def freed_bytes(self) -> int:
@@ -74,7 +73,7 @@ class PruneResult:
             "plan": self.plan_id, "freed_bytes": self.freed_bytes, "removed": len(self.removed),
             "removed_entries": sum(1 for i in self.removed if i.kind is ItemKind.ENTRY),
             "by_reason": by_reason, "skipped": [s.__dict__ | {"reason": s.reason.value} for s in self.skipped],
-            "interrupted": self.interrupted, "seconds": round(self.seconds, 3),
+            "seconds": round(self.seconds, 3),
         }
         if items:
             out["removed_items"] = [{"store": i.store, "path": i.path, "reason": i.reason.value, "bytes": i.size}
@@ -282,7 +281,7 @@ def execute(plan: PrunePlan, stores: Mapping[str, Store] | Iterable[Store], *, i
         for url in plan.stores:
             items = plan.for_store(url)
             store = by_url.get(url)
-            if store is None:
+            if store is None or not (items or plan.journals.get(url)):
                 continue
             store.check_writable()
             try:

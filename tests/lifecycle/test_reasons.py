@@ -214,3 +214,13 @@ def test_tiers_get_their_own_budget(fs_store: Store, tmp_path: object) -> None:
     assert {b.store: b.met for b in plan.budgets} == {fs_store.url: True, big.url: True}
     plan.execute([fs_store, big])
     assert scan(fs_store).size <= size // 2 and len(scan(big).entries) == 3
+
+
+def test_stale_locked_entry_of_an_old_toolchain_goes_whole(store: Store) -> None:
+    locked = runtime_a(store, b"died-compiling", state="LOCKED")
+    live = plan_prune([store], PrunePolicy(keep_compilers=(NEW,), stale_locks=True))
+    assert not live.items and {p.path for p in live.protected} >= {locked}  # the lock is fresh
+    plan = plan_prune([store], PrunePolicy(keep_compilers=(NEW,), stale_locks=True, lock_age=0))
+    assert [(i.kind, i.path) for i in plan.items] == [(ItemKind.ENTRY, locked)]  # its lock goes with it
+    result = plan.execute([store])
+    assert not result.skipped and list(store.iter_files(locked)) == []
