@@ -24,6 +24,7 @@ import json
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -169,7 +170,7 @@ def main() -> None:
               f"(NEFFs 100 kB-{args.max_neff / 1e6:.0f} MB, log-uniform); moto_server at {moto.url}; "
               f"{os.cpu_count()} cores")
         tools = [t.strip() for t in args.tools.split(",")]
-        best: dict[tuple[str, str], float] = {}
+        runs: dict[tuple[str, str], list[float]] = {}
         for r in range(args.rounds):
             order = tools[r % len(tools):] + tools[: r % len(tools)]
             for tool in order:
@@ -181,15 +182,17 @@ def main() -> None:
                 pulled = timed_run(pull_cmd, env, moto)
                 check_pull(tool, dst, files, pulled.out, args.entries)
                 for what, run in (("push", pushed), ("pull", pulled)):
-                    best[(tool, what)] = min(best.get((tool, what), run.seconds), run.seconds)
+                    runs.setdefault((tool, what), []).append(run.seconds)
                     print(f"round {r + 1}: {tool:12} {what} {run.seconds:6.2f}s  (cpu: client {run.client_cpu:5.1f}s, "
                           f"moto {run.server_cpu:5.1f}s)")
         print()
         if tools == ["neffcache", "aws s3 sync", "s5cmd"]:
-            print(f"{'':12}{'neffcache':>12}{'aws s3 sync':>14}{'s5cmd':>10}   vs aws   vs s5cmd")
-            for what in ("push", "pull"):
-                ours, aws, s5 = (best[(t, what)] for t in tools)
-                print(f"{what:12}{ours:>11.2f}s{aws:>13.2f}s{s5:>9.2f}s   {ours / aws:>5.2f}x   {ours / s5:>6.2f}x")
+            for label, pick in (("best", min), ("median", statistics.median)):
+                print(f"{label:12}{'neffcache':>12}{'aws s3 sync':>14}{'s5cmd':>10}   vs aws   vs s5cmd")
+                for what in ("push", "pull"):
+                    ours, aws, s5 = (pick(runs[(t, what)]) for t in tools)
+                    print(f"  {what:10}{ours:>11.2f}s{aws:>13.2f}s{s5:>9.2f}s   {ours / aws:>5.2f}x   "
+                          f"{ours / s5:>6.2f}x")
             print("(ratio = neffcache time / other time; below 1.0 means neffcache was faster)")
     finally:
         moto.stop()
