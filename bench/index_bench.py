@@ -3,9 +3,9 @@ PostgreSQL, each against a bare SQL loop on the same database (the baseline of t
 
     .venv/bin/python -m bench.index_bench --entries 100000 --databases sqlite,postgresql
 
-What runs: the real server (``uvicorn --factory neffcache.server.app:create_app``, one process
-unless --workers) on 127.0.0.1, queried by --clients threads with keep-alive HTTP connections
-(bearer token checked on every request). Lookups are GET /v1/entries/{path} of random entries
+What runs: the real server (``neffcache serve``, one process unless --workers) on 127.0.0.1,
+queried by --clients threads with keep-alive HTTP connections (bearer token checked on every
+request). Lookups are GET /v1/entries/{path} of random entries
 (the entry row, its stores and tags). Ingest is POST /v1/events of --batch events per request
 (dedup insert, hourly rollup upsert, hit stamps on entries).
 Baselines use the DB-API driver directly (sqlite3 / psycopg), one connection, no HTTP:
@@ -168,9 +168,10 @@ def server(url: str, workers: int, log: Path) -> Iterator[tuple[str, int]]:
     env = {**os.environ, "NEFFCACHE_SERVER_DATABASE_URL": url, "NEFFCACHE_SERVER_ADMIN_TOKEN": ADMIN,
            "NEFFCACHE_SERVER_POOL_SIZE": "20"}
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "--factory", "neffcache.server.app:create_app",
-                                 "--port", str(port), "--workers", str(workers), "--log-level", "warning",
-                                 "--no-access-log"], env=env, stdout=out, stderr=subprocess.STDOUT)
+        # `neffcache serve`, not bare `uvicorn --workers`: see _listening_socket in cli/server_cmds.py.
+        proc = subprocess.Popen([sys.executable, "-m", "neffcache.cli.main", "serve", "--port", str(port),
+                                 "--workers", str(workers), "--log-level", "warning"],
+                                env=env, stdout=out, stderr=subprocess.STDOUT)
         base = f"http://127.0.0.1:{port}"
         try:
             deadline = time.monotonic() + 60

@@ -7,6 +7,7 @@ surface as a 500 instead of a clear 422).
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, model_validator
@@ -31,12 +32,15 @@ Epoch = Annotated[float, Field(ge=946684800.0, le=7258118400.0, allow_inf_nan=Fa
 Seconds = Annotated[float, Field(ge=0.0, le=1e8, allow_inf_nan=False)]
 
 
+# Cached: a batch of events names the same few namespaces and hot entries again and again.
+# InvalidKey is a ValueError, which pydantic reports as a 422 (and lru_cache does not cache).
+@functools.lru_cache(maxsize=65536)
 def _relpath(value: str) -> str:
-    return safe_relpath(value)  # InvalidKey is a ValueError: pydantic reports it as a 422
+    return safe_relpath(value)
 
 
 def _namespace(value: str) -> str:
-    return safe_relpath(value) if value else value
+    return _relpath(value) if value else value
 
 
 RelPath = Annotated[str, StringConstraints(min_length=1, max_length=1024), AfterValidator(_relpath)]

@@ -114,3 +114,37 @@ def test_serve_without_database_arguments_uses_embedded_sqlite(tmp_path: Path) -
         proc.terminate()
         proc.wait(timeout=30)
         proc.stdout.close()  # type: ignore[union-attr]
+
+
+@pytest.mark.slow
+def test_serve_with_workers_answers_without_delayed_ack_stalls(tmp_path: Path) -> None:
+    """uvicorn's own --workers socket misses TCP_NODELAY (~40 ms per response); ours must not."""
+    import http.client
+    import statistics
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "neffcache.cli.main", "serve", "--port", str(port), "--workers",
+                             "2", "--anonymous-read", "--log-level", "warning"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+                conn.request("GET", "/healthz")
+                conn.getresponse().read()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and proc.poll() is None
+                time.sleep(0.2)
+        latencies = []
+        for _ in range(40):
+            started = time.perf_counter()
+            conn.request("GET", "/v1/whoami")
+            assert conn.getresponse().read()
+            latencies.append(time.perf_counter() - started)
+        conn.close()
+        assert statistics.median(latencies) < 0.030
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
