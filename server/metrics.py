@@ -98,6 +98,10 @@ class Metrics:
         )
         self.ingested = Counter("neffcache_index_events_ingested", "events received by this replica",
                                 ["result"], registry=self.registry)
+        for result in ("accepted", "duplicate", "expired"):
+            # Export both series at 0 from the start: a rate() over a series that appears only
+            # with the first event is blind to that event, and dashboards show "no data".
+            self.ingested.labels(result)
         self.registry.register(DatabaseCollector(db))
 
     def observe(self, op: str, status: int, seconds: float) -> None:
