@@ -80,7 +80,7 @@ class LiveServer:
 
     def __enter__(self) -> LiveServer:
         self.thread.start()
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 180  # generous: CI machines run many suites at once
         while not self.server.started:
             if not self.thread.is_alive() or time.monotonic() > deadline:
                 raise RuntimeError("index server did not start")
@@ -169,7 +169,9 @@ class ServerProcess:
     def __init__(self, database_url: str, port: int, log: Path, **env: str) -> None:
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
-        environ = {**os.environ, "NEFFCACHE_SERVER_DATABASE_URL": database_url,
+        # Only the settings given here: nothing from a developer's NEFFCACHE_SERVER_* environment.
+        inherited = {k: v for k, v in os.environ.items() if not k.startswith("NEFFCACHE_SERVER_")}
+        environ = {**inherited, "NEFFCACHE_SERVER_DATABASE_URL": database_url,
                    "NEFFCACHE_SERVER_ADMIN_TOKEN": ADMIN_SECRET, "NEFFCACHE_SERVER_TOKEN_CACHE_SECONDS": "0", **env}
         self.log = open(log, "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
@@ -178,7 +180,7 @@ class ServerProcess:
             env=environ, stdout=self.log, stderr=subprocess.STDOUT,
         )
 
-    def wait_ready(self, timeout: float = 60.0) -> None:
+    def wait_ready(self, timeout: float = 180.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

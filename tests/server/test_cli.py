@@ -102,7 +102,7 @@ def test_serve_without_database_arguments_uses_embedded_sqlite(tmp_path: Path) -
         database = proc.stdout.readline()  # type: ignore[union-attr]
         assert "sqlite:///" in database and ".local/share/neffcache/server/index.db" in database
         assert "neffcache token create" in proc.stdout.readline()  # type: ignore[union-attr]
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120
         while True:
             try:
                 if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
@@ -120,14 +120,13 @@ def test_serve_without_database_arguments_uses_embedded_sqlite(tmp_path: Path) -
 def test_serve_with_workers_answers_without_delayed_ack_stalls(tmp_path: Path) -> None:
     """uvicorn's own --workers socket misses TCP_NODELAY (~40 ms per response); ours must not."""
     import http.client
-    import statistics
 
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "neffcache.cli.main", "serve", "--port", str(port), "--workers",
                              "2", "--anonymous-read", "--log-level", "warning"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 180
         while True:
             try:
                 conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
@@ -144,7 +143,9 @@ def test_serve_with_workers_answers_without_delayed_ack_stalls(tmp_path: Path) -
             assert conn.getresponse().read()
             latencies.append(time.perf_counter() - started)
         conn.close()
-        assert statistics.median(latencies) < 0.030
+        # With the stall every response takes >= 40 ms; without it the fastest are far below,
+        # however busy the machine is.
+        assert min(latencies) < 0.020, f"fastest of 40 requests took {min(latencies) * 1000:.0f} ms"
     finally:
         proc.terminate()
         proc.wait(timeout=30)

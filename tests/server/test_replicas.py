@@ -12,12 +12,11 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.server.conftest import ServerProcess, Tokens, free_port, prepare_database
+from tests.server.conftest import ServerProcess, Tokens, _postgres_schema_url, free_port, prepare_database
 from tests.server.factories import entry, event
 
 CLIENTS = 16
@@ -29,10 +28,15 @@ LEASE_NAMES = ("graph/A", "graph/B", "graph/C")
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 
-@pytest.fixture
-def replicas(pg_url: str, tmp_path: Path) -> Iterator[tuple[list[ServerProcess], Tokens]]:
+@pytest.fixture(scope="module")
+def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[ServerProcess], Tokens]]:
+    """Shared by this module's tests (starting two replicas is the slow part); they touch
+    disjoint leases, and only the first sends events."""
+    pg = _postgres_schema_url()
+    pg_url = next(pg)
+    logs = tmp_path_factory.mktemp("replicas")
     tokens = prepare_database(pg_url)
-    servers = [ServerProcess(pg_url, free_port(), tmp_path / f"replica-{i}.log") for i in range(2)]
+    servers = [ServerProcess(pg_url, free_port(), logs / f"replica-{i}.log") for i in range(2)]
     try:
         for server in servers:
             server.wait_ready()
@@ -40,6 +44,7 @@ def replicas(pg_url: str, tmp_path: Path) -> Iterator[tuple[list[ServerProcess],
     finally:
         for server in servers:
             server.stop()
+        pg.close()  # drops the schema
 
 
 def test_counts_exact_and_no_lease_held_twice(replicas: tuple[list[ServerProcess], Tokens]) -> None:
