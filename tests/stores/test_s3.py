@@ -19,6 +19,8 @@ from tests.contract.suite import publish_a
 from tests.stores.conftest import BUCKET
 from tests.stores.faultproxy import FaultProxy
 
+pytestmark = pytest.mark.s3  # needs moto's server
+
 
 def raw_keys(endpoint: str, prefix: str = "") -> set[str]:
     client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")

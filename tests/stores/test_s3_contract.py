@@ -12,6 +12,8 @@ from neffcache.stores.s3 import S3Store
 from tests.contract.suite import ReadOnlyContract, StoreContract
 from tests.stores.conftest import BUCKET
 
+pytestmark = pytest.mark.s3  # needs moto's server
+
 
 class TestS3Store(StoreContract, ReadOnlyContract):
     @pytest.fixture

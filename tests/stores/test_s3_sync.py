@@ -26,6 +26,8 @@ from tests.runtime_caches import write_neuronxcc_entry
 from tests.stores.conftest import BUCKET
 from tests.stores.faultproxy import FaultProxy
 
+pytestmark = pytest.mark.s3  # needs moto's server
+
 ENTRY_FILES = {"model.hlo_module.pb", "compile_flags.json", "model.neff", "neffcache.json", "model.done"}
 
 
