@@ -159,7 +159,7 @@ def bench_index(rows: int, base: Path) -> None:
                     break
                 params["cursor"] = page["next_cursor"]
         assert seen == rows
-        index = open_index(endpoint, token, spool_root=base / "spool")
+        index = open_index(endpoint, token, spool_root=base / "spool", timeout=120.0)
         with timed("neffcache plan (--source index)", times):
             plan = plan_prune([store], PrunePolicy(keep_compilers=(NEW,), older_than=30 * 86400), index=index,
                               source="index")

@@ -144,11 +144,11 @@ def _result_text(result: PruneResult) -> str:
 @click.option("--stale-locks", is_flag=True, help="Remove leases and runtime compile locks whose holder is gone.")
 @click.option("--garbage", is_flag=True,
               help="Remove temp files, uncommitted writes, orphan files, abandoned S3 multipart uploads.")
-@click.option("--grace", callback=_duration, default="1h", show_default=True,
+@click.option("--grace", metavar="AGE", callback=_duration, default="1h", show_default=True,
               help="Garbage younger than this may be a write in flight and stays.")
-@click.option("--hit-grace", callback=_duration, default="1h", show_default=True,
+@click.option("--hit-grace", metavar="AGE", callback=_duration, default="1h", show_default=True,
               help="Entries used this recently are never removed by age or size.")
-@click.option("--lock-age", callback=_duration, default="6h", show_default=True,
+@click.option("--lock-age", metavar="AGE", callback=_duration, default="6h", show_default=True,
               help="A runtime compile lock without a lease is stale after this long.")
 @click.option("--compiler", metavar="PATH", help="The neuronx-cc whose version 'current' means.")
 @click.option("--compiler-version", metavar="VERSION", help="What 'current' means, without running neuronx-cc.")

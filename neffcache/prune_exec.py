@@ -14,6 +14,7 @@ which the next plan lists as ``interrupted`` and its execution finishes.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
@@ -178,7 +179,7 @@ class _StoreRun:
         discard(self.store, [journal])
         with self.lock:
             for item, entry in approved:
-                self.removed.append(PruneItem(**{**item.__dict__, "size": entry.size}))
+                self.removed.append(dataclasses.replace(item, size=entry.size))
                 self.done += 1
         if self.index is not None and self.index.enabled:
             for item, entry in approved:
