@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from neffcache.entry import Entry, FileInfo
+from neffcache.errors import EntryNotFound
 from neffcache.layouts.base import TEMP_MARKER
 from neffcache.layouts.neuronxcc import LOCK_SUFFIX
 from neffcache.lease import LEASE_DIR, LeaseRecord
@@ -58,7 +59,7 @@ def read_leases(store: Store) -> list[LeaseFile]:
         elif info.path.endswith(".lease"):
             try:
                 raw = store.read_bytes(info.path)
-            except FileNotFoundError:
+            except (EntryNotFound, FileNotFoundError):
                 continue  # released while we listed
             record = LeaseRecord.from_bytes(raw) or LeaseRecord("(unreadable)", "(unreadable)", "torn", "", 0,
                                                                 0.0, 0.0)
