@@ -12,11 +12,12 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.server.conftest import ServerProcess, Tokens, _postgres_schema_url, free_port, prepare_database
+from tests.server.conftest import ServerProcess, Tokens, free_port, prepare_database
 from tests.server.factories import entry, event
 
 CLIENTS = 16
@@ -28,13 +29,9 @@ LEASE_NAMES = ("graph/A", "graph/B", "graph/C")
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 
-@pytest.fixture(scope="module")
-def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[ServerProcess], Tokens]]:
-    """Shared by this module's tests (starting two replicas is the slow part); they touch
-    disjoint leases, and only the first sends events."""
-    pg = _postgres_schema_url()
-    pg_url = next(pg)
-    logs = tmp_path_factory.mktemp("replicas")
+@pytest.fixture
+def replicas(pg_url: str, tmp_path: Path) -> Iterator[tuple[list[ServerProcess], Tokens]]:
+    logs = tmp_path
     tokens = prepare_database(pg_url)
     servers = [ServerProcess(pg_url, free_port(), logs / f"replica-{i}.log") for i in range(2)]
     try:
@@ -44,11 +41,15 @@ def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[Se
     finally:
         for server in servers:
             server.stop()
-        pg.close()  # drops the schema
 
 
-def test_counts_exact_and_no_lease_held_twice(replicas: tuple[list[ServerProcess], Tokens]) -> None:
-    servers, tokens = replicas
+def test_two_replicas_many_clients(replicas: tuple[list[ServerProcess], Tokens]) -> None:
+    """One test, two phases: starting two replicas is the slow part, so they are started once."""
+    _counts_exact_and_no_lease_held_twice(*replicas)
+    _expired_lease_goes_to_exactly_one_racer(*replicas)
+
+
+def _counts_exact_and_no_lease_held_twice(servers: list[ServerProcess], tokens: Tokens) -> None:
     headers = {"Authorization": f"Bearer {tokens.write}"}
     entries = [entry(i, store=f"s3://bucket-{i % 3}/p") for i in range(20)]
     inside: dict[str, str] = {}
@@ -120,8 +121,7 @@ def test_counts_exact_and_no_lease_held_twice(replicas: tuple[list[ServerProcess
     assert lines[0] == lines[1] and lines[0]
 
 
-def test_expired_lease_goes_to_exactly_one_racer(replicas: tuple[list[ServerProcess], Tokens]) -> None:
-    servers, tokens = replicas
+def _expired_lease_goes_to_exactly_one_racer(servers: list[ServerProcess], tokens: Tokens) -> None:
     headers = {"Authorization": f"Bearer {tokens.write}"}
     for round_ in range(5):
         name = f"contested/{round_}"
