@@ -30,7 +30,7 @@ UPDATE_DOCS_IMAGE = os.environ.get("NEFFCACHE_UPDATE_DOCS_IMAGES") == "1"
 pytestmark = [pytest.mark.chromium, pytest.mark.slow]
 
 
-def _chromium(url: str, tmp_path: Path, *mode: str, size: str = "1400,1480") -> subprocess.CompletedProcess[str]:
+def _chromium(url: str, tmp_path: Path, *mode: str, size: str = "1400,1520") -> subprocess.CompletedProcess[str]:
     exe = chromium_executable()
     if exe is None:
         service_missing("Chromium", "no chromium on PATH (apt-get install chromium)")
@@ -94,7 +94,7 @@ def test_dashboard_renders_a_week_in_chromium(week_server: LiveServer, tmp_path:
 
     shot = tmp_path / "dashboard.png"
     _chromium(f"{week_server.url}/", tmp_path, f"--screenshot={shot}")
-    assert _png_size(shot) == (1400, 1480)
+    assert _png_size(shot) == (1400, 1520)
     assert shot.stat().st_size > 100_000  # a blank page compresses to a few kB
     if UPDATE_DOCS_IMAGE:
         DOCS_IMAGE.parent.mkdir(parents=True, exist_ok=True)
