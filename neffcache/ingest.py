@@ -108,7 +108,8 @@ def manifest_for(store: Store, entry: Entry, local: Mapping[str, Path],
     )
 
 
-def transfer(src: Store, entry: Entry, dst: Store, *, tags: Mapping[str, str] | None = None) -> PublishResult:
+def transfer(src: Store, entry: Entry, dst: Store, *, tags: Mapping[str, str] | None = None,
+             known_absent: bool = False) -> PublishResult:
     """Copy one SUCCESS entry from ``src`` to ``dst``, verified, published atomically.
 
     Raises CorruptEntry when the source files do not match the source manifest: nothing
@@ -130,7 +131,8 @@ def transfer(src: Store, entry: Entry, dst: Store, *, tags: Mapping[str, str] | 
         manifest = manifest_for(src, entry, local, tags)
         movable = all(str(p).startswith(str(staging)) for p in local.values())
         sources: dict[str, Source] = dict(local)
-        return publish(dst, entry.namespace, entry.key, sources, manifest, move=movable)
+        return publish(dst, entry.namespace, entry.key, sources, manifest, move=movable,
+                       known_absent=known_absent)
 
 
 def digest_of(store: Store, path: str) -> FileDigest:

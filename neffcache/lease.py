@@ -28,6 +28,8 @@ from neffcache.stores.base import CONTROL_DIR, Store
 log = logging.getLogger(__name__)
 LEASE_DIR = f"{CONTROL_DIR}/leases"
 DEFAULT_TTL = 120.0
+# Clock skew between hosts we tolerate when trusting our own expiry time.
+RELEASE_MARGIN = 5.0
 
 
 def lease_path(name: str) -> str:
@@ -104,6 +106,11 @@ class Lease:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+        if not self.lost and time.time() < self.record.expires_at - RELEASE_MARGIN:
+            # Nobody may take over an unexpired lease, so it is still ours: no read-back needed
+            # (on S3 that read is a request per publish).
+            self.store.delete([self.path])
+            return
         current = read_lease(self.store, self.record.name)
         if current is not None and current.token == self.record.token:
             self.store.delete([self.path, _tombstone(self.record.name, self.record.token)])

@@ -71,19 +71,24 @@ def publish(
     manifest: Manifest,
     *,
     move: bool = False,
+    known_absent: bool = False,
 ) -> PublishResult:
     """Publish ``files`` (names relative to the entry's base) with ``manifest`` into ``store``.
 
     ``manifest`` must already describe ``files`` (see :func:`neffcache.ingest.build_manifest`);
     the caller verified them. ``move`` lets a local store consume source files by rename.
+    ``known_absent``: the caller's own listing of ``store`` just showed neither the entry nor a
+    runtime lock, so the two lookups before the lease are skipped (a remote store pays a
+    request for each); the check under the lease, which decides races, always runs.
     """
     layout = get_layout(namespace.layout)
     plan = layout.plan_entry(namespace, key)
     marker_path = _join(plan.base, plan.marker_name)
-    if store.stat(marker_path) is not None:
-        return PublishResult(plan.path, PublishStatus.EXISTS)
-    if namespace.layout == "neuronxcc" and _runtime_compiling(store, plan.base):
-        return PublishResult(plan.path, PublishStatus.BUSY)
+    if not known_absent:
+        if store.stat(marker_path) is not None:
+            return PublishResult(plan.path, PublishStatus.EXISTS)
+        if namespace.layout == "neuronxcc" and _runtime_compiling(store, plan.base):
+            return PublishResult(plan.path, PublishStatus.BUSY)
 
     got = try_acquire(store, publish_lease_name(plan.path), ttl=PUBLISH_LEASE_TTL)
     if not isinstance(got, Lease):

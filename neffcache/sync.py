@@ -228,7 +228,8 @@ def _copy_one(src: Store, dst: Store, entry: Entry, flt: EntryFilter) -> tuple[s
         full = _with_manifest(src, entry)
         if not flt.matches_tags(full.manifest):
             return "filtered", None
-        result = transfer(src, full, dst)
+        # Only entries the destination's listing lacked get here: skip the redundant lookups.
+        result = transfer(src, full, dst, known_absent=True)
     except CorruptEntry as exc:
         return "failed", EntryOutcome(entry.path, f"corrupt at the source: {'; '.join(exc.problems)}")
     except EntryNotFound as exc:
