@@ -8,6 +8,7 @@ PostgreSQL write transactions that deadlock or fail serialisation are retried a 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -121,6 +122,8 @@ class Database:
         self.url = url
         self.engine = make_engine(url, pool_size=pool_size)
         self._write_engine = self.engine.execution_options(**{_WRITE_OPTION: True})
+        self._write_turn: contextlib.AbstractContextManager[Any] = (
+            threading.Lock() if self.engine.dialect.name == "sqlite" else contextlib.nullcontext())
         single: dict[str, Any] = {_SINGLE_READ_OPTION: True}
         if self.inline_reads:
             # Its own small pool: inline reads run on the event loop, which must never wait for a
@@ -155,7 +158,10 @@ class Database:
 
     @contextmanager
     def write(self) -> Iterator[Session]:
-        with Session(self._write_engine, expire_on_commit=False) as session, session.begin():
+        # SQLite has one writer at a time and its busy handler polls without a queue: with a
+        # dozen threads polling, an unlucky one can starve past the busy timeout. Threads of one
+        # process therefore queue here, and only one connection per process contends for the lock.
+        with self._write_turn, Session(self._write_engine, expire_on_commit=False) as session, session.begin():
             yield session
 
     def transact(self, work: Callable[[Session], T], *, attempts: int = 4) -> T:
