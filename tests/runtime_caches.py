@@ -12,7 +12,7 @@ VERSION = "2.21.33363.0+82129205"
 
 def module_name(hlo: bytes, flags: str = "") -> str:
     graph = int.from_bytes(hashlib.sha256(hlo).digest()[:8], "big")
-    return f"MODULE_{graph}+{hashlib.md5(flags.encode()).hexdigest()[:8]}"  # noqa: S324
+    return f"MODULE_{graph}+{hashlib.md5(flags.encode()).hexdigest()[:8]}"
 
 
 def write_neuronxcc_entry(
