@@ -18,7 +18,7 @@ from neffcache.stores import open_store
 from neffcache.toolchain import resolve_toolchain
 from neffcache.verify import CheckStatus, VerifyReport, verify
 
-from .options import toolchain_options
+from .options import index_options, open_settings_index, toolchain_options
 from .output import human_bytes, json_option, progress, render, table
 
 STATES = [s.value for s in EntryState]
@@ -85,19 +85,29 @@ def _verify_text(report: VerifyReport) -> str:
 @click.command("verify")
 @click.argument("store_url", metavar="STORE")
 @click.option("--fix", is_flag=True, help="Quarantine corrupt entries (moved under .neffcache/quarantine/).")
+@index_options
 @json_option
-def verify_cmd(store_url: str, fix: bool, as_json: bool) -> None:
+def verify_cmd(store_url: str, fix: bool, index_url: str | None, token: str | None, as_json: bool) -> None:
     """Check every entry's files against the sha256 digests in its manifest.
 
-    Exits 5 when corrupt entries remain (quarantined ones with --fix do not count).
+    Exits 5 when corrupt entries remain (quarantined ones with --fix do not count). With an
+    index server configured, each corrupt entry is reported there as an error, and each
+    quarantined one as evicted from STORE.
 
     \b
     Example:
       neffcache verify fsx:///mnt/fsx/neuron-cache --fix
     """
-    store = open_store(store_url, create=False, read_only=not fix)
-    with progress("verifying", enabled=not as_json) as bar:
-        report = verify(store, fix=fix, progress=bar.update)
+    index = open_settings_index(load_settings(index_url=index_url, token=token))
+    try:
+        store = open_store(store_url, create=False, read_only=not fix)
+        try:
+            with progress("verifying", enabled=not as_json) as bar:
+                report = verify(store, fix=fix, progress=bar.update, index=index)
+        finally:
+            store.close()
+    finally:
+        index.close()
     render(as_json, report.to_json(), lambda: _verify_text(report))
     if any(c.quarantined_to is None for c in report.corrupt):
         sys.exit(5)

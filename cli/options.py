@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+
+if TYPE_CHECKING:
+    from neffcache.config import Settings
+    from neffcache.index import Index
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -41,3 +46,19 @@ def toolchain_options(f: F) -> F:
     f = click.option("--lnc", type=click.IntRange(1, 2), help="Logical NeuronCore config (default: the instance's).")(f)
     return click.option("--instance", metavar="TYPE",
                         help="Instance type the NEFFs are for, e.g. trn2.48xlarge (NEFFCACHE_INSTANCE).")(f)
+
+
+def index_options(f: F) -> F:
+    """--index-url and --token; both default to the settings (NEFFCACHE_INDEX_URL, NEFFCACHE_TOKEN)."""
+    f = click.option("--token", metavar="TOKEN", help="Index token with write scope (NEFFCACHE_TOKEN).")(f)
+    return click.option("--index-url", metavar="URL",
+                        help="Index server to register entries and send events to (NEFFCACHE_INDEX_URL); "
+                             "when it is down, reports wait in the spool (see `neffcache flush`).")(f)
+
+
+def open_settings_index(settings: Settings) -> Index:
+    """The index the settings name (a NullIndex when none), spooling where they say."""
+    from neffcache.index import open_index
+
+    return open_index(settings.index_url, settings.token,
+                      spool_root=Path(settings.spool_dir) if settings.spool_dir else None)

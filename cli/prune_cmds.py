@@ -10,13 +10,13 @@ import click
 
 from neffcache.config import Settings, load_settings
 from neffcache.errors import ConfigError
-from neffcache.index import Index, open_index
+from neffcache.index import Index
 from neffcache.prune import ALL_STORES, PrunePlan, PrunePolicy, PruneResult, plan_prune, resolve_keep_compilers
 from neffcache.reconcile import ReconcilePlan, plan_reconcile
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
 
-from .options import store_option
+from .options import open_settings_index, store_option
 from .output import human_bytes, json_option, progress, render, table
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
@@ -83,7 +83,7 @@ def _stores(urls: Sequence[str], *, read_only: bool) -> list[Store]:
 
 
 def _index(settings: Settings, enabled: bool) -> Index | None:
-    return open_index(settings.index_url, settings.token) if enabled else None
+    return open_settings_index(settings) if enabled else None
 
 
 def _plan_text(plan: PrunePlan, show_items: bool, executing: bool) -> str:
@@ -248,7 +248,7 @@ def reconcile_cmd(stores: tuple[str, ...], fix: str, yes: bool, as_json: bool) -
     if not settings.index_url:
         raise ConfigError("reconcile needs the index server: set NEFFCACHE_INDEX_URL (and NEFFCACHE_TOKEN)")
     opened = _stores(_urls(stores, settings), read_only=True)
-    index = open_index(settings.index_url, settings.token)
+    index = open_settings_index(settings)
     try:
         with progress("comparing", enabled=not as_json) as bar:
             plan = plan_reconcile(opened, index, fix=fix, progress=lambda n: bar.update(n, detail="entries"))

@@ -7,8 +7,10 @@ The server extras are imported inside the commands so the CLI works without them
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -17,8 +19,10 @@ import click
 
 from neffcache.config import load_settings
 from neffcache.errors import ConfigError
+from neffcache.index import FlushReport, IndexClient
 
-from .output import emit_json, human_bytes, json_option, table
+from .options import index_options, open_settings_index
+from .output import emit_json, human_bytes, json_option, render, table
 
 DEFAULT_PORT = 8787
 
@@ -278,13 +282,10 @@ def stats_cmd(index_url: str | None, token: str | None, window: str, group_by: s
       neffcache stats --window 24h --group-by model
       neffcache stats --team search --json | jq .totals.hit_rate
     """
-    from neffcache.index import open_index
-
     settings = load_settings(index_url=index_url, token=token)
     if not settings.index_url:
         raise ConfigError("no index server configured: pass --index-url or set NEFFCACHE_INDEX_URL")
-    index = open_index(settings.index_url, settings.token,
-                       spool_root=Path(settings.spool_dir) if settings.spool_dir else None)
+    index = open_settings_index(settings)
     try:
         data = index.stats(window=window, group_by=group_by, team=team, model=model)
     finally:
@@ -295,4 +296,46 @@ def stats_cmd(index_url: str | None, token: str | None, window: str, group_by: s
         click.echo(_stats_text(data))
 
 
-COMMANDS: list[click.Command] = [serve_cmd, token_group, stats_cmd]
+def _flush_text(url: str, before: int, report: FlushReport) -> str:
+    out = [f"index {url}: {before} spooled batches; delivered {report.delivered_entries} entries and "
+           f"{report.delivered_events} events ({report.duplicate_events} already there)"]
+    if report.rejected:
+        out.append(f"{report.rejected} batches refused by the index, kept aside in the spool's rejected/ directory")
+    if report.pending_batches:
+        out.append(f"{report.pending_batches} batches still waiting: {report.error or 'index unreachable'}")
+    return "\n".join(out)
+
+
+@click.command("flush")
+@index_options
+@json_option
+def flush_cmd(index_url: str | None, token: str | None, as_json: bool) -> None:
+    """Deliver the reports spooled while the index server was unreachable.
+
+    Every command that talks to the index delivers its spool in the background, so this is
+    rarely needed: use it to see what is waiting, or to empty the spool before a host goes
+    away. Resending is safe (the index counts each event once). Exits 7 when batches are
+    still waiting because the index cannot be reached.
+
+    \b
+    Example:
+      neffcache flush --index-url http://neffcache-index:8080 --json
+    """
+    settings = load_settings(index_url=index_url, token=token)
+    if not settings.index_url:
+        raise ConfigError("no index server configured: pass --index-url or set NEFFCACHE_INDEX_URL")
+    index = open_settings_index(settings)
+    assert isinstance(index, IndexClient)
+    try:
+        before = len(index.spool.pending())
+        report = index.deliver()
+    finally:
+        index.close()
+    data = {"index": settings.index_url, "spool": str(index.spool.directory), "pending_before": before,
+            **dataclasses.asdict(report)}
+    render(as_json, data, lambda: _flush_text(settings.index_url or "", before, report))
+    if report.pending_batches and report.error:
+        sys.exit(7)
+
+
+COMMANDS: list[click.Command] = [serve_cmd, token_group, stats_cmd, flush_cmd]

@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
 
+from neffcache.config import load_settings
+from neffcache.entry import Entry
+from neffcache.index import IndexClient, entry_record
 from neffcache.instances import TARGETS
+from neffcache.manifest import Manifest
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
 from neffcache.sync import COPYABLE_STATES, SyncReport, sync
 
-from .options import _parse_tags
+from .options import _parse_tags, index_options, open_settings_index
 from .output import human_bytes, json_option, progress, render
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -38,6 +43,7 @@ def sync_options(f: F) -> F:
                      help="Entries in flight at once (S3 also splits big NEFFs into parallel parts)."),
         click.option("--endpoint-url", metavar="URL",
                      help="S3-compatible endpoint for s3:// stores (default: AWS_ENDPOINT_URL, else AWS)."),
+        index_options,
         json_option,
     ]
     for option in reversed(options):
@@ -68,20 +74,50 @@ def _text(verb: str, report: SyncReport) -> str:
 
 def _run(verb: str, src_url: str, dst_url: str, namespaces: tuple[str, ...], compiler_versions: tuple[str, ...],
          targets: tuple[str, ...], states: tuple[str, ...], tags: dict[str, str], parallel: int,
-         endpoint_url: str | None, as_json: bool) -> None:
-    src = _open(src_url, endpoint_url, parallel, read_only=True, create=False)
+         endpoint_url: str | None, index_url: str | None, token: str | None, as_json: bool) -> None:
+    settings = load_settings(index_url=index_url, token=token)
+    # Every entry copied is registered with the index as held by DST. Reports never fail the
+    # copy: an index that is down gets them from the spool later.
+    index = open_settings_index(settings)
+    registered = 0
+    count_lock = threading.Lock()
     try:
-        dst = _open(dst_url, endpoint_url, parallel)
+        src = _open(src_url, endpoint_url, parallel, read_only=True, create=False)
         try:
-            with progress(f"{verb}ing", enabled=not as_json) as bar:
-                report = sync(src, dst, namespaces=namespaces, compiler_versions=compiler_versions,
-                              targets=targets, states=states, tags=tags, parallel=parallel,
-                              progress=lambda done, total, size: bar.update(done, total, human_bytes(size)))
+            dst = _open(dst_url, endpoint_url, parallel)
+
+            def register(entry: Entry, manifest: Manifest | None) -> None:
+                nonlocal registered
+                index.register_entry(entry_record(entry, dst.url, manifest))
+                with count_lock:
+                    registered += 1
+
+            try:
+                with progress(f"{verb}ing", enabled=not as_json) as bar:
+                    report = sync(src, dst, namespaces=namespaces, compiler_versions=compiler_versions,
+                                  targets=targets, states=states, tags=tags, parallel=parallel,
+                                  progress=lambda done, total, size: bar.update(done, total, human_bytes(size)),
+                                  on_copied=register if index.enabled else None)
+            finally:
+                dst.close()
         finally:
-            dst.close()
+            src.close()
     finally:
-        src.close()
-    render(as_json, report.to_json(), lambda: _text(verb, report))
+        index.close()
+    data = report.to_json()
+    pending = len(index.spool.pending()) if isinstance(index, IndexClient) else 0
+    if index.enabled:
+        data["index"] = {"url": settings.index_url, "registered": registered, "spooled_batches": pending}
+
+    def text() -> str:
+        out = _text(verb, report)
+        if index.enabled:
+            out += f"\nindex {settings.index_url}: {registered} entries registered"
+            if pending:
+                out += f" ({pending} batches spooled: the index is unreachable; `neffcache flush` delivers them)"
+        return out
+
+    render(as_json, data, text)
     if report.failed:
         sys.exit(1)
 

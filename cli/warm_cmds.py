@@ -25,7 +25,7 @@ from neffcache.warmers.rewarm import Rewarmer, RewarmRequest
 from neffcache.warmers.warm import Warmer, WarmRequest
 from neffcache.warmers.wrap import RunRequest, run_job
 
-from .options import store_option, tag_option, toolchain_options
+from .options import index_options, store_option, tag_option, toolchain_options
 from .output import human_bytes, json_option, render, table
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -42,12 +42,6 @@ def _workload(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
     if not value:
         raise click.UsageError("name the workload to run after `--`", ctx=ctx)
     return value
-
-
-def _index_options(f: F) -> F:
-    f = click.option("--token", metavar="TOKEN", help="Index token with write scope (NEFFCACHE_TOKEN).")(f)
-    return click.option("--index-url", metavar="URL",
-                        help="Index server to register entries and send events to (NEFFCACHE_INDEX_URL).")(f)
 
 
 def _compile_options(f: F) -> F:
@@ -76,7 +70,8 @@ def _placement(settings: Settings, tags: dict[str, str], job: str) -> Placement:
     fields: dict[str, str] = {"job": job, **{k: tags[k] for k in ("model", "team") if k in tags}}
     if settings.instance:
         fields["instance_type"] = settings.instance
-    return open_placement(settings.stores, index_url=settings.index_url, token=settings.token, event_fields=fields)
+    return open_placement(settings.stores, index_url=settings.index_url, token=settings.token, event_fields=fields,
+                          spool_root=Path(settings.spool_dir) if settings.spool_dir else None)
 
 
 def _toolchain(settings: Settings, lnc: int | None) -> tuple[Toolchain, Path]:
@@ -134,7 +129,7 @@ def _interrupted(command: str, exc: Interrupted) -> None:
 @click.command("warm", context_settings=PASS_THROUGH)
 @toolchain_options
 @store_option()
-@_index_options
+@index_options
 @click.option("--bucket", "bucket_flags", multiple=True, metavar="KEY=V1,V2",
               help="A matrix axis: KEY becomes an env variable and replaces {KEY} in CMD; repeat for a product.")
 @click.option("--matrix", "matrix_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -200,7 +195,7 @@ def warm_cmd(instance: str | None, lnc: int | None, compiler_version: str | None
               help="The compiler version whose entries to recompile, e.g. 2.21.33363.0+82129205.")
 @toolchain_options
 @store_option()
-@_index_options
+@index_options
 @click.option("--layout", type=click.Choice(["both", "neuronxcc", "torchneuron"]), default="both",
               show_default=True, help="Which runtimes' entries to recompile.")
 @_compile_options
@@ -249,7 +244,7 @@ def rewarm_cmd(from_version: str, instance: str | None, lnc: int | None, compile
 @click.command("run", context_settings=PASS_THROUGH)
 @toolchain_options
 @store_option()
-@_index_options
+@index_options
 @click.option("--prefetch", is_flag=True, help="Pull the toolchain's namespace from the remote tiers first.")
 @click.option("--prefetch-tag", "prefetch_tags", multiple=True, metavar="KEY=VALUE",
               help="Prefetch only entries with this tag (implies --prefetch); repeatable.")

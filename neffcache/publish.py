@@ -48,6 +48,7 @@ class PublishResult:
     path: str
     status: PublishStatus
     bytes: int = 0
+    manifest: Manifest | None = None  # the manifest that was published (PUBLISHED only)
 
     @property
     def ok(self) -> bool:
@@ -109,7 +110,7 @@ def publish(
             return PublishResult(plan.path, PublishStatus.BUSY)
         if not store.put_file(marker_path, marker_source, exclusive=True, move=move):
             return PublishResult(plan.path, PublishStatus.EXISTS)
-        return PublishResult(plan.path, PublishStatus.PUBLISHED, manifest.size)
+        return PublishResult(plan.path, PublishStatus.PUBLISHED, manifest.size, manifest)
     finally:
         lease.release()
 

@@ -25,9 +25,8 @@ from typing import Any, Protocol
 
 from neffcache.entry import Entry
 from neffcache.errors import ConfigError, CorruptEntry, EntryNotFound, NeffcacheError
-from neffcache.index.records import EntryRecord
+from neffcache.index.records import EntryRecord, entry_record
 from neffcache.manifest import Manifest
-from neffcache.prune_rules import created_time
 from neffcache.scan import scan
 from neffcache.stores.base import Store
 
@@ -116,25 +115,6 @@ class ReconcilePlan:
         return {"stores": list(self.stores), "index": self.index, "matched": self.matched, "fix": self.fix,
                 "missing_in_store": rows(self.missing_in_store), "missing_in_index": rows(self.missing_in_index),
                 "differ": rows(self.differ), "fixes": self.fixes}
-
-
-def entry_record(entry: Entry, store_url: str, manifest: Manifest | None) -> EntryRecord:
-    """What a publisher would have registered for ``entry`` in ``store_url``."""
-    tc = entry.toolchain
-    neff = manifest.files.get(entry.marker_name if entry.layout == "torchneuron" else "model.neff") \
-        if manifest else None
-    record: EntryRecord = {
-        "path": entry.path, "layout": "torchneuron" if entry.layout == "torchneuron" else "neuronxcc",
-        "key": entry.key, "namespace": entry.namespace.path,
-        "toolchain": {"compiler_version": tc.compiler_version, "target": tc.target, "lnc": tc.lnc} if tc else None,
-        "state": entry.state.value, "size": manifest.size if manifest else entry.size,
-        "neff_sha256": neff.sha256 if neff else None, "store": store_url,
-        "tags": dict(manifest.tags) if manifest else {},
-        "created": manifest.created if manifest else created_time(entry),
-        "producer": manifest.producer if manifest else "",
-        "compile_seconds": manifest.compile_seconds if manifest else None,
-    }
-    return record
 
 
 def _with_manifests(store: Store, entries: Sequence[Entry]) -> dict[str, Manifest | None]:

@@ -52,6 +52,7 @@ from neffcache.stores.base import Store
 
 log = logging.getLogger(__name__)
 SyncProgress = Callable[[int, int, int], None]  # (entries done, entries to do, bytes copied)
+OnCopied = Callable[[Entry, Manifest | None], None]
 COPYABLE_STATES = frozenset({EntryState.SUCCESS, EntryState.FAILED, EntryState.EMPTY})
 FATAL = (StoreUnavailable, AccessDenied, ReadOnlyStore)
 _FEW_PATHS = 256  # explicit entry lists up to this size are looked up, not listed
@@ -220,7 +221,8 @@ def _copy_raw(src: Store, entry: Entry, dst: Store) -> int:
     return size
 
 
-def _copy_one(src: Store, dst: Store, entry: Entry, flt: EntryFilter) -> tuple[str, EntryOutcome | None]:
+def _copy_one(src: Store, dst: Store, entry: Entry, flt: EntryFilter,
+              on_copied: OnCopied | None = None) -> tuple[str, EntryOutcome | None]:
     """("copied" | "skipped" | "failed" | "busy" | "filtered", outcome) for one entry."""
     try:
         if entry.state is not EntryState.SUCCESS:
@@ -239,6 +241,8 @@ def _copy_one(src: Store, dst: Store, entry: Entry, flt: EntryFilter) -> tuple[s
     except (StoreError, OSError) as exc:
         return "failed", EntryOutcome(entry.path, f"{type(exc).__name__}: {exc}")
     if result.status is PublishStatus.PUBLISHED:
+        if on_copied is not None:
+            on_copied(full, result.manifest)
         return "copied", EntryOutcome(entry.path, "", result.bytes or entry.size)
     if result.status is PublishStatus.EXISTS:
         return "skipped", EntryOutcome(entry.path, "exists")
@@ -246,14 +250,14 @@ def _copy_one(src: Store, dst: Store, entry: Entry, flt: EntryFilter) -> tuple[s
 
 
 def _run(src: Store, dst: Store, todo: list[Entry], flt: EntryFilter, tally: _Tally, parallel: int,
-         busy_wait: float) -> None:
+         busy_wait: float, on_copied: OnCopied | None) -> None:
     busy: list[Entry] = []
     stop = threading.Event()
 
     def one(entry: Entry) -> tuple[Entry, str, EntryOutcome | None]:
         if stop.is_set():
             return entry, "cancelled", None
-        kind, outcome = _copy_one(src, dst, entry, flt)
+        kind, outcome = _copy_one(src, dst, entry, flt, on_copied)
         return entry, kind, outcome
 
     def drain(entries: Iterable[Entry]) -> None:
@@ -294,8 +298,14 @@ def sync(src: Store | str, dst: Store | str, *, namespaces: Collection[str] = ()
          compiler_versions: Collection[str] = (), targets: Collection[str] = (),
          states: Collection[EntryState | str] = (EntryState.SUCCESS,), tags: Mapping[str, str] | None = None,
          paths: Collection[str] | None = None, parallel: int = 16, progress: SyncProgress | None = None,
-         busy_wait: float = 60.0, store_options: Mapping[str, Any] | None = None) -> SyncReport:
-    """Copy the entries of ``src`` that ``dst`` lacks (see the module docstring)."""
+         busy_wait: float = 60.0, store_options: Mapping[str, Any] | None = None,
+         on_copied: OnCopied | None = None) -> SyncReport:
+    """Copy the entries of ``src`` that ``dst`` lacks (see the module docstring).
+
+    ``on_copied(entry, manifest)`` is called, from a worker thread, for every SUCCESS entry
+    published to ``dst`` (with the manifest it was published with), e.g. to register it with
+    the index server.
+    """
     started = time.monotonic()
     flt = EntryFilter(tuple(namespaces), tuple(compiler_versions), tuple(targets),
                       frozenset(EntryState(s) for s in states), dict(tags or {}),
@@ -335,7 +345,7 @@ def sync(src: Store | str, dst: Store | str, *, namespaces: Collection[str] = ()
             progress(0, len(todo), 0)
         # Big entries first: they dominate the wall time, small ones fill the gaps at the end.
         todo.sort(key=lambda e: e.size, reverse=True)
-        _run(src, dst, todo, flt, tally, parallel, busy_wait)
+        _run(src, dst, todo, flt, tally, parallel, busy_wait, on_copied)
         return SyncReport(src.url, dst.url, tuple(sorted(tally.copied, key=lambda o: o.path)),
                           tuple(sorted(tally.skipped, key=lambda o: o.path)),
                           tuple(sorted(tally.failed, key=lambda o: o.path)),

@@ -12,9 +12,11 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 from neffcache.entry import Entry, EntryState
 from neffcache.errors import EntryNotFound
+from neffcache.index import Index
 from neffcache.ingest import digest_of
 from neffcache.lease import read_lease
 from neffcache.publish import publish_lease_name
@@ -102,8 +104,12 @@ def quarantine(store: Store, entry: Entry, *, stamp: str | None = None) -> str:
 
 
 def verify(store: Store, *, prefix: str = "", fix: bool = False, workers: int = 8,
-           progress: Callable[[int, int], None] | None = None) -> VerifyReport:
-    """Check every entry's files against its manifest; with ``fix``, quarantine the bad ones."""
+           progress: Callable[[int, int], None] | None = None, index: Index | None = None) -> VerifyReport:
+    """Check every entry's files against its manifest; with ``fix``, quarantine the bad ones.
+
+    With ``index``, every corrupt entry is reported as an ``error`` event and every quarantined
+    one as an ``evict`` from this store (the index then stops listing it there).
+    """
     started = time.monotonic()
     report = scan(store, prefix=prefix, read_manifests=True)
     candidates = [e for e in report.entries if e.state in (EntryState.SUCCESS, EntryState.CORRUPT)]
@@ -132,4 +138,18 @@ def verify(store: Store, *, prefix: str = "", fix: bool = False, workers: int = 
             else:
                 fixed.append(check)
         checks = fixed
+    if index is not None and index.enabled:
+        _report(index, store, {e.path: e for e in candidates}, checks)
     return VerifyReport(store.url, tuple(checks), time.monotonic() - started)
+
+
+def _report(index: Index, store: Store, entries: dict[str, Entry], checks: list[EntryCheck]) -> None:
+    for check in checks:
+        if check.status is not CheckStatus.CORRUPT:
+            continue
+        entry = entries[check.path]
+        where: dict[str, Any] = {"path": entry.path, "key": entry.key, "namespace": entry.namespace.path,
+                                 "toolchain": entry.toolchain, "store": store.url}
+        index.record("error", message=f"corrupt: {'; '.join(check.problems)}", **where)
+        if check.quarantined_to is not None:
+            index.record("evict", message=f"verify --fix: quarantined to {check.quarantined_to}", **where)

@@ -14,15 +14,15 @@
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from neffcache.config import default_cache_home
 from neffcache.entry import Entry, EntryState, Namespace
 from neffcache.errors import ConfigError, StoreError
 from neffcache.index import Index, open_index
-from neffcache.index.records import EntryRecord, EventKind
+from neffcache.index.records import EventKind, entry_record
 from neffcache.ingest import build_manifest, read_flags, transferable_names
 from neffcache.layouts.neuronxcc import HLO, NEFF
 from neffcache.manifest import Manifest
@@ -199,30 +199,12 @@ class Placement:
                 log.warning("could not record use in %s: %s", store.url, exc)
 
 
-def entry_record(entry: Entry, store_url: str, manifest: Manifest | None) -> EntryRecord:
-    tc = entry.toolchain
-    neff = manifest.files.get(entry.marker_name if entry.layout == "torchneuron" else "model.neff") \
-        if manifest else None
-    record: EntryRecord = {
-        "path": entry.path, "layout": "torchneuron" if entry.layout == "torchneuron" else "neuronxcc",
-        "key": entry.key, "namespace": entry.namespace.path,
-        "toolchain": tc.to_json() if tc else None,  # type: ignore[typeddict-item]
-        "state": "SUCCESS", "size": manifest.size if manifest else entry.size,
-        "neff_sha256": neff.sha256 if neff else None, "store": store_url,
-        "tags": dict(manifest.tags) if manifest else {},
-        "created": manifest.created if manifest else time.time(),
-        "producer": manifest.producer if manifest else "",
-        "compile_seconds": manifest.compile_seconds if manifest else None,
-    }
-    return record
-
-
 def is_local_url(url: str) -> bool:
     return "://" not in url or url.startswith(("file://", "fsx://"))
 
 
 def open_placement(urls: Sequence[str], *, index_url: str | None, token: str | None,
-                   event_fields: Mapping[str, str] | None = None) -> Placement:
+                   event_fields: Mapping[str, str] | None = None, spool_root: Path | None = None) -> Placement:
     """Open the tiers named by ``urls`` (fastest first) and the index."""
     tiers = list(urls)
     if not tiers or not is_local_url(tiers[0]):
@@ -236,4 +218,4 @@ def open_placement(urls: Sequence[str], *, index_url: str | None, token: str | N
     except BaseException:
         chain.close()
         raise
-    return Placement(chain, open_index(index_url, token), dict(event_fields or {}))
+    return Placement(chain, open_index(index_url, token, spool_root=spool_root), dict(event_fields or {}))

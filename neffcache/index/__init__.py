@@ -26,7 +26,16 @@ from typing import Any
 
 from neffcache.index.client import FlushReport, IndexClient
 from neffcache.index.null import NullIndex
-from neffcache.index.records import EVENT_KINDS, EntryRecord, Event, EventKind, Lease, new_event_id, new_owner
+from neffcache.index.records import (
+    EVENT_KINDS,
+    EntryRecord,
+    Event,
+    EventKind,
+    Lease,
+    entry_record,
+    new_event_id,
+    new_owner,
+)
 from neffcache.index.spool import Spool
 
 ENV_URL = "NEFFCACHE_INDEX_URL"
@@ -70,6 +79,6 @@ def open_index(url: str | None = None, token: str | None = None, *, spool_root: 
 
 __all__ = [
     "ENV_SPOOL", "ENV_TOKEN", "ENV_URL", "EVENT_KINDS", "EntryRecord", "Event", "EventKind", "FlushReport",
-    "Index", "IndexClient", "Lease", "NullIndex", "Spool", "default_spool_root", "event_defaults",
+    "Index", "IndexClient", "Lease", "NullIndex", "Spool", "default_spool_root", "entry_record", "event_defaults",
     "new_event_id", "new_owner", "open_index", "spool_dir_for",
 ]

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict
 
+from neffcache.entry import Entry
+from neffcache.manifest import Manifest
 from neffcache.toolchain import Toolchain
 
 EventKind = Literal["hit", "miss", "compile", "evict", "error"]
@@ -51,6 +53,32 @@ class EntryRecord(TypedDict, total=False):
     created: float
     producer: str
     compile_seconds: float | None
+
+
+def entry_record(entry: Entry, store_url: str, manifest: Manifest | None = None) -> EntryRecord:
+    """What a publisher registers for ``entry`` held by ``store_url`` (``manifest``: the entry's
+    own, when the caller has it; without one, sizes and times come from the listing)."""
+    manifest = manifest or entry.manifest
+    tc = entry.toolchain
+    neff = manifest.files.get(entry.marker_name if entry.layout == "torchneuron" else "model.neff") \
+        if manifest else None
+    if manifest is not None:
+        created = manifest.created
+    else:  # the commit marker's time: when the entry became visible
+        marker = entry.files.get(entry.marker_name)
+        created = marker.mtime if marker is not None else entry.mtime
+    return {
+        "path": entry.path, "layout": "torchneuron" if entry.layout == "torchneuron" else "neuronxcc",
+        "key": entry.key, "namespace": entry.namespace.path,
+        "toolchain": {"compiler_version": tc.compiler_version, "target": tc.target, "lnc": tc.lnc} if tc else None,
+        "state": entry.state.value,
+        "size": manifest.size if manifest else entry.size,
+        "neff_sha256": neff.sha256 if neff else None, "store": store_url,
+        "tags": dict(manifest.tags) if manifest else {},
+        "created": created,
+        "producer": manifest.producer if manifest else "",
+        "compile_seconds": manifest.compile_seconds if manifest else None,
+    }
 
 
 def toolchain_json(toolchain: Toolchain | Mapping[str, Any] | None) -> dict[str, Any] | None:

@@ -15,8 +15,9 @@ from click.testing import CliRunner
 from neffcache.cli.main import cli
 from neffcache.errors import ConfigError
 from neffcache.index import IndexClient, open_index
+from neffcache.index.records import entry_record
 from neffcache.prune import PrunePolicy, Reason, plan_prune
-from neffcache.reconcile import entry_record, plan_reconcile
+from neffcache.reconcile import plan_reconcile
 from neffcache.scan import load_entry, scan
 from neffcache.stores.local import LocalStore
 from tests.lifecycle.helpers import NEW, TC_OLD, published_a, runtime_a
