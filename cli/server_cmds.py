@@ -8,23 +8,26 @@ The server extras are imported inside the commands so the CLI works without them
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import socket
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
 from neffcache.config import load_settings
-from neffcache.errors import ConfigError
+from neffcache.errors import ConfigError, IndexServerError
 from neffcache.index import FlushReport, IndexClient
 
 from .options import index_options, open_settings_index
 from .output import emit_json, human_bytes, json_option, render, table
 
 DEFAULT_PORT = 8787
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _server_settings(database_url: str | None, data_dir: Path | None, **extra: Any) -> Any:
@@ -48,6 +51,26 @@ def _database_options(f: Any) -> Any:
     return click.option("--database-url", metavar="URL",
                         help="SQLAlchemy URL, e.g. postgresql+psycopg://user@db/neffcache "
                              "(NEFFCACHE_SERVER_DATABASE_URL; default: SQLite in --data-dir).")(f)
+
+
+def _database_errors(command: F) -> F:
+    """Turn a bad database URL or an unreachable database into a one-line error, not a traceback."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            from sqlalchemy import exc as sa_exc
+        except ImportError:  # pragma: no cover - without the server extras _server_settings says so
+            return command(*args, **kwargs)
+        try:
+            return command(*args, **kwargs)
+        except sa_exc.ArgumentError as exc:
+            raise ConfigError(f"bad database URL: {exc}") from None
+        except sa_exc.DBAPIError as exc:
+            first = str(exc.orig or exc).strip().splitlines()[0]
+            raise IndexServerError(f"cannot use the database: {first}") from None
+
+    return wrapper  # type: ignore[return-value]
 
 
 def _redact(url: str) -> str:
@@ -74,6 +97,7 @@ def _open_database(settings: Any) -> Any:
               help="Allow reads (stats, lookups, dashboard, metrics) without a token.")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
+@_database_errors
 def serve_cmd(host: str, port: int, database_url: str | None, data_dir: Path | None, workers: int,
               anonymous_read: bool | None, log_level: str) -> None:
     """Run the index server: catalog, events, leases, dashboard at /, metrics at /metrics.
@@ -153,6 +177,7 @@ def token_group() -> None:
                    "admin: also manage tokens.")
 @_database_options
 @json_option
+@_database_errors
 def token_create(name: str, scope: str, database_url: str | None, data_dir: Path | None, as_json: bool) -> None:
     """Create a token and print it once (only its hash is stored).
 
@@ -178,6 +203,7 @@ def token_create(name: str, scope: str, database_url: str | None, data_dir: Path
 @token_group.command("list")
 @_database_options
 @json_option
+@_database_errors
 def token_list(database_url: str | None, data_dir: Path | None, as_json: bool) -> None:
     """List tokens (never their secrets), revoked ones included.
 
@@ -207,6 +233,7 @@ def token_list(database_url: str | None, data_dir: Path | None, as_json: bool) -
 @token_group.command("revoke")
 @click.argument("token")
 @_database_options
+@_database_errors
 def token_revoke(token: str, database_url: str | None, data_dir: Path | None) -> None:
     """Revoke a token by name or id. Servers stop accepting it within seconds.
 
@@ -296,6 +323,85 @@ def stats_cmd(index_url: str | None, token: str | None, window: str, group_by: s
         click.echo(_stats_text(data))
 
 
+@click.group("db")
+def db_group() -> None:
+    """The index server's database schema: see where it stands, upgrade it ahead of a rollout.
+
+    `neffcache serve` upgrades the schema itself before it listens (replicas take turns); use
+    these with NEFFCACHE_SERVER_AUTO_MIGRATE=0, or to migrate in a maintenance window.
+
+    \b
+    Example:
+      neffcache db status --database-url postgresql+psycopg://neffcache@db/neffcache --check
+      neffcache db upgrade --database-url postgresql+psycopg://neffcache@db/neffcache
+    """
+
+
+def _schema_state(db: Any) -> dict[str, Any]:
+    from neffcache.server.db import current_revision, head_revision
+
+    current, head = current_revision(db.engine), head_revision()
+    return {"database": db.engine.url.render_as_string(hide_password=True), "current": current,
+            "head": head, "up_to_date": current == head}
+
+
+def _schema_text(state: dict[str, Any]) -> str:
+    current = state["current"] or "(empty: no schema yet)"
+    verdict = "up to date" if state["up_to_date"] else "behind: run `neffcache db upgrade`"
+    return f"database {state['database']}: schema at {current}, this neffcache needs {state['head']} ({verdict})"
+
+
+@db_group.command("status")
+@_database_options
+@click.option("--check", is_flag=True, help="Exit 8 when the schema is not at this neffcache's head.")
+@json_option
+@_database_errors
+def db_status_cmd(database_url: str | None, data_dir: Path | None, check: bool, as_json: bool) -> None:
+    """Show the schema revision of the database and the one this neffcache needs (changes nothing).
+
+    \b
+    Example:
+      neffcache db status --json
+    """
+    from neffcache.server.db import Database
+
+    db = Database(_server_settings(database_url, data_dir).resolved_database_url(), pool_size=1)
+    try:
+        state = _schema_state(db)
+    finally:
+        db.dispose()
+    render(as_json, state, lambda: _schema_text(state))
+    if check and not state["up_to_date"]:
+        sys.exit(8)
+
+
+@db_group.command("upgrade")
+@_database_options
+@json_option
+@_database_errors
+def db_upgrade_cmd(database_url: str | None, data_dir: Path | None, as_json: bool) -> None:
+    """Upgrade the schema to this neffcache's head (an empty database gets the whole schema).
+
+    Safe while replicas run or start: upgrades take turns on a PostgreSQL advisory lock.
+    Snapshot the database first; downgrades are not supported.
+
+    \b
+    Example:
+      neffcache db upgrade --database-url postgresql+psycopg://neffcache@db/neffcache
+    """
+    from neffcache.server.db import Database, current_revision, migrate
+
+    db = Database(_server_settings(database_url, data_dir).resolved_database_url(), pool_size=1)
+    try:
+        before = current_revision(db.engine)
+        migrate(db.engine)
+        state = {**_schema_state(db), "before": before}
+    finally:
+        db.dispose()
+    render(as_json, state, lambda: (f"upgraded from {before or '(empty)'}: " if before != state["current"]
+                                    else "nothing to do: ") + _schema_text(state))
+
+
 def _flush_text(url: str, before: int, report: FlushReport) -> str:
     out = [f"index {url}: {before} spooled batches; delivered {report.delivered_entries} entries and "
            f"{report.delivered_events} events ({report.duplicate_events} already there)"]
@@ -338,4 +444,4 @@ def flush_cmd(index_url: str | None, token: str | None, as_json: bool) -> None:
         sys.exit(7)
 
 
-COMMANDS: list[click.Command] = [serve_cmd, token_group, stats_cmd, flush_cmd]
+COMMANDS: list[click.Command] = [serve_cmd, token_group, db_group, stats_cmd, flush_cmd]

@@ -29,6 +29,8 @@ from sqlalchemy.orm import Session
 from sqlalchemy.sql.expression import FunctionElement
 from sqlalchemy.types import Double, String
 
+from neffcache.errors import ConfigError
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -81,7 +83,14 @@ def is_sqlite(engine: Engine | Connection) -> bool:
 
 def make_engine(url: str, *, pool_size: int = 10) -> Engine:
     parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite":
+    backend = parsed.get_backend_name()
+    if backend not in ("sqlite", "postgresql"):
+        raise ConfigError(f"the index supports SQLite and PostgreSQL databases, not {backend!r} "
+                          f"(e.g. postgresql+psycopg://user@host:5432/neffcache)")
+    if parsed.drivername == "postgresql":
+        # `postgresql://` means psycopg2 to SQLAlchemy; neffcache ships psycopg 3.
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    if backend == "sqlite":
         if parsed.database and parsed.database != ":memory:":
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(

@@ -149,3 +149,36 @@ def test_serve_with_workers_answers_without_delayed_ack_stalls(tmp_path: Path) -
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_db_status_and_upgrade(db_url: str) -> None:
+    from neffcache.cli.server_cmds import db_group
+
+    runner = CliRunner()
+    before = runner.invoke(db_group, ["status", "--database-url", db_url, "--check", "--json"])
+    assert before.exit_code == 8, before.output
+    state = json.loads(before.stdout)
+    assert state["current"] is None and not state["up_to_date"]
+
+    upgraded = runner.invoke(db_group, ["upgrade", "--database-url", db_url, "--json"])
+    assert upgraded.exit_code == 0, upgraded.output
+    done = json.loads(upgraded.stdout)
+    assert done["before"] is None and done["current"] == done["head"] and done["up_to_date"]
+
+    again = runner.invoke(db_group, ["upgrade", "--database-url", db_url])
+    assert again.exit_code == 0 and "nothing to do" in again.stdout
+    after = runner.invoke(db_group, ["status", "--database-url", db_url, "--check"])
+    assert after.exit_code == 0 and "up to date" in after.stdout
+
+
+@pytest.mark.parametrize(("args", "code", "message"), [
+    (["db", "status", "--database-url", "not a url"], 2, "bad database URL"),
+    (["db", "upgrade", "--database-url", "mysql://root@127.0.0.1/test"], 2, "SQLite and PostgreSQL"),
+    (["token", "list", "--database-url", "postgresql://root@127.0.0.1:1/test"], 7, "cannot use the database"),
+    (["serve", "--database-url", "sqlite:////proc/no/such/dir/index.db"], 4, "No such file or directory"),
+])
+def test_bad_database_urls_are_one_line_errors(args: list[str], code: int, message: str) -> None:
+    result = subprocess.run([sys.executable, "-m", "neffcache.cli.main", *args], capture_output=True, text=True,
+                            timeout=60)
+    assert "Traceback" not in result.stderr and result.stderr.startswith("neffcache: "), result.stderr
+    assert result.returncode == code and message in result.stderr, result.stderr
