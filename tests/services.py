@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import uuid
+from collections.abc import Iterator
 
 import pytest
 
@@ -42,3 +44,27 @@ def chromium_executable() -> str | None:
         if found:
             return found
     return None
+
+
+def fresh_postgres_schema(prefix: str = "t") -> Iterator[str]:
+    """Yield a URL of the `test` database whose connections see only a new, empty schema
+    (dropped afterwards): a clean database per test without CREATE DATABASE rights."""
+    from sqlalchemy import create_engine, text
+
+    if not postgres_reachable():
+        service_missing("PostgreSQL on 127.0.0.1:5432", "connection refused")
+    schema = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(POSTGRES_URL)
+    try:
+        with admin.begin() as conn:
+            conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    except Exception as exc:
+        admin.dispose()
+        service_missing("PostgreSQL database 'test'", str(exc).splitlines()[0])
+    sep = "&" if "?" in POSTGRES_URL else "?"
+    try:
+        yield f"{POSTGRES_URL}{sep}options=-csearch_path%3D{schema}"
+    finally:
+        with admin.begin() as conn:
+            conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+        admin.dispose()

@@ -18,9 +18,8 @@ from pathlib import Path
 import boto3
 import httpx
 import pytest
-from sqlalchemy import create_engine, text
 
-from tests.services import POSTGRES_URL, postgres_reachable, service_missing
+from tests.services import fresh_postgres_schema
 from tests.stores.moto_server import S3TestServer, start_server
 
 NEFFCACHE = [sys.executable, "-m", "neffcache.cli.main"]
@@ -99,23 +98,7 @@ def serve(argv: list[str], env: Mapping[str, str], workdir: Path) -> Iterator[Ru
 @pytest.fixture
 def pg_url() -> Iterator[str]:
     """A PostgreSQL URL whose connections see only a fresh schema of the `test` database."""
-    if not postgres_reachable():
-        service_missing("PostgreSQL on 127.0.0.1:5432", "connection refused")
-    schema = f"deploy_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(POSTGRES_URL)
-    try:
-        with admin.begin() as conn:
-            conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    except Exception as exc:
-        admin.dispose()
-        service_missing("PostgreSQL database 'test'", str(exc).splitlines()[0])
-    sep = "&" if "?" in POSTGRES_URL else "?"
-    try:
-        yield f"{POSTGRES_URL}{sep}options=-csearch_path%3D{schema}"
-    finally:
-        with admin.begin() as conn:
-            conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
-        admin.dispose()
+    yield from fresh_postgres_schema("deploy")
 
 
 @pytest.fixture(scope="session")

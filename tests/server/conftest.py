@@ -8,7 +8,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,41 +16,19 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
-from sqlalchemy import create_engine, text
 
 from neffcache.server.app import create_app
 from neffcache.server.config import Settings
 from neffcache.server.db import Database, migrate
 from neffcache.server.tokens import create_token
-from tests.services import POSTGRES_URL, postgres_reachable, service_missing
+from tests.services import fresh_postgres_schema
 
 ADMIN_SECRET = "bootstrap-admin-secret-for-tests"
 
 
-def _postgres_schema_url() -> Iterator[str]:
-    if not postgres_reachable():
-        service_missing("PostgreSQL on 127.0.0.1:5432", "connection refused")
-    schema = f"t_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(POSTGRES_URL)
-    try:
-        with admin.begin() as conn:
-            conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    except Exception as exc:
-        admin.dispose()
-        service_missing("PostgreSQL database 'test'", str(exc).splitlines()[0])
-    sep = "&" if "?" in POSTGRES_URL else "?"
-    try:
-        # Every connection of this test sees only its own schema: a clean database per test.
-        yield f"{POSTGRES_URL}{sep}options=-csearch_path%3D{schema}"
-    finally:
-        with admin.begin() as conn:
-            conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
-        admin.dispose()
-
-
 @pytest.fixture
 def pg_url() -> Iterator[str]:
-    yield from _postgres_schema_url()
+    yield from fresh_postgres_schema()
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
@@ -59,7 +36,7 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'index.db'}"
     else:
-        yield from _postgres_schema_url()
+        yield from fresh_postgres_schema()
 
 
 @pytest.fixture
