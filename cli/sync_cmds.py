@@ -127,7 +127,7 @@ def _run(verb: str, src_url: str, dst_url: str, namespaces: tuple[str, ...], com
 @click.argument("dst_url", metavar="DST")
 @sync_options
 def push_cmd(src_url: str, dst_url: str, **options: Any) -> None:
-    """Publish the entries SRC has and DST lacks, e.g. a local cache to S3.
+    """Publish the entries SRC has and DST lacks: a local cache to S3, FSx to S3.
 
     Both sides are listed once and compared by entry; each entry is checked against its
     manifest (one is computed for entries a runtime wrote) and published whole, so an
@@ -146,7 +146,7 @@ def push_cmd(src_url: str, dst_url: str, **options: Any) -> None:
 @click.argument("dst_url", metavar="DST")
 @sync_options
 def pull_cmd(src_url: str, dst_url: str, **options: Any) -> None:
-    """Fetch the entries SRC has and DST lacks, e.g. S3 to a local or FSx cache.
+    """Fetch the entries SRC has and DST lacks: S3 to a local or FSx cache.
 
     Every entry is verified against its manifest before it becomes visible in DST; a digest
     mismatch is reported and never lands. Exits 1 when any entry failed.
