@@ -35,7 +35,8 @@ KNOWN = frozenset({HLO, FLAGS_JSON, FLAGS_TXT, NEFF, DONE, LOG, MANIFEST_NAME})
 _PATH_RE = re.compile(
     "^" + TARGET_DIR_RE + r"neuronxcc-(?P<ver>[0-9][^/]*)/(?P<key>MODULE_[^/]+)/(?P<name>[^/]+)$"
 )
-_DIR_RE = re.compile("^" + TARGET_DIR_RE + r"neuronxcc-(?P<ver>[0-9][^/]*)/(?P<key>MODULE_[^/]+)$")
+_NS_DIR_RE = re.compile("^" + TARGET_DIR_RE + r"neuronxcc-(?P<ver>[0-9][^/]*)$")
+KEY_PREFIX = "MODULE_"
 
 
 class NeuronxccLayout(Layout):
@@ -45,14 +46,33 @@ class NeuronxccLayout(Layout):
         path = f"{toolchain.target_dir}/neuronxcc-{toolchain.compiler_version}"
         return Namespace(self.name, path, toolchain.compiler_version, toolchain.target, toolchain.lnc)
 
-    def locate_dir(self, directory: str) -> Located | None:
-        """The entry whose directory is ``directory`` (name left empty): one regex per entry."""
-        match = _DIR_RE.match(directory)
+    def namespace_dir(self, directory: str) -> Namespace | None:
+        """The namespace whose directory is ``directory``, or None."""
+        match = _NS_DIR_RE.match(directory)
         if not match:
             return None
         target, lnc = parse_target_dir(match)
-        ns = Namespace(self.name, directory.rsplit("/", 1)[0], match.group("ver"), target, lnc)
-        return Located(ns, match.group("key"), directory, directory, "")
+        return Namespace(self.name, directory, match.group("ver"), target, lnc)
+
+    def locate_dir(self, directory: str, namespaces: dict[str, Namespace | None] | None = None
+                   ) -> Located | None:
+        """The entry whose directory is ``directory`` (name left empty).
+
+        ``namespaces`` caches :meth:`namespace_dir` by directory across calls: a scan then runs
+        one regex per namespace, not one per entry, and its entries share one Namespace.
+        """
+        parent, _, key = directory.rpartition("/")
+        if not key.startswith(KEY_PREFIX) or len(key) == len(KEY_PREFIX):
+            return None
+        if namespaces is None:
+            ns = self.namespace_dir(parent)
+        elif parent in namespaces:
+            ns = namespaces[parent]
+        else:
+            ns = namespaces[parent] = self.namespace_dir(parent)
+        if ns is None:
+            return None
+        return Located(ns, key, directory, directory, "")
 
     def locate(self, path: str) -> Located | None:
         match = _PATH_RE.match(path)
@@ -85,13 +105,17 @@ class NeuronxccLayout(Layout):
         self, located: Located, files: Mapping[str, FileInfo], manifest: Manifest | None,
         manifest_error: str | None = None,
     ) -> Entry:
-        names = set(files)
+        names = files.keys()
         problems: list[str] = []
         committed = True
-        extra = tuple(sorted(n for n in names if n not in KNOWN and not n.endswith(LOCK_SUFFIX)))
+        if names <= KNOWN:  # the common case, and a set test instead of two loops per entry
+            extra: tuple[str, ...] = ()
+            locks: list[str] = []
+        else:
+            extra = tuple(sorted(n for n in names if n not in KNOWN and not n.endswith(LOCK_SUFFIX)))
+            locks = [n for n in names if n.endswith(LOCK_SUFFIX)]
         legacy = FLAGS_TXT in names and FLAGS_JSON not in names and DONE not in names
         marker = NEFF if legacy else DONE
-        locks = [n for n in names if n.endswith(LOCK_SUFFIX)]
         neff = files.get(NEFF)
 
         if manifest_error:

@@ -22,13 +22,26 @@ import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 from neffcache.entry import FileInfo
 from neffcache.errors import ReadOnlyStore
 
 Source = Path | bytes
 CONTROL_DIR = ".neffcache"  # leases, stamps, quarantine: never part of a layout
+
+
+class DirListing(NamedTuple):
+    """Files of one directory, as :meth:`Store.iter_dirs` yields them.
+
+    ``files[i].path`` is ``directory/names[i]`` (``names[i]`` at the root, where ``directory``
+    is ""): a scan resolves the directory once and keys the files by name without splitting
+    every path again.
+    """
+
+    directory: str
+    names: list[str]
+    files: list[FileInfo]
 
 
 class Store(ABC):
@@ -65,6 +78,23 @@ class Store(ABC):
         """Backend part of :meth:`delete`; returns how many files existed."""
 
     # -- conveniences with defaults a backend may override for speed --------------------------
+    def iter_dirs(self, prefix: str = "") -> Iterator[DirListing]:
+        """``iter_files`` grouped by directory. A directory may come in several listings (this
+        default groups runs of consecutive files: an object store lists in key order)."""
+        directory: str | None = None
+        names: list[str] = []
+        files: list[FileInfo] = []
+        for info in self.iter_files(prefix):
+            head, _, name = info.path.rpartition("/")
+            if head != directory:
+                if files and directory is not None:
+                    yield DirListing(directory, names, files)
+                directory, names, files = head, [], []
+            names.append(name)
+            files.append(info)
+        if files and directory is not None:
+            yield DirListing(directory, names, files)
+
     def put_file(self, path: str, source: Source, *, exclusive: bool = False, move: bool = False) -> bool:
         """Write a whole file atomically. ``move`` lets the store consume a local source file."""
         self.check_writable()
