@@ -1,10 +1,14 @@
 """Executing a prune plan: re-check every item right before removing it, markers first.
 
 Per store, under the store-wide ``prune`` lease (two executions never interleave), entries go
-in chunks. For each entry of a chunk: take its publish lease (so no publisher writes into it
-while it is half-removed: a publisher that finds the marker gone asks for that lease first),
-list its files again and compare them with what the plan saw (anything republished, written
-to or locked since is skipped), and re-read its last-use stamp for age and size reasons.
+in chunks. For each entry of a chunk: exclude publishers (so none writes into it while it is
+half-removed: a publisher that finds the marker gone asks for its lease first), list its files
+again and compare them with what the plan saw (anything republished, written to or locked
+since is skipped), and re-read its last-use stamp for age and size reasons. Publishers are
+excluded by each entry's publish lease, or — on a store only this host writes — by the lease
+of the chunk's prune group (:func:`neffcache.publish.prune_group_lease`, which publishers
+check after taking their own), taken once per chunk, and each entry's publish lease only
+looked for: a live one skips the entry, a stale one is taken over as before.
 Then the chunk's journal is written (``.neffcache/prune/<plan>-<n>.json``: the files about to
 go), and the files are removed in phases across the chunk — see :func:`delete_order` — so at
 every instant each entry reads either as it was or as absent (uncommitted), never as a
@@ -17,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -31,10 +36,11 @@ from neffcache.prune_plan import ItemKind, PruneItem, PrunePlan, Reason, ago
 from neffcache.prune_remove import JOURNAL_DIR, delete_order, discard, drop_leases, remove_empty_dirs
 from neffcache.prune_rules import index_usage
 from neffcache.prune_sweep import LockJudge, lease_stale
-from neffcache.publish import PUBLISH_LEASE_TTL, publish_lease_name
+from neffcache.publish import PUBLISH_LEASE_TTL, prune_group_lease, prune_uses_group_leases, publish_lease_name
 from neffcache.scan import load_entry
 from neffcache.stamps import stamp_path
 from neffcache.stores.base import Store
+from neffcache.stores.local import LocalStore
 
 if TYPE_CHECKING:
     from neffcache.index import Index
@@ -98,6 +104,16 @@ def _same_files(current: Iterable[FileInfo], planned: Iterable[FileInfo]) -> boo
     return all(now[p].size == then[p].size and same_time(now[p].mtime, then[p].mtime) for p in now)
 
 
+def _stamps_present(store: Store, stamps: list[str]) -> list[str]:
+    """``stamps`` less those whose directory a local store does not have: a cache nobody reads
+    through neffcache has no stamps, and an unlink that fails still walks the whole path."""
+    if not isinstance(store, LocalStore):
+        return stamps
+    root = str(store.root)
+    parents = {p: os.path.isdir(f"{root}/{p}") for p in {s.rpartition("/")[0] for s in stamps}}
+    return [s for s in stamps if parents[s.rpartition("/")[0]]]
+
+
 class _StoreRun:
     """Executes one store's part of a plan."""
 
@@ -144,27 +160,45 @@ class _StoreRun:
                 return "used since the plan was made"
         return None
 
-    def entries(self, chunk: Sequence[PruneItem], number: int) -> None:
+    def entries(self, chunk: Sequence[PruneItem], number: int, group: str | None = None) -> None:
+        """Re-check and remove one chunk; ``group``: the prune group lease all its entries share."""
         approved: list[tuple[PruneItem, Entry]] = []
         leases: list[Lease] = []
+        group_lease: Lease | None = None
         started = time.monotonic()
         try:
+            if group is not None:
+                held_by = try_acquire(self.store, group, ttl=PUBLISH_LEASE_TTL)
+                if isinstance(held_by, LeaseRecord):
+                    for item in chunk:
+                        self.skip(item, f"its prune group is held by {held_by.owner}")
+                    return
+                group_lease = held_by
+                group_lease.keep_alive()
             for item in chunk:
-                got = try_acquire(self.store, publish_lease_name(item.path), ttl=PUBLISH_LEASE_TTL)
-                if isinstance(got, LeaseRecord):
-                    self.skip(item, f"being published by {got.owner} (live lease)")
-                    continue
-                leases.append(got)
+                # Under the group lease a publisher that has not taken its lease yet will wait for
+                # ours: only one that already holds it (or left it behind) needs looking at.
+                if group_lease is None or self.store.stat(lease_path(publish_lease_name(item.path))) is not None:
+                    got = try_acquire(self.store, publish_lease_name(item.path), ttl=PUBLISH_LEASE_TTL)
+                    if isinstance(got, LeaseRecord):
+                        self.skip(item, f"being published by {got.owner} (live lease)")
+                        continue
+                    leases.append(got)
                 current = load_entry(self.store, item.path, read_manifest=False)
                 why = self._recheck(item, current)
                 if why is not None or current is None:
                     self.skip(item, why or "gone already")
                     continue
                 approved.append((item, current))
-            if approved:
+            if approved and group_lease is not None and group_lease.lost:
+                for item, _ in approved:
+                    self.skip(item, "the prune group lease was lost (a stalled execution): rerun")
+            elif approved:
                 self._remove(approved, number)
         finally:
             self._release(leases, started)
+            if group_lease is not None:
+                group_lease.release()
 
     def _remove(self, approved: list[tuple[PruneItem, Entry]], number: int) -> None:
         journal = f"{JOURNAL_DIR}/{self.plan.id}-{number}.json"
@@ -175,7 +209,7 @@ class _StoreRun:
         for phase in range(3):
             discard(self.store, [p for order in orders if phase < len(order) for p in order[phase]],
                     prune_dirs=phase == 2)
-        discard(self.store, [stamp_path(item.path) for item, _ in approved])
+        discard(self.store, _stamps_present(self.store, [stamp_path(item.path) for item, _ in approved]))
         discard(self.store, [journal])
         with self.lock:
             for item, entry in approved:
@@ -312,17 +346,34 @@ def execute(plan: PrunePlan, stores: Mapping[str, Store] | Iterable[Store], *, i
 def _run_store(run: _StoreRun, items: list[PruneItem], workers: int,
                progress: Callable[[int, int], None] | None, done: Callable[[], int], total: int) -> None:
     entries = [i for i in items if i.kind is ItemKind.ENTRY]
-    chunks = [entries[i:i + CHUNK] for i in range(0, len(entries), CHUNK)]
+    # A task: chunks run one after another, each under its own journal (and group lease).
+    tasks: list[list[tuple[int, str | None, list[PruneItem]]]] = []
+    if prune_uses_group_leases(run.store):
+        # Chunks of one prune group each, so that no two tasks ever want the same group lease.
+        groups: dict[str, list[PruneItem]] = {}
+        for item in entries:
+            groups.setdefault(prune_group_lease(item.path), []).append(item)
+        number = 0
+        for name, members in groups.items():
+            task: list[tuple[int, str | None, list[PruneItem]]] = []
+            for i in range(0, len(members), CHUNK):
+                task.append((number, name, members[i:i + CHUNK]))
+                number += 1
+            tasks.append(task)
+    else:
+        tasks = [[(n, None, entries[i:i + CHUNK])] for n, i in enumerate(range(0, len(entries), CHUNK))]
 
-    def one(numbered: tuple[int, list[PruneItem]]) -> None:
-        if not run.stop.is_set():
-            run.entries(numbered[1], numbered[0])
+    def one(task: list[tuple[int, str | None, list[PruneItem]]]) -> None:
+        for number, group, chunk in task:
+            if run.stop.is_set():
+                return
+            run.entries(chunk, number, group)
             if progress is not None:
                 progress(done(), total)
 
     with ThreadPoolExecutor(max(1, workers)) as pool:
         try:
-            for _ in pool.map(one, enumerate(chunks)):
+            for _ in pool.map(one, tasks):
                 pass
         except BaseException:
             run.stop.set()  # let the chunks in hand finish; start no more

@@ -2,7 +2,9 @@
 
 The order is what makes it safe to ``kill -9`` at any instant:
 
-1. take the entry's publish lease (so two publishers never interleave their files);
+1. take the entry's publish lease (so two publishers never interleave their files), then, on
+   a store only this host writes, wait while a prune holds the entry's prune group (see
+   :func:`prune_group_lease`);
 2. write the manifest (``neffcache.json``: every file's sha256 and size) — from here on the
    layout reads the directory as *uncommitted*, never as an EMPTY entry a runtime would take;
 3. write the data files, each whole (temp name + rename, or a staged S3 object);
@@ -19,6 +21,7 @@ absent, or a killed publish could leave a directory a runtime reads as an EMPTY 
 from __future__ import annotations
 
 import enum
+import hashlib
 import logging
 import time
 from collections.abc import Mapping
@@ -27,14 +30,19 @@ from dataclasses import dataclass
 from neffcache.entry import Namespace
 from neffcache.layouts import get_layout
 from neffcache.layouts.neuronxcc import HLO, LOCK_SUFFIX
-from neffcache.lease import Lease, try_acquire
+from neffcache.lease import Lease, read_lease, try_acquire
 from neffcache.manifest import Manifest, sha256_bytes, sha256_file
 from neffcache.stores.base import Source, Store
+from neffcache.stores.local import LocalStore
 
 log = logging.getLogger(__name__)
 PUBLISH_LEASE_TTL = 300.0
 # A runtime lock younger than this means a job is compiling the entry right now.
 RUNTIME_LOCK_FRESH_SECONDS = 3600.0
+# Groups per directory a prune of a local store locks at a time, and how long a publisher waits
+# for one (a prune holds it while it removes at most one chunk, well under a second on a disk).
+PRUNE_GROUPS = 64
+PRUNE_GROUP_WAIT = 30.0
 
 
 class PublishStatus(enum.StrEnum):
@@ -57,6 +65,35 @@ class PublishResult:
 
 def publish_lease_name(entry_path: str) -> str:
     return f"publish:{entry_path}"
+
+
+def prune_group_lease(entry_path: str) -> str:
+    """The lease a prune holds while it removes entries of this entry's group, instead of each
+    entry's publish lease (a file created, written, linked and removed per entry was half of
+    a prune's cost): it checks each entry's publish lease *after* taking the group's, and a
+    publisher checks the group's *after* taking its own, so one of the two always sees the
+    other. Only on stores one host writes (:func:`prune_uses_group_leases`): there a lookup
+    of a name created a moment ago by another process is never answered from a stale cache
+    (an NFS client's negative lookups may be); shared stores keep per-entry publish leases."""
+    directory, _, _ = entry_path.rpartition("/")
+    group = int(hashlib.sha256(entry_path.encode()).hexdigest()[:8], 16) % PRUNE_GROUPS
+    return f"prune-group:{directory}#{group}"
+
+
+def prune_uses_group_leases(store: Store) -> bool:
+    return isinstance(store, LocalStore) and not store.shared
+
+
+def _prune_group_free(store: Store, entry_path: str) -> bool:
+    """Wait (bounded) until no live prune holds this entry's group; False when one still does."""
+    deadline = time.monotonic() + PRUNE_GROUP_WAIT
+    while True:
+        record = read_lease(store, prune_group_lease(entry_path))
+        if record is None or record.expired() or record.holder_dead_here():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
 
 
 def digest_source(source: Source) -> tuple[str, int]:
@@ -98,6 +135,10 @@ def publish(
     lease = got
     lease.keep_alive()
     try:
+        # Any local store, shared or not: a prune may have opened this root unshared.
+        if isinstance(store, LocalStore) and not _prune_group_free(store, plan.path):
+            log.debug("%s: a prune is removing its group", plan.path)
+            return PublishResult(plan.path, PublishStatus.BUSY)
         if store.stat(marker_path) is not None:
             return PublishResult(plan.path, PublishStatus.EXISTS)
         names = [n for n in files if n not in (plan.manifest_name, plan.marker_name)]

@@ -22,6 +22,7 @@ from neffcache.verify import CheckStatus, check_entry
 from tests.lifecycle.helpers import (
     NEW,
     OLD,
+    TC_NEW,
     TC_OLD,
     bare_b,
     future,
@@ -142,3 +143,40 @@ def test_plan_json_and_totals(tmp_path: Path) -> None:
     assert data["policy"]["keep_last"] == 1
     with pytest.raises(Exception, match="nothing to prune"):
         plan_prune([store], PrunePolicy())
+
+
+def test_prune_group_lease_excludes_publishers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a store one host writes, a prune holds its chunk's group lease instead of each entry's
+    publish lease: a publisher of an entry in that group waits for it (and gives up as BUSY)."""
+    from neffcache import publish as publishing
+    from neffcache.layouts import get_layout
+    from neffcache.stores.local import LocalStore
+    from tests.lifecycle.procs import publish_key
+
+    store = LocalStore(tmp_path / "c")
+    assert publishing.prune_uses_group_leases(store)
+    key = "MODULE_7+abb26765"
+    path = f"{get_layout('neuronxcc').namespace_for(TC_NEW).path}/{key}"
+    monkeypatch.setattr(publishing, "PRUNE_GROUP_WAIT", 0.1)
+    group = acquire(store, publishing.prune_group_lease(path), ttl=60)
+    assert publish_key(store, key) is publishing.PublishStatus.BUSY
+    assert load_entry(store, path) is None
+    group.release()
+    assert publish_key(store, key) is publishing.PublishStatus.PUBLISHED
+    # A prune killed while it held the group leaves the lease behind: publishers go on.
+    stale = publishing.prune_group_lease(f"{path[:-1]}x")
+    store.put_file(lease_path(stale), LeaseRecord(stale, "h:1", "t", "h", 1, 0.0, 1.0).to_bytes())
+    assert publish_key(store, f"{key[:-1]}x") is publishing.PublishStatus.PUBLISHED
+
+
+def test_publish_lease_left_behind_is_taken_over(fs_store: Store) -> None:
+    """A publisher killed with its lease held: once the lease is stale the prune takes it over
+    (and removes it with the entry) rather than skipping the entry for ever."""
+    path = published_a(fs_store, "MODULE_1+abb26765", TC_OLD)
+    plan = plan_prune([fs_store], PrunePolicy(keep_compilers=(NEW,)))
+    name = publish_lease_name(path)
+    fs_store.put_file(lease_path(name), LeaseRecord(name, "h:1", "t", "h", 1, 0.0, 1.0).to_bytes())
+    result = plan.execute([fs_store])
+    assert [i.path for i in result.removed] == [path] and not result.skipped
+    assert list(fs_store.iter_files(path)) == []
+    assert [f.path for f in fs_store.iter_files(".neffcache/leases")] == []
