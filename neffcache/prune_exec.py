@@ -136,6 +136,11 @@ class _StoreRun:
             self.skipped.append(Skipped(item.store, item.path, item.reason, why))
             self.done += 1
 
+    def _lease_file_exists(self, name: str) -> bool:
+        if isinstance(self.store, LocalStore):  # a path we made: no need to validate it again
+            return os.path.lexists(f"{self.store.root}/{lease_path(name)}")
+        return self.store.stat(lease_path(name)) is not None
+
     def _recheck(self, item: PruneItem, current: Entry | None) -> str | None:
         if current is None:
             return "gone already"
@@ -160,25 +165,31 @@ class _StoreRun:
                 return "used since the plan was made"
         return None
 
-    def entries(self, chunk: Sequence[PruneItem], number: int, group: str | None = None) -> None:
-        """Re-check and remove one chunk; ``group``: the prune group lease all its entries share."""
+    def entries(self, chunk: Sequence[PruneItem], number: int, groups: Sequence[str] = ()) -> None:
+        """Re-check and remove one chunk; ``groups``: the prune group leases its entries are in
+        (none: each entry's publish lease instead)."""
         approved: list[tuple[PruneItem, Entry]] = []
         leases: list[Lease] = []
-        group_lease: Lease | None = None
+        group_leases: list[Lease] = []
+        blocked: dict[str, str] = {}
         started = time.monotonic()
         try:
-            if group is not None:
-                held_by = try_acquire(self.store, group, ttl=PUBLISH_LEASE_TTL)
-                if isinstance(held_by, LeaseRecord):
-                    for item in chunk:
-                        self.skip(item, f"its prune group is held by {held_by.owner}")
-                    return
-                group_lease = held_by
-                group_lease.keep_alive()
+            for name in groups:
+                got = try_acquire(self.store, name, ttl=PUBLISH_LEASE_TTL)
+                if isinstance(got, LeaseRecord):
+                    blocked[name] = got.owner
+                else:
+                    got.keep_alive()
+                    group_leases.append(got)
             for item in chunk:
+                if groups:
+                    holder = blocked.get(prune_group_lease(item.path))
+                    if holder is not None:
+                        self.skip(item, f"its prune group is held by {holder}")
+                        continue
                 # Under the group lease a publisher that has not taken its lease yet will wait for
                 # ours: only one that already holds it (or left it behind) needs looking at.
-                if group_lease is None or self.store.stat(lease_path(publish_lease_name(item.path))) is not None:
+                if not groups or self._lease_file_exists(publish_lease_name(item.path)):
                     got = try_acquire(self.store, publish_lease_name(item.path), ttl=PUBLISH_LEASE_TTL)
                     if isinstance(got, LeaseRecord):
                         self.skip(item, f"being published by {got.owner} (live lease)")
@@ -190,15 +201,15 @@ class _StoreRun:
                     self.skip(item, why or "gone already")
                     continue
                 approved.append((item, current))
-            if approved and group_lease is not None and group_lease.lost:
+            if approved and any(lease.lost for lease in group_leases):
                 for item, _ in approved:
-                    self.skip(item, "the prune group lease was lost (a stalled execution): rerun")
+                    self.skip(item, "a prune group lease was lost (a stalled execution): rerun")
             elif approved:
                 self._remove(approved, number)
         finally:
             self._release(leases, started)
-            if group_lease is not None:
-                group_lease.release()
+            for lease in group_leases:
+                lease.release()
 
     def _remove(self, approved: list[tuple[PruneItem, Entry]], number: int) -> None:
         journal = f"{JOURNAL_DIR}/{self.plan.id}-{number}.json"
@@ -210,7 +221,7 @@ class _StoreRun:
             discard(self.store, [p for order in orders if phase < len(order) for p in order[phase]],
                     prune_dirs=phase == 2)
         discard(self.store, _stamps_present(self.store, [stamp_path(item.path) for item, _ in approved]))
-        discard(self.store, [journal])
+        discard(self.store, [journal], prune_dirs=False)  # the journal directory is reused by the next chunk
         with self.lock:
             for item, entry in approved:
                 self.removed.append(dataclasses.replace(item, size=entry.size))
@@ -343,31 +354,49 @@ def execute(plan: PrunePlan, stores: Mapping[str, Store] | Iterable[Store], *, i
     return PruneResult(plan.id, removed, skipped, time.monotonic() - started)
 
 
+def _group_tasks(entries: list[PruneItem]) -> list[list[tuple[list[PruneItem], tuple[str, ...]]]]:
+    """Tasks (chunks run one after another) such that no two tasks share a prune group, so the
+    workers never wait for each other's group leases: a group of more than a chunk is a task of
+    its own, in chunks; smaller groups are packed together into chunks of several groups."""
+    groups: dict[str, list[PruneItem]] = {}
+    for item in entries:
+        groups.setdefault(prune_group_lease(item.path), []).append(item)
+    tasks: list[list[tuple[list[PruneItem], tuple[str, ...]]]] = []
+    packed: list[PruneItem] = []
+    names: list[str] = []
+    for name, members in groups.items():
+        if len(members) > CHUNK:
+            tasks.append([(members[i:i + CHUNK], (name,)) for i in range(0, len(members), CHUNK)])
+            continue
+        if len(packed) + len(members) > CHUNK:
+            tasks.append([(packed, tuple(names))])
+            packed, names = [], []
+        packed.extend(members)
+        names.append(name)
+    if packed:
+        tasks.append([(packed, tuple(names))])
+    return tasks
+
+
 def _run_store(run: _StoreRun, items: list[PruneItem], workers: int,
                progress: Callable[[int, int], None] | None, done: Callable[[], int], total: int) -> None:
     entries = [i for i in items if i.kind is ItemKind.ENTRY]
     # A task: chunks run one after another, each under its own journal (and group lease).
-    tasks: list[list[tuple[int, str | None, list[PruneItem]]]] = []
+    tasks: list[list[tuple[list[PruneItem], tuple[str, ...]]]] = []
     if prune_uses_group_leases(run.store):
-        # Chunks of one prune group each, so that no two tasks ever want the same group lease.
-        groups: dict[str, list[PruneItem]] = {}
-        for item in entries:
-            groups.setdefault(prune_group_lease(item.path), []).append(item)
-        number = 0
-        for name, members in groups.items():
-            task: list[tuple[int, str | None, list[PruneItem]]] = []
-            for i in range(0, len(members), CHUNK):
-                task.append((number, name, members[i:i + CHUNK]))
-                number += 1
-            tasks.append(task)
+        tasks = _group_tasks(entries)
     else:
-        tasks = [[(n, None, entries[i:i + CHUNK])] for n, i in enumerate(range(0, len(entries), CHUNK))]
+        tasks = [[(entries[i:i + CHUNK], ())] for i in range(0, len(entries), CHUNK)]
+    numbers = iter(range(sum(len(t) for t in tasks)))
+    numbers_lock = threading.Lock()
 
-    def one(task: list[tuple[int, str | None, list[PruneItem]]]) -> None:
-        for number, group, chunk in task:
+    def one(task: list[tuple[list[PruneItem], tuple[str, ...]]]) -> None:
+        for chunk, groups in task:
             if run.stop.is_set():
                 return
-            run.entries(chunk, number, group)
+            with numbers_lock:
+                number = next(numbers)
+            run.entries(chunk, number, groups)
             if progress is not None:
                 progress(done(), total)
 
