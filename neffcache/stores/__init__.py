@@ -11,6 +11,7 @@ any other scheme        ``FsspecStore`` when fsspec knows it (``memory://``, ``g
 from __future__ import annotations
 
 import importlib
+import logging
 import re
 from collections.abc import Callable
 from typing import Any
@@ -19,6 +20,9 @@ from urllib.parse import urlsplit
 from neffcache.errors import ConfigError, InvalidURL
 from neffcache.stores.base import Store
 from neffcache.stores.local import LocalStore
+from neffcache.stores.mounts import on_network_filesystem
+
+log = logging.getLogger(__name__)
 
 # scheme -> (dotted path of the class, what to install when the import fails)
 REGISTRY: dict[str, tuple[str, str]] = {
@@ -38,6 +42,16 @@ def _load(dotted: str, hint: str, scheme: str) -> Callable[..., Store]:
     return cls
 
 
+def _shared(path: str, shared: bool | None) -> bool:
+    """``shared`` as given, else whether ``path`` is on a network mount (NFS, Lustre, ...)."""
+    if shared is not None:
+        return shared
+    fstype = on_network_filesystem(path)
+    if fstype is not None:
+        log.info("%s is on a %s mount: using the shared-mount rules (as for fsx://)", path, fstype)
+    return fstype is not None
+
+
 def open_store(url: str, *, shared: bool | None = None, read_only: bool = False, create: bool = True,
                **options: Any) -> Store:
     """The store for ``url``. ``shared`` forces shared-mount mode for a local path."""
@@ -48,7 +62,7 @@ def open_store(url: str, *, shared: bool | None = None, read_only: bool = False,
     if match is None:
         if "://" in url or url.startswith(":"):
             raise InvalidURL(url, "expected a path or scheme://...")
-        return LocalStore(url, shared=bool(shared), read_only=read_only, create=create)
+        return LocalStore(url, shared=_shared(url, shared), read_only=read_only, create=create)
     scheme = match.group("scheme").lower()
     parts = urlsplit(url)
     if scheme in ("file", "fsx"):
@@ -56,8 +70,8 @@ def open_store(url: str, *, shared: bool | None = None, read_only: bool = False,
             raise InvalidURL(url, f"{scheme}:// takes an absolute path (three slashes: {scheme}:///mnt/...)")
         if not parts.path.startswith("/"):
             raise InvalidURL(url, "the path must be absolute")
-        return LocalStore(parts.path, shared=(scheme == "fsx") if shared is None else shared,
-                          read_only=read_only, create=create, url=url)
+        mode = True if scheme == "fsx" and shared is None else _shared(parts.path, shared)
+        return LocalStore(parts.path, shared=mode, read_only=read_only, create=create, url=url)
     if scheme in REGISTRY:
         dotted, hint = REGISTRY[scheme]
         return _load(dotted, hint, scheme)(url, read_only=read_only, **options)
