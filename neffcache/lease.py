@@ -108,12 +108,12 @@ class Lease:
             self._thread.join()
         if not self.lost and time.time() < self.record.expires_at - RELEASE_MARGIN:
             # Nobody may take over an unexpired lease, so it is still ours: no read-back needed
-            # (on S3 that read is a request per publish).
-            self.store.delete([self.path])
+            # (on S3 that read is a request per publish), nor a count of what was deleted.
+            self.store.discard([self.path])
             return
         current = read_lease(self.store, self.record.name)
         if current is not None and current.token == self.record.token:
-            self.store.delete([self.path, _tombstone(self.record.name, self.record.token)])
+            self.store.discard([self.path, _tombstone(self.record.name, self.record.token)])
 
     def keep_alive(self, interval: float | None = None) -> None:
         """Renew from a daemon thread every ``interval`` (default ttl/3) until released."""

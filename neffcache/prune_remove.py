@@ -61,11 +61,7 @@ def discard(store: Store, paths: list[str], *, prune_dirs: bool = True) -> None:
         store.check_writable()
         _unlink_local(store, paths, prune_dirs=prune_dirs)
         return
-    quiet = getattr(store, "discard", None)
-    if quiet is not None:
-        quiet(paths)
-    else:
-        store.delete(paths)
+    store.discard(paths)
 
 
 def _unlink_local(store: LocalStore, paths: list[str], *, prune_dirs: bool) -> None:

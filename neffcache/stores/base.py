@@ -101,8 +101,14 @@ class Store(ABC):
         return self._put_file(path, source, exclusive=exclusive, move=move)
 
     def delete(self, paths: Iterable[str]) -> int:
+        """Remove ``paths`` (missing ones are fine); returns how many existed."""
         self.check_writable()
         return self._delete(list(paths))
+
+    def discard(self, paths: Iterable[str]) -> None:
+        """:meth:`delete` without the count, for callers that do not need it: a store where
+        counting costs requests (S3 lists the parents first) overrides this."""
+        self.delete(paths)
 
     def read_bytes(self, path: str) -> bytes:
         with self.open_read(path) as stream:
