@@ -279,9 +279,12 @@ def _stats_text(data: dict[str, Any]) -> str:
         f"  leases held     {data['leases_active']}",
     ]
     if data["groups"]:
+        # Errors and evictions too: a group with only those (prune's evicts carry no model)
+        # would otherwise be a row of zeros.
         out += ["", table([[g["name"], _pct(g["hit_rate"]), g["hits"], g["misses"], g["compiles"],
-                            f"{g['saved_hours']:,.1f}"] for g in data["groups"]],
-                          [data["group_by"], "hit rate", "hits", "misses", "compiles", "saved h"])]
+                            f"{g['saved_hours']:,.1f}", g["errors"], g["evictions"]] for g in data["groups"]],
+                          [data["group_by"], "hit rate", "hits", "misses", "compiles", "saved h", "errors",
+                           "evicted"])]
     if sizes:
         out += ["", table([[s["toolchain"], s["entries"], human_bytes(s["bytes"])] for s in sizes],
                           ["toolchain", "entries", "size"])]

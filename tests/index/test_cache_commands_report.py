@@ -71,5 +71,13 @@ def test_push_and_verify_report_through_a_down_index(tmp_path: Path) -> None:
         assert gone.status_code == 404, gone.text
         totals = httpx.get(f"{index_url}/v1/stats", params={"window": "1d"}, headers=headers).json()["totals"]
         assert (totals["errors"], totals["evictions"]) == (1, 1)
+        text = subprocess.run([sys.executable, "-m", "neffcache.cli.main", "stats", "--window", "1d",
+                               "--index-url", index_url, "--token", tokens.read],
+                              capture_output=True, text=True, timeout=60)
+        assert text.returncode == 0, text.stderr
+        header = next(line for line in text.stdout.splitlines() if line.startswith("team "))
+        assert header.split()[-2:] == ["errors", "evicted"]
+        row = next(line for line in text.stdout.splitlines() if line.startswith("(none)"))
+        assert row.split()[-2:] == ["1", "1"]  # verify's reports carry no team
     finally:
         server.stop()
