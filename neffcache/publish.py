@@ -20,11 +20,12 @@ absent, or a killed publish could leave a directory a runtime reads as an EMPTY 
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import hashlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from neffcache.entry import Namespace
@@ -128,16 +129,8 @@ def publish(
         if namespace.layout == "neuronxcc" and _runtime_compiling(store, plan.base):
             return PublishResult(plan.path, PublishStatus.BUSY)
 
-    got = try_acquire(store, publish_lease_name(plan.path), ttl=PUBLISH_LEASE_TTL)
-    if not isinstance(got, Lease):
-        log.debug("%s is being published by %s", plan.path, got.owner)
-        return PublishResult(plan.path, PublishStatus.BUSY)
-    lease = got
-    lease.keep_alive()
-    try:
-        # Any local store, shared or not: a prune may have opened this root unshared.
-        if isinstance(store, LocalStore) and not _prune_group_free(store, plan.path):
-            log.debug("%s: a prune is removing its group", plan.path)
+    with exclusive_write(store, plan.path) as lease:
+        if lease is None:
             return PublishResult(plan.path, PublishStatus.BUSY)
         if store.stat(marker_path) is not None:
             return PublishResult(plan.path, PublishStatus.EXISTS)
@@ -152,8 +145,27 @@ def publish(
         if not store.put_file(marker_path, marker_source, exclusive=True, move=move):
             return PublishResult(plan.path, PublishStatus.EXISTS)
         return PublishResult(plan.path, PublishStatus.PUBLISHED, manifest.size, manifest)
+
+
+@contextlib.contextmanager
+def exclusive_write(store: Store, entry_path: str) -> Iterator[Lease | None]:
+    """Hold ``entry_path``'s publish lease, kept alive, while writing the entry's files; None
+    when another publisher holds it or a prune is removing the entry's group (busy: retry)."""
+    got = try_acquire(store, publish_lease_name(entry_path), ttl=PUBLISH_LEASE_TTL)
+    if not isinstance(got, Lease):
+        log.debug("%s is being published by %s", entry_path, got.owner)
+        yield None
+        return
+    got.keep_alive()
+    try:
+        # Any local store, shared or not: a prune may have opened this root unshared.
+        if isinstance(store, LocalStore) and not _prune_group_free(store, entry_path):
+            log.debug("%s: a prune is removing its group", entry_path)
+            yield None
+        else:
+            yield got
     finally:
-        lease.release()
+        got.release()
 
 
 def _runtime_compiling(store: Store, base: str) -> bool:

@@ -45,7 +45,7 @@ from neffcache.keys import safe_relpath
 from neffcache.layouts import get_layout
 from neffcache.layouts.neuronxcc import HLO, LOG
 from neffcache.manifest import Manifest
-from neffcache.publish import PublishStatus
+from neffcache.publish import PublishStatus, exclusive_write
 from neffcache.scan import load_entry, scan
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
@@ -206,11 +206,14 @@ def _with_manifest(src: Store, entry: Entry) -> Entry:
     return dataclasses.replace(entry, manifest=manifest)
 
 
-def _copy_raw(src: Store, entry: Entry, dst: Store) -> int:
-    """FAILED and EMPTY entries have no manifest or marker: copy the files, state file last."""
+def _copy_raw(src: Store, entry: Entry, dst: Store) -> int | None:
+    """FAILED and EMPTY entries have no manifest or marker: copy the files, state file last,
+    under the entry's publish lease like any write (None: a publisher or a prune has it)."""
     names = sorted(transferable_names(entry), key=lambda n: (n.endswith((HLO, ".hlo")), n == LOG, n))
     size = 0
-    with dst.staging_dir() as staging:
+    with exclusive_write(dst, entry.path) as lease, dst.staging_dir() as staging:
+        if lease is None:
+            return None
         for i, name in enumerate(names):
             local = src.local_path(entry.store_path(name))
             if local is None:
@@ -226,7 +229,10 @@ def _copy_one(src: Store, dst: Store, entry: Entry, flt: EntryFilter,
     """("copied" | "skipped" | "failed" | "busy" | "filtered", outcome) for one entry."""
     try:
         if entry.state is not EntryState.SUCCESS:
-            return "copied", EntryOutcome(entry.path, entry.state.value, _copy_raw(src, entry, dst))
+            copied = _copy_raw(src, entry, dst)
+            if copied is None:
+                return "busy", EntryOutcome(entry.path, "busy")
+            return "copied", EntryOutcome(entry.path, entry.state.value, copied)
         full = _with_manifest(src, entry)
         if not flt.matches_tags(full.manifest):
             return "filtered", None

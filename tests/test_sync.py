@@ -14,7 +14,8 @@ from neffcache.entry import EntryState
 from neffcache.errors import ConfigError
 from neffcache.ingest import build_manifest
 from neffcache.layouts import get_layout
-from neffcache.publish import publish
+from neffcache.lease import Lease, try_acquire
+from neffcache.publish import publish, publish_lease_name
 from neffcache.scan import scan
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
@@ -112,6 +113,24 @@ def test_runtime_written_root_gets_manifests(tmp_path: Path, dst: LocalStore) ->
     assert sorted(c.path for c in more.copied) == sorted([rel[failed], rel[empty]])
     states = {e.path: e.state for e in scan(dst).entries}
     assert states[rel[failed]] is EntryState.FAILED and states[rel[empty]] is EntryState.EMPTY
+
+
+def test_failed_entries_are_copied_under_the_publish_lease(tmp_path: Path, dst: LocalStore) -> None:
+    """FAILED/EMPTY entries have no commit marker, so only the lease keeps two writers (or a
+    writer and a prune) apart: a held lease makes the copy wait, then report busy."""
+    root = tmp_path / "neuron-compile-cache"
+    failed = str(write_neuronxcc_entry(root, b"hlo-9", state="FAILED").relative_to(root))
+    held = try_acquire(dst, publish_lease_name(failed), ttl=60)
+    assert isinstance(held, Lease)
+    try:
+        busy = pull(str(root), dst, states=["FAILED"], busy_wait=0.5)
+        assert [(f.path, f.reason.split(":")[0]) for f in busy.failed] == [(failed, "busy")]
+        assert not any(dst.iter_files(failed))
+    finally:
+        held.release()
+    done = pull(str(root), dst, states=["FAILED"])
+    assert [c.path for c in done.copied] == [failed]
+    assert {e.path: e.state for e in scan(dst).entries} == {failed: EntryState.FAILED}
 
 
 def test_interrupted_sync_reruns_to_completion(src: LocalStore, dst: LocalStore) -> None:
