@@ -79,11 +79,13 @@ def _redact(url: str) -> str:
     return make_url(url).render_as_string(hide_password=True)
 
 
-def _open_database(settings: Any) -> Any:
+def _open_database(settings: Any, *, upgrade: bool = True) -> Any:
+    """The index database; ``upgrade`` migrates its schema to head first."""
     from neffcache.server.db import Database, migrate
 
     db = Database(settings.resolved_database_url(), pool_size=2)
-    migrate(db.engine)
+    if upgrade:
+        migrate(db.engine)
     return db
 
 
@@ -366,9 +368,7 @@ def db_status_cmd(database_url: str | None, data_dir: Path | None, check: bool, 
     Example:
       neffcache db status --json
     """
-    from neffcache.server.db import Database
-
-    db = Database(_server_settings(database_url, data_dir).resolved_database_url(), pool_size=1)
+    db = _open_database(_server_settings(database_url, data_dir), upgrade=False)
     try:
         state = _schema_state(db)
     finally:
@@ -392,9 +392,9 @@ def db_upgrade_cmd(database_url: str | None, data_dir: Path | None, as_json: boo
     Example:
       neffcache db upgrade --database-url postgresql+psycopg://neffcache@db/neffcache
     """
-    from neffcache.server.db import Database, current_revision, migrate
+    from neffcache.server.db import current_revision, migrate
 
-    db = Database(_server_settings(database_url, data_dir).resolved_database_url(), pool_size=1)
+    db = _open_database(_server_settings(database_url, data_dir), upgrade=False)
     try:
         before = current_revision(db.engine)
         migrate(db.engine)

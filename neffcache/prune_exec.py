@@ -382,7 +382,7 @@ def _run_store(run: _StoreRun, items: list[PruneItem], workers: int,
                progress: Callable[[int, int], None] | None, done: Callable[[], int], total: int) -> None:
     entries = [i for i in items if i.kind is ItemKind.ENTRY]
     # A task: chunks run one after another, each under its own journal (and group lease).
-    tasks: list[list[tuple[list[PruneItem], tuple[str, ...]]]] = []
+    tasks: list[list[tuple[list[PruneItem], tuple[str, ...]]]]
     if prune_uses_group_leases(run.store):
         tasks = _group_tasks(entries)
     else:

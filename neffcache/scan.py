@@ -149,6 +149,7 @@ def group_dirs(listings: Iterable[DirListing], progress: Progress | None = None
             before, count = count, count + len(files)
             if count // 5000 != before // 5000:
                 progress(count)
+        in_control = directory == CONTROL_DIR or directory.startswith(CONTROL_PREFIX)
         # Names hold no "/": a marker found in the joined names lies within one name.
         if TEMP_MARKER in "/".join(names):
             kept_names: list[str] = []
@@ -159,15 +160,13 @@ def group_dirs(listings: Iterable[DirListing], progress: Progress | None = None
                 else:
                     kept_names.append(name)
                     kept_files.append(info)
-            if directory == CONTROL_DIR or directory.startswith(CONTROL_PREFIX):
-                control += len(files)
-                continue
-            names, files = kept_names, kept_files
-            if not files:
-                continue  # no group for a directory of temp files only
-        elif directory == CONTROL_DIR or directory.startswith(CONTROL_PREFIX):
-            control += len(files)
+            if not in_control:
+                names, files = kept_names, kept_files
+        if in_control:
+            control += len(files)  # temp files there too: they are control files and garbage
             continue
+        if not files:
+            continue  # no group for a directory of temp files only
         if directory in entry_dirs:
             group = entry_dirs[directory]
         else:
