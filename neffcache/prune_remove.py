@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from neffcache.entry import Entry
 from neffcache.errors import AccessDenied, EntryNotFound
-from neffcache.layouts.neuronxcc import DONE, HLO, LOCK_SUFFIX, LOG, NEFF
+from neffcache.layouts import get_layout
 from neffcache.stores.base import CONTROL_DIR, Store
 from neffcache.stores.local import LocalStore
 
@@ -21,30 +21,10 @@ JOURNAL_DIR = f"{CONTROL_DIR}/prune"
 
 
 def delete_order(entry: Entry) -> list[list[str]]:
-    """An entry's files in removal phases (store paths).
-
-    Entries neffcache published go in the publish order reversed: commit marker, blobs, then
-    the manifest, whose presence keeps the remains reading as uncommitted (absent). Entries a
-    runtime wrote have no manifest: their marker (``model.done``) goes first and the file that
-    defines what readers see goes last — the NEFF (a NEFF without ``model.done`` is uncommitted;
-    a legacy entry's NEFF is its marker), else the failure log, else the HLO — so a half-removed
-    entry never reads as a different entry (an EMPTY one a runtime would pick up, say).
-    """
-    names = set(entry.files)
-    locks = sorted(n for n in names if n.endswith(LOCK_SUFFIX))
-    marker = entry.marker_name
-    anchor: str | None
-    if entry.manifest_name in names:
-        # neffcache's own entries: the publish order reversed (marker, blobs, manifest).
-        first, anchor = [*locks, *([marker] if marker in names else [])], entry.manifest_name
-    elif entry.layout == "neuronxcc":
-        anchor = next((n for n in (NEFF, LOG, HLO) if n in names), None)
-        first = [*locks, *([DONE] if DONE in names else [])]
-    else:
-        anchor, first = (marker if marker in names else max(names - set(locks), default=None)), locks
-    rest = sorted(names - set(first) - {anchor})
-    phases = [first, rest, [anchor] if anchor else []]
-    return [[entry.store_path(n) for n in phase] for phase in phases if phase]
+    """An entry's files in removal phases (store paths): the layout's order, see
+    :meth:`neffcache.layouts.base.Layout.removal_phases` for why it is safe."""
+    phases = get_layout(entry.layout).removal_phases(entry)
+    return [[entry.store_path(n) for n in phase] for phase in phases]
 
 
 def discard(store: Store, paths: list[str], *, prune_dirs: bool = True) -> None:

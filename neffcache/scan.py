@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
-import re
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator
@@ -20,7 +19,6 @@ from dataclasses import dataclass, field
 
 from neffcache.entry import Entry, EntryState, FileInfo, Namespace
 from neffcache.errors import CorruptEntry, EntryNotFound
-from neffcache.instances import TARGETS
 from neffcache.layouts import LAYOUTS, Located, locate
 from neffcache.layouts.base import TEMP_MARKER
 from neffcache.layouts.neuronxcc import NeuronxccLayout
@@ -31,8 +29,6 @@ from neffcache.stores.base import CONTROL_DIR, DirListing, Store
 log = logging.getLogger(__name__)
 Progress = Callable[[int], None]
 CONTROL_PREFIX = CONTROL_DIR + "/"
-# libneuronxla's root lock, at the root or under a target directory neffcache added.
-RUNTIME_FILE_RE = re.compile(r"^(?:(?:" + "|".join(TARGETS) + r")-lnc[12]/)?lock$")
 
 
 @dataclass(frozen=True)
@@ -184,7 +180,7 @@ def group_dirs(listings: Iterable[DirListing], progress: Progress | None = None
                 if located is not None:
                     break
             if located is None:
-                if not RUNTIME_FILE_RE.match(info.path):
+                if not any(lay.is_runtime_file(info.path) for lay in layouts):
                     garbage.append(info)
                 continue
             other = groups.get(located.path)

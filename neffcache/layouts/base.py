@@ -47,8 +47,32 @@ class EntryPlan:
     marker_name: str
 
 
+@dataclass(frozen=True)
+class EntryNames:
+    """The names (relative to the entry's base) a layout gives the files of an entry it writes.
+
+    Writers ask for these instead of spelling runtime file names: the runtime's facts live in
+    its layout alone (issue #11). ``None``: the layout has no such file.
+    """
+
+    hlo: str | None
+    flags: str | None
+    neff: str | None
+    marker: str
+    manifest: str
+    failure_log: str | None = None
+    runtime_lock: str | None = None  # the runtime's own "someone compiles this" file
+
+
 class Layout(ABC):
+    """How one runtime arranges entries under a root: every runtime fact has its home here.
+
+    Code outside ``neffcache/layouts/`` never names a runtime's files or tests a layout's name:
+    it asks the layout (a test in tests/test_layout_knowledge.py enforces it).
+    """
+
     name: str
+    runtime_dir: str  # the leaf directory prefix of a namespace: ``<runtime_dir>-<version>``
 
     @abstractmethod
     def namespace_for(self, toolchain: Toolchain) -> Namespace:
@@ -76,6 +100,90 @@ class Layout(ABC):
     @abstractmethod
     def write_order(self, names: list[str], marker: str, manifest: str) -> list[str]:
         """Names in the order a publisher writes them: manifest, data, then the marker."""
+
+    # -- names of an entry's files --------------------------------------------------------------
+    @abstractmethod
+    def names(self, namespace: Namespace, key: str) -> EntryNames:
+        """The names a writer gives the files of entry ``key`` in ``namespace`` (current era)."""
+
+    def version_dir(self, compiler_version: str) -> str:
+        """The namespace leaf directory of ``compiler_version`` (``neuronxcc-2.27...``)."""
+        return f"{self.runtime_dir}-{compiler_version}"
+
+    def hlo_of(self, entry: Entry) -> str | None:
+        """The name of the entry's HLO (what a recompile starts from), if it has one."""
+        name = self.names(entry.namespace, entry.key).hlo
+        return name if name is not None and name in entry.files else None
+
+    def flags_of(self, entry: Entry) -> str | None:
+        """The name of the entry's compiler-flags file, if it has one."""
+        name = self.names(entry.namespace, entry.key).flags
+        return name if name is not None and name in entry.files else None
+
+    def neff_of(self, entry: Entry) -> str | None:
+        """The name of the entry's NEFF, if it has one."""
+        name = self.names(entry.namespace, entry.key).neff
+        return name if name is not None and name in entry.files else None
+
+    def failure_log_of(self, entry: Entry) -> str | None:
+        """The name of the runtime's record of a failed compile, if the entry has one."""
+        name = self.names(entry.namespace, entry.key).failure_log
+        return name if name is not None and name in entry.files else None
+
+    def locks_of(self, entry: Entry) -> tuple[str, ...]:
+        """Names of the runtime's lock files present in the entry (none by default)."""
+        return ()
+
+    def payload_names(self, entry: Entry) -> frozenset[str]:
+        """The runtime files a manifest of this entry must cover (its NEFF, its marker)."""
+        neff = self.names(entry.namespace, entry.key).neff
+        return frozenset({neff} if neff else ())
+
+    def transferable_names(self, entry: Entry) -> list[str]:
+        """The files that make up an entry: no locks, no temp files, not the manifest."""
+        skip = {entry.manifest_name, *self.locks_of(entry)}
+        return sorted(n for n in entry.files if n not in skip and TEMP_MARKER not in n)
+
+    def raw_copy_order(self, entry: Entry) -> list[str]:
+        """Transferable names in the order a copy of an entry *without* manifest writes them:
+        the file that decides its state last (so a half copy never reads as another state)."""
+        names = self.transferable_names(entry)
+        anchor = self.state_anchor(entry)
+        return [*(n for n in names if n != anchor), *([anchor] if anchor in names else [])]
+
+    def state_anchor(self, entry: Entry) -> str | None:
+        """The file whose presence defines what readers see of a manifest-less entry (its
+        marker by default): copied last, removed last."""
+        return entry.marker_name if entry.marker_name in entry.files else None
+
+    def removal_phases(self, entry: Entry) -> list[list[str]]:
+        """An entry's names in removal phases, each phase removed before the next starts.
+
+        Entries neffcache published go in the publish order reversed: locks and the commit
+        marker, the blobs, then the manifest, whose presence keeps the remains reading as
+        uncommitted (absent). Entries a runtime wrote have no manifest: locks and marker first
+        and the file that defines what readers see (:meth:`state_anchor`) last, so a
+        half-removed entry never reads as a different entry (an EMPTY one a runtime would
+        pick up, say).
+        """
+        names = set(entry.files)
+        locks = sorted(self.locks_of(entry))
+        marker = entry.marker_name if entry.marker_name in names else None
+        anchor: str | None
+        if entry.manifest_name in names:
+            anchor = entry.manifest_name
+            first = [*locks, *([marker] if marker else [])]
+        else:
+            anchor = self.state_anchor(entry)
+            first = [*locks, *([marker] if marker and marker != anchor else [])]
+        rest = sorted(names - set(first) - {anchor})
+        phases = [first, rest, [anchor] if anchor else []]
+        return [phase for phase in phases if phase]
+
+    def is_runtime_file(self, path: str) -> bool:
+        """True for a store-relative path outside any entry that the runtime itself keeps
+        (layout A's root ``lock``): neither an entry nor garbage."""
+        return False
 
     def manifest_problems(self, files: Mapping[str, FileInfo], manifest: Manifest) -> list[str]:
         """Cheap checks a listing allows: every recorded file present with its recorded size."""

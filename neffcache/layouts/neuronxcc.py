@@ -19,7 +19,8 @@ import re
 from collections.abc import Mapping
 
 from neffcache.entry import Entry, EntryState, FileInfo, Namespace
-from neffcache.layouts.base import TARGET_DIR_RE, EntryPlan, Layout, Located, parse_target_dir
+from neffcache.instances import TARGETS
+from neffcache.layouts.base import TARGET_DIR_RE, EntryNames, EntryPlan, Layout, Located, parse_target_dir
 from neffcache.manifest import MANIFEST_NAME, Manifest
 from neffcache.toolchain import Toolchain
 
@@ -37,10 +38,34 @@ _PATH_RE = re.compile(
 )
 _NS_DIR_RE = re.compile("^" + TARGET_DIR_RE + r"neuronxcc-(?P<ver>[0-9][^/]*)$")
 KEY_PREFIX = "MODULE_"
+# libneuronxla's root lock, at the root or under a target directory neffcache added.
+_ROOT_LOCK_RE = re.compile(r"^(?:(?:" + "|".join(TARGETS) + r")-lnc[12]/)?lock$")
 
 
 class NeuronxccLayout(Layout):
     name = "neuronxcc"
+    runtime_dir = "neuronxcc"
+
+    def names(self, namespace: Namespace, key: str) -> EntryNames:
+        return EntryNames(hlo=HLO, flags=FLAGS_JSON, neff=NEFF, marker=DONE, manifest=MANIFEST_NAME,
+                          failure_log=LOG, runtime_lock=HLO + LOCK_SUFFIX)
+
+    def flags_of(self, entry: Entry) -> str | None:
+        return next((n for n in (FLAGS_JSON, FLAGS_TXT) if n in entry.files), None)
+
+    def locks_of(self, entry: Entry) -> tuple[str, ...]:
+        return tuple(sorted(n for n in entry.files if n.endswith(LOCK_SUFFIX)))
+
+    def payload_names(self, entry: Entry) -> frozenset[str]:
+        return frozenset({NEFF, entry.marker_name})
+
+    def state_anchor(self, entry: Entry) -> str | None:
+        # A NEFF without model.done is uncommitted; a legacy entry's NEFF is its marker; else
+        # the failure log makes it FAILED, else the HLO makes it EMPTY.
+        return next((n for n in (NEFF, LOG, HLO) if n in entry.files), None)
+
+    def is_runtime_file(self, path: str) -> bool:
+        return _ROOT_LOCK_RE.match(path) is not None
 
     def namespace_for(self, toolchain: Toolchain) -> Namespace:
         path = f"{toolchain.target_dir}/neuronxcc-{toolchain.compiler_version}"

@@ -20,7 +20,7 @@ import re
 from collections.abc import Mapping
 
 from neffcache.entry import Entry, EntryState, FileInfo, Namespace
-from neffcache.layouts.base import TARGET_DIR_RE, EntryPlan, Layout, Located, parse_target_dir
+from neffcache.layouts.base import TARGET_DIR_RE, EntryNames, EntryPlan, Layout, Located, parse_target_dir
 from neffcache.manifest import Manifest
 from neffcache.toolchain import Toolchain
 
@@ -38,6 +38,12 @@ def shard(key: str) -> str:
 
 class TorchNeuronLayout(Layout):
     name = "torchneuron"
+    runtime_dir = "torchneuron"
+
+    def names(self, namespace: Namespace, key: str) -> EntryNames:
+        names = self.names_for(namespace, key)
+        return EntryNames(hlo=names["hlo"], flags=names["flags"], neff=names["neff"], marker=names["neff"],
+                          manifest=names["manifest"])
 
     def namespace_for(self, toolchain: Toolchain) -> Namespace:
         path = f"{toolchain.target_dir}/torchneuron-{toolchain.compiler_version}"
