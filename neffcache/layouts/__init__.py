@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from neffcache.errors import ConfigError
-from neffcache.layouts.base import EntryNames, EntryPlan, Layout, Located
+from neffcache.layouts.base import EntryNames, EntryPlan, Layout, Located, LogLine
 from neffcache.layouts.neuronxcc import NeuronxccLayout
 from neffcache.layouts.torchneuron import TorchNeuronLayout
 
@@ -26,4 +26,4 @@ def locate(path: str) -> Located | None:
     return None
 
 
-__all__ = ["LAYOUTS", "EntryNames", "EntryPlan", "Layout", "Located", "get_layout", "locate"]
+__all__ = ["LAYOUTS", "EntryNames", "EntryPlan", "Layout", "Located", "LogLine", "get_layout", "locate"]

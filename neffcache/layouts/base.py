@@ -64,6 +64,22 @@ class EntryNames:
     runtime_lock: str | None = None  # the runtime's own "someone compiles this" file
 
 
+@dataclass(frozen=True)
+class LogLine:
+    """What one line of a runtime's log says about one graph (see each layout's
+    :meth:`Layout.parse_log_line`; the lines themselves are runtime facts and live there).
+
+    ``kind``: ``hit`` (served from the cache), ``miss`` (not found, a compile follows),
+    ``compile`` (a compiler run started), ``success`` (a compile finished and was stored),
+    ``failure`` (a compile failed, or a cached failure was skipped).
+    """
+
+    kind: str
+    entry: str | None = None  # the entry's name inside its namespace (layout A: MODULE_<g>+<f>)
+    path: str | None = None  # a file path the line names, as printed (may be a cache path)
+    key: str | None = None  # a runtime key that is not a file name (layout B's readable op key)
+
+
 class Layout(ABC):
     """How one runtime arranges entries under a root: every runtime fact has its home here.
 
@@ -179,6 +195,11 @@ class Layout(ABC):
         rest = sorted(names - set(first) - {anchor})
         phases = [first, rest, [anchor] if anchor else []]
         return [phase for phase in phases if phase]
+
+    def parse_log_line(self, line: str) -> LogLine | None:
+        """What ``line`` of this runtime's output says, or None when it is not one of its
+        cache lines."""
+        return None
 
     def is_runtime_file(self, path: str) -> bool:
         """True for a store-relative path outside any entry that the runtime itself keeps
