@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "neffcache.cli.warm_cmds",
     "neffcache.cli.prune_cmds",
     "neffcache.cli.demo_cmd",
+    "neffcache.cli.doctor_cmd",
 )
 
 EPILOG = """\b
