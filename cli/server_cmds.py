@@ -58,10 +58,7 @@ def _database_errors(command: F) -> F:
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            from sqlalchemy import exc as sa_exc
-        except ImportError:  # pragma: no cover - without the server extras _server_settings says so
-            return command(*args, **kwargs)
+        sa_exc = _server_extras()
         try:
             return command(*args, **kwargs)
         except sa_exc.ArgumentError as exc:
@@ -71,6 +68,19 @@ def _database_errors(command: F) -> F:
             raise IndexServerError(f"cannot use the database: {first}") from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _server_extras() -> Any:
+    """SQLAlchemy's exception module, or a one-line error naming the extra to install."""
+    try:
+        import alembic  # noqa: F401
+        import fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+        from sqlalchemy import exc as sa_exc
+    except ImportError as exc:
+        raise ConfigError(f"this command needs the server extras ({exc.name} is not installed): "
+                          "pip install 'neffcache[server]'") from None
+    return sa_exc
 
 
 def _redact(url: str) -> str:
@@ -130,6 +140,13 @@ def serve_cmd(host: str, port: int, database_url: str | None, data_dir: Path | N
     os.environ["NEFFCACHE_SERVER_AUTO_MIGRATE"] = "0"
     if settings.anonymous_read:
         os.environ["NEFFCACHE_SERVER_ANONYMOUS_READ"] = "1"
+    try:
+        # Bound before "serving on" is printed, with or without --workers: a port in use is one
+        # line and one exit code, not a log line from uvicorn after we claimed to serve.
+        sock = _listening_socket(host, port)
+    except OSError as exc:
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc} "
+                          "(another server there? choose another --port)") from None
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host  # noqa: S104 - comparing, not binding
     click.echo(f"neffcache index serving on http://{shown}:{port}/  (API docs: /docs, metrics: /metrics)")
     click.echo(f"database: {_redact(url)}")
@@ -139,11 +156,11 @@ def serve_cmd(host: str, port: int, database_url: str | None, data_dir: Path | N
     config = uvicorn.Config("neffcache.server.app:create_app", factory=True, host=host, port=port,
                             workers=workers, log_level=log_level, proxy_headers=True)
     if workers == 1:
-        uvicorn.Server(config).run()
+        uvicorn.Server(config).run(sockets=[sock])
         return
     from uvicorn.supervisors import Multiprocess
 
-    Multiprocess(config, sockets=[_listening_socket(host, port)]).run()
+    Multiprocess(config, sockets=[sock]).run()
 
 
 def _listening_socket(host: str, port: int) -> socket.socket:

@@ -169,10 +169,10 @@ def warm_cmd(instance: str | None, lnc: int | None, compiler_version: str | None
           --bucket SEQ=512,1024,2048 --parallel 4 --shard $JOB_COMPLETION_INDEX/4 --tag model=llama3-8b \\
           -- python train.py --seq-len {SEQ} --max-steps 2
     """
+    buckets = build_buckets(bucket_flags, matrix_file)  # a typo in the matrix fails before anything runs
     settings = _settings(stores, instance=instance, compiler=compiler, compiler_version=compiler_version,
                          index_url=index_url, token=token)
     toolchain, exe = _toolchain(settings, lnc)
-    buckets = build_buckets(bucket_flags, matrix_file)
     all_tags = {**settings.tags, **tags}
     logs = log_dir or default_cache_home() / "warm-logs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     request = WarmRequest(command, settings.instance or "", toolchain, exe, buckets, compile_patterns(patterns),

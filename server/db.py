@@ -83,6 +83,9 @@ def is_sqlite(engine: Engine | Connection) -> bool:
 
 def make_engine(url: str, *, pool_size: int = 10) -> Engine:
     parsed = make_url(url)
+    if parsed.drivername == "postgres":
+        # Heroku, many PaaS and psql itself write postgres://; SQLAlchemy dropped the alias.
+        parsed = parsed.set(drivername="postgresql")
     backend = parsed.get_backend_name()
     if backend not in ("sqlite", "postgresql"):
         raise ConfigError(f"the index supports SQLite and PostgreSQL databases, not {backend!r} "

@@ -32,6 +32,7 @@ from neffcache.errors import ConfigError
 
 _KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PLACEHOLDER_RE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_VARIABLE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 DEFAULT_KEY = "BUCKET"  # `--bucket 128,256` without a key
 
 
@@ -116,6 +117,10 @@ def parse_bucket_flags(flags: Iterable[str]) -> list[dict[str, str]]:
     for flag in flags:
         key, sep, raw = flag.partition("=")
         if not sep:
+            if _VARIABLE.match(flag.strip()):
+                # `--bucket SEQ` is a key whose values were forgotten, not one bucket named SEQ.
+                raise ConfigError(f"--bucket {flag}: no values; write --bucket {flag.strip()}=V1,V2 "
+                                  f"(a bare list such as --bucket 128,256 sets ${DEFAULT_KEY})")
             key, raw = DEFAULT_KEY, flag
         key = _check_key(key.strip(), f"--bucket {flag}")
         values = [v.strip() for v in raw.split(",") if v.strip()]
