@@ -116,6 +116,11 @@ def test_planted_control_links(tmp_path: Path, planted: str) -> None:
     for sub in ("leases/ab", "prune", "stamps", "staging/neffcache-tmp-x"):
         (sentinel / sub).mkdir(parents=True, exist_ok=True)
     (sentinel / "prune" / "journal.json").write_text('{"entries": {"x/MODULE_1+ab": ["model.neff"]}}')
+    # An orphaned last-use stamp: prune --garbage removes those (when it can reach them safely).
+    for stamps in (sentinel / "stamps", sentinel):  # reached through .neffcache, through stamps
+        gone = stamps / NS / "MODULE_404+abb26765.used"
+        gone.parent.mkdir(parents=True)
+        gone.write_bytes(b"")
     link.symlink_to(sentinel)
     before = fingerprint(sentinel)
 
