@@ -8,6 +8,26 @@ flock and let every caller "succeed".
 Shared mode (``fsx://`` or ``shared=True``) is for a mount several hosts write: files are
 group-writable (0o664), directories setgid and group-writable (0o2775) so every member of
 the training group can publish and prune, whatever its umask.
+
+Nothing leaves the root: every path below it is reached by a descriptor walk that follows no
+symlink (:mod:`neffcache.stores.safepath`), for reads, writes, renames and deletes alike,
+``.neffcache/`` and the staging directory included. Symlinks found below the root:
+
+- a link to a *file inside the root* is listed with its target's size and read through (the
+  target walked again from the root). The Hugging Face hub's cache (``snapshots/<rev>/x ->
+  ../../blobs/<sha>``), which optimum-neuron's Hub proxy reproduces, is built of such links;
+  refusing them would call good entries corrupt, and reading them cannot leave the root;
+- a link out of the root, a dangling link and a link to a directory are never followed: a
+  listing reports them in ``DirListing.problems`` (a scan makes their entry CORRUPT) and an
+  operation on a path through them raises :class:`~neffcache.errors.UnsafePath`;
+- writes and deletes act on a link itself (rename replaces it, unlink removes it), never on
+  what it points to; a write or delete whose directory is a link is refused.
+
+``local_path`` hands out a path callers open themselves (boto3 uploads, the compiler): it is
+returned only after the same walk found no link on the way (an in-root file link is resolved to
+its target's path). What is left is the window between that check and the caller's open; reads
+this store does itself (``open_read``, ``get_file``, ``put_file`` from a file below the root,
+such as a staging file) go through descriptors and have none.
 """
 
 from __future__ import annotations
