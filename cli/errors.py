@@ -21,6 +21,7 @@ ERROR_TABLE: list[tuple[type[BaseException], int, str]] = [
     (e.InvalidKey, 2, "invalid key"),
     (e.CompilerNotFound, 3, "compiler not found"),
     (e.ToolchainError, 3, "compiler error"),
+    (e.UnsafePath, 4, "unsafe path"),
     (e.AccessDenied, 4, "access denied"),
     (e.StoreUnavailable, 4, "store unavailable"),
     (e.ReadOnlyStore, 4, "read-only store"),

@@ -12,6 +12,7 @@ The hierarchy, so a caller can catch at the depth it cares about::
     ├── StoreError (OSError)                anything a store could not do
     │   ├── StoreUnavailable                tier down, bucket missing, no credentials
     │   ├── AccessDenied (PermissionError)
+    │   ├── UnsafePath                      a symlink below the root would be followed
     │   ├── EntryNotFound (KeyError)
     │   └── ReadOnlyStore
     ├── CorruptEntry                        digests or manifest do not match the files
@@ -89,6 +90,16 @@ class StoreUnavailable(StoreError):
 
 class AccessDenied(StoreError, PermissionError):
     pass
+
+
+class UnsafePath(StoreError):
+    """A path below a store root runs through a symlink that neffcache will not follow (one
+    pointing outside the root, a dangling one, or a symlinked directory). It concerns that
+    path only: a caller reports it against one entry and goes on with the rest."""
+
+    def __init__(self, path: str, reason: str, *, store: str | None = None) -> None:
+        self.reason = reason
+        super().__init__(f"unsafe path {path} in {store}: {reason}", store=store, path=path)
 
 
 class EntryNotFound(StoreError, KeyError):

@@ -8,11 +8,10 @@ what lets the next plan find and finish the entries a killed execution left half
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable
 
 from neffcache.entry import Entry
-from neffcache.errors import AccessDenied, EntryNotFound
+from neffcache.errors import EntryNotFound
 from neffcache.layouts import get_layout
 from neffcache.stores.base import CONTROL_DIR, Store
 from neffcache.stores.local import LocalStore
@@ -45,35 +44,16 @@ def discard(store: Store, paths: list[str], *, prune_dirs: bool = True) -> None:
 
 
 def _unlink_local(store: LocalStore, paths: list[str], *, prune_dirs: bool) -> None:
-    root = str(store.root)
-    parents: set[str] = set()
-    for path in paths:
-        try:
-            os.unlink(f"{root}/{path}")
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        except PermissionError as exc:
-            raise AccessDenied(f"cannot delete {root}/{path}: {exc.strerror}", store=store.url, path=path) from exc
-        parents.add(path.rpartition("/")[0])
-    if prune_dirs:
-        remove_empty_dirs(store, parents)
+    # Through the store's descriptor walk: a symlinked directory on the way is refused, never
+    # followed (a planted ``.neffcache -> /home/x`` must not turn a prune into ``rm`` there).
+    store.unlink_many(paths, prune_dirs=prune_dirs, control=True)
 
 
 def remove_empty_dirs(store: Store, directories: Iterable[str]) -> None:
     """Remove each directory and its parents while they are empty (local stores; never the root)."""
     if not isinstance(store, LocalStore):
         return  # object stores have no directories
-    root = str(store.root)
-    full: set[str] = set()  # directories found not empty: every entry of a namespace shares one
-    for directory in sorted(set(directories), key=lambda p: p.count("/"), reverse=True):
-        rel = directory
-        while rel and rel not in full:
-            try:
-                os.rmdir(f"{root}/{rel}")
-            except OSError:
-                full.add(rel)
-                break
-            rel = rel.rpartition("/")[0]
+    store.remove_empty_dirs(directories, control=True)
 
 
 def drop_leases(store: Store, paths: list[str]) -> None:

@@ -37,6 +37,7 @@ from neffcache.publish import publish_lease_name
 from neffcache.scan import ScanReport
 from neffcache.stamps import STAMP_DIR
 from neffcache.stores.base import CONTROL_DIR, Store
+from neffcache.stores.local import LocalStore
 
 STAGING_DIR = f"{CONTROL_DIR}/staging"
 _NAMESPACE_DIR = re.compile(r"(?:^|/)(?:neuronxcc|torchneuron)-[0-9][^/]*/")
@@ -107,7 +108,7 @@ class LockJudge:
         self.policy = policy
         self.now = now
         self.live = live
-        self.local = store.local_path(CONTROL_DIR) is not None  # a filesystem: /proc/locks can see its locks
+        self.local = isinstance(store, LocalStore)  # a filesystem: /proc/locks can see its locks
         self.held = held_file_locks() if self.local else set()
 
     def why_live(self, entry_path: str, lock: FileInfo) -> str | None:
@@ -119,8 +120,8 @@ class LockJudge:
         if holder:
             return f"live lease held by {holder}"
         if self.local:
-            local = self.store.local_path(lock.path)
-            try:
+            try:  # local_path refuses a lock reached through a symlink (UnsafePath, an OSError)
+                local = self.store.local_path(lock.path)
                 st = os.stat(local) if local is not None else None
             except OSError:
                 st = None

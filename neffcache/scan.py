@@ -9,6 +9,7 @@ contradict themselves are reported as CORRUPT with their problems, never raised
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import logging
 import time
@@ -114,6 +115,7 @@ class ScanReport:
 class _Group:
     located: Located
     files: dict[str, FileInfo] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)  # what the listing would not follow or read
 
 
 def group_files(files: Iterable[FileInfo], progress: Progress | None = None
@@ -124,9 +126,12 @@ def group_files(files: Iterable[FileInfo], progress: Progress | None = None
     return group_dirs(listings, progress)
 
 
-def group_dirs(listings: Iterable[DirListing], progress: Progress | None = None
-               ) -> tuple[dict[str, _Group], list[FileInfo], int]:
-    """:func:`group_files` for listings by directory (``Store.iter_dirs``): the fast path."""
+def group_dirs(listings: Iterable[DirListing], progress: Progress | None = None,
+               warnings: list[str] | None = None) -> tuple[dict[str, _Group], list[FileInfo], int]:
+    """:func:`group_files` for listings by directory (``Store.iter_dirs``): the fast path.
+
+    A listing's problems (a symlink not followed, an unreadable directory) make the entry they
+    lie in CORRUPT with the reason; one outside any entry is added to ``warnings``."""
     groups: dict[str, _Group] = {}
     garbage: list[FileInfo] = []
     control = 0
@@ -140,7 +145,9 @@ def group_dirs(listings: Iterable[DirListing], progress: Progress | None = None
     entry_dirs: dict[str, _Group | None] = {}
     namespaces: dict[str, Namespace | None] = {}
     for listing in listings:
-        directory, names, files = listing
+        directory, names, files, problems = listing
+        if problems:
+            _place_problems(directory, problems, groups, namespaces, warnings)
         if progress is not None:
             before, count = count, count + len(files)
             if count // 5000 != before // 5000:
@@ -169,7 +176,8 @@ def group_dirs(listings: Iterable[DirListing], progress: Progress | None = None
             found = neuronxcc.locate_dir(directory, namespaces)
             group = entry_dirs[directory] = _Group(found) if found is not None else None
             if group is not None:
-                groups[group.located.path] = group
+                # A listing's problem may have made the entry's group already.
+                group = entry_dirs[directory] = groups.setdefault(group.located.path, group)
         if group is not None:
             group.files.update(zip(names, files, strict=True))
             continue
@@ -188,6 +196,25 @@ def group_dirs(listings: Iterable[DirListing], progress: Progress | None = None
                 other = groups[located.path] = _Group(located)
             other.files[located.name] = info
     return groups, garbage, control
+
+
+def _place_problems(directory: str, problems: tuple[tuple[str, str], ...], groups: dict[str, _Group],
+                    namespaces: dict[str, Namespace | None], warnings: list[str] | None) -> None:
+    neuronxcc = LAYOUTS["neuronxcc"]
+    assert isinstance(neuronxcc, NeuronxccLayout)
+    for name, reason in problems:
+        path = f"{directory}/{name}" if directory else name
+        # In an entry's directory, or the entry's directory itself (layout B: a file's entry).
+        found = (neuronxcc.locate_dir(directory, namespaces) or neuronxcc.locate_dir(path, namespaces)
+                 or locate(path))
+        if found is None:
+            if warnings is not None:
+                warnings.append(f"{path}: {reason}")
+            continue
+        group = groups.get(found.path)
+        if group is None:
+            group = groups[found.path] = _Group(found)
+        group.problems.append(f"{path}: {reason}")
 
 
 @contextlib.contextmanager
@@ -232,8 +259,8 @@ def scan(store: Store, *, prefix: str = "", read_manifests: bool = False, layout
 
 def _scan(store: Store, started: float, *, prefix: str, read_manifests: bool, layout: str | None,
           progress: Progress | None, workers: int) -> ScanReport:
-    groups, garbage, control = group_dirs(store.iter_dirs(prefix), progress)
     warnings: list[str] = []
+    groups, garbage, control = group_dirs(store.iter_dirs(prefix), progress, warnings)
 
     def build(group: _Group) -> Entry:
         lay = LAYOUTS[group.located.namespace.layout]
@@ -242,7 +269,11 @@ def _scan(store: Store, started: float, *, prefix: str, read_manifests: bool, la
             name = lay.plan_entry(group.located.namespace, group.located.key).manifest_name
             if name in group.files:
                 manifest, error = _read_manifest(store, group, name)
-        return lay.classify(group.located, group.files, manifest, error)
+        entry = lay.classify(group.located, group.files, manifest, error)
+        if group.problems:
+            entry = dataclasses.replace(entry, state=EntryState.CORRUPT, committed=True,
+                                        problems=(*entry.problems, *group.problems))
+        return entry
 
     selected = [g for g in groups.values() if layout is None or g.located.namespace.layout == layout]
     if read_manifests and len(selected) > 1:

@@ -72,7 +72,8 @@ def _messy_root(root: Path) -> None:
     _touch(root / f"{shard(KEY)}.neffcache.json", b"{}")  # a bare layout-B manifest, no NEFF
     _touch(root / "stray" / "file.bin")
     _touch(root / f"neuronxcc-{VERSION}" / "not-a-module" / "model.neff")
-    (root / "link.neff").symlink_to(ok / "model.neff")  # not a regular file: not listed
+    # A link to a file inside the root is listed like the file (the HF hub's blob links).
+    (root / "link.neff").symlink_to(ok / "model.neff")
 
 
 def _same(a: ScanReport, b: ScanReport) -> None:
@@ -99,7 +100,7 @@ def test_listing_by_directory_matches_file_by_file(tmp_path: Path) -> None:
     assert len(fast.uncommitted) == 2  # the layout-A entry without model.done, the bare manifest
     assert {g.path.rsplit("/", 1)[-1] for g in fast.garbage} == {
         f".model.neff{TEMP_MARKER}abc", f".model.neff{TEMP_MARKER}def", f".x.lease{TEMP_MARKER}123",
-        "file.bin", "model.neff",
+        "file.bin", "model.neff", "link.neff",
     }
     assert fast.control_files == 3
     ok = next(e for e in fast.entries if e.extra)

@@ -37,11 +37,17 @@ class DirListing(NamedTuple):
     ``files[i].path`` is ``directory/names[i]`` (``names[i]`` at the root, where ``directory``
     is ""): a scan resolves the directory once and keys the files by name without splitting
     every path again.
+
+    ``problems`` are (name, reason) pairs of what the listing found in the directory and did
+    not follow or could not read: a symlink out of the root, a dangling one, a symlinked
+    directory, an unreadable subdirectory. A scan reports each against the entry it lies in
+    (which is then CORRUPT) instead of stopping. Object stores have none.
     """
 
     directory: str
     names: list[str]
     files: list[FileInfo]
+    problems: tuple[tuple[str, str], ...] = ()
 
 
 class Store(ABC):

@@ -8,69 +8,176 @@ flock and let every caller "succeed".
 Shared mode (``fsx://`` or ``shared=True``) is for a mount several hosts write: files are
 group-writable (0o664), directories setgid and group-writable (0o2775) so every member of
 the training group can publish and prune, whatever its umask.
+
+Nothing leaves the root: every path below it is reached by a descriptor walk that follows no
+symlink (:mod:`neffcache.stores.safepath`), for reads, writes, renames and deletes alike,
+``.neffcache/`` and the staging directory included. Symlinks found below the root:
+
+- a link to a *file inside the root* is listed with its target's size and read through (the
+  target walked again from the root). The Hugging Face hub's cache (``snapshots/<rev>/x ->
+  ../../blobs/<sha>``), which optimum-neuron's Hub proxy reproduces, is built of such links;
+  refusing them would call good entries corrupt, and reading them cannot leave the root;
+- a link out of the root, a dangling link and a link to a directory are never followed: a
+  listing reports them in ``DirListing.problems`` (a scan makes their entry CORRUPT) and an
+  operation on a path through them raises :class:`~neffcache.errors.UnsafePath`;
+- writes and deletes act on a link itself (rename replaces it, unlink removes it), never on
+  what it points to; a write or delete whose directory is a link is refused.
+
+``local_path`` hands out a path callers open themselves (boto3 uploads, the compiler): it is
+returned only after the same walk found no link on the way (an in-root file link is resolved to
+its target's path). What is left is the window between that check and the caller's open; reads
+this store does itself (``open_read``, ``get_file``, ``put_file`` from a file below the root,
+such as a staging file) go through descriptors and have none.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import secrets
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import BinaryIO
 
 from neffcache.entry import FileInfo
-from neffcache.errors import AccessDenied, EntryNotFound, StoreError, StoreUnavailable
+from neffcache.errors import AccessDenied, EntryNotFound, StoreError, StoreUnavailable, UnsafePath
 from neffcache.keys import safe_relpath
 from neffcache.layouts.base import TEMP_MARKER
 from neffcache.stores.base import CONTROL_DIR, DirListing, Source, Store
+from neffcache.stores.safepath import DIR_FLAGS, SafeRoot, copy_fd, write_all
+
+log = logging.getLogger(__name__)
 
 SHARED_FILE_MODE = 0o664
 SHARED_DIR_MODE = 0o2775
 
 
-def _list_dirs(directories: list[str], root_len: int) -> tuple[list[str], list[DirListing]]:
-    """List a batch of directories: (their subdirectories, their regular files)."""
+def _dir_problem(safe: SafeRoot, fd: int, name: str, exc: OSError) -> str | None:
+    """Why a subdirectory could not be opened, or None when it just went away meanwhile."""
+    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+        return "a symlinked directory (not followed)" if safe.is_link(fd, name) else None
+    return f"unreadable directory ({exc.strerror or exc})"
+
+
+def _list_fd(safe: SafeRoot, fd: int, rel: str) -> tuple[list[str], DirListing | None]:
+    """List one open directory: (its subdirectory names, its files and problems)."""
+    prefix = rel + "/" if rel else ""
+    subdirs: list[str] = []
+    names: list[str] = []
+    files: list[FileInfo] = []
+    problems: list[tuple[str, str]] = []
+    add_dir, add_name, add_file, new = subdirs.append, names.append, files.append, tuple.__new__
+    with os.scandir(fd) as it:
+        for item in it:
+            # d_type answers is_dir/is_file without a syscall: stat regular files only.
+            try:
+                if item.is_dir(follow_symlinks=False):
+                    add_dir(item.name)
+                    continue
+                if item.is_file(follow_symlinks=False):
+                    st = item.stat(follow_symlinks=False)
+                    if st.st_mode & 0o170000 != 0o100000:  # no longer a regular file
+                        continue
+                elif item.is_symlink():
+                    try:
+                        st = safe.resolve_listed_link(fd, rel, item.name)
+                    except UnsafePath as exc:
+                        problems.append((item.name, exc.reason))
+                        continue
+                else:
+                    continue  # sockets, FIFOs, devices: nothing a cache holds
+            except (FileNotFoundError, NotADirectoryError):
+                continue  # removed while we listed: a concurrent prune or publish
+            name = item.name
+            add_name(name)
+            # tuple.__new__ skips the NamedTuple's Python-level __new__: this runs once per
+            # file, hundreds of thousands of times a scan.
+            add_file(new(FileInfo, (prefix + name, st.st_size, st.st_mtime)))
+    if files or problems:
+        return subdirs, DirListing(rel, names, files, tuple(problems))
+    return subdirs, None
+
+
+def _list_rels(safe: SafeRoot, directories: list[str]) -> tuple[list[str], list[DirListing]]:
+    """List a batch of directories by path, each opened by a walk from the root (threads)."""
     subdirs: list[str] = []
     listings: list[DirListing] = []
-    add_dir, new = subdirs.append, tuple.__new__
-    for directory in directories:
-        rel = directory[root_len:]
-        prefix = rel + "/" if rel else ""
-        names: list[str] = []
-        files: list[FileInfo] = []
-        add_name, add_file = names.append, files.append
+    for rel in directories:
         try:
-            with os.scandir(directory) as it:
-                for item in it:
-                    # d_type answers is_dir/is_file without a syscall: stat regular files only.
-                    try:
-                        if item.is_dir(follow_symlinks=False):
-                            add_dir(item.path)
-                            continue
-                        if not item.is_file(follow_symlinks=False):
-                            continue
-                        st = item.stat(follow_symlinks=False)
-                    except FileNotFoundError:
-                        continue  # removed while we listed: a concurrent prune or publish
-                    if st.st_mode & 0o170000 == 0o100000:  # still a regular file
-                        name = item.name
-                        add_name(name)
-                        # tuple.__new__ skips the NamedTuple's Python-level __new__: this runs
-                        # once per file, hundreds of thousands of times a scan.
-                        add_file(new(FileInfo, (prefix + name, st.st_size, st.st_mtime)))
+            fd = safe.open_dir(rel)
         except (FileNotFoundError, NotADirectoryError):
             continue
-        if files:
-            listings.append(DirListing(rel, names, files))
+        except UnsafePath as exc:
+            head, _, name = rel.rpartition("/")
+            listings.append(DirListing(head, [], [], ((name, exc.reason),)))
+            continue
+        except OSError as exc:
+            head, _, name = rel.rpartition("/")
+            listings.append(DirListing(head, [], [], ((name, f"unreadable directory ({exc.strerror})"),)))
+            continue
+        try:
+            names, listing = _list_fd(safe, fd, rel)
+        except OSError as exc:
+            head, _, name = rel.rpartition("/")
+            listings.append(DirListing(head, [], [], ((name, f"unreadable directory ({exc.strerror})"),)))
+            continue
+        finally:
+            os.close(fd)
+        prefix = rel + "/" if rel else ""
+        subdirs.extend(prefix + n for n in names)
+        if listing is not None:
+            listings.append(listing)
     return subdirs, listings
 
 
 def temp_name(name: str) -> str:
     return f".{name}{TEMP_MARKER}{secrets.token_hex(6)}"
+
+
+class _Dirs:
+    """Directory descriptors of one batch operation: each ancestor is walked to once (a prune
+    of 100k entries opens each namespace directory once, not once per file)."""
+
+    LIMIT = 256  # descriptors held at most; the cache starts over beyond
+
+    def __init__(self, safe: SafeRoot) -> None:
+        self.safe = safe
+        self.fds: dict[str, int] = {}
+
+    def __enter__(self) -> _Dirs:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def open(self, rel: str) -> int:
+        """The directory's descriptor, owned by the cache (do not close it)."""
+        fd = self.fds.get(rel)
+        if fd is not None:
+            return fd
+        if rel:
+            head = rel.rpartition("/")[0]
+            fd = self.safe.open_dir(rel, base=(self.open(head), head))
+        else:
+            fd = self.safe.open_root()
+        if len(self.fds) >= self.LIMIT:
+            self.close()
+        self.fds[rel] = fd
+        return fd
+
+    def forget(self, rel: str) -> None:
+        fd = self.fds.pop(rel, None)
+        if fd is not None:
+            os.close(fd)
+
+    def close(self) -> None:
+        fds, self.fds = self.fds, {}
+        for fd in fds.values():
+            os.close(fd)
 
 
 class LocalStore(Store):
@@ -86,39 +193,38 @@ class LocalStore(Store):
         self.list_workers = list_workers if list_workers is not None else (16 if shared else 1)
         super().__init__(url or ("fsx://" if shared else "file://") + str(self.root), read_only=read_only)
         self._control = self.root / CONTROL_DIR
+        # The root is reopened by path for every operation (not one descriptor held): a root
+        # that is replaced (a remount, a restore) is then served like before.
+        self._safe = SafeRoot(str(self.root), self.url, dir_mode=SHARED_DIR_MODE if shared else None)
         if not self.root.exists():
             if create and not read_only:
-                self._makedirs(self.root)
+                self._make_root()
             else:
                 raise StoreUnavailable(f"cache root {self.root} does not exist", store=self.url)
         elif not self.root.is_dir():
             raise StoreUnavailable(f"cache root {self.root} is not a directory", store=self.url)
 
     # -- paths --------------------------------------------------------------------------------
-    def _abs(self, path: str) -> Path:
-        return self.root / safe_relpath(path)
-
     def local_path(self, path: str) -> Path | None:
-        return self._abs(path)
+        """The file's path, checked: no component below the root is a symlink, and an in-root
+        file link is resolved to its target (callers hand the path to boto3 and to the
+        compiler, which take no descriptor). Raises UnsafePath otherwise."""
+        rel = safe_relpath(path)
+        try:
+            real, _ = self._safe.stat(rel)
+        except (FileNotFoundError, NotADirectoryError):
+            return self.root / rel  # nothing there: the caller's own open says so
+        except PermissionError as exc:
+            raise AccessDenied(f"cannot read {self.root / rel}: {exc.strerror}", store=self.url, path=path) from exc
+        return self.root / real
 
-    def _makedirs(self, directory: Path) -> None:
-        for attempt in range(5):
-            try:
-                self._makedirs_once(directory)
-                return
-            except StoreError as exc:
-                # A concurrent delete pruned an empty parent between our mkdir calls: again.
-                if not isinstance(exc.__cause__, FileNotFoundError) or attempt == 4:
-                    raise
-
-    def _makedirs_once(self, directory: Path) -> None:
-        if directory.is_dir():
-            return
+    def _make_root(self) -> None:
+        # The root itself is the operator's choice: made by path, symlinks above it are theirs.
         try:
             if self.shared:
                 # mkdir's mode is filtered by the umask: set the bits explicitly afterwards.
                 missing = []
-                probe = directory
+                probe = self.root
                 while not probe.exists():
                     missing.append(probe)
                     probe = probe.parent
@@ -127,11 +233,11 @@ class LocalStore(Store):
                         d.mkdir()
                         os.chmod(d, SHARED_DIR_MODE)
             else:
-                directory.mkdir(parents=True, exist_ok=True)
+                self.root.mkdir(parents=True, exist_ok=True)
         except PermissionError as exc:
-            raise AccessDenied(f"cannot create {directory}: {exc.strerror}", store=self.url) from exc
+            raise AccessDenied(f"cannot create {self.root}: {exc.strerror}", store=self.url) from exc
         except OSError as exc:
-            raise StoreError(f"cannot create {directory}: {exc.strerror}", store=self.url) from exc
+            raise StoreError(f"cannot create {self.root}: {exc.strerror}", store=self.url) from exc
 
     # -- primitives ---------------------------------------------------------------------------
     def iter_files(self, prefix: str = "") -> Iterator[FileInfo]:
@@ -139,17 +245,24 @@ class LocalStore(Store):
             yield from listing.files
 
     def iter_dirs(self, prefix: str = "") -> Iterator[DirListing]:
-        start = self._abs(prefix) if prefix else self.root
-        root_len = len(str(self.root)) + 1
-        pending = [str(start)]
-        # Sequential while there is at most one directory to list: an entry directory (the
-        # common small listing, load_entry's) costs no thread pool.
-        while len(pending) == 1 or (pending and self.list_workers <= 1):
-            subdirs, listings = _list_dirs([pending.pop()], root_len)
-            pending.extend(subdirs)
-            yield from listings
-        if not pending:
+        start = safe_relpath(prefix) if prefix else ""
+        try:
+            fd = self._safe.open_dir(start)
+        except (FileNotFoundError, NotADirectoryError):
             return
+        except PermissionError as exc:
+            raise AccessDenied(f"cannot list {self.root / start}: {exc.strerror}", store=self.url) from exc
+        if self.list_workers <= 1:
+            yield from self._walk(fd, start)
+            return
+        try:
+            subdirs, listing = _list_fd(self._safe, fd, start)
+        finally:
+            os.close(fd)
+        if listing is not None:
+            yield listing
+        prefix_ = start + "/" if start else ""
+        pending = [prefix_ + n for n in subdirs]
         # On Lustre/NFS every stat is a round trip to a metadata server: list many directories
         # at once. Batches keep the per-task overhead small next to the syscalls.
         with ThreadPoolExecutor(self.list_workers, thread_name_prefix="neffcache-list") as pool:
@@ -158,144 +271,321 @@ class LocalStore(Store):
                 while pending and len(running) < self.list_workers * 2:
                     size = max(1, min(64, len(pending) // self.list_workers))
                     batch, pending = pending[:size], pending[size:]
-                    running.add(pool.submit(_list_dirs, batch, root_len))
+                    running.add(pool.submit(_list_rels, self._safe, batch))
                 done, running = wait(running, return_when=FIRST_COMPLETED)
                 for future in done:
-                    subdirs, listings = future.result()
-                    pending.extend(subdirs)
+                    more, listings = future.result()
+                    pending.extend(more)
                     yield from listings
 
-    def stat(self, path: str) -> FileInfo | None:
+    def _walk(self, fd: int, start: str) -> Iterator[DirListing]:
+        """Depth first from the open directory ``fd``, each subdirectory opened relative to its
+        parent: no path is resolved twice, and at most one descriptor per level is held."""
+        frames: list[tuple[int, str, Iterator[str]]] = [(fd, start, iter(()))]
         try:
-            st = self._abs(path).stat()
+            subdirs, listing = _list_fd(self._safe, fd, start)
+            frames[0] = (fd, start, iter(subdirs))
+            if listing is not None:
+                yield listing
+            while frames:
+                pfd, prel, names = frames[-1]
+                name = next(names, None)
+                if name is None:
+                    frames.pop()
+                    os.close(pfd)
+                    continue
+                rel = f"{prel}/{name}" if prel else name
+                try:
+                    cfd = os.open(name, DIR_FLAGS, dir_fd=pfd)
+                except FileNotFoundError:
+                    continue
+                except OSError as exc:
+                    reason = _dir_problem(self._safe, pfd, name, exc)
+                    if reason is not None:
+                        yield DirListing(prel, [], [], ((name, reason),))
+                    continue
+                try:
+                    subdirs, listing = _list_fd(self._safe, cfd, rel)
+                except OSError as exc:
+                    os.close(cfd)
+                    yield DirListing(prel, [], [], ((name, f"unreadable directory ({exc.strerror})"),))
+                    continue
+                frames.append((cfd, rel, iter(subdirs)))
+                if listing is not None:
+                    yield listing
+        finally:
+            for frame in frames:
+                os.close(frame[0])
+
+    def stat(self, path: str) -> FileInfo | None:
+        rel = safe_relpath(path)
+        try:
+            _, st = self._safe.stat(rel)
         except (FileNotFoundError, NotADirectoryError):
             return None
-        return FileInfo(safe_relpath(path), st.st_size, st.st_mtime)
+        return FileInfo(rel, st.st_size, st.st_mtime)
+
+    def _open_fd(self, path: str) -> int:
+        try:
+            return self._safe.open_file(safe_relpath(path))
+        except (FileNotFoundError, NotADirectoryError):
+            raise EntryNotFound(f"{path} not found in {self.url}", store=self.url, path=path) from None
+        except PermissionError as exc:
+            raise AccessDenied(f"cannot read {path} in {self.url}: {exc.strerror}", store=self.url,
+                               path=path) from exc
 
     @contextlib.contextmanager
     def open_read(self, path: str) -> Iterator[BinaryIO]:
-        try:
-            stream = open(self._abs(path), "rb")  # noqa: SIM115 - closed below
-        except (FileNotFoundError, NotADirectoryError):
-            raise EntryNotFound(f"{path} not found in {self.url}", store=self.url, path=path) from None
-        with stream:
+        with os.fdopen(self._open_fd(path), "rb") as stream:
             yield stream
 
     def get_file(self, path: str, dest: Path) -> None:
+        src = self._open_fd(path)
         try:
-            shutil.copyfile(self._abs(path), dest)
-        except (FileNotFoundError, NotADirectoryError):
-            raise EntryNotFound(f"{path} not found in {self.url}", store=self.url, path=path) from None
+            out = self._open_dest(dest)
+            try:
+                copy_fd(src, out)
+            finally:
+                os.close(out)
+        finally:
+            os.close(src)
+
+    def _open_dest(self, dest: Path) -> int:
+        """Open a caller's local file for writing; one below our root (a staging file) is
+        reached by the walk, so a swapped link cannot redirect it."""
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+        rel = self._safe.under(dest)
+        if rel is None:
+            return os.open(dest, flags, 0o644)
+        with self._safe.parent(rel) as (fd, name):
+            return os.open(name, flags | os.O_NOFOLLOW, 0o644, dir_fd=fd)
+
+    def _open_source(self, source: Path) -> int:
+        rel = self._safe.under(source)
+        if rel is None:
+            return os.open(source, os.O_RDONLY | os.O_CLOEXEC)
+        return self._safe.open_file(rel)
 
     def _put_file(self, path: str, source: Source, *, exclusive: bool, move: bool) -> bool:
-        final = self._abs(path)
-        if exclusive and final.exists():
-            return False  # cheap early answer; link(2) below is the real arbiter
-        tmp = final.parent / temp_name(final.name)
+        rel = safe_relpath(path)
+        head, _, name = rel.rpartition("/")
         try:
             for attempt in range(3):
-                self._makedirs(final.parent)
+                fd = self._safe.open_dir(head, create=True)
                 try:
-                    self._write_temp(tmp, source, move=move)
-                    break
-                except FileNotFoundError:
-                    # A concurrent prune removed the (then empty) directory: make it again.
-                    if attempt == 2 or (isinstance(source, Path) and not source.exists()):
-                        raise
+                    if exclusive and _lexists(fd, name):
+                        return False  # cheap early answer; link(2) below is the real arbiter
+                    tmp = temp_name(name)
+                    try:
+                        self._write_temp(fd, tmp, source, move=move)
+                    except FileNotFoundError:
+                        # A concurrent prune removed the (then empty) directory: make it again.
+                        if attempt == 2 or (isinstance(source, Path) and not source.exists()):
+                            raise
+                        continue
+                    return self._publish_temp(fd, tmp, name, exclusive=exclusive)
+                finally:
+                    os.close(fd)
+        except UnsafePath:
+            raise
+        except PermissionError as exc:
+            raise AccessDenied(f"cannot write {self.root / rel}: {exc.strerror}", store=self.url, path=path) from exc
+        except OSError as exc:
+            if exc.errno == errno.EROFS:
+                raise AccessDenied(f"{self.root} is mounted read-only", store=self.url) from exc
+            message = f"cannot write {self.root / rel}: {exc.strerror or exc}"
+            raise StoreError(message, store=self.url, path=path) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    @staticmethod
+    def _publish_temp(fd: int, tmp: str, name: str, *, exclusive: bool) -> bool:
+        try:
             if exclusive:
                 try:
-                    os.link(tmp, final)
+                    # follow_symlinks=False: link the temp file itself (it is one, O_NOFOLLOW made it).
+                    os.link(tmp, name, src_dir_fd=fd, dst_dir_fd=fd, follow_symlinks=False)
                 except FileExistsError:
                     return False
                 finally:
-                    tmp.unlink(missing_ok=True)
+                    _unlink_quietly(fd, tmp)
             else:
-                os.replace(tmp, final)
-        except PermissionError as exc:
-            tmp.unlink(missing_ok=True)
-            raise AccessDenied(f"cannot write {final}: {exc.strerror}", store=self.url, path=path) from exc
-        except OSError as exc:
-            tmp.unlink(missing_ok=True)
-            if exc.errno == errno.EROFS:
-                raise AccessDenied(f"{self.root} is mounted read-only", store=self.url) from exc
-            message = f"cannot write {final}: {exc.strerror or exc}"
-            raise StoreError(message, store=self.url, path=path) from exc
+                # rename(2) replaces a name that is a symlink by the file; it never writes through it.
+                os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
         except BaseException:
-            tmp.unlink(missing_ok=True)  # Ctrl-C mid-copy: leave no temp file behind
+            _unlink_quietly(fd, tmp)  # Ctrl-C mid-way too: leave no temp file behind
             raise
         return True
 
-    def _write_temp(self, tmp: Path, source: Source, *, move: bool) -> None:
-        if isinstance(source, bytes):
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            with os.fdopen(fd, "wb") as out:
-                out.write(source)
-        elif move:
+    def _write_temp(self, fd: int, tmp: str, source: Source, *, move: bool) -> None:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            if isinstance(source, bytes):
+                out = os.open(tmp, flags, 0o644, dir_fd=fd)
+                try:
+                    write_all(out, source)
+                    self._finish(out)
+                finally:
+                    os.close(out)
+                return
+            if move and self._move_in(fd, tmp, source):
+                if self.shared:
+                    out = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+                    try:
+                        self._finish(out)
+                    finally:
+                        os.close(out)
+                return
+            src = self._open_source(source)
             try:
-                os.rename(source, tmp)  # same filesystem: no copy at all
-            except OSError as exc:
-                if exc.errno != errno.EXDEV:
-                    raise
-                shutil.copyfile(source, tmp)
-        else:
-            shutil.copyfile(source, tmp)
+                out = os.open(tmp, flags, 0o644, dir_fd=fd)
+                try:
+                    copy_fd(src, out)
+                    self._finish(out)
+                finally:
+                    os.close(out)
+            finally:
+                os.close(src)
+        except BaseException:
+            _unlink_quietly(fd, tmp)  # Ctrl-C mid-copy: leave no temp file behind
+            raise
+
+    def _move_in(self, fd: int, tmp: str, source: Path) -> bool:
+        """Rename ``source`` to ``tmp`` (False: another filesystem, copy instead)."""
+        rel = self._safe.under(source)
+        try:
+            if rel is None:
+                os.rename(source, tmp, dst_dir_fd=fd)
+            else:
+                with self._safe.parent(rel) as (sfd, sname):
+                    os.rename(sname, tmp, src_dir_fd=sfd, dst_dir_fd=fd)
+        except OSError as exc:
+            if exc.errno != errno.EXDEV:
+                raise
+            return False
+        return True
+
+    def _finish(self, fd: int) -> None:
         if self.shared:
-            os.chmod(tmp, SHARED_FILE_MODE)
+            os.fchmod(fd, SHARED_FILE_MODE)
             # A host that crashes (not just a killed process) after the rename must not leave
             # every other host a NEFF whose blocks never reached the servers: flush first.
-            fd = os.open(tmp, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            os.fsync(fd)
 
     def _delete(self, paths: list[str]) -> int:
+        return self.unlink_many([safe_relpath(p) for p in paths])
+
+    def unlink_many(self, paths: list[str], *, prune_dirs: bool = True, control: bool = False) -> int:
+        """Unlink store-relative ``paths`` (already safe), each directory walked to once; a name
+        that is a symlink loses the link, never its target. Returns how many existed.
+
+        ``prune_dirs`` removes the directories the unlinks emptied (``control``: also those
+        under ``.neffcache/``, which otherwise churn and are kept)."""
         removed = 0
-        parents: set[Path] = set()
+        parents: set[str] = set()
+        by_dir: dict[str, list[str]] = {}
         for path in paths:
-            target = self._abs(path)
-            try:
-                target.unlink()
-                removed += 1
-                parents.add(target.parent)
-            except (FileNotFoundError, NotADirectoryError):
-                continue
-            except PermissionError as exc:
-                raise AccessDenied(f"cannot delete {target}: {exc.strerror}", store=self.url) from exc
+            head, _, name = path.rpartition("/")
+            by_dir.setdefault(head, []).append(name)
+        with _Dirs(self._safe) as dirs:
+            for head, names in by_dir.items():
+                try:
+                    fd = dirs.open(head)
+                except (FileNotFoundError, NotADirectoryError):
+                    continue
+                except PermissionError as exc:
+                    raise AccessDenied(f"cannot delete in {self.root / head}: {exc.strerror}", store=self.url,
+                                       path=head) from exc
+                for name in names:
+                    try:
+                        os.unlink(name, dir_fd=fd)
+                    except (FileNotFoundError, NotADirectoryError):
+                        continue
+                    except PermissionError as exc:
+                        path = f"{head}/{name}" if head else name
+                        raise AccessDenied(f"cannot delete {self.root / path}: {exc.strerror}", store=self.url,
+                                           path=path) from exc
+                    removed += 1
+                    parents.add(head)
         # Empty entry and shard directories would otherwise pile up (and slow every scan).
-        for parent in sorted(parents, key=lambda p: len(p.parts), reverse=True):
-            self._prune_empty_dirs(parent)
+        if prune_dirs:
+            self.remove_empty_dirs(parents, control=control)
         return removed
 
-    def _prune_empty_dirs(self, directory: Path) -> None:
-        # Control directories (lease shards...) churn constantly and are few: keep them.
-        if self._control in (directory, *directory.parents):
-            return
-        while directory != self.root and self.root in directory.parents:
-            try:
-                directory.rmdir()
-            except OSError:
-                return
-            directory = directory.parent
+    def remove_empty_dirs(self, directories: Iterable[str], *, control: bool = False) -> None:
+        """Remove each directory and its parents while they are empty; never the root, never
+        through a symlink (rmdir of a link fails), and ``.neffcache/`` only with ``control``."""
+        full: set[str] = set()  # found not empty: every entry of a namespace shares one parent
+        with _Dirs(self._safe) as dirs:
+            for directory in sorted(set(directories), key=lambda p: p.count("/"), reverse=True):
+                rel = directory
+                while rel and rel not in full:
+                    if not control and (rel == CONTROL_DIR or rel.startswith(CONTROL_DIR + "/")):
+                        break  # lease shards and the like churn constantly and are few: keep them
+                    head = rel.rpartition("/")[0]
+                    try:
+                        fd = dirs.open(head)
+                        dirs.forget(rel)
+                        os.rmdir(rel.rpartition("/")[2], dir_fd=fd)
+                    except OSError:
+                        full.add(rel)
+                        break
+                    rel = head
 
     def move(self, src: str, dst: str) -> None:
         self.check_writable()
-        target = self._abs(dst)
-        self._makedirs(target.parent)
+        s, d = safe_relpath(src), safe_relpath(dst)
+        shead, _, sname = s.rpartition("/")
         try:
-            os.replace(self._abs(src), target)
-        except FileNotFoundError:
+            sfd = self._safe.open_dir(shead)
+            try:
+                with self._safe.parent(d, create=True) as (dfd, dname):
+                    os.replace(sname, dname, src_dir_fd=sfd, dst_dir_fd=dfd)
+            finally:
+                os.close(sfd)
+        except (FileNotFoundError, NotADirectoryError):
             raise EntryNotFound(f"{src} not found in {self.url}", store=self.url, path=src) from None
-        self._prune_empty_dirs(self._abs(src).parent)
+        self.remove_empty_dirs([shead])
 
     @contextlib.contextmanager
     def staging_dir(self) -> Iterator[Path]:
-        # Inside the root, so put_file(move=True) renames instead of copying.
-        base = self.root / CONTROL_DIR / "staging"
-        self._makedirs(base)
-        tmp = base / f"{TEMP_MARKER.strip('.')}{secrets.token_hex(8)}"
-        tmp.mkdir()
+        # Inside the root, so put_file(move=True) renames instead of copying. Made and removed
+        # through the walk; files in it are read back through the walk too (put_file, get_file).
+        base = f"{CONTROL_DIR}/staging"
+        name = f"{TEMP_MARKER.strip('.')}{secrets.token_hex(8)}"
         try:
-            yield tmp
+            with self._safe.parent(f"{base}/{name}", create=True) as (fd, _):
+                os.mkdir(name, 0o777, dir_fd=fd)
+                if self.shared:
+                    sub = os.open(name, DIR_FLAGS, dir_fd=fd)
+                    try:
+                        os.fchmod(sub, SHARED_DIR_MODE)
+                    finally:
+                        os.close(sub)
+        except UnsafePath:
+            raise
+        except PermissionError as exc:
+            raise AccessDenied(f"cannot create {self.root / base}: {exc.strerror}", store=self.url) from exc
+        except OSError as exc:
+            raise StoreError(f"cannot create {self.root / base}: {exc.strerror}", store=self.url) from exc
+        try:
+            yield self.root / base / name
         finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+            try:
+                with self._safe.parent(f"{base}/{name}") as (fd, _):
+                    # rmtree with dir_fd is the descriptor-based walk that never follows a link.
+                    shutil.rmtree(name, dir_fd=fd, ignore_errors=True)
+            except OSError as exc:
+                log.warning("left staging directory %s/%s in %s: %s", base, name, self.url, exc)
+
+
+def _lexists(fd: int, name: str) -> bool:
+    try:
+        os.stat(name, dir_fd=fd, follow_symlinks=False)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    return True
+
+
+def _unlink_quietly(fd: int, name: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(name, dir_fd=fd)
