@@ -58,7 +58,8 @@ def layout_a_root(root: Path) -> dict[str, list[Path]]:
                             (ERA_TARGET, ("SUCCESS", "SUCCESS", "FAILED", "LOCKED", "EMPTY"))):
         for i, state in enumerate(states):
             made["entries"].append(write_runtime_a(root, f"{version}-{i}".encode(), version=version, state=state))
-    made["foreign"].append(write_nxd_wrapped_neff(made["entries"][-5]))  # beside a 2.21 SUCCESS entry
+    # NxD's file beside a 2.20 and a 2.21 SUCCESS entry (a compiler bump removes the first entry).
+    made["foreign"] += [write_nxd_wrapped_neff(made["entries"][i]) for i in (4, 9)]
     made["foreign"] += write_optimum_registry(root)
     made["foreign"] += write_optimum_traced_model(root)
     made["foreign"] += write_optimum_traced_model(root, ERA_JSON, top_level_file=True)
@@ -89,7 +90,7 @@ def test_prune_garbage_keeps_every_runtime_and_other_tool_file(tmp_path: Path) -
     before = files_of(root)
     dry = run_cli("prune", "--store", str(root), "--garbage", "--grace", "0s")
     assert dry.returncode == 0, dry.stderr
-    assert "foreign, kept: 10 files" in dry.stdout and "0_REGISTRY" in dry.stdout
+    assert "foreign, kept: 11 files" in dry.stdout and "model.neuron" in dry.stdout
     done = run_cli("prune", "--store", str(root), "--garbage", "--grace", "0s", "--yes")
     assert done.returncode == 0, done.stderr
     assert files_of(root) == before  # byte for byte
@@ -105,6 +106,7 @@ def test_removing_entries_leaves_the_files_of_other_tools(tmp_path: Path) -> Non
     assert done.returncode == 0, done.stderr
     after = files_of(root)
     assert all(p.relative_to(root).as_posix() in after for p in made["foreign"])
+    assert sorted(p.name for p in made["entries"][4].iterdir()) == ["wrapped_neff.hlo"]  # its entry is gone
     report = scan(LocalStore(root))
     # The old era's LOCKED entry stays too: its lock is fresh, a compile may still run.
     assert {(e.namespace.compiler_version, e.state.value) for e in report.entries
