@@ -18,7 +18,7 @@ from neffcache.stores import open_store
 from neffcache.toolchain import resolve_toolchain
 from neffcache.verify import CheckStatus, VerifyReport, verify
 
-from .options import index_options, open_settings_index, toolchain_options
+from .options import chosen_layouts, index_options, layout_option, open_settings_index, toolchain_options
 from .output import human_bytes, json_option, progress, render, table
 
 STATES = [s.value for s in EntryState]
@@ -40,8 +40,11 @@ def _scan_text(report: ScanReport, show_entries: bool) -> str:
         out.append(table([[e.path, e.state.value, human_bytes(e.size), "yes" if e.has_manifest else "no"]
                           for e in report.entries], ["entry", "state", "size", "manifest"]))
     if report.garbage_count:
-        out.append(f"garbage: {len(report.garbage)} temp/orphan files and {len(report.uncommitted)} "
+        out.append(f"garbage: {len(report.garbage)} temp files and {len(report.uncommitted)} "
                    f"uncommitted entries, {human_bytes(report.garbage_size)} (neffcache prune --garbage)")
+    if report.foreign:
+        out.append(f"foreign, kept: {len(report.foreign)} files no runtime or neffcache wrote (other tools', "
+                   f"unknown), {human_bytes(report.foreign_size)}; neffcache never removes them")
     for w in report.warnings:
         out.append(f"warning: {w}")
     return "\n".join(out)
@@ -56,7 +59,8 @@ def scan_cmd(store_url: str, manifests: bool, show_entries: bool, as_json: bool)
     """Show the entries of a cache by namespace and state.
 
     STORE is a path or URL (/var/tmp/neuron-compile-cache, fsx:///mnt/fsx/cache, s3://bucket/prefix).
-    Corrupt entries are listed as warnings; temp files of interrupted writes as garbage.
+    Corrupt entries are listed as warnings; temp files of interrupted writes as garbage; files
+    of other tools (or unknown) as foreign: reported with their size, never removed.
 
     \b
     Example:
@@ -116,8 +120,7 @@ def verify_cmd(store_url: str, fix: bool, index_url: str | None, token: str | No
 @click.command("env")
 @toolchain_options
 @click.option("--store", "store_url", metavar="URL", help="The shared cache (default: NEFFCACHE_STORES' first).")
-@click.option("--layout", type=click.Choice(["both", "neuronxcc", "torchneuron"]), default="both",
-              show_default=True, help="Which runtime's variables to print.")
+@layout_option("Which runtime's variables to print.")
 @click.option("--shell", type=click.Choice(["bash", "fish", "json"]), default="bash", show_default=True)
 def env_cmd(instance: str | None, lnc: int | None, compiler_version: str | None, compiler: str | None,
             store_url: str | None, layout: str, shell: str) -> None:
@@ -136,8 +139,7 @@ def env_cmd(instance: str | None, lnc: int | None, compiler_version: str | None,
         raise ConfigError("name the instance type: --instance trn2.48xlarge (or NEFFCACHE_INSTANCE)")
     toolchain = resolve_toolchain(settings.instance, compiler=settings.compiler,
                                   compiler_version_override=settings.compiler_version, lnc=lnc)
-    layouts = ("neuronxcc", "torchneuron") if layout == "both" else (layout,)
-    env, notes = job_env(settings.local_store, toolchain, layouts)
+    env, notes = job_env(settings.local_store, toolchain, chosen_layouts(layout))
     if shell == "json":
         render(True, {"toolchain": toolchain.to_json(), "env": env, "notes": notes}, str)
         return

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from neffcache.layouts import LAYOUTS
+
 if TYPE_CHECKING:
     from neffcache.config import Settings
     from neffcache.index import Index
@@ -23,6 +25,19 @@ def _parse_tags(ctx: click.Context, param: click.Parameter, values: tuple[str, .
             raise click.BadParameter(f"expected KEY=VALUE, got {value!r}", ctx=ctx, param=param)
         tags[key.strip()] = val.strip()
     return tags
+
+
+EVERY_LAYOUT = ("all", "both")  # "both" from the days of two layouts: the same as "all"
+
+
+def layout_option(help_text: str) -> Callable[[F], F]:
+    """``--layout all|<a layout name>``: the choices are the layouts neffcache knows."""
+    return click.option("--layout", type=click.Choice([*EVERY_LAYOUT, *LAYOUTS]), default="all",
+                        show_default=True, help=help_text)
+
+
+def chosen_layouts(value: str) -> tuple[str, ...]:
+    return tuple(LAYOUTS) if value in EVERY_LAYOUT else (value,)
 
 
 def tag_option(f: F) -> F:

@@ -110,6 +110,11 @@ def _plan_text(plan: PrunePlan, show_items: bool, executing: bool) -> str:
         out.append("")
         out.append(f"kept by the safety rules: {len(plan.protected)} ("
                    + "; ".join(f"{n} {w}" for w, n in why.most_common(5)) + ")")
+    for foreign in plan.foreign:
+        shown = ", ".join(foreign.paths) + (", ..." if foreign.files > len(foreign.paths) else "")
+        out.append("")
+        out.append(f"foreign, kept: {foreign.files} files, {human_bytes(foreign.bytes)} in {foreign.store} that no "
+                   f"runtime or neffcache wrote (other tools', unknown); no flag removes them: {shown}")
     out.extend(f"note: {n}" for n in plan.notes)
     if not executing:
         out.append("")
@@ -143,7 +148,8 @@ def _result_text(result: PruneResult) -> str:
 @click.option("--failed", is_flag=True, help="Remove cached compiler failures.")
 @click.option("--stale-locks", is_flag=True, help="Remove leases and runtime compile locks whose holder is gone.")
 @click.option("--garbage", is_flag=True,
-              help="Remove temp files, uncommitted writes, orphan files, abandoned S3 multipart uploads.")
+              help="Remove neffcache's temp files and staging, uncommitted writes, stamps of removed "
+                   "entries, abandoned S3 multipart uploads. Foreign files are always kept.")
 @click.option("--grace", metavar="AGE", callback=_duration, default="1h", show_default=True,
               help="Garbage younger than this may be a write in flight and stays.")
 @click.option("--hit-grace", metavar="AGE", callback=_duration, default="1h", show_default=True,

@@ -25,7 +25,7 @@ from neffcache.warmers.rewarm import Rewarmer, RewarmRequest
 from neffcache.warmers.warm import Warmer, WarmRequest
 from neffcache.warmers.wrap import RunRequest, run_job
 
-from .options import index_options, store_option, tag_option, toolchain_options
+from .options import chosen_layouts, index_options, layout_option, store_option, tag_option, toolchain_options
 from .output import human_bytes, json_option, render, table
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -46,7 +46,8 @@ def _workload(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
 
 def _compile_options(f: F) -> F:
     f = click.option("--retry-failed", is_flag=True,
-                     help="Compile graphs again whose earlier compile failed (model.log).")(f)
+                     help="Compile graphs again whose earlier compile failed (the runtime recorded "
+                          "the failure in the cache).")(f)
     f = click.option("--compile-memory", type=click.FloatRange(min=1), metavar="MB",
                      help="Peak memory of one compile; start another only while this much is free "
                           "(default: learned from the largest compile so far).")(f)
@@ -196,8 +197,7 @@ def warm_cmd(instance: str | None, lnc: int | None, compiler_version: str | None
 @toolchain_options
 @store_option()
 @index_options
-@click.option("--layout", type=click.Choice(["both", "neuronxcc", "torchneuron"]), default="both",
-              show_default=True, help="Which runtimes' entries to recompile.")
+@layout_option("Which runtimes' entries to recompile.")
 @_compile_options
 @click.option("--allow-failures", is_flag=True, help="Exit 0 even when graphs failed to compile.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines on stderr.")
@@ -227,7 +227,7 @@ def rewarm_cmd(from_version: str, instance: str | None, lnc: int | None, compile
     new_version = settings.compiler_version or installed_version(exe)
     all_tags = {**settings.tags, **tags}
     request = RewarmRequest(from_version, new_version, exe, instance, lnc,
-                            ("neuronxcc", "torchneuron") if layout == "both" else (layout,), Shard.parse(shard),
+                            chosen_layouts(layout), Shard.parse(shard),
                             _parallel(settings, parallel), compile_timeout, compile_memory, retry_failed, all_tags)
     placement = _placement(settings, all_tags, "rewarm")
     children = Children()

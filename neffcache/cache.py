@@ -14,7 +14,8 @@ from neffcache.entry import Entry, EntryState
 from neffcache.errors import CorruptEntry
 from neffcache.ingest import build_manifest
 from neffcache.keys import cache_key, check_key
-from neffcache.layouts.torchneuron import TorchNeuronLayout
+from neffcache.layouts import get_layout
+from neffcache.layouts.base import KEYED_LAYOUT
 from neffcache.manifest import sha256_bytes
 from neffcache.publish import PublishResult, publish
 from neffcache.scan import load_entry
@@ -22,7 +23,7 @@ from neffcache.stores import open_store
 from neffcache.stores.base import Source, Store
 from neffcache.toolchain import Toolchain
 
-_LAYOUT = TorchNeuronLayout()
+_LAYOUT = get_layout(KEYED_LAYOUT)
 
 
 class NeffCache:
@@ -62,11 +63,12 @@ class NeffCache:
     ) -> PublishResult:
         key = self.key(hlo, flags, toolchain)
         namespace = _LAYOUT.namespace_for(toolchain)
-        names = _LAYOUT.names_for(namespace, key)
+        names = _LAYOUT.names(namespace, key)
+        assert names.hlo is not None and names.flags is not None and names.neff is not None
         files: dict[str, Source] = {
-            names["hlo"]: hlo,
-            names["flags"]: ("[" + ", ".join(f'"{f}"' for f in flags) + "]").encode(),
-            names["neff"]: neff,
+            names.hlo: hlo,
+            names.flags: ("[" + ", ".join(f'"{f}"' for f in flags) + "]").encode(),
+            names.neff: neff,
         }
         manifest = build_manifest(_LAYOUT.name, key, files, toolchain=toolchain, flags=flags,
                                   tags=tags, compile_seconds=compile_seconds)

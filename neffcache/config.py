@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from neffcache.errors import ConfigError
+from neffcache.layouts.base import DEFAULT_LAYOUT
 
 ENV_PREFIX = "NEFFCACHE_"
 
@@ -37,7 +38,7 @@ class Settings:
     instance: str | None = None
     compiler: str | None = None  # path of neuronx-cc; default: the one on PATH
     compiler_version: str | None = None  # name the toolchain without running the compiler
-    layout: str = "neuronxcc"
+    layout: str = DEFAULT_LAYOUT
     parallel: int = 0  # 0: one per core
     spool_dir: str | None = None
     tags: Mapping[str, str] = field(default_factory=dict)

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from neffcache.entry import Entry, EntryState
 from neffcache.errors import CorruptEntry, EntryNotFound
-from neffcache.layouts.base import TEMP_MARKER
-from neffcache.layouts.neuronxcc import FLAGS_JSON, FLAGS_TXT, LOCK_SUFFIX
+from neffcache.layouts import get_layout
+from neffcache.layouts.neuronxcc import FLAGS_JSON, FLAGS_TXT
 from neffcache.manifest import FileDigest, Manifest, sha256_bytes, sha256_file, sha256_stream
 from neffcache.publish import PublishResult, publish
 from neffcache.stores.base import Source, Store
@@ -53,10 +53,7 @@ def build_manifest(
 
 def transferable_names(entry: Entry) -> list[str]:
     """The files that make up an entry: no locks, no temp files, not the manifest."""
-    return sorted(
-        n for n in entry.files
-        if n != entry.manifest_name and not n.endswith(LOCK_SUFFIX) and TEMP_MARKER not in n
-    )
+    return get_layout(entry.layout).transferable_names(entry)
 
 
 def read_flags(store: Store, entry: Entry) -> list[str]:

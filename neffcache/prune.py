@@ -20,7 +20,6 @@ changed since, or one used within the hit grace period (age and size reasons) is
 from __future__ import annotations
 
 import os
-import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -28,12 +27,15 @@ from typing import TYPE_CHECKING
 
 from neffcache.entry import Entry, EntryState, FileInfo
 from neffcache.errors import ConfigError, CorruptEntry, EntryNotFound, IndexServerError
+from neffcache.layouts import LAYOUTS
+from neffcache.layouts.base import DEFAULT_LAYOUT
 from neffcache.manifest import Manifest
 from neffcache.prune_exec import PruneResult, Skipped, execute
 from neffcache.prune_plan import (
     ALL_STORES,
     Basis,
     Budget,
+    Foreign,
     ItemKind,
     Protected,
     PruneItem,
@@ -61,7 +63,11 @@ if TYPE_CHECKING:
     from neffcache.index import Index
 
 CURRENT = "current"
-_NS_VERSION = re.compile(r"(?:^|/)(?:neuronxcc|torchneuron)-(?P<ver>[0-9][^/]*)")
+FOREIGN_SHOWN = 5  # foreign paths a plan names per store
+
+
+def _namespace_version(namespace: str) -> str | None:
+    return next((v for lay in LAYOUTS.values() if (v := lay.namespace_version(namespace))), None)
 
 
 def resolve_keep_compilers(values: Iterable[str], *, compiler: str | os.PathLike[str] | None = None,
@@ -119,11 +125,10 @@ def _index_candidates(index: Index, url: str) -> list[Candidate]:
     out = []
     for row in prefetched(index.find_entries(store=url, page_size=1000)):
         tc = row.get("toolchain") or {}
-        match = _NS_VERSION.search(row.get("namespace") or "")
-        version = tc.get("compiler_version") or (match.group("ver") if match else None)
+        version = tc.get("compiler_version") or _namespace_version(row.get("namespace") or "")
         last_used = row.get("last_used")
         out.append(Candidate(
-            store=url, path=row["path"], layout=row.get("layout") or "neuronxcc", compiler_version=version,
+            store=url, path=row["path"], layout=row.get("layout") or DEFAULT_LAYOUT, compiler_version=version,
             target=tc.get("target"), lnc=tc.get("lnc"), state=EntryState(row.get("state") or "SUCCESS"),
             size=int(row.get("size") or 0), created=float(row.get("created") or row.get("registered") or 0.0),
             last_used=float(last_used) if last_used is not None else None,
@@ -185,6 +190,7 @@ def plan_prune(stores: Sequence[Store], policy: PrunePolicy, *, index: Index | N
     protected: list[Protected] = []
     notes: list[str] = []
     journals: dict[str, tuple[str, ...]] = {}
+    foreign: list[Foreign] = []
     listed: list[tuple[Store, ScanReport, dict[str, FileInfo], dict[str, str], dict[str, Candidate],
                        dict[str, dict[str, list[str]]]]] = []
     for store in stores:
@@ -194,6 +200,9 @@ def plan_prune(stores: Sequence[Store], policy: PrunePolicy, *, index: Index | N
             continue
         report = scan(store, progress=_bind(progress, store.url))
         notes.extend(f"{store.url}: {w}" for w in report.warnings[:20])
+        if report.foreign:
+            foreign.append(Foreign(store.url, len(report.foreign), report.foreign_size,
+                                   tuple(f.path for f in report.foreign[:FOREIGN_SHOWN])))
         leases = read_leases(store)
         live = live_holders(leases, now)
         judge = LockJudge(store, policy, now, live)
@@ -238,11 +247,11 @@ def plan_prune(stores: Sequence[Store], policy: PrunePolicy, *, index: Index | N
     items.extend(i for i in extra if i.kind is not ItemKind.LOCK or (i.store, i.path.rpartition("/")[0]) not in gone)
     return PrunePlan(stores=tuple(s.url for s in stores), items=tuple(items), created_at=now, policy=policy,
                      protected=tuple(protected), budgets=tuple(selection.budgets), notes=tuple(notes),
-                     seconds=time.monotonic() - started, journals=journals)
+                     seconds=time.monotonic() - started, journals=journals, foreign=tuple(foreign))
 
 
 __all__ = [
-    "ALL_STORES", "CURRENT", "Basis", "Budget", "ItemKind", "Protected", "PruneItem", "PrunePlan", "PrunePolicy",
-    "PruneResult", "Reason", "Skipped", "delete_order", "execute", "plan_prune", "resolve_keep_compilers",
-    "version_key",
+    "ALL_STORES", "CURRENT", "Basis", "Budget", "Foreign", "ItemKind", "Protected", "PruneItem", "PrunePlan",
+    "PrunePolicy", "PruneResult", "Reason", "Skipped", "delete_order", "execute", "plan_prune",
+    "resolve_keep_compilers", "version_key",
 ]

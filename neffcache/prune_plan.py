@@ -102,13 +102,13 @@ class Reason(enum.StrEnum):
     SIZE = "size"  # least recently used, over the tier's --max-size budget
     FAILED = "failed"  # a cached compiler failure
     STALE_LOCK = "stale-lock"  # a lease or runtime lock whose holder is gone
-    GARBAGE = "garbage"  # temp files, uncommitted writes, orphans, aborted uploads
+    GARBAGE = "garbage"  # neffcache's temp files, uncommitted writes, staging, stamps, aborted uploads
     INTERRUPTED = "interrupted"  # an entry a killed prune had started removing
 
 
 class ItemKind(enum.StrEnum):
     ENTRY = "entry"  # a whole entry: commit marker first, then blobs, then the anchor file
-    FILE = "file"  # one loose file (temp file, orphan, stamp of a removed entry)
+    FILE = "file"  # one loose file of neffcache's (temp file, staging, stamp of a removed entry)
     LOCK = "lock"  # a runtime lock file inside an entry (the entry itself stays)
     LEASE = "lease"  # a neffcache lease file past its expiry or of a dead holder
     UPLOAD = "upload"  # an S3 multipart upload nobody completed
@@ -187,6 +187,18 @@ def _group(items: Iterable[PruneItem], key: Callable[[PruneItem], str]) -> dict[
 
 
 @dataclass(frozen=True)
+class Foreign:
+    """Files of one store that no layout classified and neffcache did not write: other tools'
+    (optimum-neuron's registry, nested traced models, NxD's files) or unknown. Reported, kept:
+    no rule and no flag removes them."""
+
+    store: str
+    files: int
+    bytes: int
+    paths: tuple[str, ...]  # the first few, for the plan's text
+
+
+@dataclass(frozen=True)
 class PrunePlan:
     """An immutable list of what to remove, and why. ``execute()`` acts on it."""
 
@@ -202,6 +214,7 @@ class PrunePlan:
     # Journals of killed executions this plan finishes (store URL -> journal paths): the
     # execution removes them once their entries are done.
     journals: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    foreign: tuple[Foreign, ...] = ()  # per listed store with foreign files: kept, never removed
 
     @property
     def expected_freed_size(self) -> int:
@@ -245,6 +258,8 @@ class PrunePlan:
             "protected": [{"store": p.store, "path": p.path, "reason": p.reason.value, "why": p.why}
                           for p in self.protected],
             "notes": list(self.notes), "seconds": round(self.seconds, 3),
+            "foreign": [{"store": f.store, "files": f.files, "bytes": f.bytes, "paths": list(f.paths)}
+                        for f in self.foreign],
         }
         if items:
             out["items"] = [item.to_json() for item in self.items]

@@ -1,4 +1,4 @@
-"""Finding what no reader needs: stale locks and leases, temp files, uncommitted writes, orphans.
+"""Finding what no reader needs: stale locks and leases, temp files, uncommitted writes.
 
 The rules, and why they are sound:
 
@@ -6,31 +6,39 @@ The rules, and why they are sound:
   holder ran on this host and its pid is gone — the same test :func:`neffcache.lease.try_acquire`
   uses to take one over. Removal goes through the lease's takeover tombstone, so a host taking
   the lease over at the same instant and prune never both act on it.
-- **Runtime compile locks** (``model.hlo_module.pb.lock``, written by libneuronxla, 0 bytes,
-  never refreshed, no owner inside) are stale when all of: older than ``lock_age`` (default 6 h,
-  longer than the longest compile), no live neffcache lease on the entry, and — on a local or
-  shared mount — no process on this host holds a lock on the file (``/proc/locks``). A lock
-  younger than that is left alone even if its compile died: we cannot tell, and a duplicate
-  compile costs less than a corrupted one.
-- **Garbage** waits out ``grace`` (default 1 h) so a write in flight is never taken for debris:
-  temp files (``.neffcache-tmp-``) and leftover staging directories by their mtime, uncommitted
-  entries by their newest file and only without a live publish lease, stamps of entries that no
-  longer exist, S3 multipart uploads by their start time. Files no layout claims are removed
-  only inside a cache namespace (``neuronxcc-<v>/``, ``torchneuron-<v>/``) or neffcache's
-  control directory: a store URL pointing one level too high must not cost anyone their files.
+- **Runtime compile locks** (the lock files a layout names in an entry, :meth:`Layout.locks_of`;
+  libneuronxla's is 0 bytes, never refreshed, no owner inside) are stale when all of: older
+  than ``lock_age`` (default 6 h, longer than the longest compile), no live neffcache lease on
+  the entry, and — on a local or shared mount — no process on this host holds a lock on the
+  file (``/proc/locks``). A lock younger than that is left alone even if its compile died: we
+  cannot tell, and a duplicate compile costs less than a corrupted one.
+- **Garbage** is only what neffcache positively recognises as the debris of its own work, and
+  it waits out ``grace`` (default 1 h) so a write in flight is never taken for debris: temp
+  files (neffcache's ``.neffcache-tmp-`` names) and leftover staging directories by their
+  mtime, uncommitted entries (a manifest or NEFF without the commit marker, in a directory a
+  layout classified) by their newest file and only without a live publish lease, stamps of
+  entries that no longer exist, dead lease files and takeover tombstones, S3 multipart uploads
+  by their start time.
+- **Foreign files are never removed.** A cache namespace is shared with other tools that keep
+  their own files there (optimum-neuron's ``0_REGISTRY/`` and traced models nested in entry
+  directories, NxD's extra files; docs/runtimes.md), and a store URL may point one level too
+  high. A file no layout classified and neffcache did not name is therefore not garbage,
+  whatever directory it is in: the scan reports it as foreign (``ScanReport.foreign``), the
+  plan shows it as kept, and no flag changes that. Removing an entry removes the entry's own
+  files only (:meth:`Layout.removal_phases` over the files the scan kept for it), and a
+  directory is only removed once empty, so foreign files beside or below an entry survive it.
 """
 
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from neffcache.entry import Entry, FileInfo
 from neffcache.errors import EntryNotFound
+from neffcache.layouts import get_layout
 from neffcache.layouts.base import TEMP_MARKER
-from neffcache.layouts.neuronxcc import LOCK_SUFFIX
 from neffcache.lease import LEASE_DIR, LeaseRecord
 from neffcache.prune_plan import ItemKind, Protected, PruneItem, PrunePolicy, Reason, ago
 from neffcache.publish import publish_lease_name
@@ -40,7 +48,6 @@ from neffcache.stores.base import CONTROL_DIR, Store
 from neffcache.stores.local import LocalStore
 
 STAGING_DIR = f"{CONTROL_DIR}/staging"
-_NAMESPACE_DIR = re.compile(r"(?:^|/)(?:neuronxcc|torchneuron)-[0-9][^/]*/")
 _TOMBSTONE = ".taken-"
 _STAMP_SUFFIX = ".used"
 
@@ -130,7 +137,7 @@ class LockJudge:
         return None
 
     def locks(self, entry: Entry) -> list[FileInfo]:
-        return [info for name, info in entry.files.items() if name.endswith(LOCK_SUFFIX)]
+        return [entry.files[name] for name in get_layout(entry.layout).locks_of(entry)]
 
     def all_stale(self, entry: Entry) -> bool:
         locks = self.locks(entry)
@@ -182,17 +189,13 @@ def sweep_garbage(store: Store, report: ScanReport, stamps: Mapping[str, FileInf
     """Loose garbage as items; uncommitted entries old enough to be garbage are returned for the
     caller to turn into entry items (they are removed like entries: under their publish lease)."""
     out = Sweep()
-    young = outside = 0
+    young = 0
     for info in report.garbage:
         name = info.path.rsplit("/", 1)[-1]
         if now - info.mtime <= policy.grace:
             young += 1
-        elif TEMP_MARKER in name:
+        elif TEMP_MARKER in name:  # the scan's garbage is our temp names; anything else stays
             out.items.append(_file(store, info, Reason.GARBAGE, "temp file of an interrupted write"))
-        elif _NAMESPACE_DIR.search(info.path) or info.path.startswith(CONTROL_DIR + "/"):
-            out.items.append(_file(store, info, Reason.GARBAGE, "orphan file no layout claims"))
-        else:
-            outside += 1
     for info in store.iter_files(STAGING_DIR):
         if now - info.mtime > policy.grace:
             out.items.append(_file(store, info, Reason.GARBAGE, "leftover of an interrupted transfer (staging)"))
@@ -220,9 +223,6 @@ def sweep_garbage(store: Store, report: ScanReport, stamps: Mapping[str, FileInf
     if young:
         out.notes.append(f"{store.url}: {young} temp files or uncommitted writes younger than the "
                          f"{ago(policy.grace)} grace period kept (they may be in flight)")
-    if outside:
-        out.notes.append(f"{store.url}: {outside} unknown files outside any cache namespace kept "
-                         "(not neffcache's to remove)")
     return out, uncommitted
 
 

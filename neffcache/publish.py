@@ -30,7 +30,6 @@ from dataclasses import dataclass
 
 from neffcache.entry import Namespace
 from neffcache.layouts import get_layout
-from neffcache.layouts.neuronxcc import HLO, LOCK_SUFFIX
 from neffcache.lease import Lease, read_lease, try_acquire
 from neffcache.manifest import Manifest, sha256_bytes, sha256_file
 from neffcache.stores.base import Source, Store
@@ -126,7 +125,8 @@ def publish(
     if not known_absent:
         if store.stat(marker_path) is not None:
             return PublishResult(plan.path, PublishStatus.EXISTS)
-        if namespace.layout == "neuronxcc" and _runtime_compiling(store, plan.base):
+        runtime_lock = layout.names(namespace, key).runtime_lock
+        if runtime_lock is not None and _runtime_compiling(store, _join(plan.base, runtime_lock)):
             return PublishResult(plan.path, PublishStatus.BUSY)
 
     with exclusive_write(store, plan.path) as lease:
@@ -168,8 +168,8 @@ def exclusive_write(store: Store, entry_path: str) -> Iterator[Lease | None]:
         got.release()
 
 
-def _runtime_compiling(store: Store, base: str) -> bool:
-    info = store.stat(_join(base, HLO + LOCK_SUFFIX))
+def _runtime_compiling(store: Store, lock_path: str) -> bool:
+    info = store.stat(lock_path)
     return info is not None and time.time() - info.mtime < RUNTIME_LOCK_FRESH_SECONDS
 
 

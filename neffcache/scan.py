@@ -4,6 +4,13 @@ One listing pass (``iter_files``) feeds every layout; nothing is opened unless m
 asked for, so a scan of a large root costs about what ``find`` costs. Entries that
 contradict themselves are reported as CORRUPT with their problems, never raised
 (huggingface_hub's ``scan_cache_dir`` habit): one bad entry must not hide the rest.
+
+Every listed file ends up in exactly one place: an entry a layout classified (its own files
+only), ``garbage`` (what neffcache recognises as debris of its own writes: temp names,
+uncommitted entries), a runtime's own root file (layout A's ``lock``), neffcache's control
+directory, or ``foreign``: files of other tools (optimum-neuron's registry, nested traced
+models, NxD's extra files) and anything unknown, inside a namespace or not. Foreign files are
+reported with their size and never removed by anything (docs/runtimes.md).
 """
 
 from __future__ import annotations
@@ -21,9 +28,7 @@ from dataclasses import dataclass, field
 from neffcache.entry import Entry, EntryState, FileInfo, Namespace
 from neffcache.errors import CorruptEntry, EntryNotFound
 from neffcache.layouts import LAYOUTS, Located, locate
-from neffcache.layouts.base import TEMP_MARKER
-from neffcache.layouts.neuronxcc import NeuronxccLayout
-from neffcache.layouts.torchneuron import TorchNeuronLayout
+from neffcache.layouts.base import TEMP_MARKER, Layout
 from neffcache.manifest import Manifest
 from neffcache.stores.base import CONTROL_DIR, DirListing, Store
 
@@ -44,11 +49,13 @@ class NamespaceSummary:
 class ScanReport:
     store: str
     entries: tuple[Entry, ...]
-    garbage: tuple[FileInfo, ...]  # temp files of interrupted writes, orphans
+    garbage: tuple[FileInfo, ...]  # temp files of interrupted writes (neffcache's own names)
     warnings: tuple[str, ...]
     seconds: float
     control_files: int = 0
     uncommitted: tuple[Entry, ...] = ()  # writes that never reached their commit marker
+    # Files no layout classified and neffcache did not write: other tools', unknown. Kept.
+    foreign: tuple[FileInfo, ...] = ()
 
     @property
     def size(self) -> int:
@@ -62,6 +69,10 @@ class ScanReport:
     def garbage_count(self) -> int:
         """Temp files plus uncommitted entries: what ``prune --garbage`` would look at."""
         return len(self.garbage) + len(self.uncommitted)
+
+    @property
+    def foreign_size(self) -> int:
+        return sum(f.size for f in self.foreign)
 
     def by_state(self) -> dict[str, int]:
         counts = Counter(e.state.value for e in self.entries)
@@ -106,6 +117,8 @@ class ScanReport:
                         "size": self.garbage_size,
                         "paths": [g.path for g in self.garbage[:100]]
                         + [e.path for e in self.uncommitted[:100]]},
+            "foreign": {"files": len(self.foreign), "size": self.foreign_size,
+                        "paths": [f.path for f in self.foreign[:100]]},
             "warnings": list(self.warnings),
             "seconds": round(self.seconds, 3),
         }
@@ -118,30 +131,32 @@ class _Group:
     problems: list[str] = field(default_factory=list)  # what the listing would not follow or read
 
 
-def group_files(files: Iterable[FileInfo], progress: Progress | None = None
-                ) -> tuple[dict[str, _Group], list[FileInfo], int]:
-    """Assign listed files to entries; return (groups by entry path, garbage, control-file count)."""
+def group_files(files: Iterable[FileInfo], progress: Progress | None = None, *,
+                foreign: list[FileInfo] | None = None) -> tuple[dict[str, _Group], list[FileInfo], int]:
+    """Assign listed files to entries; return (groups by entry path, garbage, control-file count).
+    Files no layout claims are appended to ``foreign`` when given."""
     listings = (DirListing(head, [name], [info])
                 for info in files for head, _, name in (info.path.rpartition("/"),))
-    return group_dirs(listings, progress)
+    return group_dirs(listings, progress, foreign=foreign)
 
 
 def group_dirs(listings: Iterable[DirListing], progress: Progress | None = None,
-               warnings: list[str] | None = None) -> tuple[dict[str, _Group], list[FileInfo], int]:
+               warnings: list[str] | None = None, *, foreign: list[FileInfo] | None = None
+               ) -> tuple[dict[str, _Group], list[FileInfo], int]:
     """:func:`group_files` for listings by directory (``Store.iter_dirs``): the fast path.
 
     A listing's problems (a symlink not followed, an unreadable directory) make the entry they
     lie in CORRUPT with the reason; one outside any entry is added to ``warnings``."""
     groups: dict[str, _Group] = {}
     garbage: list[FileInfo] = []
+    unclaimed: list[FileInfo] = foreign if foreign is not None else []
     control = 0
     count = 0
     layouts = list(LAYOUTS.values())
-    neuronxcc = LAYOUTS["neuronxcc"]
-    assert isinstance(neuronxcc, NeuronxccLayout)
-    # Layout A keeps an entry's files in one directory: resolve each directory once, not
+    # Layouts whose entries are directories (layout A): resolve each directory once, not
     # each file (a scan of 100k entries would otherwise run 400k regex matches). A directory
     # may come in several listings.
+    dir_layouts = [lay for lay in layouts if lay.entry_is_dir]
     entry_dirs: dict[str, _Group | None] = {}
     namespaces: dict[str, Namespace | None] = {}
     for listing in listings:
@@ -173,7 +188,7 @@ def group_dirs(listings: Iterable[DirListing], progress: Progress | None = None,
         if directory in entry_dirs:
             group = entry_dirs[directory]
         else:
-            found = neuronxcc.locate_dir(directory, namespaces)
+            found = next((got for lay in dir_layouts if (got := lay.locate_dir(directory, namespaces))), None)
             group = entry_dirs[directory] = _Group(found) if found is not None else None
             if group is not None:
                 # A listing's problem may have made the entry's group already.
@@ -188,8 +203,9 @@ def group_dirs(listings: Iterable[DirListing], progress: Progress | None = None,
                 if located is not None:
                     break
             if located is None:
+                # Not an entry's, not a temp name of ours: another tool's or unknown. Kept.
                 if not any(lay.is_runtime_file(info.path) for lay in layouts):
-                    garbage.append(info)
+                    unclaimed.append(info)
                 continue
             other = groups.get(located.path)
             if other is None:
@@ -200,12 +216,12 @@ def group_dirs(listings: Iterable[DirListing], progress: Progress | None = None,
 
 def _place_problems(directory: str, problems: tuple[tuple[str, str], ...], groups: dict[str, _Group],
                     namespaces: dict[str, Namespace | None], warnings: list[str] | None) -> None:
-    neuronxcc = LAYOUTS["neuronxcc"]
-    assert isinstance(neuronxcc, NeuronxccLayout)
+    dir_layouts = [lay for lay in LAYOUTS.values() if lay.entry_is_dir]
     for name, reason in problems:
         path = f"{directory}/{name}" if directory else name
-        # In an entry's directory, or the entry's directory itself (layout B: a file's entry).
-        found = (neuronxcc.locate_dir(directory, namespaces) or neuronxcc.locate_dir(path, namespaces)
+        # In an entry's directory, or the entry's directory itself, or (layout B) a file's entry.
+        found = (next((got for lay in dir_layouts if (got := lay.locate_dir(directory, namespaces))), None)
+                 or next((got for lay in dir_layouts if (got := lay.locate_dir(path, namespaces))), None)
                  or locate(path))
         if found is None:
             if warnings is not None:
@@ -257,12 +273,28 @@ def scan(store: Store, *, prefix: str = "", read_manifests: bool = False, layout
                      progress=progress, workers=workers)
 
 
+def own_files(lay: Layout, entry: Entry) -> tuple[Entry | None, list[FileInfo]]:
+    """The entry without the files in its directory that are not its (another tool's), and
+    those files; None when none of its files is the runtime's or neffcache's (a directory that
+    only looks like an entry: optimum-neuron's traced model, say). Files nested below an entry
+    never reach an entry (no layout locates them): they are foreign too."""
+    names = lay.foreign_names(entry)
+    if not names:
+        return entry, []
+    foreign = [entry.files[n] for n in names if n in entry.files]
+    files = {n: info for n, info in entry.files.items() if n not in names}
+    if not files:
+        return None, foreign
+    return dataclasses.replace(entry, files=files, extra=()), foreign
+
+
 def _scan(store: Store, started: float, *, prefix: str, read_manifests: bool, layout: str | None,
           progress: Progress | None, workers: int) -> ScanReport:
+    foreign: list[FileInfo] = []
     warnings: list[str] = []
-    groups, garbage, control = group_dirs(store.iter_dirs(prefix), progress, warnings)
+    groups, garbage, control = group_dirs(store.iter_dirs(prefix), progress, warnings, foreign=foreign)
 
-    def build(group: _Group) -> Entry:
+    def build(group: _Group) -> tuple[Entry | None, list[FileInfo]]:
         lay = LAYOUTS[group.located.namespace.layout]
         manifest, error = (None, None)
         if read_manifests:
@@ -273,14 +305,17 @@ def _scan(store: Store, started: float, *, prefix: str, read_manifests: bool, la
         if group.problems:
             entry = dataclasses.replace(entry, state=EntryState.CORRUPT, committed=True,
                                         problems=(*entry.problems, *group.problems))
-        return entry
+        return own_files(lay, entry)
 
     selected = [g for g in groups.values() if layout is None or g.located.namespace.layout == layout]
     if read_manifests and len(selected) > 1:
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            entries = list(pool.map(build, selected))
+            built = list(pool.map(build, selected))
     else:
-        entries = [build(g) for g in selected]
+        built = [build(g) for g in selected]
+    entries = [e for e, _ in built if e is not None]
+    for _, theirs in built:
+        foreign.extend(theirs)
     entries.sort(key=lambda e: e.path)
     committed = [e for e in entries if e.committed]
     for e in committed:
@@ -288,19 +323,21 @@ def _scan(store: Store, started: float, *, prefix: str, read_manifests: bool, la
             warnings.append(f"{e.path}: {'; '.join(e.problems)}")
     return ScanReport(store.url, tuple(committed), tuple(sorted(garbage, key=lambda f: f.path)),
                       tuple(warnings), time.monotonic() - started, control,
-                      tuple(e for e in entries if not e.committed))
+                      tuple(e for e in entries if not e.committed),
+                      tuple(sorted(foreign, key=lambda f: f.path)))
 
 
 def load_entry(store: Store, path: str, *, read_manifest: bool = True) -> Entry | None:
     """One entry by its path (the listing of just its files), or None when nothing is there."""
-    probe = locate(path + "/" + "model.neff") or locate(path + ".neff")
+    probe = next((got for lay in LAYOUTS.values() if (got := lay.locate_entry(path))), None)
     if probe is None:
         return None
     lay = LAYOUTS[probe.namespace.layout]
-    if probe.namespace.layout == "neuronxcc":
+    if lay.entry_is_dir:
         infos = list(store.iter_files(probe.base))
     else:
-        names = TorchNeuronLayout.names_for(probe.namespace, probe.key).values()
+        own = lay.names(probe.namespace, probe.key)
+        names = dict.fromkeys(n for n in (own.hlo, own.flags, own.neff, own.manifest, own.marker) if n)
         infos = [i for n in names if (i := store.stat(f"{probe.base}/{n}" if probe.base else n))]
     groups, _, _ = group_files(infos)
     group = groups.get(probe.path)
@@ -310,4 +347,5 @@ def load_entry(store: Store, path: str, *, read_manifest: bool = True) -> Entry 
     manifest, error = (None, None)
     if read_manifest and plan.manifest_name in group.files:
         manifest, error = _read_manifest(store, group, plan.manifest_name)
-    return lay.classify(group.located, group.files, manifest, error)
+    entry, _ = own_files(lay, lay.classify(group.located, group.files, manifest, error))
+    return entry

@@ -40,10 +40,9 @@ from neffcache.errors import (
     StoreError,
     StoreUnavailable,
 )
-from neffcache.ingest import transfer, transferable_names
+from neffcache.ingest import transfer
 from neffcache.keys import safe_relpath
 from neffcache.layouts import get_layout
-from neffcache.layouts.neuronxcc import HLO, LOG
 from neffcache.manifest import Manifest
 from neffcache.publish import PublishStatus, exclusive_write
 from neffcache.scan import load_entry, scan
@@ -209,7 +208,7 @@ def _with_manifest(src: Store, entry: Entry) -> Entry:
 def _copy_raw(src: Store, entry: Entry, dst: Store) -> int | None:
     """FAILED and EMPTY entries have no manifest or marker: copy the files, state file last,
     under the entry's publish lease like any write (None: a publisher or a prune has it)."""
-    names = sorted(transferable_names(entry), key=lambda n: (n.endswith((HLO, ".hlo")), n == LOG, n))
+    names = get_layout(entry.layout).raw_copy_order(entry)
     size = 0
     with exclusive_write(dst, entry.path) as lease, dst.staging_dir() as staging:
         if lease is None:

@@ -14,6 +14,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 
 from neffcache.errors import ConfigError
 from neffcache.keys import safe_relpath
+from neffcache.layouts import LAYOUTS, get_layout
+from neffcache.layouts.base import DEFAULT_LAYOUT
 from neffcache.toolchain import Toolchain
 
 _PRINTABLE = r"^[^\x00-\x1f\x7f]*$"
@@ -45,7 +47,13 @@ def _namespace(value: str) -> str:
 
 RelPath = Annotated[str, StringConstraints(min_length=1, max_length=1024), AfterValidator(_relpath)]
 Namespace = Annotated[str, StringConstraints(max_length=512), AfterValidator(_namespace)]
-Layout = Literal["neuronxcc", "torchneuron"]
+def _layout(value: str) -> str:
+    if value not in LAYOUTS:
+        raise ValueError(f"unknown layout {value!r}; known: {', '.join(LAYOUTS)}")
+    return value
+
+
+Layout = Annotated[str, AfterValidator(_layout)]  # a name in the library's registry
 State = Literal["SUCCESS", "FAILED", "LOCKED", "EMPTY", "CORRUPT"]
 EventKind = Literal["hit", "miss", "compile", "evict", "error"]
 Scope = Literal["read", "write", "admin"]
@@ -74,7 +82,7 @@ class ToolchainIn(Strict):
     @property
     def label(self) -> str:
         # The same string as the namespace directory, so charts and paths read alike.
-        return f"{self.target}-lnc{self.lnc}/neuronxcc-{self.compiler_version}"
+        return f"{self.target}-lnc{self.lnc}/{get_layout(DEFAULT_LAYOUT).version_dir(self.compiler_version)}"
 
 
 def toolchain_label(toolchain: ToolchainIn | None) -> str:

@@ -45,3 +45,103 @@ def write_neuronxcc_entry(
     elif state != "EMPTY":
         raise ValueError(state)
     return entry
+
+
+# -- era-exact layout A (docs/runtimes.md, "Layout A") ------------------------------------------
+# The flags suffix of MODULE_<graph>+<flags> is md5(bytes of the flags file)[:8]; the file's form
+# depends on the wrapper era. write_neuronxcc_entry above hashes the flag string whatever the
+# era (right for <= 2.14 only); write_runtime_a writes what each era's runtime writes.
+ERA_TXT = "2.14.213.0+013d129b"  # <= 2.14: compile_flags.txt (the flag string), no model.done
+ERA_JSON = "2.20.2.0+f36f5bd7"  # 2.15 - 2.20: compile_flags.json, json.dumps(user flags)
+ERA_TARGET = VERSION  # >= 2.21: compile_flags.json, json.dumps(["--target=<t>", *user flags])
+
+
+def _era(version: str) -> tuple[int, int]:
+    major, minor = version.split(".")[:2]
+    return int(major), int(minor)
+
+
+def flags_file(flags: str, version: str, *, target: str = "trn1") -> tuple[str, bytes]:
+    """(name, bytes) of the flags file libneuronxla of ``version`` writes for ``flags``."""
+    era = _era(version)
+    if era <= (2, 14):
+        return "compile_flags.txt", flags.encode()
+    listed = flags.split()
+    if era >= (2, 21):
+        listed = [f"--target={target}", *listed]
+    return "compile_flags.json", json.dumps(listed).encode()
+
+
+def runtime_module_name(hlo: bytes, flags_bytes: bytes) -> str:
+    graph = int.from_bytes(hashlib.sha256(hlo).digest()[:8], "big")
+    return f"MODULE_{graph}+{hashlib.md5(flags_bytes).hexdigest()[:8]}"
+
+
+def write_runtime_a(root: Path, hlo: bytes, *, version: str = VERSION, state: str = "SUCCESS",
+                    flags: str = "--model-type=transformer", target: str = "trn1") -> Path:
+    """One layout-A entry exactly as libneuronxla of ``version``'s era leaves it."""
+    name, data = flags_file(flags, version, target=target)
+    entry = root / f"neuronxcc-{version}" / runtime_module_name(hlo, data)
+    entry.mkdir(parents=True, exist_ok=True)
+    (root / "lock").touch()
+    (entry / "model.hlo_module.pb").write_bytes(hlo)
+    (entry / name).write_bytes(data)
+    if state == "SUCCESS":
+        (entry / "model.neff").write_bytes(b"NEFF" + os.urandom(2048))
+        if _era(version) >= (2, 15):
+            (entry / "model.done").touch()
+    elif state == "FAILED":
+        (entry / "model.log").write_text("Failed compilation with ['neuronx-cc', 'compile']: internal error\n")
+    elif state == "LOCKED":
+        (entry / "model.hlo_module.pb.lock").touch()
+    elif state != "EMPTY":
+        raise ValueError(state)
+    return entry
+
+
+# -- other tools' files inside a layout-A namespace (docs/runtimes.md, "Files of other tools") ----
+def write_optimum_registry(root: Path, version: str = VERSION) -> list[Path]:
+    """optimum-neuron's registry: neuronxcc-<v>/0_REGISTRY/<ver>/<arch>/<org>/<model>/<hash>.json."""
+    out = []
+    for arch, org, model in (("llama", "meta-llama", "Llama-3.1-8B"), ("mistral", "mistralai", "Mistral-7B-v0.3")):
+        path = root / f"neuronxcc-{version}" / "0_REGISTRY" / "0.3.0" / arch / org / model / (
+            hashlib.sha256(model.encode()).hexdigest()[:20] + ".json")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"model_id": f"{org}/{model}", "batch_size": 4, "sequence_length": 4096}))
+        out.append(path)
+    return out
+
+
+def write_optimum_traced_model(root: Path, version: str = VERSION, *, top_level_file: bool = False) -> list[Path]:
+    """optimum-neuron's traced models nested in a MODULE directory: MODULE_<h>/<submodel>/model.neuron
+    (``top_level_file``: with a config beside the submodels, so the directory looks like an entry)."""
+    module = root / f"neuronxcc-{version}" / f"MODULE_{hashlib.sha256(version.encode()).hexdigest()[:20]}"
+    if top_level_file:
+        module = module.with_name(module.name + "1")
+    out = []
+    for sub in ("text_encoder", "unet", "vae_decoder"):
+        path = module / sub / "model.neuron"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"TRACED" + os.urandom(512))
+        out.append(path)
+    if top_level_file:
+        (module / "config.json").write_text('{"_class_name": "StableDiffusionPipeline"}')
+        out.append(module / "config.json")
+    return out
+
+
+def write_nxd_wrapped_neff(entry: Path) -> Path:
+    """NxD's wrapped_neff.hlo beside a runtime entry's files."""
+    path = entry / "wrapped_neff.hlo"
+    path.write_bytes(b"WRAPPED" + os.urandom(256))
+    return path
+
+
+# -- layout B: TorchNeuron's native cache (docs/runtimes.md, "Layout B") ------------------------
+def write_native_neff(neff_dir: Path, seed: bytes) -> Path:
+    """One NEFF as the native backend stores it: <dir>/ab/cd/<32 hex>.neff (a 128-bit key)."""
+    key = hashlib.md5(seed).hexdigest()  # 32 hex, like the runtime's XXH3-128 key
+    path = neff_dir / key[0:2] / key[2:4] / f"{key}.neff"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"NEFF" + os.urandom(1024))
+    return path

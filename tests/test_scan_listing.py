@@ -15,7 +15,7 @@ from neffcache.layouts.torchneuron import shard
 from neffcache.scan import ScanReport, group_files, scan
 from neffcache.stores.base import Source, Store
 from neffcache.stores.local import LocalStore
-from tests.runtime_caches import VERSION, write_neuronxcc_entry
+from tests.runtime_caches import VERSION, module_name, write_neuronxcc_entry
 
 KEY = "ab" + "cd" + "1" * 60
 
@@ -51,6 +51,10 @@ def _touch(path: Path, data: bytes = b"x") -> None:
     path.write_bytes(data)
 
 
+def _ok_path(root: Path) -> Path:
+    return (root / f"neuronxcc-{VERSION}" / module_name(b"ok", "--model-type=transformer")).relative_to(root)
+
+
 def _messy_root(root: Path) -> None:
     """Every case the grouping treats specially, in one root."""
     ok = write_neuronxcc_entry(root, b"ok")
@@ -80,6 +84,7 @@ def _same(a: ScanReport, b: ScanReport) -> None:
     assert a.entries == b.entries
     assert a.uncommitted == b.uncommitted
     assert a.garbage == b.garbage
+    assert a.foreign == b.foreign
     assert a.warnings == b.warnings
     assert a.control_files == b.control_files
 
@@ -100,11 +105,12 @@ def test_listing_by_directory_matches_file_by_file(tmp_path: Path) -> None:
     assert len(fast.uncommitted) == 2  # the layout-A entry without model.done, the bare manifest
     assert {g.path.rsplit("/", 1)[-1] for g in fast.garbage} == {
         f".model.neff{TEMP_MARKER}abc", f".model.neff{TEMP_MARKER}def", f".x.lease{TEMP_MARKER}123",
-        "file.bin", "model.neff", "link.neff",
     }
+    # Names no layout claims and neffcache did not write are foreign (kept), even inside an entry.
+    assert {f.path.rsplit("/", 1)[-1] for f in fast.foreign} == {"file.bin", "model.neff", "notes.txt", "link.neff"}
     assert fast.control_files == 3
-    ok = next(e for e in fast.entries if e.extra)
-    assert ok.extra == ("notes.txt",) and ok.state is EntryState.SUCCESS
+    ok = next(e for e in fast.entries if e.path == str(_ok_path(root)))
+    assert "notes.txt" not in ok.files and ok.extra == () and ok.state is EntryState.SUCCESS
     assert all(f.path == ok.store_path(name) for name, f in ok.files.items())
     torch = next(e for e in fast.entries if e.layout == "torchneuron")
     assert set(torch.files) == {f"neff/{shard(KEY)}.neff", f"hlo/{shard(KEY)}.hlo"}

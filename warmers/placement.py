@@ -24,7 +24,7 @@ from neffcache.errors import ConfigError, StoreError
 from neffcache.index import Index, open_index
 from neffcache.index.records import EventKind, entry_record
 from neffcache.ingest import build_manifest, read_flags, transferable_names
-from neffcache.layouts.neuronxcc import HLO, NEFF
+from neffcache.layouts import get_layout
 from neffcache.manifest import Manifest
 from neffcache.publish import PublishStatus
 from neffcache.scan import load_entry
@@ -103,8 +103,10 @@ class Placement:
         entry = load_entry(self.work, path, read_manifest=False)
         if entry is None:
             return None
-        neff = entry.files.get(entry.marker_name if entry.layout == "torchneuron" else NEFF)
-        hlo = next((f for n, f in entry.files.items() if n.endswith((HLO, ".hlo"))), None)
+        layout = get_layout(entry.layout)
+        neff_name, hlo_name = layout.neff_of(entry), layout.hlo_of(entry)
+        neff = entry.files[neff_name] if neff_name else None
+        hlo = entry.files[hlo_name] if hlo_name else None
         if neff is None:
             return None
         begin = max(since, hlo.mtime) if hlo is not None else since

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict
 
 from neffcache.entry import Entry
+from neffcache.layouts import get_layout
 from neffcache.manifest import Manifest
 from neffcache.toolchain import Toolchain
 
@@ -41,7 +42,7 @@ class EntryRecord(TypedDict, total=False):
     """An entry as registered on publish. ``path`` is its identity within a store."""
 
     path: str
-    layout: Literal["neuronxcc", "torchneuron"]
+    layout: str  # a name in neffcache.layouts.LAYOUTS
     key: str
     namespace: str
     toolchain: ToolchainRecord | None
@@ -60,15 +61,15 @@ def entry_record(entry: Entry, store_url: str, manifest: Manifest | None = None)
     own, when the caller has it; without one, sizes and times come from the listing)."""
     manifest = manifest or entry.manifest
     tc = entry.toolchain
-    neff = manifest.files.get(entry.marker_name if entry.layout == "torchneuron" else "model.neff") \
-        if manifest else None
+    neff_name = get_layout(entry.layout).names(entry.namespace, entry.key).neff
+    neff = manifest.files.get(neff_name) if manifest and neff_name else None
     if manifest is not None:
         created = manifest.created
     else:  # the commit marker's time: when the entry became visible
         marker = entry.files.get(entry.marker_name)
         created = marker.mtime if marker is not None else entry.mtime
     return {
-        "path": entry.path, "layout": "torchneuron" if entry.layout == "torchneuron" else "neuronxcc",
+        "path": entry.path, "layout": entry.layout,
         "key": entry.key, "namespace": entry.namespace.path,
         "toolchain": {"compiler_version": tc.compiler_version, "target": tc.target, "lnc": tc.lnc} if tc else None,
         "state": entry.state.value,

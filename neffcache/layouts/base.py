@@ -13,6 +13,10 @@ from neffcache.manifest import Manifest
 from neffcache.toolchain import Toolchain
 
 TEMP_MARKER = ".neffcache-tmp-"
+# The layout of caches most fleets have today (libneuronxla's): the default where none is named.
+DEFAULT_LAYOUT = "neuronxcc"
+# The layout NeffCache.get/put keep entries in, keyed by neffcache's own key function.
+KEYED_LAYOUT = "torchneuron"
 # neffcache's namespace directory above a runtime's own versioned directory.
 TARGET_DIR_RE = r"(?:(?P<tdir>(?:" + "|".join(TARGETS) + r")-lnc(?P<lnc>[12]))/)?"
 
@@ -161,11 +165,12 @@ class Layout(ABC):
         return sorted(n for n in entry.files if n not in skip and TEMP_MARKER not in n)
 
     def raw_copy_order(self, entry: Entry) -> list[str]:
-        """Transferable names in the order a copy of an entry *without* manifest writes them:
-        the file that decides its state last (so a half copy never reads as another state)."""
+        """Transferable names in the order a copy of an entry *without* manifest (FAILED,
+        EMPTY) writes them: the failure log before the HLO and the HLO last, so a half copy
+        never reads as an EMPTY entry a runtime would pick up and compile."""
         names = self.transferable_names(entry)
-        anchor = self.state_anchor(entry)
-        return [*(n for n in names if n != anchor), *([anchor] if anchor in names else [])]
+        own = self.names(entry.namespace, entry.key)
+        return sorted(names, key=lambda n: (n == own.hlo, n == own.failure_log, n))
 
     def state_anchor(self, entry: Entry) -> str | None:
         """The file whose presence defines what readers see of a manifest-less entry (its
@@ -205,6 +210,34 @@ class Layout(ABC):
         """True for a store-relative path outside any entry that the runtime itself keeps
         (layout A's root ``lock``): neither an entry nor garbage."""
         return False
+
+    # -- finding entries and what is not theirs -------------------------------------------------
+    # True when an entry is one directory of its own (its ``base``): listing that directory
+    # finds all its files. False when entries share a directory (layout B's shards).
+    entry_is_dir: bool = False
+
+    def locate_dir(self, directory: str, namespaces: dict[str, Namespace | None] | None = None
+                   ) -> Located | None:
+        """The entry whose directory is ``directory`` (name left empty), for layouts whose
+        entries are directories (:attr:`entry_is_dir`): a scan resolves each directory once."""
+        return None
+
+    def locate_entry(self, path: str) -> Located | None:
+        """The entry whose :attr:`Entry.path` is ``path`` (name left as the layout's probe), or
+        None when ``path`` is not an entry path of this layout."""
+        return None
+
+    def namespace_version(self, path: str) -> str | None:
+        """The compiler version a namespace path names (``.../<runtime_dir>-<version>``)."""
+        leaf = path.rstrip("/").rpartition("/")[2]
+        head, sep, version = leaf.partition("-")
+        return version if sep and head == self.runtime_dir and version[:1].isdigit() else None
+
+    def foreign_names(self, entry: Entry) -> tuple[str, ...]:
+        """Names in the entry's directory that are neither the runtime's files of the entry nor
+        neffcache's (another tool's: NxD, optimum-neuron). They are not part of the entry:
+        never copied with it, never removed with it (docs/runtimes.md, "Files of other tools")."""
+        return entry.extra
 
     def manifest_problems(self, files: Mapping[str, FileInfo], manifest: Manifest) -> list[str]:
         """Cheap checks a listing allows: every recorded file present with its recorded size."""

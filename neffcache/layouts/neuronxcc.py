@@ -185,3 +185,9 @@ class NeuronxccLayout(Layout):
             extra=extra,
             committed=committed,
         )
+
+    # -- what scan, load_entry and prune ask (issue #11) ---------------------------------------
+    entry_is_dir = True
+
+    def locate_entry(self, path: str) -> Located | None:
+        return self.locate(f"{path}/{NEFF}")

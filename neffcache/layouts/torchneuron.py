@@ -139,3 +139,8 @@ class TorchNeuronLayout(Layout):
             marker_name=names["neff"],
             committed=committed,
         )
+
+    # -- what scan, load_entry and prune ask (issue #11) ---------------------------------------
+    def locate_entry(self, path: str) -> Located | None:
+        # An entry's path is its NEFF's without the suffix (``.../neff/ab/cd/<key>``).
+        return self.locate(f"{path}.neff")

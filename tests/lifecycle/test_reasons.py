@@ -170,15 +170,17 @@ def test_garbage(store: Store) -> None:
     assert not plan_prune([store], PrunePolicy(garbage=True)).items
     plan = plan_prune([store], PrunePolicy(garbage=True, grace=0))
     got = {(i.kind, i.path) for i in plan.items}
-    assert got == {(ItemKind.ENTRY, partial), (ItemKind.FILE, temp), (ItemKind.FILE, orphan),
-                   (ItemKind.FILE, staging), (ItemKind.FILE, stamp_path(f"{ns}/MODULE_9+abb26765"))}
-    assert any("outside any cache namespace" in n for n in plan.notes)
+    assert got == {(ItemKind.ENTRY, partial), (ItemKind.FILE, temp), (ItemKind.FILE, staging),
+                   (ItemKind.FILE, stamp_path(f"{ns}/MODULE_9+abb26765"))}
+    # Files neffcache did not write are foreign, inside a namespace or not: shown, kept.
+    (foreign,) = plan.foreign
+    assert (foreign.files, foreign.bytes, set(foreign.paths)) == (2, 20, {orphan, outside})
     result = plan.execute([store])
     assert not result.skipped
     report = scan(store)
     assert [e.path for e in report.entries] == [keep]
-    assert [g.path for g in report.garbage] == [outside]  # not neffcache's to remove
-    assert report.uncommitted == ()
+    assert report.garbage == () and report.uncommitted == ()
+    assert [f.path for f in report.foreign] == sorted([orphan, outside])  # not neffcache's to remove
 
 
 @pytest.mark.s3
