@@ -27,8 +27,9 @@ from neffcache.layouts.neuronxcc import NeuronxccLayout
 from neffcache.scan import scan
 from neffcache.stores.local import LocalStore
 
-LAYOUT = get_layout("neuronxcc")
-assert isinstance(LAYOUT, NeuronxccLayout)
+_LAYOUT = get_layout("neuronxcc")
+assert isinstance(_LAYOUT, NeuronxccLayout)
+LAYOUT: NeuronxccLayout = _LAYOUT
 
 
 # -- flags file and suffix --------------------------------------------------------------------
