@@ -224,6 +224,11 @@ class Layout(ABC):
         Raises ValueError when the entry contradicts itself."""
         return None
 
+    def entry_named(self, path: str) -> str | None:
+        """The entry (its name inside a namespace) a printed path names wherever it lies (layout
+        A: ``.../model.MODULE_<g>+<f>.hlo_module.pb`` in a compile work directory), or None."""
+        return None
+
     def parse_log_lines(self, line: str) -> list[LogLine]:
         """Everything ``line`` says: :meth:`parse_log_line`, with a line that means two things
         (layout A's compiler call: a miss and a compile) as two."""

@@ -153,6 +153,9 @@ class NeuronxccLayout(Layout):
         new_name, new_data = self.flags_file(namespace, key, user)
         return flagsfile.module_name(parts[0], flagsfile.suffix_of(new_data)), new_name, new_data
 
+    def entry_named(self, path: str) -> str | None:
+        return entry_of_path(path)
+
     # -- log lines ------------------------------------------------------------------------
     def parse_log_line(self, line: str) -> LogLine | None:
         """One libneuronxla line: ``hit``, ``compile`` (the compiler call: also a miss, which
