@@ -185,3 +185,9 @@ def test_a_compile_call_is_a_miss_too_and_other_lines_are_nothing() -> None:
 
 def test_md5_is_of_the_bytes() -> None:
     assert suffix_of(b"-O1") == hashlib.md5(b"-O1").hexdigest()[:8]
+
+
+def test_entry_named_by_a_work_directory_file_only() -> None:
+    assert LAYOUT.entry_named(f"{WORK}/model.{MOD}.hlo_module.pb") == MOD
+    assert LAYOUT.entry_named(f"/tmp/u/neuroncc_compile_workdir/x/model.{MOD}.hlo.pb") == MOD
+    assert LAYOUT.entry_named(f"/elsewhere/neuronxcc-2.21.1/{MOD}/model.neff") is None

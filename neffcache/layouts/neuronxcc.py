@@ -68,6 +68,7 @@ _ROOT_LOCK_RE = re.compile(r"^(?:(?:" + "|".join(TARGETS) + r")-lnc[12]/)?lock$"
 _MODULE = r"MODULE_[0-9A-Za-z_]+\+[0-9A-Za-z]+"
 _ENTRY_RE = re.compile(r"(?:^|[/.])(" + _MODULE + r")(?=[/.])")
 _PATH = r"[^\s'\",\[\]]+"
+_WORKFILE_RE = re.compile(r"(?:^|/)model\.(" + _MODULE + r")\.(?:hlo_module\.pb|hlo\.pb|neff)$")
 _LOG_RES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("hit", re.compile(r"Using a cached neff at (?P<path>\S+?/model\.neff)(?=\.?(?:\s|$))")),
     ("compile", re.compile(r"Call compiler with cmd: .*?(?P<path>" + _PATH
@@ -154,7 +155,10 @@ class NeuronxccLayout(Layout):
         return flagsfile.module_name(parts[0], flagsfile.suffix_of(new_data)), new_name, new_data
 
     def entry_named(self, path: str) -> str | None:
-        return entry_of_path(path)
+        # Only a compile work-directory file names an entry wherever it lies; a cache path
+        # (.../MODULE_<g>+<f>/model.neff) outside the root is another cache's entry.
+        match = _WORKFILE_RE.search(path)
+        return match.group(1) if match else None
 
     # -- log lines ------------------------------------------------------------------------
     def parse_log_line(self, line: str) -> LogLine | None:
