@@ -191,3 +191,24 @@ def test_entry_named_by_a_work_directory_file_only() -> None:
     assert LAYOUT.entry_named(f"{WORK}/model.{MOD}.hlo_module.pb") == MOD
     assert LAYOUT.entry_named(f"/tmp/u/neuroncc_compile_workdir/x/model.{MOD}.hlo.pb") == MOD
     assert LAYOUT.entry_named(f"/elsewhere/neuronxcc-2.21.1/{MOD}/model.neff") is None
+
+
+@pytest.mark.parametrize(("version", "legacy"), [
+    ("2.12.54.0+f631c2365", True), ("2.14.227.0+2d4f85be", True), ("2.20.2.0+7d2c1a3b", False),
+    ("2.21.33363.0+82129205", False), ("2.27.5334.0+f702b353", False),
+])
+def test_runtime_entries_of_every_era_scan_and_pass_the_flags_check(tmp_path: Path, version: str,
+                                                                    legacy: bool) -> None:
+    from tests.runtime_caches import write_neuronxcc_entry
+
+    for i, state in enumerate(("SUCCESS", "FAILED", "EMPTY", "LOCKED")):
+        write_neuronxcc_entry(tmp_path, f"g{i}".encode(), version=version, state=state, legacy=legacy)
+    store = LocalStore(tmp_path)
+    report = scan(store)
+    assert sorted(e.state.value for e in report.entries) == ["EMPTY", "FAILED", "LOCKED", "SUCCESS"]
+    assert report.garbage == ()
+    for entry in report.entries:
+        name = LAYOUT.flags_of(entry)
+        assert name is not None and name == LAYOUT.names(entry.namespace, entry.key).flags
+        assert LAYOUT.flags_problem(entry.key, store.read_bytes(entry.store_path(name))) is None
+        assert LAYOUT.read_user_flags(name, store.read_bytes(entry.store_path(name))) == ["--model-type=transformer"]
