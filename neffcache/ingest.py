@@ -9,7 +9,6 @@ no manifest: one is computed on ingest and marked ``computed``.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -17,7 +16,6 @@ from pathlib import Path
 from neffcache.entry import Entry, EntryState
 from neffcache.errors import CorruptEntry, EntryNotFound
 from neffcache.layouts import get_layout
-from neffcache.layouts.neuronxcc import FLAGS_JSON, FLAGS_TXT
 from neffcache.manifest import FileDigest, Manifest, sha256_bytes, sha256_file, sha256_stream
 from neffcache.publish import PublishResult, publish
 from neffcache.stores.base import Source, Store
@@ -57,20 +55,16 @@ def transferable_names(entry: Entry) -> list[str]:
 
 
 def read_flags(store: Store, entry: Entry) -> list[str]:
-    """The compiler flags an entry was built with, from its flags file (either era)."""
-    for name in (FLAGS_JSON, f"hlo/{entry.key[0:2]}/{entry.key[2:4]}/{entry.key}.flags.json"):
-        if name in entry.files:
-            try:
-                data = json.loads(store.read_bytes(entry.store_path(name)))
-            except (ValueError, EntryNotFound):
-                return []
-            return [str(f) for f in data] if isinstance(data, list) else []
-    if FLAGS_TXT in entry.files:
-        try:
-            return store.read_bytes(entry.store_path(FLAGS_TXT)).decode().split()
-        except (UnicodeDecodeError, EntryNotFound):
-            return []
-    return []
+    """The compiler flags an entry was built with, from its flags file (any era; the layout
+    knows the forms). [] when it has none or it cannot be read."""
+    layout = get_layout(entry.layout)
+    name = layout.flags_of(entry)
+    if name is None:
+        return []
+    try:
+        return layout.read_user_flags(name, store.read_bytes(entry.store_path(name)))
+    except (ValueError, EntryNotFound):
+        return []
 
 
 def check_digests(local: Mapping[str, Path], manifest: Manifest, where: str) -> None:

@@ -10,9 +10,21 @@ from pathlib import Path
 VERSION = "2.21.33363.0+82129205"
 
 
-def module_name(hlo: bytes, flags: str = "") -> str:
+def flags_file(flags: str, version: str = VERSION, target: str = "trn2") -> tuple[str, bytes]:
+    """The flags file libneuronxla of ``version`` writes (NEURON_FACTS.md §1): <= 2.14 the flag
+    string in compile_flags.txt; 2.15-2.20 a JSON list; from 2.21 the list led by --target."""
+    era = tuple(int(part) for part in version.split("+", maxsplit=1)[0].split(".")[:2])
+    if era <= (2, 14):
+        return "compile_flags.txt", flags.encode()
+    if era <= (2, 20):
+        return "compile_flags.json", json.dumps(flags.split()).encode()
+    return "compile_flags.json", json.dumps([f"--target={target}", *flags.split()]).encode()
+
+
+def module_name(hlo: bytes, flags: str = "", version: str = VERSION, target: str = "trn2") -> str:
+    """``MODULE_<graph>+<md5 of the flags file>[:8]`` as that runtime names the entry."""
     graph = int.from_bytes(hashlib.sha256(hlo).digest()[:8], "big")
-    return f"MODULE_{graph}+{hashlib.md5(flags.encode()).hexdigest()[:8]}"
+    return f"MODULE_{graph}+{hashlib.md5(flags_file(flags, version, target)[1]).hexdigest()[:8]}"
 
 
 def write_neuronxcc_entry(
@@ -24,16 +36,17 @@ def write_neuronxcc_entry(
     flags: str = "--model-type=transformer",
     legacy: bool = False,
     neff: bytes | None = None,
+    target: str = "trn2",
 ) -> Path:
-    """One layout-A entry as libneuronxla leaves it; ``legacy`` = 2.12/2.13 (flags.txt, no done)."""
-    entry = root / f"neuronxcc-{version}" / module_name(hlo, flags)
+    """One layout-A entry as libneuronxla of ``version`` leaves it (its flags file's form and the
+    name's suffix follow the version's era); ``legacy`` = 2.12/2.13 (flags.txt, no done)."""
+    # legacy forces the 2.12-2.14 form whatever the version says (a few tests name no version).
+    name, data = flags_file(flags, "2.12" if legacy else version, target)
+    entry = root / f"neuronxcc-{version}" / module_name(hlo, flags, "2.12" if legacy else version, target)
     entry.mkdir(parents=True, exist_ok=True)
     (root / "lock").touch()
     (entry / "model.hlo_module.pb").write_bytes(hlo)
-    if legacy:
-        (entry / "compile_flags.txt").write_text(flags)
-    else:
-        (entry / "compile_flags.json").write_text(json.dumps(flags.split()))
+    (entry / name).write_bytes(data)
     if state == "SUCCESS":
         (entry / "model.neff").write_bytes(neff if neff is not None else b"NEFF" + os.urandom(2048))
         if not legacy:
@@ -49,8 +62,8 @@ def write_neuronxcc_entry(
 
 # -- era-exact layout A (docs/runtimes.md, "Layout A") ------------------------------------------
 # The flags suffix of MODULE_<graph>+<flags> is md5(bytes of the flags file)[:8]; the file's form
-# depends on the wrapper era. write_neuronxcc_entry above hashes the flag string whatever the
-# era (right for <= 2.14 only); write_runtime_a writes what each era's runtime writes.
+# depends on the wrapper era (flags_file above); write_runtime_a writes what each era's runtime
+# writes, with the default target trn1.
 ERA_TXT = "2.14.213.0+013d129b"  # <= 2.14: compile_flags.txt (the flag string), no model.done
 ERA_JSON = "2.20.2.0+f36f5bd7"  # 2.15 - 2.20: compile_flags.json, json.dumps(user flags)
 ERA_TARGET = VERSION  # >= 2.21: compile_flags.json, json.dumps(["--target=<t>", *user flags])
@@ -61,17 +74,6 @@ def _era(version: str) -> tuple[int, int]:
     return int(major), int(minor)
 
 
-def flags_file(flags: str, version: str, *, target: str = "trn1") -> tuple[str, bytes]:
-    """(name, bytes) of the flags file libneuronxla of ``version`` writes for ``flags``."""
-    era = _era(version)
-    if era <= (2, 14):
-        return "compile_flags.txt", flags.encode()
-    listed = flags.split()
-    if era >= (2, 21):
-        listed = [f"--target={target}", *listed]
-    return "compile_flags.json", json.dumps(listed).encode()
-
-
 def runtime_module_name(hlo: bytes, flags_bytes: bytes) -> str:
     graph = int.from_bytes(hashlib.sha256(hlo).digest()[:8], "big")
     return f"MODULE_{graph}+{hashlib.md5(flags_bytes).hexdigest()[:8]}"
@@ -80,7 +82,7 @@ def runtime_module_name(hlo: bytes, flags_bytes: bytes) -> str:
 def write_runtime_a(root: Path, hlo: bytes, *, version: str = VERSION, state: str = "SUCCESS",
                     flags: str = "--model-type=transformer", target: str = "trn1") -> Path:
     """One layout-A entry exactly as libneuronxla of ``version``'s era leaves it."""
-    name, data = flags_file(flags, version, target=target)
+    name, data = flags_file(flags, version, target)
     entry = root / f"neuronxcc-{version}" / runtime_module_name(hlo, data)
     entry.mkdir(parents=True, exist_ok=True)
     (root / "lock").touch()

@@ -25,7 +25,7 @@ def test_libneuronxla_root_all_states(tmp_path: Path) -> None:
     states = {e.key: e.state for e in report.entries}
     assert states == {
         module_name(b"hlo-success", "--model-type=transformer"): EntryState.SUCCESS,
-        module_name(b"hlo-legacy", "--model-type=transformer"): EntryState.SUCCESS,
+        module_name(b"hlo-legacy", "--model-type=transformer", "2.12.54.0+f631c2365"): EntryState.SUCCESS,
         module_name(b"hlo-failed", "--model-type=transformer"): EntryState.FAILED,
         module_name(b"hlo-locked", "--model-type=transformer"): EntryState.LOCKED,
         module_name(b"hlo-empty", "--model-type=transformer"): EntryState.EMPTY,

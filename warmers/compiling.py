@@ -4,19 +4,25 @@ Used by the two-phase warm-up (graphs extracted by the workload, compiled here) 
 ``rewarm`` (HLOs of an old compiler's entries, compiled with the new one). Per graph:
 
 1. if any tier already holds the entry, it is a hit (copied into the work store if needed);
-2. take the lease ``compile:<entry path>`` in the coordinator store. Held by someone else
+2. the source entry's flags file must back its key (layout A: it hashes to the ``+<suffix>``
+   of its MODULE name); if not, the graph is refused and reported, never compiled: the NEFF
+   would be published under a key that says other flags;
+3. take the lease ``compile:<entry path>`` in the coordinator store. Held by someone else
    (another shard, another host) means: come back later, when it will most likely be a hit,
    or the holder died and its lease can be taken over;
-3. compile with ``neuronx-cc`` in its own process group, under a timeout, in a staging
+4. take the runtime's own compile lock in the work store (layout A's
+   ``model.hlo_module.pb.lock``, see :mod:`.runtime_lock`), so a runtime sharing the root
+   waits for our NEFF instead of compiling it too; if a runtime holds it, come back later;
+5. compile with ``neuronx-cc`` in its own process group, under a timeout, in a staging
    directory of the work store, while the memory gate says another compile fits;
-4. publish the entry, manifest first and marker last, to every writable tier; register it in
-   the index and send the events. A failure is recorded the way the runtime records it
-   (layout A: ``model.log`` beside the HLO, so runtimes and ``--retry-failed`` agree on it).
+6. publish the entry, manifest first and marker last, to every writable tier (the work store
+   still under the runtime lock); register it in the index and send the events. A failure is
+   recorded the way the runtime records it (layout A: ``model.log`` beside the HLO, so
+   runtimes and ``--retry-failed`` agree on it).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -27,11 +33,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from neffcache.entry import EntryState, Namespace
+from neffcache.errors import EntryNotFound
 from neffcache.ingest import build_manifest
-from neffcache.layouts import get_layout
-from neffcache.layouts.neuronxcc import FLAGS_JSON, HLO, LOG, NEFF
-from neffcache.layouts.torchneuron import TorchNeuronLayout
+from neffcache.layouts import get_layout, locate
 from neffcache.lease import Lease, try_acquire
+from neffcache.publish import publish
 from neffcache.scan import load_entry
 from neffcache.stores.base import Source, Store
 from neffcache.toolchain import Toolchain
@@ -40,10 +46,15 @@ from .children import Children
 from .memory import MemoryGate
 from .placement import Placement
 from .report import WarmReport
+from .runtime_lock import RuntimeLock, lock_age
 
 log = logging.getLogger(__name__)
 LEASE_TTL = 120.0
+# How long a runtime's compile lock is waited on before the graph is reported instead: the
+# runtime itself waits forever, which is the stale-lock trap (prune removes stale locks).
+RUNTIME_LOCK_PATIENCE = 3600.0
 _TAIL = 4000
+_STAGED_NEFF = "compiled.neff"  # our staging name; the entry's own name comes from the layout
 
 
 @dataclass(frozen=True)
@@ -65,7 +76,7 @@ class CompileJob:
 @dataclass(frozen=True)
 class CompileOutcome:
     job: CompileJob
-    status: str  # compiled | hit | failed | timeout | interrupted
+    status: str  # compiled | hit | failed | refused | timeout | interrupted
     seconds: float = 0.0
     bytes: int = 0
     reason: str = ""
@@ -83,6 +94,7 @@ class CompilePool:
     retry_failed: bool = False
     started_at: float = field(default_factory=time.time)
     lease_ttl: float = LEASE_TTL
+    runtime_lock_patience: float = RUNTIME_LOCK_PATIENCE
     on_done: Callable[[CompileOutcome], None] | None = None
 
     def __post_init__(self) -> None:
@@ -165,6 +177,9 @@ class CompilePool:
             return CompileOutcome(job, "interrupted")
         if self.placement.bring_to_work(job.path):
             return self._hit(job)
+        refused = self._flags_refusal(job)
+        if refused is not None:
+            return CompileOutcome(job, "refused", reason=refused)
         got = try_acquire(self.placement.coordinator, f"compile:{job.path}", ttl=self.lease_ttl)
         if not isinstance(got, Lease):
             return None
@@ -176,9 +191,54 @@ class CompilePool:
             reason = self._failed_before(job)
             if reason is not None:
                 return CompileOutcome(job, "failed", reason=reason)
-            return self._compile(job)
+            lock_path = self._runtime_lock_path(job)
+            if lock_path is None:
+                return self._compile(job, holding_runtime_lock=False)
+            held = RuntimeLock.acquire(lock_path)
+            if held is None:
+                return self._runtime_compiling(job, lock_path)
+            with held:
+                if self.placement.bring_to_work(job.path):  # a runtime finished it meanwhile
+                    return self._hit(job)
+                return self._compile(job, holding_runtime_lock=True)
         finally:
             lease.release()
+
+    def _runtime_lock_path(self, job: CompileJob) -> Path | None:
+        """Where the runtime's compile lock of ``job`` lies in the work store, when the layout
+        has one and the work store is a filesystem a runtime can share."""
+        name = get_layout(job.namespace.layout).names(job.namespace, job.key).runtime_lock
+        if name is None:
+            return None
+        return self.placement.work.local_path(f"{job.path}/{name}")
+
+    def _runtime_compiling(self, job: CompileJob, lock_path: Path) -> CompileOutcome | None:
+        """A runtime holds the graph's lock: wait for its NEFF (None: look again soon), as the
+        runtime would, unless the lock is older than our patience (then report, not compile)."""
+        age = lock_age(lock_path)
+        if age is None or age < self.runtime_lock_patience:
+            return None
+        return CompileOutcome(job, "failed", reason=(
+            f"a runtime's compile lock {lock_path.name} has been there {age / 60:.0f} min: a runtime compiles "
+            "this graph or died doing so; not compiled twice (neffcache prune removes stale locks)"))
+
+    def _flags_refusal(self, job: CompileJob) -> str | None:
+        """Why ``job``'s source entry must not be compiled (its flags file does not back its
+        key), or None. Checked before any compile, for two-phase warms and rewarms alike."""
+        located = locate(job.hlo_path)
+        if located is None:
+            return None
+        layout = get_layout(located.namespace.layout)
+        entry = load_entry(job.source, located.path, read_manifest=False)
+        if entry is None:
+            return None
+        name = layout.flags_of(entry)
+        try:
+            data = job.source.read_bytes(entry.store_path(name)) if name is not None else None
+        except EntryNotFound:
+            data = None
+        problem = layout.flags_problem(entry.key, data)
+        return f"{located.path}: {problem}" if problem is not None else None
 
     def _hit(self, job: CompileJob) -> CompileOutcome:
         self.placement.event("hit", job.path, job.namespace, tags=job.tags)
@@ -187,28 +247,32 @@ class CompilePool:
 
     def _failed_before(self, job: CompileJob) -> str | None:
         """The recorded failure that stands for this run, if any (layout A keeps failures)."""
-        if job.namespace.layout != "neuronxcc":
+        layout = get_layout(job.namespace.layout)
+        if layout.names(job.namespace, job.key).failure_log is None:
             return None
         for store in dict.fromkeys([self.placement.work, self.placement.coordinator]):
             entry = load_entry(store, job.path, read_manifest=False)
             if entry is None or entry.state is not EntryState.FAILED:
                 continue
-            info = entry.files.get(LOG)
-            fresh = info is not None and info.mtime >= self.started_at
+            log_name = layout.failure_log_of(entry)
+            info = entry.files.get(log_name) if log_name is not None else None
+            if log_name is None or info is None:
+                continue
+            fresh = info.mtime >= self.started_at
             if not self.retry_failed or fresh:
-                text = store.read_bytes(entry.store_path(LOG)).decode(errors="replace")
+                text = store.read_bytes(entry.store_path(log_name)).decode(errors="replace")
                 hint = "" if fresh else " (cached failure; --retry-failed compiles it again)"
                 return f"{_summary(text)}{hint}"
         return None
 
-    def _compile(self, job: CompileJob) -> CompileOutcome:
+    def _compile(self, job: CompileJob, *, holding_runtime_lock: bool) -> CompileOutcome:
         work = self.placement.work
         with work.staging_dir() as tmp:
             hlo = job.source.local_path(job.hlo_path)
             if hlo is None:
-                hlo = tmp / HLO
+                hlo = tmp / "source.hlo"
                 job.source.get_file(job.hlo_path, hlo)
-            neff = tmp / NEFF
+            neff = tmp / _STAGED_NEFF
             tc = job.toolchain
             # The runtime's own argument shape: fixed options first, so the user's flags win.
             cmd = [str(self.compiler), "compile", "--framework=XLA", f"--target={tc.target}",
@@ -229,32 +293,40 @@ class CompilePool:
                 reason = f"neuronx-cc exited {status}: {_summary(output)}"
                 self._record_failure(job, hlo, output or reason)
                 return CompileOutcome(job, "failed", seconds, reason=reason)
-            size, tiers = self._publish(job, hlo, neff, seconds)
+            size, tiers = self._publish(job, hlo, neff, seconds, holding_runtime_lock)
         return CompileOutcome(job, "compiled", seconds, size, tiers=tiers)
 
     def _files(self, job: CompileJob, hlo: Path, neff: Path | None) -> dict[str, Source]:
-        flags = json.dumps(list(job.flags)).encode()
-        if job.namespace.layout == "torchneuron":
-            names = TorchNeuronLayout.names_for(job.namespace, job.key)
-            files: dict[str, Source] = {names["hlo"]: hlo, names["flags"]: flags}
-            if neff is not None:
-                files[names["neff"]] = neff
-            return files
-        files = {HLO: hlo, FLAGS_JSON: flags}
-        if neff is not None:
-            files[NEFF] = neff
+        layout = get_layout(job.namespace.layout)
+        names = layout.names(job.namespace, job.key)
+        # The flags file in the form of the target runtime's era: the name we publish under is
+        # the one that runtime computes from it (layout A's +<suffix>).
+        flags_name, flags_bytes = layout.flags_file(job.namespace, job.key, job.flags)
+        files: dict[str, Source] = {}
+        if names.hlo is not None:
+            files[names.hlo] = hlo
+        if flags_name is not None:
+            files[flags_name] = flags_bytes
+        if neff is not None and names.neff is not None:
+            files[names.neff] = neff
         return files
 
-    def _publish(self, job: CompileJob, hlo: Path, neff: Path, seconds: float) -> tuple[int, int]:
+    def _publish(self, job: CompileJob, hlo: Path, neff: Path, seconds: float, holding_runtime_lock: bool
+                 ) -> tuple[int, int]:
         files = self._files(job, hlo, neff)
         manifest = build_manifest(job.namespace.layout, job.key, files, toolchain=job.toolchain,
                                   flags=job.flags, tags=job.tags, compile_seconds=round(seconds, 3))
+        if holding_runtime_lock:
+            # Into the work store while our runtime lock still stands (publish would otherwise
+            # take it for a runtime compiling): a runtime waiting on it then finds the NEFF.
+            publish(self.placement.work, job.namespace, job.key, files, manifest, known_absent=True)
         held = self.placement.publish(job.namespace, job.key, files, manifest)
-        if job.namespace.layout == "neuronxcc":
+        log_name = get_layout(job.namespace.layout).names(job.namespace, job.key).failure_log
+        if log_name is not None:
             for store in held:
-                if store.stat(f"{job.path}/{LOG}") is not None:
+                if store.stat(f"{job.path}/{log_name}") is not None:
                     # A retried failure: its old log must not outlive the NEFF that replaced it.
-                    store.delete([f"{job.path}/{LOG}"])
+                    store.delete([f"{job.path}/{log_name}"])
         entry = load_entry(self.placement.work, job.path)
         if entry is not None:
             self.placement.register(entry, held)
@@ -264,14 +336,15 @@ class CompilePool:
 
     def _record_failure(self, job: CompileJob, hlo: Path, text: str) -> None:
         self.placement.event("error", job.path, job.namespace, message=text[-_TAIL:], tags=job.tags)
-        if job.namespace.layout != "neuronxcc":
+        log_name = get_layout(job.namespace.layout).names(job.namespace, job.key).failure_log
+        if log_name is None:
             return  # the native runtime does not cache failures: neither do we
         for store in dict.fromkeys([self.placement.work, self.placement.coordinator]):
             # HLO and flags first, the log last: the entry reads as FAILED only once whole.
             for name, source in self._files(job, hlo, None).items():
                 if store.stat(f"{job.path}/{name}") is None:
                     store.put_file(f"{job.path}/{name}", source)
-            store.put_file(f"{job.path}/{LOG}", text.encode())
+            store.put_file(f"{job.path}/{log_name}", text.encode())
 
 
 def _summary(text: str) -> str:
@@ -297,4 +370,5 @@ def record_outcome(report: WarmReport, outcome: CompileOutcome) -> None:
     else:
         row.failed += 1
         row.worsen("failed")
-        row.fail(outcome.job.path, "timeout" if outcome.status == "timeout" else "compile", outcome.reason)
+        kind = {"timeout": "timeout", "refused": "flags"}.get(outcome.status, "compile")
+        row.fail(outcome.job.path, kind, outcome.reason)

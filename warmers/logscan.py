@@ -121,6 +121,11 @@ def entry_of(root: str, namespaces: Sequence[Namespace], *, path: str | None, ke
     path = posixpath.normpath(path.removeprefix("file://"))
     prefix = root.rstrip("/") + "/"
     if not path.startswith(prefix):
+        # A compile runs in a work directory: the file names the entry (model.MODULE_<g>+<f>...).
+        for ns in namespaces:
+            key = get_layout(ns.layout).entry_named(path)
+            if key is not None:
+                return get_layout(ns.layout).plan_entry(ns, key).path
         return None
     rel = path[len(prefix):]
     found = locate(posixpath.join(posixpath.dirname(rel), "model.neff")) or locate(rel)

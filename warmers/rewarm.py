@@ -4,8 +4,12 @@ Every entry keeps the HLO it was compiled from (layout A ``model.hlo_module.pb``
 ``hlo/ab/cd/<key>.hlo``), so the first job after an image rebuild need not pay for a single
 compile. Where the new entries go is where the new runtime will look:
 
-- layout A: ``<target dir>/neuronxcc-NEW/MODULE_<same graph hash>+<same flags hash>/``; the
-  graph hash does not depend on the compiler version, so the name carries over unchanged;
+- layout A: ``<target dir>/neuronxcc-NEW/MODULE_<same graph hash>+<suffix>/``: the graph hash
+  does not depend on the compiler version, the ``+<suffix>`` (md5 of the flags file) does
+  whenever the flags file's form changed (2.15, 2.21: the target joined the list). It is
+  recomputed under the new era's rule from the user flags recovered from the old flags file,
+  and that era's flags file is written. An entry whose flags file is missing, unreadable or
+  does not hash to its own suffix is reported, never compiled;
 - layout B: ``<target dir>/torchneuron-NEW/neff/ab/cd/<key>.neff`` with the key recomputed,
   since neffcache's key includes the compiler version.
 
@@ -17,17 +21,15 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from neffcache.entry import Entry, EntryState, Namespace
-from neffcache.errors import ConfigError
-from neffcache.ingest import read_flags
+from neffcache.errors import ConfigError, EntryNotFound
 from neffcache.instances import TARGETS, lookup_instance
 from neffcache.keys import cache_key
-from neffcache.layouts.neuronxcc import HLO
-from neffcache.layouts.torchneuron import shard
+from neffcache.layouts import LAYOUTS, get_layout
 from neffcache.scan import scan
 from neffcache.stores.base import Store
 from neffcache.toolchain import Toolchain
@@ -41,7 +43,6 @@ from .report import WarmReport
 
 log = logging.getLogger(__name__)
 Progress = Callable[[str], None]
-_RUNTIME_DIRS = {"neuronxcc": "neuronxcc", "torchneuron": "torchneuron"}
 
 
 @dataclass
@@ -51,7 +52,7 @@ class RewarmRequest:
     compiler: Path
     instance: str | None = None
     lnc: int | None = None
-    layouts: tuple[str, ...] = ("neuronxcc", "torchneuron")
+    layouts: tuple[str, ...] = tuple(LAYOUTS)
     shard: Shard = field(default_factory=Shard)
     parallel: int = 1
     compile_timeout: float | None = None
@@ -69,14 +70,14 @@ def source_prefixes(req: RewarmRequest) -> list[str]:
         tdirs = [f"{t}-lnc{n}" for t in TARGETS for n in (1, 2)]
     out = []
     for layout in req.layouts:
-        leaf = f"{_RUNTIME_DIRS[layout]}-{req.from_version}"
+        leaf = get_layout(layout).version_dir(req.from_version)
         out.extend([*(f"{t}/{leaf}" for t in tdirs), leaf])
     return out
 
 
 def renamed_namespace(ns: Namespace, to_version: str, toolchain: Toolchain) -> Namespace:
-    head, _, leaf = ns.path.rpartition("/")
-    new_leaf = f"{leaf.split('-', 1)[0]}-{to_version}"
+    head, _, _ = ns.path.rpartition("/")
+    new_leaf = get_layout(ns.layout).version_dir(to_version)
     path = f"{head}/{new_leaf}" if head else new_leaf
     return Namespace(ns.layout, path, to_version, toolchain.target, toolchain.lnc)
 
@@ -143,17 +144,27 @@ class Rewarmer:
                 self.report.notes.append(f"{store.url}/{entry.namespace.path}: target unknown (a root the runtime "
                                          "filled); rerun with --instance to recompile it")
                 continue
-            hlo_name = HLO if entry.layout == "neuronxcc" else f"hlo/{shard(entry.key)}.hlo"
-            if hlo_name not in entry.files:
+            layout = get_layout(entry.layout)
+            hlo_name = layout.hlo_of(entry)
+            if hlo_name is None:
                 self.report.notes.append(f"{path}: no stored HLO, cannot be recompiled")
                 continue
-            flags = tuple(read_flags(store, entry))
             new_ns = renamed_namespace(entry.namespace, self.req.to_version, toolchain)
-            key = entry.key if entry.layout == "neuronxcc" else self._new_key(store, entry, hlo_name, flags,
-                                                                               toolchain)
+            group = f"{entry.namespace.path} -> {new_ns.path}"
+            try:
+                key, flags = self._target_key(store, entry, hlo_name, new_ns, toolchain)
+            except ValueError as exc:
+                # Per entry, in the report: the runtime of the new compiler would look for a name
+                # we cannot compute (or the old entry contradicts its own name).
+                if self.req.shard.owns_name(path):
+                    row = self.report.group(group)
+                    row.graphs += 1
+                    row.failed += 1
+                    row.worsen("failed")
+                    row.fail(path, "flags", f"not recompiled: {exc}")
+                continue
             tags = {**(entry.manifest.tags if entry.manifest else {}), **self.req.tags}
-            job = CompileJob(f"{entry.namespace.path} -> {new_ns.path}", new_ns, key, store,
-                             entry.store_path(hlo_name), flags, toolchain, tags)
+            job = CompileJob(group, new_ns, key, store, entry.store_path(hlo_name), tuple(flags), toolchain, tags)
             if not self.req.shard.owns_name(job.path):
                 continue
             namespaces.setdefault(new_ns.path)
@@ -161,6 +172,28 @@ class Rewarmer:
             jobs.append(job)
         self.report.namespaces = list(namespaces)
         return jobs
+
+    @staticmethod
+    def _target_key(store: Store, entry: Entry, hlo_name: str, new_ns: Namespace, tc: Toolchain
+                    ) -> tuple[str, list[str]]:
+        """(key, user flags) of the entry the new compiler's runtime looks for. Raises
+        ValueError, saying why, when it cannot be computed."""
+        layout = get_layout(entry.layout)
+        flags_name = layout.flags_of(entry)
+        if flags_name is None:
+            if layout.flags_problem(entry.key, None) is not None:
+                raise ValueError("no flags file: the flags it was compiled with, and so the name the new "
+                                 "runtime looks for, are unknown")
+            return Rewarmer._content_key(store, entry, hlo_name, (), tc), []
+        try:
+            data = store.read_bytes(entry.store_path(flags_name))
+        except EntryNotFound:
+            raise ValueError(f"{flags_name} disappeared") from None
+        flags = layout.read_user_flags(flags_name, data)  # ValueError: unreadable
+        derived = layout.key_for(entry.key, flags_name, data, new_ns)
+        if derived is not None:
+            return derived[0], flags
+        return Rewarmer._content_key(store, entry, hlo_name, flags, tc), flags
 
     def _toolchain(self, entry: Entry) -> Toolchain | None:
         ns = entry.namespace
@@ -175,6 +208,6 @@ class Rewarmer:
         return Toolchain(self.req.to_version, target, lnc)
 
     @staticmethod
-    def _new_key(store: Store, entry: Entry, hlo_name: str, flags: tuple[str, ...], tc: Toolchain) -> str:
-        # Layout B's key covers the compiler version: the new entry has a new key.
-        return cache_key(store.read_bytes(entry.store_path(hlo_name)), flags, tc)
+    def _content_key(store: Store, entry: Entry, hlo_name: str, flags: Sequence[str], tc: Toolchain) -> str:
+        # Layout B's key (neffcache's) covers the compiler version: the new entry has a new key.
+        return cache_key(store.read_bytes(entry.store_path(hlo_name)), tuple(flags), tc)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from neffcache.entry import Entry, FileInfo, Namespace
@@ -200,6 +201,44 @@ class Layout(ABC):
         rest = sorted(names - set(first) - {anchor})
         phases = [first, rest, [anchor] if anchor else []]
         return [phase for phase in phases if phase]
+
+    # -- the flags file ---------------------------------------------------------------------
+    def flags_file(self, namespace: Namespace, key: str, flags: Sequence[str]) -> tuple[str | None, bytes]:
+        """(name, bytes) of the flags file a writer gives entry ``key`` of ``namespace``: the
+        runtime's own form where the runtime's key depends on it (layout A). Default: a JSON
+        list under :meth:`names`' flags name."""
+        return self.names(namespace, key).flags, json.dumps(list(flags)).encode()
+
+    def read_user_flags(self, name: str, data: bytes) -> list[str]:
+        """The compiler flags a flags file named ``name`` holds. Raises ValueError when it is
+        not one this layout writes."""
+        value = json.loads(data)
+        if not isinstance(value, list) or not all(isinstance(f, str) for f in value):
+            raise ValueError(f"{name} is not a JSON list of strings")
+        return value
+
+    def flags_problem(self, key: str, data: bytes | None) -> str | None:
+        """Why entry ``key`` must not be compiled from its flags file (``data``; None when it
+        has none): its key says other flags. None when it may (the default: no rule)."""
+        return None
+
+    def key_for(self, key: str, name: str, data: bytes, namespace: Namespace) -> tuple[str, str, bytes] | None:
+        """(key, flags name, flags bytes) the runtime of ``namespace`` gives the graph of entry
+        ``key`` whose flags file ``name`` holds ``data``, when the layout can derive it from
+        the entry (layout A: the MODULE name); None when it cannot (the caller keys by content).
+        Raises ValueError when the entry contradicts itself."""
+        return None
+
+    def entry_named(self, path: str) -> str | None:
+        """The entry (its name inside a namespace) a printed path names wherever it lies (layout
+        A: ``.../model.MODULE_<g>+<f>.hlo_module.pb`` in a compile work directory), or None."""
+        return None
+
+    def parse_log_lines(self, line: str) -> list[LogLine]:
+        """Everything ``line`` says: :meth:`parse_log_line`, with a line that means two things
+        (layout A's compiler call: a miss and a compile) as two."""
+        found = self.parse_log_line(line)
+        return [] if found is None else [found]
 
     def parse_log_line(self, line: str) -> LogLine | None:
         """What ``line`` of this runtime's output says, or None when it is not one of its

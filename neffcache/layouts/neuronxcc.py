@@ -3,9 +3,17 @@
 ::
 
     <root>/[<target>-lnc<N>/]neuronxcc-<version>/MODULE_<graph>+<flags>/
-        model.hlo_module.pb   compile_flags.json (2.12/2.13: compile_flags.txt)
+        model.hlo_module.pb   (<= 2.13 also model.hlo.pb)
+        compile_flags.json    (<= 2.14: compile_flags.txt; its md5 is the +<flags> suffix,
+                               the file's form by era: see :mod:`neffcache.layouts.flags`)
         model.neff            model.done (2.15+, written after the neff: the commit marker)
         model.log             failure text        model.hlo_module.pb.lock  while compiling
+
+States in optimum-neuron's cleanup order, first match wins: SUCCESS (neff + marker) > FAILED
+(log, no neff) > LOCKED (a ``*.lock``) > EMPTY (an HLO). A lock beside a SUCCESS entry is
+stale: the entry stays SUCCESS and the lock is reported (:meth:`NeuronxccLayout.locks_of`).
+Files the layout does not know (NxD's ``wrapped_neff.hlo``...) are extra: kept, reported,
+never a reason for CORRUPT.
 
 The runtime puts ``neuronxcc-<version>/`` under whatever root it is given; neffcache hands it
 ``<root>/<target>-lnc<N>`` so NEFFs of different targets never share a directory (the target
@@ -16,22 +24,32 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from neffcache.entry import Entry, EntryState, FileInfo, Namespace
 from neffcache.instances import TARGETS
-from neffcache.layouts.base import TARGET_DIR_RE, EntryNames, EntryPlan, Layout, Located, parse_target_dir
+from neffcache.layouts import flags as flagsfile
+from neffcache.layouts.base import (
+    TARGET_DIR_RE,
+    EntryNames,
+    EntryPlan,
+    Layout,
+    Located,
+    LogLine,
+    parse_target_dir,
+)
+from neffcache.layouts.flags import FLAGS_JSON, FLAGS_TXT, FlagsFileError
 from neffcache.manifest import MANIFEST_NAME, Manifest
 from neffcache.toolchain import Toolchain
 
 HLO = "model.hlo_module.pb"
-FLAGS_JSON = "compile_flags.json"
-FLAGS_TXT = "compile_flags.txt"
+HLO_OLD = "model.hlo.pb"  # <= 2.13
 NEFF = "model.neff"
 DONE = "model.done"
 LOG = "model.log"
 LOCK_SUFFIX = ".lock"
-KNOWN = frozenset({HLO, FLAGS_JSON, FLAGS_TXT, NEFF, DONE, LOG, MANIFEST_NAME})
+KNOWN = frozenset({HLO, HLO_OLD, FLAGS_JSON, FLAGS_TXT, NEFF, DONE, LOG, MANIFEST_NAME})
+STALE_LOCK = "stale lock"  # the problem text's prefix for a lock beside a SUCCESS entry
 
 _PATH_RE = re.compile(
     "^" + TARGET_DIR_RE + r"neuronxcc-(?P<ver>[0-9][^/]*)/(?P<key>MODULE_[^/]+)/(?P<name>[^/]+)$"
@@ -42,13 +60,50 @@ KEY_PREFIX = "MODULE_"
 _ROOT_LOCK_RE = re.compile(r"^(?:(?:" + "|".join(TARGETS) + r")-lnc[12]/)?lock$")
 
 
+# The runtime's log lines (NEURON_FACTS.md §2). An entry is named by the MODULE_<g>+<f> in a
+# path: a cache path (.../MODULE_<g>+<f>/model.neff) or a work-directory file name
+# (/tmp/<user>/neuroncc_compile_workdir/<uuid>/model.MODULE_<g>+<f>.hlo_module.pb; NxD:
+# /tmp/nxd_model/<model>/_tp0_bk0/...; before 2024 the command was a Python list and the
+# file .hlo.pb).
+_MODULE = r"MODULE_[0-9A-Za-z_]+\+[0-9A-Za-z]+"
+_ENTRY_RE = re.compile(r"(?:^|[/.])(" + _MODULE + r")(?=[/.])")
+_PATH = r"[^\s'\",\[\]]+"
+_WORKFILE_RE = re.compile(r"(?:^|/)model\.(" + _MODULE + r")\.(?:hlo_module\.pb|hlo\.pb|neff)$")
+_LOG_RES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("hit", re.compile(r"Using a cached neff at (?P<path>\S+?/model\.neff)(?=\.?(?:\s|$))")),
+    ("compile", re.compile(r"Call compiler with cmd: .*?(?P<path>" + _PATH
+                           + r"\.(?:hlo_module|hlo)\.pb)(?=[\s'\",\]]|$)")),
+    ("success", re.compile(r"Compilation Successfully Completed for (?P<path>" + _PATH
+                           + r"\.(?:hlo_module|hlo)\.pb)")),
+    ("failure", re.compile(r"Compilation failed for (?P<path>" + _PATH
+                           + r"\.(?:hlo_module|hlo)\.pb) after \d+ retr")),
+    ("failure", re.compile(r"Failed compilation with .*?(?P<path>" + _PATH
+                           + r"\.(?:hlo_module|hlo)\.pb)(?=[\s'\",\]]|$)")),
+    ("failure", re.compile(r"Got a cached failed neff at (?P<path>\S+?/model\.neff)(?=\.?(?:\s|$))")),
+)
+_CHEAP = ("Using a cached neff", "Call compiler with", "Compilation Successfully", "Compilation failed for",
+          "Failed compilation with", "Got a cached failed neff")
+
+
+def entry_of_path(path: str) -> str | None:
+    """The ``MODULE_<g>+<f>`` a printed path names (entry directory or work-directory file)."""
+    found = _ENTRY_RE.findall(path)
+    return found[-1] if found else None
+
+
 class NeuronxccLayout(Layout):
     name = "neuronxcc"
     runtime_dir = "neuronxcc"
 
     def names(self, namespace: Namespace, key: str) -> EntryNames:
-        return EntryNames(hlo=HLO, flags=FLAGS_JSON, neff=NEFF, marker=DONE, manifest=MANIFEST_NAME,
+        # The flags file's name is the runtime's of that namespace's era (.txt up to 2.14).
+        era = flagsfile.era_of(namespace.compiler_version or "")
+        flags = era.file_name if era is not None else FLAGS_JSON
+        return EntryNames(hlo=HLO, flags=flags, neff=NEFF, marker=DONE, manifest=MANIFEST_NAME,
                           failure_log=LOG, runtime_lock=HLO + LOCK_SUFFIX)
+
+    def hlo_of(self, entry: Entry) -> str | None:
+        return next((n for n in (HLO, HLO_OLD) if n in entry.files), None)
 
     def flags_of(self, entry: Entry) -> str | None:
         return next((n for n in (FLAGS_JSON, FLAGS_TXT) if n in entry.files), None)
@@ -62,7 +117,75 @@ class NeuronxccLayout(Layout):
     def state_anchor(self, entry: Entry) -> str | None:
         # A NEFF without model.done is uncommitted; a legacy entry's NEFF is its marker; else
         # the failure log makes it FAILED, else the HLO makes it EMPTY.
-        return next((n for n in (NEFF, LOG, HLO) if n in entry.files), None)
+        return next((n for n in (NEFF, LOG, HLO, HLO_OLD) if n in entry.files), None)
+
+    # -- the flags file and the MODULE name (see neffcache.layouts.flags) ---------------------
+    def flags_file(self, namespace: Namespace, key: str, flags: Sequence[str]) -> tuple[str, bytes]:
+        """(name, bytes) of the flags file the runtime of ``namespace`` writes for ``flags``:
+        what neffcache writes too, so the name it uses is the one that runtime computes."""
+        era = flagsfile.era_of(namespace.compiler_version or "")
+        if era is None:
+            raise FlagsFileError(f"compiler version {namespace.compiler_version!r} unknown: no flags-file form")
+        return flagsfile.flags_file(era, namespace.target, flags)
+
+    def read_user_flags(self, name: str, data: bytes) -> list[str]:
+        """The user flags a flags file holds (2.21+: without its leading ``--target=``)."""
+        return flagsfile.read_flags_file(name, data)[0]
+
+    def flags_problem(self, key: str, data: bytes | None) -> str | None:
+        """Why an entry's flags file (``None``: absent) does not back its MODULE name, or None."""
+        if data is None:
+            return "no flags file: the MODULE name's +<flags> suffix cannot be checked"
+        return flagsfile.suffix_problem(key, data)
+
+    def key_for(self, key: str, name: str, data: bytes, namespace: Namespace) -> tuple[str, str, bytes] | None:
+        """(key, flags-file name, flags-file bytes) of entry ``key`` (whose flags file ``name``
+        holds ``data``) for the runtime of ``namespace``: the same graph hash, the suffix
+        recomputed under that era's rule. Raises :class:`FlagsFileError` when it cannot."""
+        parts = flagsfile.split_module(key)
+        if parts is None:
+            raise FlagsFileError(f"{key} is not a MODULE_<graph>+<flags> name")
+        problem = flagsfile.suffix_problem(key, data)
+        if problem is not None:
+            raise FlagsFileError(problem)
+        user, target = flagsfile.read_flags_file(name, data)
+        if target is not None and namespace.target is not None and target != namespace.target:
+            raise FlagsFileError(f"the flags file says --target={target}, the namespace is {namespace.target}")
+        new_name, new_data = self.flags_file(namespace, key, user)
+        return flagsfile.module_name(parts[0], flagsfile.suffix_of(new_data)), new_name, new_data
+
+    def entry_named(self, path: str) -> str | None:
+        # Only a compile work-directory file names an entry wherever it lies; a cache path
+        # (.../MODULE_<g>+<f>/model.neff) outside the root is another cache's entry.
+        match = _WORKFILE_RE.search(path)
+        return match.group(1) if match else None
+
+    # -- log lines ------------------------------------------------------------------------
+    def parse_log_line(self, line: str) -> LogLine | None:
+        """One libneuronxla line: ``hit``, ``compile`` (the compiler call: also a miss, which
+        :meth:`parse_log_lines` spells out), ``success``, or ``failure``.
+
+        A failed compile prints two failure lines (``Failed compilation with [...]`` per
+        attempt, then ``Compilation failed for ... after N retries.``) and a cached one a third
+        kind (``Got a cached failed neff``): count failures per entry, not per line.
+        """
+        if not any(cheap in line for cheap in _CHEAP):
+            return None
+        for kind, regex in _LOG_RES:
+            match = regex.search(line)
+            if match is not None:
+                path = match.group("path")
+                return LogLine(kind, entry=entry_of_path(path), path=path)
+        return None
+
+    def parse_log_lines(self, line: str) -> list[LogLine]:
+        """:meth:`parse_log_line` with the compiler call counted as both a miss and a compile."""
+        found = self.parse_log_line(line)
+        if found is None:
+            return []
+        if found.kind == "compile":
+            return [LogLine("miss", found.entry, found.path), found]
+        return [found]
 
     def is_runtime_file(self, path: str) -> bool:
         return _ROOT_LOCK_RE.match(path) is not None
@@ -148,28 +271,30 @@ class NeuronxccLayout(Layout):
         if manifest is not None:
             problems.extend(self.manifest_problems(files, manifest))
 
-        if locks:
-            state = EntryState.LOCKED
-        elif problems and marker in names:
+        # optimum-neuron's cleanup order, first match wins: SUCCESS > FAILED > LOCKED > EMPTY.
+        if problems and marker in names:
             state = EntryState.CORRUPT
         elif neff is not None and marker in names:
             state = EntryState.SUCCESS
             if neff.size == 0:
                 state, problems = EntryState.CORRUPT, [*problems, "model.neff is empty"]
+            problems.extend(f"{STALE_LOCK} {n}: the entry is complete, no compile holds it" for n in sorted(locks))
+        elif LOG in names and neff is None and MANIFEST_NAME not in names:
+            state = EntryState.FAILED
+        elif locks:
+            state = EntryState.LOCKED
         elif neff is not None or MANIFEST_NAME in names:
             state, committed = EntryState.CORRUPT, False
             problems.append("uncommitted: no model.done (an interrupted or ongoing write)")
         elif DONE in names:
             state = EntryState.CORRUPT
             problems.append("model.done without model.neff")
-        elif LOG in names:
-            state = EntryState.FAILED
-        elif HLO in names:
+        elif HLO in names or HLO_OLD in names:
             state = EntryState.EMPTY
         else:
             state = EntryState.CORRUPT
             problems.append("no HLO, NEFF or log")
-        if state is EntryState.SUCCESS and HLO not in names:
+        if state is EntryState.SUCCESS and HLO not in names and HLO_OLD not in names:
             problems.append("no model.hlo_module.pb: the entry serves but cannot be recompiled")
         return Entry(
             namespace=located.namespace,

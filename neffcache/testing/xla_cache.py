@@ -4,20 +4,37 @@ What a torch-xla run does with each graph, per NEURON_FACTS.md §1-2::
 
     <root>/lock
     <root>/neuronxcc-<version>/MODULE_<graph_hash>+<flags_hash>/
-        model.hlo_module.pb  compile_flags.json  model.neff  model.done | model.log
+        model.hlo_module.pb  compile_flags.json | compile_flags.txt
+        model.neff  model.done (2.15+) | model.log
         model.hlo_module.pb.lock   (while a process compiles it)
 
-``graph_hash`` is the decimal uint64 of the first 8 bytes of sha256(HLO) (big-endian);
-``flags_hash`` is md5 of the flags joined by single spaces, first 8 hex. The compile target is
-in neither, as with the real runtime: a root shared by trn1 and trn2 hosts mixes their NEFFs.
+``graph_hash`` is the decimal uint64 of the first 8 bytes of sha256(HLO) (big-endian; the real
+formula is not public). ``flags_hash`` is md5 of the bytes of the flags file, first 8 hex, and
+the file's form follows the compiler version's era: up to 2.14 ``compile_flags.txt`` holding
+the flag string; 2.15-2.20 ``compile_flags.json`` holding ``json.dumps(flags)``; from 2.21
+``json.dumps(["--target=<t>", *flags])``. So from 2.21 the target is in the key; before, a
+root shared by trn1 and trn2 hosts mixes their NEFFs, as with the real runtime.
+
+A miss compiles in a work directory, ``$TMPDIR/<user>/neuroncc_compile_workdir/<uuid>/``
+(``/tmp/<user>/...`` on a real host), on ``model.MODULE_<g>+<f>.hlo_module.pb``; the NEFF is
+then copied into the entry and ``model.done`` written after it. The entry's
+``model.hlo_module.pb.lock`` is held (created exclusively) for the whole compile; another
+process that finds it waits ("Another process must be compiling ...").
+
+Written independently of ``neffcache.layouts`` on purpose: a second implementation of the same
+facts is what makes the tests that compare them honest.
 """
 
 from __future__ import annotations
 
 import errno
+import getpass
 import hashlib
 import json
 import os
+import shutil
+import tempfile
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -41,8 +58,32 @@ def graph_hash(hlo: bytes) -> str:
     return str(int.from_bytes(hashlib.sha256(hlo).digest()[:8], "big"))
 
 
-def flags_hash(flags: Sequence[str]) -> str:
-    return hashlib.md5(" ".join(flags).encode(), usedforsecurity=False).hexdigest()[:8]
+def _minor(version: str) -> tuple[int, int]:
+    major, _, rest = version.partition(".")
+    minor = rest.split(".", 1)[0].split("+", 1)[0]
+    return (int(major), int(minor)) if major.isdigit() and minor.isdigit() else (99, 0)
+
+
+def flags_file_for(version: str, target: str, flags: Sequence[str]) -> tuple[str, bytes]:
+    """(name, bytes) of the flags file a runtime of compiler ``version`` writes."""
+    era = _minor(version)
+    if era <= (2, 14):
+        return "compile_flags.txt", " ".join(flags).encode()
+    if era <= (2, 20):
+        return "compile_flags.json", json.dumps(list(flags)).encode()
+    return "compile_flags.json", json.dumps([f"--target={target}", *flags]).encode()
+
+
+def flags_hash(data: bytes) -> str:
+    """The ``+<flags>`` suffix: md5 of the flags file's bytes."""
+    return hashlib.md5(data, usedforsecurity=False).hexdigest()[:8]
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "user"
 
 
 class XlaCache:
@@ -72,7 +113,11 @@ class XlaCache:
         self.runner = runner
         self.lock_timeout = lock_timeout
         self.lock_report_every = lock_report_every
-        self._flags_hash = flags_hash(self.flags)
+        self.version = version
+        self.flags_name, self.flags_bytes = flags_file_for(version, target, self.flags)
+        # Up to 2.14 the NEFF itself was the commit marker: no model.done.
+        self.writes_done = self.flags_name.endswith(".json")
+        self._flags_hash = flags_hash(self.flags_bytes)
 
     def open(self) -> None:
         """Create the root and touch ``<root>/lock`` as libneuronxla does on start-up."""
@@ -156,27 +201,40 @@ class XlaCache:
     def _write_inputs(self, entry: Path, hlo: bytes) -> None:
         if not (entry / HLO_FILE).exists():
             atomic_write(entry / HLO_FILE, hlo)
-        if not (entry / "compile_flags.json").exists():
-            atomic_write(entry / "compile_flags.json", json.dumps(self.flags).encode())
+        if not (entry / self.flags_name).exists():
+            atomic_write(entry / self.flags_name, self.flags_bytes)
 
     def _compile(self, entry: Path, hlo: bytes) -> str:
         self._write_inputs(entry, hlo)
-        neff = (entry / "model.neff").absolute()
-        hlo_path = (entry / HLO_FILE).absolute()
-        # --lnc goes right after the fixed options so a user's own --lnc in the flags wins.
-        cmd = ["neuronx-cc", "compile", f"--target={self.target}", "--framework=XLA",
-               f"--lnc={self.lnc}", str(hlo_path), "--output", str(neff), *self.flags, "--verbose=35"]
+        workdir = Path(tempfile.gettempdir()) / _user() / "neuroncc_compile_workdir" / str(uuid.uuid4())
+        workdir.mkdir(parents=True)
+        try:
+            return self._compile_in(workdir, entry, hlo)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    def _compile_in(self, workdir: Path, entry: Path, hlo: bytes) -> str:
+        module = entry.name
+        hlo_path = workdir / f"model.{module}.hlo_module.pb"
+        hlo_path.write_bytes(hlo)
+        out = workdir / f"model.{module}.neff"
+        # --lnc goes right after --target so a user's own --lnc in the flags wins.
+        cmd = ["neuronx-cc", "compile", "--framework=XLA", str(hlo_path), "--output", str(out),
+               f"--target={self.target}", f"--lnc={self.lnc}", *self.flags, "--verbose=35"]
         self.log.wrapper("INFO", f"Call compiler with cmd: {' '.join(cmd)}")
         status, output = self.runner.run(cmd)
-        if status == 0 and neff.exists():
+        if status == 0 and out.exists():
             # The neff first, then the marker: a reader that sees model.done sees a whole neff.
-            atomic_write(entry / "model.done", b"")
+            atomic_write(entry / "model.neff", out.read_bytes())
+            if self.writes_done:
+                atomic_write(entry / "model.done", b"")
             (entry / "model.log").unlink(missing_ok=True)
+            self.log.wrapper("INFO", f"Compilation Successfully Completed for {hlo_path.name}")
             return COMPILED
         reason = output.strip() or f"exit status {status}"
-        atomic_write(entry / "model.log", (reason + "\n").encode())
-        self.log.wrapper(
-            "ERROR",
-            f"Failed compilation with {cmd!r}: exit status {status}: {reason.splitlines()[0]}",
-        )
+        message = f"Failed compilation with {cmd!r}: {reason}"
+        atomic_write(entry / "model.log", (message + "\n").encode())
+        self.log.wrapper("ERROR", f"Failed compilation with {cmd!r}: exit status {status}: "
+                                  f"{reason.splitlines()[0]}")
+        self.log.wrapper("ERROR", f"Compilation failed for {hlo_path} after 0 retries.")
         return FAILED

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 import hashlib
 import json
 import os
@@ -9,6 +10,7 @@ import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -19,8 +21,11 @@ from tests.simulation import Sim
 VERSION_DIR = "neuronxcc-2.27.5334.0+f702b353"
 HIT_RE = re.compile(r"INFO \|\|NEURON_CC_WRAPPER\|\|: Using a cached neff at (\S+)/model\.neff\. "
                     r"Exiting with a successfully compiled graph\.")
-MISS_RE = re.compile(r"INFO \|\|NEURON_CC_WRAPPER\|\|: Call compiler with cmd: neuronx-cc compile "
-                     r"--target=(\S+) --framework=XLA .* --verbose=35$", re.MULTILINE)
+MISS_RE = re.compile(r"INFO \|\|NEURON_CC_WRAPPER\|\|: Call compiler with cmd: neuronx-cc compile --framework=XLA "
+                     r"(\S+)/neuroncc_compile_workdir/[0-9a-f-]{36}/model\.(MODULE_\d+\+[0-9a-f]{8})\.hlo_module\.pb "
+                     r"--output \S+ --target=(\S+) .* --verbose=35$", re.MULTILINE)
+SUCCESS_RE = re.compile(r"INFO \|\|NEURON_CC_WRAPPER\|\|: Compilation Successfully Completed for "
+                        r"model\.(MODULE_\d+\+[0-9a-f]{8})\.hlo_module\.pb$", re.MULTILINE)
 SUMMARY_RE = re.compile(r"graphs=(\d+) hits=(\d+) compiled=(\d+) failed=(\d+) extracted=(\d+)")
 
 
@@ -34,9 +39,12 @@ def _summary(proc: subprocess.CompletedProcess[str]) -> tuple[int, ...]:
     return _summary_of(proc.stderr)
 
 
-def _module(hlo: bytes, flags: str = "") -> str:
+def _module(hlo: bytes, flags: str = "", *, target: str = "trn2", era: str = "2.21+") -> str:
+    """The MODULE name the runtime gives ``hlo``: md5 of the flags file, whose form is the era's."""
     graph = int.from_bytes(hashlib.sha256(hlo).digest()[:8], "big")
-    return f"MODULE_{graph}+{hashlib.md5(flags.encode()).hexdigest()[:8]}"
+    data = {"<=2.14": flags, "2.15-2.20": json.dumps(flags.split()),
+            "2.21+": json.dumps([f"--target={target}", *flags.split()])}[era]
+    return f"MODULE_{graph}+{hashlib.md5(data.encode()).hexdigest()[:8]}"
 
 
 def test_second_run_hits_every_graph(sim: Sim) -> None:
@@ -44,7 +52,12 @@ def test_second_run_hits_every_graph(sim: Sim) -> None:
     assert first.returncode == 0, first.stderr
     assert "neffcache.testing: SIMULATED" in first.stderr
     assert _summary(first) == (4, 0, 4, 0, 0)
-    assert MISS_RE.findall(first.stderr) == ["trn2"] * 4
+    misses = MISS_RE.findall(first.stderr)
+    assert [target for _, _, target in misses] == ["trn2"] * 4
+    # Compiled in a work directory under TMPDIR, named by the entry's MODULE name.
+    assert {workdir for workdir, _, _ in misses} == {f"{sim.env['TMPDIR']}/{getpass.getuser()}"}
+    assert sorted(m for _, m, _ in misses) == sorted(SUCCESS_RE.findall(first.stderr))
+    assert not list((sim.root / "tmp").rglob("*.hlo_module.pb"))  # the work directories are gone
     second = sim.run_workload("--graphs", "2", "--bucket", "128", "--bucket", "256", "--hlo-bytes", "14000")
     assert _summary(second) == (4, 4, 0, 0, 0)
     hits = HIT_RE.findall(second.stderr)
@@ -55,6 +68,7 @@ def test_second_run_hits_every_graph(sim: Sim) -> None:
     expected = {str(root / VERSION_DIR / _module(make_hlo("llama-tiny", b, i, 14000)))
                 for b in (128, 256) for i in range(2)}
     assert set(hits) == expected
+    assert {m for _, m, _ in misses} == {Path(h).name for h in hits}
 
 
 def test_entry_files_flags_hash_and_cache_dir_flag(sim: Sim) -> None:
@@ -63,11 +77,10 @@ def test_entry_files_flags_hash_and_cache_dir_flag(sim: Sim) -> None:
     assert proc.returncode == 0, proc.stderr
     hlo = make_hlo("llama-tiny", 128, 0, 20_000)
     entry = cache / VERSION_DIR / _module(hlo, "--model-type=transformer")
-    assert entry.name.endswith("+abb26765")  # the documented md5 of this flag string
     assert sorted(p.name for p in entry.iterdir()) == [
         "compile_flags.json", "model.done", "model.hlo_module.pb", "model.neff"]
     assert (entry / "model.hlo_module.pb").read_bytes() == hlo
-    assert json.loads((entry / "compile_flags.json").read_text()) == ["--model-type=transformer"]
+    assert json.loads((entry / "compile_flags.json").read_text()) == ["--target=trn2", "--model-type=transformer"]
     assert (entry / "model.done").stat().st_size == 0
     assert (entry / "model.done").stat().st_mtime_ns >= (entry / "model.neff").stat().st_mtime_ns
     header = read_neff_header((entry / "model.neff").read_bytes())
@@ -75,12 +88,32 @@ def test_entry_files_flags_hash_and_cache_dir_flag(sim: Sim) -> None:
     assert not (sim.root / "xla-cache").exists()  # --cache_dir wins over NEURON_COMPILE_CACHE_URL
 
 
+@pytest.mark.parametrize(("version", "era", "files"), [
+    ("2.14.227.0+2d4f85be", "<=2.14", ["compile_flags.txt", "model.hlo_module.pb", "model.neff"]),
+    ("2.20.1.0+0a0b0c0d", "2.15-2.20", ["compile_flags.json", "model.done", "model.hlo_module.pb", "model.neff"]),
+    ("2.21.33363.0+82129205", "2.21+", ["compile_flags.json", "model.done", "model.hlo_module.pb", "model.neff"]),
+])
+def test_flags_file_and_suffix_follow_the_compiler_era(sim: Sim, version: str, era: str, files: list[str]) -> None:
+    flags = "--model-type=transformer"
+    proc = sim.run_workload("--graphs", "1", NEFFSIM_COMPILER_VERSION=version, NEURON_CC_FLAGS=flags)
+    assert proc.returncode == 0, proc.stderr
+    entry = sim.root / "xla-cache" / f"neuronxcc-{version}" / _module(make_hlo("llama-tiny", 128, 0, 20_000), flags,
+                                                                      era=era)
+    assert sorted(p.name for p in entry.iterdir()) == files
+    if era == "<=2.14":
+        assert entry.name.endswith("+abb26765")  # the documented md5 of this flag string
+    again = sim.run_workload("--graphs", "1", NEFFSIM_COMPILER_VERSION=version, NEURON_CC_FLAGS=flags)
+    assert _summary(again)[1] == 1  # a hit
+
+
 def test_instance_and_lnc_select_the_toolchain(sim: Sim) -> None:
     url = f"file://{sim.root / 'trn1-cache'}"
     proc = sim.run_workload("--graphs", "1", NEURON_RT_FAKE_INSTANCE_TYPE="trn1.32xlarge",
                             NEURON_COMPILE_CACHE_URL=url)
     assert proc.returncode == 0, proc.stderr
-    assert MISS_RE.findall(proc.stderr) == ["trn1"]
+    [(_, module, target)] = MISS_RE.findall(proc.stderr)
+    assert target == "trn1"
+    assert module == _module(make_hlo("llama-tiny", 128, 0, 20_000), target="trn1")  # the target is in the key
     proc = sim.run_workload("--graphs", "1", NEURON_LOGICAL_NC_CONFIG="1",
                             NEURON_COMPILE_CACHE_URL=str(sim.root / "lnc1"))
     neff = next((sim.root / "lnc1").rglob("model.neff")).read_bytes()
@@ -109,7 +142,9 @@ def test_failed_graph_is_cached_until_retry(sim: Sim) -> None:
     assert _summary(failing) == (2, 0, 1, 1, 0)
     assert "ERROR ||NEURON_CC_WRAPPER||: Failed compilation with [" in failing.stderr
     [log] = list((sim.root / "xla-cache").rglob("model.log"))
-    assert "llama-tiny/b128/g1" in log.read_text()
+    assert "llama-tiny/b128/g1" in log.read_text() and log.read_text().startswith("Failed compilation with [")
+    assert re.search(r"ERROR \|\|NEURON_CC_WRAPPER\|\|: Compilation failed for \S+/neuroncc_compile_workdir/\S+/"
+                     rf"model\.{re.escape(log.parent.name)}\.hlo_module\.pb after 0 retries\.", failing.stderr)
     assert not (log.parent / "model.neff").exists() and not (log.parent / "model.hlo_module.pb.lock").exists()
 
     cached = sim.run_workload("--graphs", "2")  # the compiler would succeed now, but is not asked
@@ -205,5 +240,5 @@ def test_flags_option_overrides_neuron_cc_flags(sim: Sim) -> None:
                             NEURON_CC_FLAGS="--auto-cast=none")
     assert proc.returncode == 0, proc.stderr
     [flags_file] = list((sim.root / "xla-cache").rglob("compile_flags.json"))
-    assert json.loads(flags_file.read_text()) == ["--model-type=transformer", "-O1"]
-    assert flags_file.parent.name.endswith("+" + hashlib.md5(b"--model-type=transformer -O1").hexdigest()[:8])
+    assert json.loads(flags_file.read_text()) == ["--target=trn2", "--model-type=transformer", "-O1"]
+    assert flags_file.parent.name.endswith("+" + hashlib.md5(flags_file.read_bytes()).hexdigest()[:8])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections import Counter
 from pathlib import Path
@@ -77,3 +78,72 @@ def test_sharded_rewarm_on_two_hosts_through_s3(cli: Cli, tmp_path: Path, s3: st
 def test_rewarm_refuses_the_installed_version(cli: Cli, tmp_path: Path) -> None:
     proc = cli.run("rewarm", "--from-compiler", V1, "--store", str(tmp_path / "store"))
     assert proc.returncode == 2 and "already" in proc.stderr
+
+
+# -- layout A across the flags-file eras, and beside a live runtime ------------------------------
+V20 = "2.20.2.0+7d2c1a3b"  # compile_flags.json = json.dumps(user flags)
+V21 = "2.21.33363.0+82129205"  # compile_flags.json = json.dumps(["--target=<t>", *user flags])
+FLAGS = "--model-type=transformer -O1"
+XLA_ARGS = ("--model", "llama-tiny", "--bucket", "128", "--graphs", "3")
+
+
+def test_rewarm_across_the_2_21_flags_change_lands_where_the_new_runtime_looks(cli: Cli, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    cli.bump(V20)
+    assert cli.json(*warm_args(store, buckets="128", graphs=3), NEURON_CC_FLAGS=FLAGS)["ok"]
+    old = {e.key: e for e in healthy(store).entries if e.namespace.compiler_version == V20}
+    assert len(old) == 3
+    cli.bump(V21)
+    report = cli.json("rewarm", "--from-compiler", V20, "--store", str(store), "-q")
+    assert report["totals"]["compiled"] == 3 and report["ok"], report
+
+    new = {e.key: e for e in healthy(store).entries if e.namespace.compiler_version == V21}
+    assert {k.split("+")[0] for k in new} == {k.split("+")[0] for k in old}  # same graph hashes
+    assert not set(new) & set(old)  # the suffix changed with the flags file's form
+    for entry in new.values():
+        flags_file = store / entry.path / "compile_flags.json"
+        assert json.loads(flags_file.read_text()) == ["--target=trn2", *FLAGS.split()]
+        assert entry.key.endswith("+" + hashlib.md5(flags_file.read_bytes()).hexdigest()[:8])
+
+    # The 2.21 runtime finds every one of them: before, it found 0 of 3 and compiled them all.
+    counts = summary(cli.workload(store, *XLA_ARGS, NEURON_CC_FLAGS=FLAGS).stderr)
+    assert (counts["hits"], counts["compiled"]) == (3, 0)
+
+
+def test_rewarm_reports_and_skips_an_entry_whose_flags_file_does_not_match(cli: Cli, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    # Written by the runtime itself (no manifest: nothing but the MODULE name vouches for the flags).
+    assert summary(cli.workload(store, *XLA_ARGS).stderr)["compiled"] == 3
+    edited, missing, _ = sorted((e for e in healthy(store).entries if e.layout == "neuronxcc"), key=lambda e: e.path)
+    (store / edited.path / "compile_flags.json").write_text(json.dumps(["--target=trn2", "-O3"]))
+    (store / missing.path / "compile_flags.json").unlink()
+    cli.bump(V2)
+    report = cli.json("rewarm", "--from-compiler", V1, "--store", str(store), "-q", rc=1)
+    assert report["totals"]["compiled"] == 1 and report["totals"]["failed"] == 2
+    failures = {f["what"]: f for g in report["groups"] for f in g["failures"]}
+    assert failures[edited.path]["kind"] == "flags"
+    assert "does not match the MODULE name" in failures[edited.path]["reason"]
+    assert "no flags file" in failures[missing.path]["reason"]
+    compiled = [r for r in cli.sim.compiles() if r["version"] == V2]
+    assert len(compiled) == 1  # neither bad entry reached the compiler
+
+
+def test_a_runtime_and_a_rewarm_on_one_root_compile_each_graph_once(cli: Cli, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    assert cli.json(*warm_args(store, buckets="128", graphs=4))["ok"]
+    cli.bump(V2)
+    slow = {"NEFFSIM_COMPILE_SECONDS": "0.6", "NEFFSIM_LOCK_LOG_SECONDS": "0.2"}
+    rewarm = cli.popen("rewarm", "--from-compiler", V1, "--store", str(store), "--layout", "neuronxcc",
+                       "--json", "-q", **slow)
+    runtime = cli.workload(store, "--model", "llama-tiny", "--bucket", "128", "--graphs", "4", **slow)
+    out, err = rewarm.communicate(timeout=120)
+    assert rewarm.returncode == 0, err
+    assert runtime.returncode == 0, runtime.stderr
+    v2 = [r for r in cli.sim.compiles() if r["version"] == V2]
+    assert sorted(Counter(str(r["graph"]) for r in v2).values()) == [1, 1, 1, 1], v2  # each graph once
+    report = json.loads(out)
+    counts = summary(runtime.stderr)
+    assert report["totals"]["compiled"] + counts["compiled"] == 4
+    assert counts["hits"] + counts["compiled"] == 4
+    assert not list(store.rglob("*.lock"))
+    healthy(store)
