@@ -89,6 +89,7 @@ class Layout(ABC):
 
     name: str
     runtime_dir: str  # the leaf directory prefix of a namespace: ``<runtime_dir>-<version>``
+    needs_filesystem: bool = False  # True: the runtime reads only a local or mounted directory
 
     @abstractmethod
     def namespace_for(self, toolchain: Toolchain) -> Namespace:
@@ -200,6 +201,15 @@ class Layout(ABC):
         """What ``line`` of this runtime's output says, or None when it is not one of its
         cache lines."""
         return None
+
+    def runtime_debris_after(self, path: str) -> float | None:
+        """For a runtime file (:meth:`is_runtime_file`) that a dead writer may leave behind (a
+        temp file): seconds after its mtime when it is surely debris; None: never ours to judge."""
+        return None
+
+    def env_notes(self, root: str, namespace: Namespace) -> list[str]:
+        """What an operator should know when pointing this runtime at ``namespace`` (``env``)."""
+        return []
 
     def is_runtime_file(self, path: str) -> bool:
         """True for a store-relative path outside any entry that the runtime itself keeps
