@@ -13,6 +13,7 @@ from neffcache.entry import EntryState
 from neffcache.errors import ConfigError, EntryNotFound
 from neffcache.jobenv import job_env, render_env
 from neffcache.keys import safe_relpath
+from neffcache.layouts import LAYOUTS
 from neffcache.scan import ScanReport, load_entry, scan
 from neffcache.stores import open_store
 from neffcache.toolchain import resolve_toolchain
@@ -116,8 +117,8 @@ def verify_cmd(store_url: str, fix: bool, index_url: str | None, token: str | No
 @click.command("env")
 @toolchain_options
 @click.option("--store", "store_url", metavar="URL", help="The shared cache (default: NEFFCACHE_STORES' first).")
-@click.option("--layout", type=click.Choice(["both", "neuronxcc", "torchneuron"]), default="both",
-              show_default=True, help="Which runtime's variables to print.")
+@click.option("--layout", type=click.Choice(["all", "both", *LAYOUTS]), default="all",
+              show_default=True, help="Which runtime's variables to print (both: the same as all).")
 @click.option("--shell", type=click.Choice(["bash", "fish", "json"]), default="bash", show_default=True)
 def env_cmd(instance: str | None, lnc: int | None, compiler_version: str | None, compiler: str | None,
             store_url: str | None, layout: str, shell: str) -> None:
@@ -136,8 +137,7 @@ def env_cmd(instance: str | None, lnc: int | None, compiler_version: str | None,
         raise ConfigError("name the instance type: --instance trn2.48xlarge (or NEFFCACHE_INSTANCE)")
     toolchain = resolve_toolchain(settings.instance, compiler=settings.compiler,
                                   compiler_version_override=settings.compiler_version, lnc=lnc)
-    layouts = ("neuronxcc", "torchneuron") if layout == "both" else (layout,)
-    env, notes = job_env(settings.local_store, toolchain, layouts)
+    env, notes = job_env(settings.local_store, toolchain, None if layout in ("all", "both") else (layout,))
     if shell == "json":
         render(True, {"toolchain": toolchain.to_json(), "env": env, "notes": notes}, str)
         return

@@ -266,7 +266,7 @@ def load_entry(store: Store, path: str, *, read_manifest: bool = True) -> Entry 
     if probe is None:
         return None
     lay = LAYOUTS[probe.namespace.layout]
-    if probe.namespace.layout == "neuronxcc":
+    if probe.base == probe.path:  # the entry is a directory of its own (layouts A, C): list it
         infos = list(store.iter_files(probe.base))
     else:
         names = TorchNeuronLayout.names_for(probe.namespace, probe.key).values()
