@@ -90,3 +90,11 @@ def test_env_notes_say_where_locks_live_and_that_the_directory_is_versioned() ->
     notes = " ".join(layout.env_notes("/mnt/fsx", layout.namespace_for(TC)))
     assert "TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR/locks/<key>.lock" in notes and "/tmp/local_cache" in notes
     assert "1200" in notes and f"torchneuron-{VERSION}" in notes and "no compiler version" in notes
+
+
+def test_temp_files_inside_a_managed_namespace_are_the_runtimes() -> None:
+    layout = get_layout("torchneuron")
+    key = native_key(OPS[0])
+    managed = f"trn2-lnc2/torchneuron-{VERSION}/neff/{key[:2]}/{key[2:4]}/{key}.neff.tmp.Zx81Qa"
+    assert layout.is_runtime_file(managed) and layout.locate(managed) is None
+    assert not layout.is_runtime_file(f"trn2-lnc2/torchneuron-{VERSION}/hlo/{key[:2]}/{key[2:4]}/{key}.neff.tmp.Zx81Qa")

@@ -179,3 +179,13 @@ def test_env_prints_vllm_cache_root_and_the_runtimes_notes(tmp_path: Path) -> No
     s3 = json.loads(CliRunner().invoke(cli, ["env", "--instance", "trn2.48xlarge", "--compiler-version", VERSION,
                                             "--store", "s3://b/c", "--shell", "json"]).output)
     assert "VLLM_CACHE_ROOT" not in s3["env"] and any("vllm runtime reads a filesystem" in n for n in s3["notes"])
+
+
+def test_removal_takes_the_marker_first(tmp_path: Path) -> None:
+    root = _managed(tmp_path)
+    layout = get_layout("vllm")
+    entry = next(e for e in scan(LocalStore(root)).entries if e.state is EntryState.SUCCESS)
+    phases = layout.removal_phases(entry)
+    assert phases[0] == [".compilation_complete"] and "model.pt" in phases[1]
+    assert layout.raw_copy_order(entry)[-1] == ".compilation_complete"
+    assert layout.payload_names(entry) >= {".compilation_complete", "context_encoding_model/_tp0_bk0/model.neff"}
