@@ -142,7 +142,8 @@ def _interrupted(command: str, exc: Interrupted) -> None:
               help="Layout A: the workload only extracts graphs; neffcache compiles them (leased, pooled).")
 @click.option("--no-prefetch", is_flag=True, help="Do not pull the namespace from remote tiers first.")
 @click.option("--pattern", "patterns", multiple=True, metavar="KIND=REGEX",
-              help="Extra log pattern (KIND: hit, miss, compile, failure) with a (?P<path>) or (?P<key>) group.")
+              help="Extra log pattern (KIND: hit, miss, compile, failure) with a (?P<path>), (?P<entry>) "
+                   "or (?P<key>) group.")
 @click.option("--log-dir", type=click.Path(file_okay=False, path_type=Path),
               help="Where each bucket's workload output goes (default under ~/.cache/neffcache/warm-logs).")
 @click.option("--allow-failures", is_flag=True, help="Exit 0 even when graphs failed or a workload crashed.")
@@ -159,8 +160,9 @@ def warm_cmd(instance: str | None, lnc: int | None, compiler_version: str | None
     """Compile a workload's graphs on a CPU host, compile-only, and publish the NEFFs.
 
     Runs COMMAND once per shape bucket with TORCH_NEURONX_COMPILE_ONLY=1 and
-    NEURON_RT_FAKE_INSTANCE_TYPE set, and the cache variables of both runtimes pointed at the
-    toolchain's namespace, so only what the stores lack is compiled. New entries get a
+    NEURON_RT_FAKE_INSTANCE_TYPE set, and the cache variables of every runtime pointed at the
+    toolchain's namespace, so only what the stores lack is compiled (for TorchNeuron's native
+    cache this is the only way to warm it: the runtime writes its own keys). New entries get a
     manifest with the tags and go to every writable store. Exit 1 when a graph failed or a
     workload crashed or timed out (unless --allow-failures); 130/143 when interrupted.
 
@@ -211,10 +213,15 @@ def rewarm_cmd(from_version: str, instance: str | None, lnc: int | None, compile
 
     After a compiler bump, every entry of OLD that kept its HLO is compiled again with the
     neuronx-cc on PATH (or --compiler) for its own target and LNC, and published where the new
-    runtime looks: layout A at neuronxcc-NEW/MODULE_<same>+<same>/, layout B under
-    torchneuron-NEW/ with the new key. Parallel, sharded (--shard) and leased, so several
-    hosts can share the work. --instance limits it to one target (and names the target of
-    roots the runtime filled without a target directory).
+    runtime looks: layout A at neuronxcc-NEW/MODULE_<same>+<same>/. Parallel, sharded (--shard)
+    and leased, so several hosts can share the work. --instance limits it to one target (and
+    names the target of roots the runtime filled without a target directory).
+
+    What it cannot do: TorchNeuron's native cache (layout B) names NEFFs by a key only the
+    runtime computes, so rewarm recompiles only the HLOs kept under neffcache's own
+    torchneuron-OLD/hlo/ and publishes them under neffcache's key (served by neffcache's API,
+    not found by the native runtime); vLLM's cache (layout C) keeps no HLO to recompile. Warm
+    those with `neffcache warm -- <your workload>` and the new compiler instead.
 
     \b
     Example:
@@ -249,8 +256,10 @@ def rewarm_cmd(from_version: str, instance: str | None, lnc: int | None, compile
 @click.option("--prefetch-tag", "prefetch_tags", multiple=True, metavar="KEY=VALUE",
               help="Prefetch only entries with this tag (implies --prefetch); repeatable.")
 @click.option("--pattern", "patterns", multiple=True, metavar="KIND=REGEX",
-              help="Extra log pattern (KIND: hit, miss, compile, failure) with a (?P<path>) or (?P<key>) group.")
-@click.option("--no-default-patterns", is_flag=True, help="Use only the --pattern ones.")
+              help="Extra log pattern (KIND: hit, miss, compile, failure) with a (?P<path>), (?P<entry>) "
+                   "or (?P<key>) group.")
+@click.option("--no-default-patterns", is_flag=True,
+              help="Use only the --pattern ones, not the runtimes' own lines.")
 @click.option("--no-publish", is_flag=True, help="Do not publish what the job compiled.")
 @click.option("--report", "report_file", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the counts as JSON to this file.")
@@ -263,7 +272,7 @@ def run_cmd(instance: str | None, lnc: int | None, compiler_version: str | None,
             report_file: Path | None, quiet: bool, tags: dict[str, str], command: tuple[str, ...]) -> None:
     """Run a training or inference job with the cache set up, and account for it.
 
-    Sets the cache variables of both runtimes for the toolchain, passes the job's output
+    Sets the cache variables of every runtime for the toolchain, passes the job's output
     through unchanged while counting hits, misses, compiles and failures from the runtimes'
     log lines, forwards signals, then publishes what the job compiled to every writable
     store and reports it to the index. Exits with the job's exit code.

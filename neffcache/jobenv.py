@@ -23,19 +23,22 @@ def runtime_root(store_url: str) -> tuple[str, bool]:
     raise ConfigError(f"the Neuron runtimes cannot read {parts.scheme}:// caches; use a local path, fsx:// or s3://")
 
 
-def job_env(store_url: str, toolchain: Toolchain, layouts: tuple[str, ...] = ("neuronxcc", "torchneuron")
+def job_env(store_url: str, toolchain: Toolchain, layouts: tuple[str, ...] | None = None
             ) -> tuple[dict[str, str], list[str]]:
-    """(variables, notes) pointing both runtimes at ``toolchain``'s namespace in the store."""
+    """(variables, notes) pointing every runtime (or those of ``layouts``) at ``toolchain``'s
+    namespace in the store; each layout adds what an operator should know (its notes)."""
     root, local = runtime_root(store_url)
     env: dict[str, str] = {}
     notes: list[str] = []
-    for name in layouts:
+    for name in layouts if layouts is not None else tuple(LAYOUTS):
         layout = LAYOUTS[name]
-        if name == "torchneuron" and not local:
-            notes.append("TorchNeuron's native cache needs a filesystem path: mount the bucket "
+        if layout.needs_filesystem and not local:
+            notes.append(f"the {name} runtime reads a filesystem path only: mount the bucket "
                          "(FSx for Lustre linked to S3) or run `neffcache pull` first")
             continue
-        env.update(layout.job_env(root, layout.namespace_for(toolchain)))
+        namespace = layout.namespace_for(toolchain)
+        env.update(layout.job_env(root, namespace))
+        notes.extend(layout.env_notes(root, namespace))
     env["NEURON_LOGICAL_NC_CONFIG"] = str(toolchain.lnc)
     flags = os.environ.get("NEURON_CC_FLAGS", "")
     if "--cache_dir" in flags:

@@ -35,7 +35,6 @@ from tests.stores.conftest import BUCKET, aws_env, moto_server, s3_endpoint
 __all__ = ["aws_env", "moto_server", "s3_endpoint"]  # the S3 fixtures, reused here
 
 TRANSFERRED = ("SUCCESS", "FAILED", "EMPTY")  # a LOCKED entry's lock is a live process's: not copied
-NEEDS_LAYOUT_B = pytest.mark.xfail(strict=True, reason="needs layout B 32-hex keys (branch layoutBC)")
 
 
 def files_of(root: Path) -> dict[str, str]:
@@ -188,7 +187,6 @@ def test_prune_garbage_keeps_native_neffs(tmp_path: Path) -> None:
         assert files_of(root) == before
 
 
-@NEEDS_LAYOUT_B
 def test_scan_counts_native_entries(tmp_path: Path) -> None:
     managed, bare, _ = layout_b_roots(tmp_path)
     for root, count in ((managed, 3), (bare, 2)):
@@ -197,14 +195,12 @@ def test_scan_counts_native_entries(tmp_path: Path) -> None:
         assert report.foreign == () and report.garbage == ()
 
 
-@NEEDS_LAYOUT_B
 def test_push_pull_round_trips_layout_b(tmp_path: Path) -> None:
     managed, bare, _ = layout_b_roots(tmp_path)
     for root in (managed, bare):
         _round_trip(root, LocalStore(tmp_path / f"{root.name}-second"), LocalStore(tmp_path / f"{root.name}-back"))
 
 
-@NEEDS_LAYOUT_B
 @pytest.mark.s3
 def test_push_pull_round_trips_layout_b_through_s3(tmp_path: Path, s3_endpoint: str) -> None:
     managed, _, _ = layout_b_roots(tmp_path)

@@ -1,15 +1,27 @@
-"""Reading cache hits, misses, compiles and failures from the runtimes' own log lines.
+"""Counting cache hits, misses, compiles and failures from the runtimes' own log lines.
 
-Neither runtime reports its cache activity any other way, so the lines of NEURON_FACTS.md §2
-are the interface. Each pattern names what it found with a ``path`` group (layout A: a file
-in the entry directory) or a ``key`` group (layout B), which :func:`entry_of` maps to the
-entry's store path. Patterns are configurable (``--pattern KIND=REGEX``) because the native
-backend's wording is not verified and log formats drift between releases.
+Neither runtime reports its cache activity any other way, so its log lines are the interface.
+What a line says is a runtime fact and lives in the runtime's layout
+(:meth:`~neffcache.layouts.Layout.parse_log_line`, NEURON_FACTS.md §2); this module asks every
+layout, maps what they found to entries, and counts. Extra patterns (``--pattern KIND=REGEX``)
+cover wording that drifts between releases; a pattern names what it found with a ``path``
+group (a file in the cache), an ``entry`` group (the entry's name in its namespace) or a
+``key`` group (a runtime key that names no file).
 
-What each kind counts: ``hit`` a graph served from the cache; ``miss`` a graph not found;
-``compile`` a compiler run the runtime reported (layout A reports the call, so a failed
-compile is also a compile; the native backend reports the stored NEFF); ``failure`` a failed
-or skipped-as-failed graph.
+How a line becomes an entry (a store path under the run's root):
+
+- a cache path under the root (a hit's ``.../MODULE_<g>+<f>/model.neff``): the layout that
+  locates it;
+- an entry name (layout A's ``MODULE_<g>+<f>``, also read from compiler work-directory paths
+  outside the cache) in the run's namespace of that layout;
+- a key that is no file name (layout B's readable op key): no entry, counted per namespace.
+
+What each kind counts: ``hit`` a graph served from the cache; ``miss`` a graph not found (a
+compile-call line is a miss too); ``compile`` a compiler run (a line saying a compile ended
+and was stored counts as one if its start was not seen); ``failure`` a failed compile, or a
+cached failure skipped (one per graph and attempt: two lines about one failure count once).
+Compile seconds per entry run from its compile-call line to its success or failure line, by
+the time the lines were read.
 """
 
 from __future__ import annotations
@@ -17,39 +29,50 @@ from __future__ import annotations
 import posixpath
 import re
 import threading
-from collections.abc import Iterable, Sequence
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from neffcache.entry import Namespace
 from neffcache.errors import ConfigError
-from neffcache.layouts import get_layout, locate
+from neffcache.layouts import LAYOUTS, LogLine, get_layout, locate
 
 KINDS = ("hit", "miss", "compile", "failure")
-
-DEFAULT_PATTERNS: tuple[tuple[str, str], ...] = (
-    # libneuronxla (layout A)
-    ("hit", r"Using a cached neff at (?P<path>\S+?\.neff)\b"),
-    ("miss", r"Call compiler with cmd: .*?(?P<path>\S+\.hlo_module\.pb)\b"),
-    ("compile", r"Call compiler with cmd: .*?(?P<path>\S+\.hlo_module\.pb)\b"),
-    ("failure", r"Failed compilation with .*?(?P<path>[^\s'\",\[\]]+\.hlo_module\.pb)\b"),
-    ("failure", r"Got a cached failed neff at (?P<path>\S+?\.neff)\b"),
-    # TorchNeuron native (layout B; wording unverified upstream)
-    ("hit", r"\[NEFF_CACHE\] Cache HIT for key: (?P<key>[0-9a-f]{64})"),
-    ("miss", r"\[NEFF_CACHE\] Cache MISS for key: (?P<key>[0-9a-f]{64})"),
-    ("compile", r"\[NEFF_CACHE\] Storing NEFF for key: (?P<key>[0-9a-f]{64})"),
-    ("failure", r"\[NEFF_CACHE\] Compilation FAILED for key: (?P<key>[0-9a-f]{64})"),
-)
+_LINE_KINDS = (*KINDS, "success")
+_GROUPS = ("path", "entry", "key")
 
 
 @dataclass(frozen=True)
 class Pattern:
-    kind: str
-    regex: re.Pattern[str]
+    """A way to read lines: a layout's own parser, or a user's ``KIND=REGEX``."""
+
+    kind: str | None  # None: the layout's parser decides
+    regex: re.Pattern[str] | None = None
+    layout: str | None = None  # the layout whose parser reads, or whose namespace a regex means
+
+    def read(self, line: str) -> LogLine | None:
+        if self.regex is None:
+            assert self.layout is not None
+            return _parser(self.layout)(line)
+        match = self.regex.search(line)
+        if match is None:
+            return None
+        groups = match.groupdict()
+        assert self.kind is not None
+        return LogLine(self.kind, **{g: groups.get(g) for g in _GROUPS})
+
+
+_Parse = Callable[[str], LogLine | None]
+
+
+def _parser(name: str) -> _Parse:
+    return get_layout(name).parse_log_line
 
 
 def compile_patterns(extra: Iterable[str] = (), *, defaults: bool = True) -> list[Pattern]:
-    """Default patterns plus ``KIND=REGEX`` strings (from ``--pattern``)."""
-    patterns = [Pattern(k, re.compile(r)) for k, r in DEFAULT_PATTERNS] if defaults else []
+    """Every layout's own lines (unless ``defaults`` is off) plus ``KIND=REGEX`` strings."""
+    patterns = [Pattern(None, layout=name) for name in LAYOUTS] if defaults else []
     for spec in extra:
         kind, sep, regex = spec.partition("=")
         if not sep or kind not in KINDS:
@@ -63,9 +86,13 @@ def compile_patterns(extra: Iterable[str] = (), *, defaults: bool = True) -> lis
 
 @dataclass(frozen=True)
 class LogEvent:
-    kind: str
+    kind: str  # hit, miss, compile, success, failure
     entry: str | None  # store path of the entry, when the line named one we manage
     line: str
+    namespace: str | None = None  # the run's namespace the line was counted in, when known
+    key: str | None = None  # a runtime key that names no file (layout B's op key)
+    at: float = 0.0  # time.monotonic() when the line was read
+    implied: bool = False  # not a line of its own: what another line means (a compile is a miss)
 
 
 @dataclass
@@ -77,20 +104,71 @@ class LogCounter:
     namespaces: Sequence[Namespace] = ()
     events: list[LogEvent] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _last: dict[object, LogEvent] = field(default_factory=dict, repr=False)  # per graph: its last event
+    _started: dict[object, float] = field(default_factory=dict, repr=False)
+    _seconds: dict[str, float] = field(default_factory=dict, repr=False)
 
-    def feed(self, line: str) -> list[LogEvent]:
-        found = []
-        for pattern in self.patterns:
-            match = pattern.regex.search(line)
-            if match is None:
-                continue
-            groups = match.groupdict()
-            entry = entry_of(self.root, self.namespaces, path=groups.get("path"), key=groups.get("key"))
-            found.append(LogEvent(pattern.kind, entry, line.rstrip("\n")))
-        if found:
-            with self._lock:
-                self.events.extend(found)
+    def feed(self, line: str, at: float | None = None) -> list[LogEvent]:
+        text = line.rstrip("\n")
+        now = time.monotonic() if at is None else at
+        found: list[LogEvent] = []
+        with self._lock:
+            for pattern in self.patterns:
+                parsed = pattern.read(text)
+                if parsed is None or parsed.kind not in _LINE_KINDS:
+                    continue
+                found.extend(self._events(pattern.layout, parsed, text, now))
+            self.events.extend(found)
         return found
+
+    def _events(self, layout: str | None, parsed: LogLine, text: str, now: float) -> list[LogEvent]:
+        entry, ns = self.entry_for(parsed, layout)
+        ident: object = entry or (layout, ns, parsed.entry or parsed.key or parsed.path)
+        last = self._last.get(ident)
+        kind = parsed.kind
+        out: list[LogEvent] = []
+
+        def add(k: str, implied: bool = False) -> None:
+            out.append(LogEvent(k, entry, text, ns, parsed.key, now, implied))
+
+        if kind == "failure" and last is not None and last.kind == "failure":
+            return []  # the second line about the same failure ("Failed compilation" + "after N retries")
+        if kind == "compile" and (last is None or last.kind != "miss"):
+            add("miss", implied=True)
+        if kind == "success" and (last is None or last.kind not in ("compile",)):
+            add("compile", implied=True)
+        add(kind)
+        if kind == "compile":
+            self._started[ident] = now
+        elif kind in ("success", "failure"):
+            begun = self._started.pop(ident, None)
+            if begun is not None and entry is not None:
+                self._seconds[entry] = round(now - begun, 3)
+        self._last[ident] = out[-1]
+        return out
+
+    def entry_for(self, parsed: LogLine, layout: str | None) -> tuple[str | None, str | None]:
+        """(store path of the entry, namespace path) a parsed line names in this run."""
+        if parsed.path:
+            path = posixpath.normpath(parsed.path.removeprefix("file://"))
+            prefix = self.root.rstrip("/") + "/"
+            if path.startswith(prefix):
+                found = locate(path[len(prefix):])
+                if found is not None:
+                    return found.path, found.namespace.path
+        ns = self._namespace(layout)
+        if parsed.entry and ns is not None:
+            lay = get_layout(ns.layout)
+            plan = lay.plan_entry(ns, parsed.entry)
+            found = lay.locate(posixpath.join(plan.base, plan.marker_name)) if plan.base else None
+            if found is not None and found.path == plan.path and found.key == parsed.entry:
+                return plan.path, ns.path
+        return None, ns.path if ns is not None else None
+
+    def _namespace(self, layout: str | None) -> Namespace | None:
+        if layout is None:
+            return None
+        return next((ns for ns in self.namespaces if ns.layout == layout), None)
 
     def count(self, kind: str) -> int:
         with self._lock:
@@ -104,29 +182,44 @@ class LogCounter:
     def counts(self) -> dict[str, int]:
         return {kind: self.count(kind) for kind in KINDS}
 
+    def by_namespace(self) -> dict[str, dict[str, int]]:
+        """Counts per namespace path of the run (lines that name no entry included)."""
+        out: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(KINDS, 0))
+        with self._lock:
+            for e in self.events:
+                if e.namespace is not None and e.kind in KINDS:
+                    out[e.namespace][e.kind] += 1
+        return dict(out)
+
+    def unnamed(self, kind: str) -> dict[str, int]:
+        """Namespace path -> events of ``kind`` that named no entry (layout B's op keys)."""
+        out: dict[str, int] = defaultdict(int)
+        with self._lock:
+            for e in self.events:
+                if e.kind == kind and e.entry is None and e.namespace is not None:
+                    out[e.namespace] += 1
+        return dict(out)
+
+    def compile_seconds(self, entry: str) -> float | None:
+        """Seconds from the entry's compile-call line to its success or failure line."""
+        with self._lock:
+            return self._seconds.get(entry)
+
+    def compiling(self) -> list[LogEvent]:
+        """The graphs whose last line was a miss: the runtime neither stored nor failed nor
+        started compiling them when its output ended (it raised on them, or was stopped).
+
+        A compile-call line is not counted here: older runtimes log no success line, so a
+        compile call with nothing after it is as likely a success."""
+        with self._lock:
+            return [e for e in self._last.values() if e.kind == "miss"]
+
     def failure_lines(self) -> list[LogEvent]:
         with self._lock:
             return [e for e in self.events if e.kind == "failure"]
 
-
-def entry_of(root: str, namespaces: Sequence[Namespace], *, path: str | None, key: str | None) -> str | None:
-    """The store path of the entry a log line names, or None when it is not under ``root``."""
-    if key:
-        for ns in namespaces:
-            if ns.layout == "torchneuron":
-                return get_layout("torchneuron").plan_entry(ns, key).path
-        return None
-    if not path:
-        return None
-    path = posixpath.normpath(path.removeprefix("file://"))
-    prefix = root.rstrip("/") + "/"
-    if not path.startswith(prefix):
-        # A compile runs in a work directory: the file names the entry (model.MODULE_<g>+<f>...).
-        for ns in namespaces:
-            key = get_layout(ns.layout).entry_named(path)
-            if key is not None:
-                return get_layout(ns.layout).plan_entry(ns, key).path
-        return None
-    rel = path[len(prefix):]
-    found = locate(posixpath.join(posixpath.dirname(rel), "model.neff")) or locate(rel)
-    return found.path if found is not None else None
+    def line_naming(self, text: str) -> LogEvent | None:
+        """The latest compile-call event whose line contains ``text`` (a compiler's input path)."""
+        with self._lock:
+            return next((e for e in reversed(self.events) if e.kind == "compile" and not e.implied
+                         and text in e.line), None)

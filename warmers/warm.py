@@ -2,10 +2,14 @@
 
 One-phase (any layout): each bucket's workload runs with the compile-only contract
 (``TORCH_NEURONX_COMPILE_ONLY=1``, ``NEURON_RT_FAKE_INSTANCE_TYPE``) and the cache variables of
-both layouts pointed at the toolchain's namespace in the work store; the runtime finds what
+every layout pointed at the toolchain's namespace in the work store; the runtime finds what
 the stores hold (prefetched from the remote tiers first) and compiles only what is missing.
-Its log lines say which entries were hits and which it compiled; those get their manifest
-(tags, toolchain, compile time) and are published to the other tiers.
+Its log lines, read by the layouts (:mod:`.logscan`), say which entries were hits and which it
+compiled, and how long each compile took (compile-call line to success/failure line); those
+get their manifest (tags, toolchain, compile seconds) and are published to the other tiers. A
+runtime whose lines name no entry (TorchNeuron's op keys) is counted per namespace, and what it
+stored during the bucket is found in its namespace. Warming layout B is exactly this: the
+runtime computes and writes its own keys.
 
 Two-phase (layout A, like ``neuron_parallel_compile``): the workloads only extract their
 graphs (``NEURON_EXTRACT_GRAPHS_ONLY=1``), then :class:`~.compiling.CompilePool` compiles
@@ -29,20 +33,19 @@ from pathlib import Path
 from neffcache.entry import EntryState, Namespace
 from neffcache.ingest import read_flags
 from neffcache.jobenv import job_env
-from neffcache.layouts import get_layout
-from neffcache.layouts.neuronxcc import HLO, LOG
+from neffcache.layouts import LAYOUTS, get_layout
 from neffcache.scan import load_entry, scan
 from neffcache.toolchain import Toolchain
 
 from .children import Children, wait_all
 from .compiling import CompileJob, CompileOutcome, CompilePool, record_outcome
-from .logscan import Pattern, entry_of
+from .logscan import Pattern
 from .matrix import Bucket, Shard, shard_buckets
 from .memory import MemoryGate
 from .placement import Placement
 from .report import GroupReport, WarmReport
 from .watchdog import CompileWatchdog
-from .workload import WorkloadRun, clean_after_dead_workload, run_workload
+from .workload import WorkloadRun, clean_after_dead_workload, namespace_of, new_runtime_entries, run_workload
 
 log = logging.getLogger(__name__)
 Progress = Callable[[str], None]
@@ -71,7 +74,7 @@ class WarmRequest:
 
 
 def workload_env(req: WarmRequest, root: str, notes: list[str]) -> dict[str, str]:
-    """The compile-only contract, both layouts' cache variables, the compiler first on PATH."""
+    """The compile-only contract, every layout's cache variables, the compiler first on PATH."""
     env = dict(req.base_env)
     cache_vars, job_notes = job_env(root, req.toolchain)
     notes.extend(n for n in job_notes if "--cache_dir" not in n)
@@ -107,7 +110,7 @@ class Warmer:
         self.children = children
         self.progress = progress or (lambda message: None)
         tc = req.toolchain
-        self.namespaces = [get_layout(n).namespace_for(tc) for n in ("neuronxcc", "torchneuron")]
+        self.namespaces = [layout.namespace_for(tc) for layout in LAYOUTS.values()]
         self.live_groups: set[int] = set()
         self.report = WarmReport("warm", {**tc.to_json(), "instance": req.instance},
                                  [ns.path for ns in self.namespaces], [s.url for s in placement.tiers],
@@ -116,6 +119,8 @@ class Warmer:
         self._lock = threading.Lock()
         self.claimed: set[str] = set()  # two-phase: entries already queued by some bucket
         self.pool: CompilePool | None = None
+        self.runs: dict[str, WorkloadRun] = {}
+        self.found: set[str] = set()  # entries found in namespaces whose lines name none
 
     def run(self) -> WarmReport:
         started = time.monotonic()
@@ -150,7 +155,7 @@ class Warmer:
         # no extraction mode) get their compiles timed out by the watchdog.
         watchdog = CompileWatchdog(req.compile_timeout, lambda: set(self.live_groups)) \
             if req.compile_timeout else None
-        runs: dict[str, WorkloadRun] = {}
+        runs = self.runs
         # Two-phase: each bucket's graphs go to the compile pool as soon as its extraction ends,
         # so compiles overlap the other buckets' extractions.
         self.pool = self._compile_pool() if req.two_phase else None
@@ -191,8 +196,8 @@ class Warmer:
         if row.status in ("timeout", "crashed", "interrupted"):
             clean_after_dead_workload(self.placement.work, run)
         if not self.children.stopping.is_set():
-            # Two-phase: layout A graphs are compiled by our pool; only what the runtime itself
-            # compiled (the native backend cannot extract) is ingested here.
+            # Two-phase: extracted graphs are compiled by our pool; only what the runtime itself
+            # stored (the native backend cannot extract, its lines name no entry) is ingested here.
             self._ingest(bucket, run, row, native_only=req.two_phase)
             if self.pool is not None:
                 self._queue_extracted(bucket, run)
@@ -201,25 +206,39 @@ class Warmer:
     # -- one-phase: what the runtime did -------------------------------------------------
     def _ingest(self, bucket: Bucket, run: WorkloadRun, row: GroupReport, *, native_only: bool) -> None:
         placement, counter = self.placement, run.counter
-
-        def mine(paths: list[str]) -> list[str]:
-            return [p for p in paths if _is_native(p)] if native_only else paths
-
-        failed = mine(counter.entries("failure"))
-        compiled = [p for p in mine(counter.entries("compile")) if p not in failed]
-        hits = [p for p in mine(counter.entries("hit")) if p not in compiled and p not in failed]
-        unnamed = native_only or bool(counter.entries("hit") or counter.entries("failure"))
-        row.hits = len(hits) or (0 if unnamed else counter.count("hit"))
-        row.failed = len(failed) or (0 if unnamed else counter.count("failure"))
+        failed = [] if native_only else counter.entries("failure")
+        named = [] if native_only else [p for p in dict.fromkeys([*counter.entries("compile"),
+                                                                  *counter.entries("success")]) if p not in failed]
+        # Their lines name no entry: what the runtime stored during the run, claimed once across
+        # buckets. With --parallel > 1 an entry gets the tags of the bucket that found it first
+        # (the runtime's lines do not say which bucket stored it); the counts are the lines'.
+        with self._lock:
+            found = [p for p in new_runtime_entries(placement.work, counter, run.started)
+                     if p not in named and p not in self.found]
+            self.found.update(found)
+        compiled = [*named, *found]
+        hits = [] if native_only else [p for p in counter.entries("hit") if p not in compiled and p not in failed]
+        # Lines that name no entry we manage: a runtime's keys (counted per namespace), or cache
+        # paths outside the work store.
+        unnamed_hits = sum(counter.unnamed("hit").values()) if native_only else \
+            sum(1 for e in counter.events if e.kind == "hit" and e.entry is None)
+        unfinished = [e for e in counter.compiling() if not native_only or e.entry is None] \
+            if row.status == "failed" else []
+        row.hits = len(hits) + unnamed_hits
+        unnamed_failed = 0 if native_only else sum(1 for e in counter.failure_lines() if e.entry is None)
+        row.failed = len(failed) + unnamed_failed + len(unfinished)
         tags = {**self.req.tags, **bucket.tags()}
         for path in hits:
             placement.event("hit", path, self._ns(path))
+        for ns_path, n in counter.unnamed("hit").items():
+            for _ in range(n):
+                placement.event("hit", None, self._ns_at(ns_path))
         placement.stamp(hits)
         # A hit on an entry the runtime wrote without us (an earlier run that was stopped, a
         # job outside neffcache) is still new to the other tiers: it is published too.
         adopted = placement.ingest_many([(p, tags, None) for p in hits], toolchain=self.req.toolchain,
                                         skip_managed=True)
-        seconds = {p: placement.compile_seconds_of(p, run.started) for p in compiled}
+        seconds = {p: self._compile_seconds(run, p) for p in compiled}
         adopted.update(placement.ingest_many([(p, tags, seconds[p]) for p in compiled], toolchain=self.req.toolchain))
         with self._lock:
             self.report.published += sum(len(held) - 1 for _, held in adopted.values())
@@ -229,16 +248,24 @@ class Warmer:
             entry = adopted[path][0]
             placement.event("miss", path, entry.namespace)
             placement.event("compile", path, entry.namespace, compile_seconds=seconds[path])
-            row.compiled += 1
+            row.compiled += int(path in named)
             row.compile_seconds += seconds[path] or 0.0
             row.bytes += entry.size
+        row.compiled += sum(counter.unnamed("compile").values())
         for event in counter.failure_lines():
-            if native_only and not (event.entry and _is_native(event.entry)):
+            if native_only:
                 continue
             what = event.entry or "graph"
             if not any(f.what == what for f in row.failures):
                 row.fail(what, "compile", _excerpt(event.line))
             placement.event("error", event.entry, self._ns(event.entry), message=event.line[-4000:])
+        for event in unfinished:
+            # No failure line (TorchNeuron raises): the run exited non-zero while compiling it.
+            what = event.entry or event.key or "graph"
+            said = next((line for line in reversed(run.tail) if what in line and line is not event.line),
+                        next((line for line in reversed(run.tail) if line.strip()), "no output")).strip()
+            row.fail(what, "compile", f"the runtime exited {row.exit_code} while compiling it: {said[:400]}")
+            placement.event("error", event.entry, self._ns_at(event.namespace), message=said[-4000:])
         if row.failed:
             row.worsen("failed")
         row.graphs = row.hits + row.compiled + row.failed
@@ -246,20 +273,32 @@ class Warmer:
             self.report.notes.append(f"bucket {bucket.name}: no cache log lines recognised; if the runtime "
                                      "logs differently, add --pattern KIND=REGEX")
 
+    def _compile_seconds(self, run: WorkloadRun, path: str) -> float | None:
+        """From the lines (compile call to success/failure), else the honest bound from its files."""
+        seconds = run.counter.compile_seconds(path)
+        return seconds if seconds is not None else self.placement.compile_seconds_of(path, run.started)
+
     def _ns(self, path: str | None) -> Namespace:
-        layout = "torchneuron" if path and _is_native(path) else "neuronxcc"
-        return next(ns for ns in self.namespaces if ns.layout == layout)
+        return namespace_of(path, self.namespaces) or self.namespaces[0]
+
+    def _ns_at(self, ns_path: str | None) -> Namespace:
+        return next((ns for ns in self.namespaces if ns.path == ns_path), self.namespaces[0])
 
     def _mark_timeouts(self, watchdog: CompileWatchdog) -> None:
-        """Say "timeout" for the graphs whose compiler the watchdog killed (not "compile error")."""
-        root = self.placement.work_root
+        """Say "timeout" for the graphs whose compiler the watchdog killed (not "compile error").
+
+        The killed compiler's input path is in the runtime's compile-call line, which names the
+        entry (layout A, even from a work directory). A runtime that logs no compile call
+        (TorchNeuron) leaves its timeouts reported as compile failures."""
         for killed in watchdog.killed:
             if not killed.input:
                 continue
-            entry = entry_of(root, self.namespaces, path=killed.input, key=None)
+            event = next((e for run in list(self.runs.values()) if (e := run.counter.line_naming(killed.input))),
+                         None)
+            if event is None or event.entry is None:
+                continue
             for failure in self.report.failures:
-                key = failure.what.rsplit("/", 1)[-1]
-                if failure.what == entry or (len(key) == 64 and key in Path(killed.input).name):
+                if failure.what == event.entry:
                     failure.kind = "timeout"
                     failure.reason = (f"compile killed after {killed.seconds:.0f}s "
                                       f"(--compile-timeout {watchdog.timeout:g}s); runtime said: {failure.reason}")
@@ -274,7 +313,7 @@ class Warmer:
     def _queue_extracted(self, bucket: Bucket, run: WorkloadRun) -> None:
         assert self.pool is not None
         with self._lock:
-            paths = [p for p in run.mentioned if p not in self.claimed and not _is_native(p)]
+            paths = [p for p in run.mentioned if p not in self.claimed]
             self.claimed.update(paths)
         self.pool.add(self._jobs_for(self.report.group(bucket.name), paths, {**self.req.tags, **bucket.tags()}))
 
@@ -285,7 +324,8 @@ class Warmer:
             wait_all(futures)
             if not self.children.stopping.is_set():
                 # Extractions whose log lines named nothing we recognise: every pending HLO
-                # that appeared in the namespace since we started.
+                # that appeared since we started in the namespace of the runtime that extracts
+                # (libneuronxla's, the first layout).
                 ns = self.namespaces[0]
                 fresh = [e.path for e in scan(self.placement.work, prefix=ns.path).entries
                          if e.path not in self.claimed and e.state is EntryState.EMPTY
@@ -301,6 +341,7 @@ class Warmer:
             entry = load_entry(work, path, read_manifest=False)
             if entry is None:
                 continue
+            layout = get_layout(entry.layout)
             if entry.state is EntryState.SUCCESS:
                 row.hits += 1
                 row.graphs += 1
@@ -311,19 +352,17 @@ class Warmer:
                     with self._lock:
                         self.report.published += len(got[1]) - 1
             elif entry.state is EntryState.FAILED and not self.req.retry_failed:
-                text = work.read_bytes(entry.store_path(LOG)).decode(errors="replace").strip()
+                log_name = layout.failure_log_of(entry)
+                text = work.read_bytes(entry.store_path(log_name)).decode(errors="replace").strip() \
+                    if log_name else "failed"
                 row.graphs += 1
                 row.failed += 1
                 row.worsen("failed")
                 row.fail(path, "compile", f"cached failure (--retry-failed compiles it again): {_excerpt(text)}")
-            elif HLO in entry.files:
-                jobs.append(CompileJob(row.name, entry.namespace, entry.key, work, entry.store_path(HLO),
+            elif (hlo := layout.hlo_of(entry)) is not None:
+                jobs.append(CompileJob(row.name, entry.namespace, entry.key, work, entry.store_path(hlo),
                                        tuple(read_flags(work, entry)), self.req.toolchain, tags))
         return jobs
-
-
-def _is_native(path: str) -> bool:
-    return "/torchneuron-" in f"/{path}"
 
 
 def _excerpt(line: str) -> str:

@@ -10,10 +10,14 @@ decides the bucket's status:
 - non-zero without them, or killed by a signal: ``crashed``, with the last lines of output;
 - past ``--timeout``: stopped (SIGTERM, then SIGKILL) and ``timeout``.
 
-A workload that dies mid-compile may leave the runtime's ``model.hlo_module.pb.lock``, on
-which every later job would wait forever, or a NEFF without its ``model.done``. The runtime
-only logs "Call compiler" once it holds that lock, so what is left on an entry our (now dead)
-workload was compiling is ours to clean up.
+A workload that dies mid-compile may leave the runtime's lock in the entry (layout A's
+``model.hlo_module.pb.lock``), on which every later job would wait forever, or a NEFF without
+its commit marker. The runtime only logs its compile call once it holds that lock, and the
+call names the entry (by its MODULE name, even when it compiles in a work directory outside
+the cache), so what is left on an entry our (now dead) workload was compiling is ours to clean.
+
+A runtime without a failure line (TorchNeuron's native backend raises) that exits non-zero
+with a graph it never finished (a miss with no stored NEFF) has failed on that graph.
 """
 
 from __future__ import annotations
@@ -29,17 +33,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from neffcache.entry import EntryState, Namespace
-from neffcache.layouts.neuronxcc import DONE, LOCK_SUFFIX, NEFF
-from neffcache.scan import load_entry
+from neffcache.layouts import get_layout, locate
+from neffcache.scan import load_entry, scan
 from neffcache.stores.base import Store
 
 from .children import Children, exit_status
-from .logscan import LogCounter, Pattern, entry_of
+from .logscan import LogCounter, Pattern
 from .report import GroupReport
 
 log = logging.getLogger(__name__)
-# Any layout-A entry directory a line mentions (extraction has no standard log line).
-_MODULE_PATH = re.compile(r"(?P<path>/[^\s'\",\[\]]*?/MODULE_[^/\s'\",\[\]]+)")
+# Any absolute path a line mentions: those under the root that a layout locates name entries
+# (graph extraction has no standard log line).
+_ABS_PATH = re.compile(r"(?P<path>/[^\s'\",\[\]]+)")
 _TAIL_LINES = 12
 
 
@@ -61,6 +66,7 @@ def run_workload(name: str, argv: Sequence[str], env: Mapping[str, str], *, chil
     counter = LogCounter(patterns, root, namespaces)
     run = WorkloadRun(group, counter, started=time.time())
     mentioned: dict[str, None] = {}
+    prefix = root.rstrip("/") + "/"
     tail: list[str] = []
     started = time.monotonic()
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -80,9 +86,8 @@ def run_workload(name: str, argv: Sequence[str], env: Mapping[str, str], *, chil
                 out.write(raw)
                 line = raw.decode(errors="replace")
                 counter.feed(line)
-                for match in _MODULE_PATH.finditer(line):
-                    found = entry_of(root, namespaces, path=match.group("path") + "/model.neff", key=None)
-                    if found:
+                if prefix in line:
+                    for found in _entries_under(prefix, line):
                         mentioned.setdefault(found)
                 tail.append(line.rstrip("\n"))
                 del tail[:-_TAIL_LINES]
@@ -98,7 +103,7 @@ def run_workload(name: str, argv: Sequence[str], env: Mapping[str, str], *, chil
         reader.join(timeout=children.grace + 5)
     group.seconds = time.monotonic() - started
     run.mentioned = [*counter.entries("hit"), *counter.entries("compile"), *counter.entries("miss"),
-                     *counter.entries("failure"), *mentioned]
+                     *counter.entries("success"), *counter.entries("failure"), *mentioned]
     run.mentioned = list(dict.fromkeys(run.mentioned))
     run.tail = tail
     _classify(run, status, timeout, children)
@@ -119,7 +124,7 @@ def _classify(run: WorkloadRun, status: int | None, timeout: float | None, child
     group.exit_code = exit_status(status)
     if status == 0:
         return
-    if counter.count("failure"):
+    if counter.count("failure") or (status > 0 and unfinished(counter)):
         group.worsen("failed")  # the graphs' own failures are listed by the caller
         return
     group.worsen("crashed")
@@ -128,22 +133,63 @@ def _classify(run: WorkloadRun, status: int | None, timeout: float | None, child
     group.fail("workload", "crash", f"the workload {how}: {last} (log: {group.log})")
 
 
+def unfinished(counter: LogCounter) -> list[str]:
+    """Graphs a run left mid-compile: entry paths, or the runtime's keys where no entry is named."""
+    return [e.entry or e.key or e.line for e in counter.compiling()]
+
+
+def namespace_of(path: str | None, namespaces: Sequence[Namespace]) -> Namespace | None:
+    """The run's namespace ``path`` (an entry's store path) lies in."""
+    if path is None:
+        return None
+    return next((ns for ns in namespaces if ns.path and path.startswith(ns.path + "/")), None)
+
+
+def new_runtime_entries(store: Store, counter: LogCounter, since: float) -> list[str]:
+    """Entries the runtime stored during the run in namespaces whose lines name no entry (layout
+    B's op keys): whole, without a manifest, committed at or after ``since`` (wall clock)."""
+    found: list[str] = []
+    for ns_path in counter.unnamed("compile"):
+        for entry in scan(store, prefix=ns_path).entries:
+            marker = entry.files.get(entry.marker_name)
+            if (entry.state is EntryState.SUCCESS and not entry.has_manifest and marker is not None
+                    and marker.mtime >= since - 1 and entry.namespace.path == ns_path):
+                found.append(entry.path)
+    return found
+
+
+def _entries_under(prefix: str, line: str) -> list[str]:
+    out = []
+    for match in _ABS_PATH.finditer(line):
+        path = match.group("path").rstrip(".")
+        if path.startswith(prefix):
+            found = locate(path[len(prefix):])
+            if found is not None:
+                out.append(found.path)
+    return out
+
+
 def clean_after_dead_workload(store: Store, run: WorkloadRun) -> list[str]:
     """Undo what a stopped or crashed runtime left half done on the entries it was compiling.
 
-    The runtime holds ``model.hlo_module.pb.lock`` while it compiles and writes ``model.neff``
-    before its commit marker ``model.done``; killed in between it leaves a lock on which every
-    later job waits forever, or a NEFF no runtime will serve. Both are removed (NEFF first, then
-    the lock), so the entry reads as pending (EMPTY) and is compiled again by the next run.
+    The runtime holds its lock in the entry while it compiles (layout A) and writes the NEFF
+    before its commit marker; killed in between it leaves a lock on which every later job
+    waits forever, or a NEFF no runtime will serve. Both are removed (NEFF first, then the
+    lock), so the entry reads as pending (EMPTY) and is compiled again by the next run. Only
+    locks at least as new as the run are touched: older ones are another job's.
     """
     cleaned = []
-    for path in run.counter.entries("compile"):
+    counter = run.counter
+    paths = dict.fromkeys([*counter.entries("compile"), *(e.entry for e in counter.compiling() if e.entry)])
+    for path in paths:
         entry = load_entry(store, path, read_manifest=False)
         if entry is None or entry.state is EntryState.SUCCESS:
             continue
-        stale = [n for n, info in entry.files.items() if n.endswith(LOCK_SUFFIX) and info.mtime >= run.started - 1]
-        orphan = [n for n in (NEFF,) if n in entry.files and DONE not in entry.files
-                  and entry.manifest_name not in entry.files]
+        layout = get_layout(entry.layout)
+        stale = [n for n in layout.locks_of(entry) if entry.files[n].mtime >= run.started - 1]
+        neff = layout.neff_of(entry)
+        orphan = [neff] if (neff is not None and neff != entry.marker_name and entry.marker_name not in entry.files
+                            and entry.manifest_name not in entry.files) else []
         if stale or orphan:
             store.delete([entry.store_path(n) for n in [*orphan, *stale]])
             cleaned.append(path)

@@ -1,9 +1,13 @@
 """``neffcache run -- CMD``: a real training or inference job, wrapped.
 
-The job gets the cache environment of its toolchain (both layouts, pointed at the namespace
+The job gets the cache environment of its toolchain (every layout, pointed at its namespace
 in the work store), optionally after a prefetch from the remote tiers. Its stdout and stderr
 pass through byte for byte (read in chunks, written at once, so progress bars and partial
-lines behave), while a copy of every line goes through the log patterns. Signals are
+lines behave), while a copy of every line goes to the layouts' log parsers (and the user's
+patterns). Lines that name an entry are tied to it, with its compile seconds measured from
+its compile-call line to its success or failure line; lines that name only a runtime key
+(TorchNeuron's op keys) are counted per namespace, and the entries such a runtime stored
+during the job are found in its namespace afterwards. Signals are
 forwarded, so an orchestrator's SIGTERM reaches the job and not only us. Afterwards the
 entries the job compiled get their manifest and are published to every writable tier, hits
 are stamped (for age-based pruning) and everything is reported to the index. The exit code is
@@ -24,13 +28,15 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import IO, Any
 
+from neffcache.entry import Namespace
 from neffcache.jobenv import job_env
-from neffcache.layouts import get_layout
+from neffcache.layouts import LAYOUTS
 from neffcache.toolchain import Toolchain
 
 from .children import exit_status
 from .logscan import KINDS, LogCounter, Pattern
 from .placement import Placement
+from .workload import namespace_of, new_runtime_entries
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 _CHUNK = 65536
@@ -58,11 +64,14 @@ class RunResult:
     seconds: float = 0.0
     failures: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # tiers that were down or refused
+    namespaces: dict[str, dict[str, int]] = field(default_factory=dict)  # counts per namespace
+    compile_seconds: dict[str, float] = field(default_factory=dict)  # per entry published
 
     def to_json(self) -> dict[str, Any]:
         return {"exit_code": self.exit_code, **{k: self.counts.get(k, 0) for k in KINDS},
                 "prefetched": self.prefetched, "published": self.published, "seconds": round(self.seconds, 3),
-                "failures": self.failures, "problems": self.problems, "env": self.env}
+                "failures": self.failures, "problems": self.problems, "env": self.env,
+                "namespaces": self.namespaces, "compile_seconds": self.compile_seconds}
 
 
 def _pump(src: IO[bytes], dst: IO[bytes], counter: LogCounter) -> None:
@@ -111,7 +120,7 @@ def run_job(req: RunRequest, placement: Placement, *, stdout: IO[bytes] | None =
             stderr: IO[bytes] | None = None) -> RunResult:
     started = time.monotonic()
     wall_start = time.time()
-    namespaces = [get_layout(n).namespace_for(req.toolchain) for n in ("neuronxcc", "torchneuron")]
+    namespaces = [layout.namespace_for(req.toolchain) for layout in LAYOUTS.values()]
     prefetched = 0
     if req.prefetch and placement.remotes:
         prefetched, _ = placement.prefetch(namespaces, tags=req.prefetch_tags or None)
@@ -146,38 +155,56 @@ def run_job(req: RunRequest, placement: Placement, *, stdout: IO[bytes] | None =
     for t in pumps:
         t.join()
     result = RunResult(exit_status(status), counter.counts(), cache_env, prefetched)
-    _after(req, placement, counter, result, wall_start)
+    _after(req, placement, counter, namespaces, result, wall_start)
+    result.namespaces = counter.by_namespace()
     result.problems = placement.problem_notes()
     result.seconds = time.monotonic() - started
     return result
 
 
-def _after(req: RunRequest, placement: Placement, counter: LogCounter, result: RunResult, since: float) -> None:
+def _after(req: RunRequest, placement: Placement, counter: LogCounter, namespaces: list[Namespace],
+           result: RunResult, since: float) -> None:
     """Stamp hits, publish what the job compiled, report it all to the index."""
     hits = counter.entries("hit")
     failed = counter.entries("failure")
-    compiled = [p for p in counter.entries("compile") if p not in failed]
-    ns_by_layout = {ns.layout: ns for ns in (get_layout(n).namespace_for(req.toolchain)
-                                             for n in ("neuronxcc", "torchneuron"))}
+    named = [p for p in dict.fromkeys([*counter.entries("compile"), *counter.entries("success")]) if p not in failed]
+    found = [p for p in new_runtime_entries(placement.work, counter, since) if p not in named]
+    compiled = [*named, *found]
+    by_path = {ns.path: ns for ns in namespaces}
 
-    def ns_of(path: str | None) -> Any:
-        native = path is not None and "/torchneuron-" in f"/{path}"
-        return ns_by_layout["torchneuron" if native else "neuronxcc"]
+    def ns_of(path: str | None) -> Namespace:
+        return namespace_of(path, namespaces) or namespaces[0]
 
     placement.stamp(hits)
     for path in hits:
         placement.event("hit", path, ns_of(path))
         if req.publish:
             placement.ingest(path, toolchain=req.toolchain, tags=req.tags, skip_managed=True)
+    for kind in ("hit", "miss"):
+        for ns_path, n in counter.unnamed(kind).items():  # runtime keys that name no entry
+            for _ in range(n):
+                placement.event(kind, None, by_path.get(ns_path) or ns_of(None))
     misses = counter.entries("miss")
-    for path in [*misses, *(p for p in compiled if p not in misses)]:
+    for path in [*misses, *(p for p in named if p not in misses)]:
         placement.event("miss", path, ns_of(path))
     for path in compiled:
-        seconds = placement.compile_seconds_of(path, since)
+        seconds = counter.compile_seconds(path)
+        if seconds is None:
+            seconds = placement.compile_seconds_of(path, since)
         if req.publish and placement.ingest(path, toolchain=req.toolchain, tags=req.tags,
                                             compile_seconds=seconds) is not None:
             result.published += 1
+            if seconds is not None:
+                result.compile_seconds[path] = seconds
         placement.event("compile", path, ns_of(path), compile_seconds=seconds)
     for event in counter.failure_lines():
         placement.event("error", event.entry, ns_of(event.entry), message=event.line[-4000:])
-        result.failures.append(event.entry or event.line[:300])
+        result.failures.append(event.entry or event.key or event.line[:300])
+    if result.exit_code != 0:
+        for event in counter.compiling():
+            # A runtime without failure lines (TorchNeuron raises) stopped on this graph.
+            what = event.entry or event.key or event.line[:300]
+            ns = by_path.get(event.namespace or "") or ns_of(event.entry)
+            placement.event("error", event.entry, ns,
+                            message=f"the job exited {result.exit_code} while compiling {what}")
+            result.failures.append(what)

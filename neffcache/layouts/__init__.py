@@ -6,8 +6,11 @@ from neffcache.errors import ConfigError
 from neffcache.layouts.base import EntryNames, EntryPlan, Layout, Located, LogLine
 from neffcache.layouts.neuronxcc import NeuronxccLayout
 from neffcache.layouts.torchneuron import TorchNeuronLayout
+from neffcache.layouts.vllm import VllmLayout
 
-LAYOUTS: dict[str, Layout] = {layout.name: layout for layout in (NeuronxccLayout(), TorchNeuronLayout())}
+LAYOUTS: dict[str, Layout] = {
+    layout.name: layout for layout in (NeuronxccLayout(), TorchNeuronLayout(), VllmLayout())
+}
 
 
 def get_layout(name: str) -> Layout:

@@ -94,6 +94,7 @@ class Layout(ABC):
 
     name: str
     runtime_dir: str  # the leaf directory prefix of a namespace: ``<runtime_dir>-<version>``
+    needs_filesystem: bool = False  # True: the runtime reads only a local or mounted directory
 
     @abstractmethod
     def namespace_for(self, toolchain: Toolchain) -> Namespace:
@@ -168,10 +169,11 @@ class Layout(ABC):
     def raw_copy_order(self, entry: Entry) -> list[str]:
         """Transferable names in the order a copy of an entry *without* manifest (FAILED,
         EMPTY) writes them: the failure log before the HLO and the HLO last, so a half copy
-        never reads as an EMPTY entry a runtime would pick up and compile."""
+        never reads as an EMPTY entry a runtime would pick up and compile; the commit marker,
+        if any, strictly last."""
         names = self.transferable_names(entry)
         own = self.names(entry.namespace, entry.key)
-        return sorted(names, key=lambda n: (n == own.hlo, n == own.failure_log, n))
+        return sorted(names, key=lambda n: (n == entry.marker_name, n == own.hlo, n == own.failure_log, n))
 
     def state_anchor(self, entry: Entry) -> str | None:
         """The file whose presence defines what readers see of a manifest-less entry (its
@@ -244,6 +246,15 @@ class Layout(ABC):
         """What ``line`` of this runtime's output says, or None when it is not one of its
         cache lines."""
         return None
+
+    def runtime_debris_after(self, path: str) -> float | None:
+        """For a runtime file (:meth:`is_runtime_file`) that a dead writer may leave behind (a
+        temp file): seconds after its mtime when it is surely debris; None: never ours to judge."""
+        return None
+
+    def env_notes(self, root: str, namespace: Namespace) -> list[str]:
+        """What an operator should know when pointing this runtime at ``namespace`` (``env``)."""
+        return []
 
     def is_runtime_file(self, path: str) -> bool:
         """True for a store-relative path outside any entry that the runtime itself keeps

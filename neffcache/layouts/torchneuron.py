@@ -1,16 +1,47 @@
-"""Layout B: TorchNeuron's native NEFF cache (``torch.compile(backend="neuron")``).
+"""Layout B: TorchNeuron's native NEFF cache (``torch.compile(backend="neuron")``, eager ops).
 
 ::
 
     <root>/[<target>-lnc<N>/]torchneuron-<version>/
         neff/<k0k1>/<k2k3>/<key>.neff            TORCH_NEURONX_NEFF_CACHE_DIR: the commit marker
         neff/<k0k1>/<k2k3>/<key>.neffcache.json  neffcache's manifest, beside the NEFF
+        neff/<k0k1>/<k2k3>/<key>.neff.tmp.XXXXXX the runtime's write in flight (then renamed)
         hlo/<k0k1>/<k2k3>/<key>.hlo              TORCH_NEURONX_HLO_CACHE_DIR: the HLO, to recompile
         hlo/<k0k1>/<k2k3>/<key>.flags.json
 
-The runtime's own key may not include the compiler version, so neffcache versions the
-directory itself. A bare NEFF directory a job filled directly (``ab/cd/<key>.neff`` at the
+Keys (NEURON_FACTS.md §1): the runtime names a NEFF by a 128-bit XXH3 hash, **32 hex**, of the
+op's base key, ``_<target>_<lnc>_<opt>_<flags>`` and the IR bytes; neffcache's own API
+(:func:`neffcache.keys.cache_key`) uses 64 hex. Both are accepted (32 to 64 hex): neffcache
+reads the keys the runtime wrote and never computes the runtime's.
+
+Versions: the key the public source copy computes carries no compiler version (the release
+docs say it does): neffcache versions the *directory* (``torchneuron-<version>/``), which is
+safe either way. A bare NEFF directory a job filled directly (``ab/cd/<key>.neff`` at the
 root) is read as one namespace of unknown toolchain.
+
+Temp files: the runtime writes ``<key>.neff.tmp.XXXXXX`` and renames it. Such a file is the
+runtime's (:meth:`TorchNeuronLayout.is_runtime_file`): neither an entry nor neffcache's garbage,
+so a scan does not count it and ``prune`` never removes it. The writer's lock lives on its own
+host's local disk, so from the shared mount an in-flight write cannot be told from a dead one;
+:meth:`TorchNeuronLayout.runtime_debris_after` says after how long one is surely dead (a day,
+far past the runtime's 1200 s lock breaking), for a sweep that wants to offer its removal.
+
+Locks: flock files on local disk, *outside* the cache
+(``$TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR/locks/<key>.lock``, default ``/tmp/local_cache``; the
+runtime breaks one older than 1200 s). Nothing in the store is a lock, so no entry is ever
+LOCKED and ``prune --stale-locks`` has nothing to do here.
+
+Log lines: ``[NEFF_CACHE] Cache HIT|MISS for key: <k>`` and ``Storing NEFF for key: <k>``,
+where ``<k>`` is a readable op key (``aten::add_t0_(3, 3)_...``), not the file name: they are
+counted per namespace and name no entry. There is no failure line: a failed compile surfaces
+as a Python exception (the workload's exit status).
+
+Warming and rewarming: warming layout B means running the workload compile-only
+(``neffcache warm``): the runtime computes and writes its own keys. ``neffcache rewarm`` can
+only recompile what has an HLO under neffcache's layout-B namespace (``hlo/ab/cd/<key>.hlo``)
+and publishes it under neffcache's own key (HLO bytes, flags, new toolchain): ``NeffCache.get``
+serves those, but the native runtime, whose key neffcache cannot compute, will not find them.
+For the native runtime, warm the new toolchain with the workload instead.
 """
 
 from __future__ import annotations
@@ -20,16 +51,35 @@ import re
 from collections.abc import Mapping
 
 from neffcache.entry import Entry, EntryState, FileInfo, Namespace
-from neffcache.layouts.base import TARGET_DIR_RE, EntryNames, EntryPlan, Layout, Located, parse_target_dir
+from neffcache.layouts.base import (
+    TARGET_DIR_RE,
+    EntryNames,
+    EntryPlan,
+    Layout,
+    Located,
+    LogLine,
+    parse_target_dir,
+)
 from neffcache.manifest import Manifest
 from neffcache.toolchain import Toolchain
 
 _SUFFIXES = (".neffcache.json", ".flags.json", ".neff", ".hlo")
+_KEY = r"(?P<key>[0-9a-f]{32,64})"
 _MANAGED_RE = re.compile(
     "^" + TARGET_DIR_RE + r"torchneuron-(?P<ver>[0-9][^/]*)/(?P<kind>neff|hlo)/"
-    r"(?P<a>[0-9a-f]{2})/(?P<b>[0-9a-f]{2})/(?P<key>[0-9a-f]{64})(?P<suffix>\.[a-z.]+)$"
+    r"(?P<a>[0-9a-f]{2})/(?P<b>[0-9a-f]{2})/" + _KEY + r"(?P<suffix>\.[a-z.]+)$"
 )
-_BARE_RE = re.compile(r"^(?P<a>[0-9a-f]{2})/(?P<b>[0-9a-f]{2})/(?P<key>[0-9a-f]{64})(?P<suffix>\.[a-z.]+)$")
+_BARE_RE = re.compile(r"^(?P<a>[0-9a-f]{2})/(?P<b>[0-9a-f]{2})/" + _KEY + r"(?P<suffix>\.[a-z.]+)$")
+# The runtime's in-flight write: mkstemp's six characters after ``<key>.neff.tmp.``.
+_TEMP_RE = re.compile(
+    r"^(?:" + TARGET_DIR_RE + r"torchneuron-[0-9][^/]*/neff/)?"
+    r"(?P<a>[0-9a-f]{2})/(?P<b>[0-9a-f]{2})/" + _KEY + r"\.neff\.tmp\.[A-Za-z0-9_]{6}$"
+)
+TEMP_DEBRIS_AFTER = 24 * 3600.0
+LOCK_BREAK_SECONDS = 1200  # the runtime breaks a lock older than this
+LOCAL_DIR_VAR = "TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR"
+LOCAL_DIR_DEFAULT = "/tmp/local_cache"  # noqa: S108 (the runtime's default, quoted)
+_LOG_RE = re.compile(r"\[NEFF_CACHE\] (?:Cache (?P<hm>HIT|MISS)|(?P<store>Storing NEFF)) for key: (?P<key>.*\S)")
 
 
 def shard(key: str) -> str:
@@ -39,6 +89,7 @@ def shard(key: str) -> str:
 class TorchNeuronLayout(Layout):
     name = "torchneuron"
     runtime_dir = "torchneuron"
+    needs_filesystem = True  # the runtime reads a directory; it has no S3 backend
 
     def names(self, namespace: Namespace, key: str) -> EntryNames:
         names = self.names_for(namespace, key)
@@ -85,6 +136,33 @@ class TorchNeuronLayout(Layout):
             key = match.group("key")
             return Located(ns, key, shard(key), "", path)
         return None
+
+    def is_runtime_file(self, path: str) -> bool:
+        return self._temp_file(path)
+
+    def runtime_debris_after(self, path: str) -> float | None:
+        return TEMP_DEBRIS_AFTER if self._temp_file(path) else None
+
+    @staticmethod
+    def _temp_file(path: str) -> bool:
+        match = _TEMP_RE.match(path)
+        return match is not None and match.group("a") + match.group("b") == match.group("key")[:4]
+
+    def parse_log_line(self, line: str) -> LogLine | None:
+        match = _LOG_RE.search(line)
+        if match is None:
+            return None
+        kind = "success" if match.group("store") else match.group("hm").lower()
+        return LogLine(kind, key=match.group("key"))
+
+    def env_notes(self, root: str, namespace: Namespace) -> list[str]:
+        return [
+            f"TorchNeuron's native key carries no compiler version: neffcache versions the directory "
+            f"({posixpath.basename(namespace.path)}/); keep one directory per compiler",
+            f"TorchNeuron's native locks live on local disk, outside the cache: "
+            f"${LOCAL_DIR_VAR}/locks/<key>.lock (default {LOCAL_DIR_DEFAULT}, flock, broken after "
+            f"{LOCK_BREAK_SECONDS} s); keep {LOCAL_DIR_VAR} off the shared mount",
+        ]
 
     def plan_entry(self, namespace: Namespace, key: str) -> EntryPlan:
         names = self.names_for(namespace, key)

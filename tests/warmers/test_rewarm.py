@@ -40,10 +40,13 @@ def test_rewarm_lands_where_the_new_runtime_looks(cli: Cli, tmp_path: Path, inde
             assert e.manifest and e.manifest.toolchain and e.manifest.toolchain.compiler_version == V2
             assert e.manifest.tags["model"] == "llama-tiny"  # carried over from the old entry
 
-    for backend in ("xla", "native"):
-        counts = summary(cli.workload(store, *WORKLOAD_ARGS, backend=backend).stderr)
-        assert (counts["hits"], counts["compiled"]) == (4, 0), backend
-    assert [r["version"] for r in cli.sim.compiles()].count(V2) == 8
+    counts = summary(cli.workload(store, *WORKLOAD_ARGS, backend="xla").stderr)
+    assert (counts["hits"], counts["compiled"]) == (4, 0)
+    # TorchNeuron's native runtime names NEFFs by its own key, which neffcache cannot compute:
+    # rewarmed layout-B entries (neffcache's key) are not what it looks for (see rewarm --help).
+    counts = summary(cli.workload(store, *WORKLOAD_ARGS, backend="native").stderr)
+    assert (counts["hits"], counts["compiled"]) == (0, 4)
+    assert [r["version"] for r in cli.sim.compiles()].count(V2) == 12
     assert index.stats()["totals"]["compiles"] >= 16
 
     again = cli.json("rewarm", "--from-compiler", V1, "--store", str(store), "-q")

@@ -47,7 +47,9 @@ def test_run_wraps_a_training_job(cli: Cli, tmp_path: Path, index: Index, backen
     rc, out2, err2 = _run(cli, store, "--report", str(report), command=job)
     assert rc == 0 and out2 == out
     assert json.loads(report.read_text())["hit"] == 3 and "3 hits" in err2
-    assert len(last_used(open_store(str(store)))) == 3  # hits stamped for age-based pruning
+    # Hits stamped for age-based pruning; TorchNeuron's hit lines name an op key, not an entry,
+    # so its hits cannot be stamped (its entries age by creation time).
+    assert len(last_used(open_store(str(store)))) == (3 if backend == "xla" else 0)
     totals = index.stats()["totals"]
     assert (totals["hits"], totals["compiles"]) == (3, 3)
     assert len(cli.sim.compiles()) == 3

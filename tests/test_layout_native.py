@@ -1,0 +1,100 @@
+"""Layout B read as TorchNeuron's native backend writes it: 32-hex keys, temp files, op-key lines."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from neffcache.entry import EntryState
+from neffcache.layouts import LogLine, get_layout
+from neffcache.prune import plan_prune
+from neffcache.prune_plan import PrunePolicy
+from neffcache.scan import scan
+from neffcache.stores.local import LocalStore
+from neffcache.toolchain import Toolchain
+from tests.native_caches import VERSION, all_files, native_key, write_native_neff, write_native_temp
+
+OPS = ["aten::add_t0_(3, 3)_float32", "aten::mm_t0_(128, 64)_bf16", "aten::relu_t1_(8,)_float32"]
+TC = Toolchain(VERSION, "trn2", 2)
+
+
+def _age(root: Path, seconds: float) -> None:
+    old = time.time() - seconds
+    for p in root.rglob("*"):
+        os.utime(p, (old, old))
+
+
+def test_bare_native_dir_scans_every_32_hex_entry(tmp_path: Path) -> None:
+    neffs = tmp_path / "neff_cache"
+    for op in OPS:
+        write_native_neff(neffs, op)
+    temp = write_native_temp(neffs, "aten::sub_t0_(3, 3)_float32")
+    report = scan(LocalStore(neffs))
+    assert {e.key for e in report.entries} == {native_key(op) for op in OPS}
+    assert all(e.layout == "torchneuron" and e.state is EntryState.SUCCESS for e in report.entries)
+    assert all(e.namespace.path == "" for e in report.entries)
+    # The runtime's write in flight is neither an entry nor neffcache's garbage.
+    assert report.garbage == () and report.uncommitted == ()
+    layout = get_layout("torchneuron")
+    rel = str(temp.relative_to(neffs))
+    assert layout.is_runtime_file(rel) and layout.runtime_debris_after(rel) == 24 * 3600.0
+    assert not layout.is_runtime_file(rel.replace(".tmp.a1B2c3", ".tmp.a1"))
+
+
+def test_prune_garbage_keeps_native_neffs_inside_a_namespace(tmp_path: Path) -> None:
+    """The runtime pointed at neffcache's namespace (``neffcache env``) writes 32-hex NEFFs
+    there: they are entries, not orphan files, and --garbage --grace 0 removes none of them."""
+    root = tmp_path / "store"
+    neffs = root / f"trn2-lnc2/torchneuron-{VERSION}/neff"
+    for op in OPS:
+        write_native_neff(neffs, op)
+    write_native_temp(neffs, "aten::sub_t0_(3, 3)_float32")
+    _age(root, 3 * 86400)
+    before = all_files(root)
+    store = LocalStore(root)
+    report = scan(store)
+    assert len(report.entries) == 3 and report.garbage == ()
+    assert {e.namespace.toolchain for e in report.entries} == {TC}
+    plan = plan_prune([store], PrunePolicy(garbage=True, grace=0))
+    assert not plan.items
+    plan.execute([store])
+    assert all_files(root) == before
+
+
+def test_64_hex_keys_of_neffcaches_own_api_still_read(tmp_path: Path) -> None:
+    key = "ab" + "cd" + "0" * 60
+    path = tmp_path / "n" / "ab" / "cd" / f"{key}.neff"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"NEFF")
+    (entry,) = scan(LocalStore(tmp_path / "n")).entries
+    assert entry.key == key
+    for bad in ("ab/cd/" + "abcd" + "0" * 27 + ".neff", "ab/cd/" + "abcd" + "0" * 61 + ".neff",
+                "ab/ce/" + "abcd" + "0" * 28 + ".neff"):
+        assert get_layout("torchneuron").locate(bad) is None
+
+
+def test_native_log_lines_carry_readable_op_keys() -> None:
+    layout = get_layout("torchneuron")
+    op = "aten::add_t0_(3, 3)_float32_trn2_2"
+    assert layout.parse_log_line(f"[NEFF_CACHE] Cache HIT for key: {op}\n") == LogLine("hit", key=op)
+    assert layout.parse_log_line(f"2026-01-01 INFO [NEFF_CACHE] Cache MISS for key: {op}") == LogLine("miss", key=op)
+    assert layout.parse_log_line(f"[NEFF_CACHE] Storing NEFF for key: {op}") == LogLine("success", key=op)
+    # No failure line of this form exists: a failed compile is a Python exception.
+    assert layout.parse_log_line(f"[NEFF_CACHE] Compilation FAILED for key: {op}") is None
+    assert layout.parse_log_line("Using a cached neff at /x/model.neff") is None
+
+
+def test_env_notes_say_where_locks_live_and_that_the_directory_is_versioned() -> None:
+    layout = get_layout("torchneuron")
+    notes = " ".join(layout.env_notes("/mnt/fsx", layout.namespace_for(TC)))
+    assert "TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR/locks/<key>.lock" in notes and "/tmp/local_cache" in notes
+    assert "1200" in notes and f"torchneuron-{VERSION}" in notes and "no compiler version" in notes
+
+
+def test_temp_files_inside_a_managed_namespace_are_the_runtimes() -> None:
+    layout = get_layout("torchneuron")
+    key = native_key(OPS[0])
+    managed = f"trn2-lnc2/torchneuron-{VERSION}/neff/{key[:2]}/{key[2:4]}/{key}.neff.tmp.Zx81Qa"
+    assert layout.is_runtime_file(managed) and layout.locate(managed) is None
+    assert not layout.is_runtime_file(f"trn2-lnc2/torchneuron-{VERSION}/hlo/{key[:2]}/{key[2:4]}/{key}.neff.tmp.Zx81Qa")
