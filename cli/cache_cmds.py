@@ -18,6 +18,7 @@ from neffcache.stores import open_store
 from neffcache.toolchain import resolve_toolchain
 from neffcache.verify import CheckStatus, VerifyReport, verify
 
+from .errors import SOME_ENTRIES_FAILED
 from .options import index_options, open_settings_index, toolchain_options
 from .output import human_bytes, json_option, progress, render, table
 
@@ -78,7 +79,11 @@ def _verify_text(report: VerifyReport) -> str:
            f"`neffcache pull` computes one) in {report.seconds:.1f}s"]
     for c in report.corrupt:
         where = f" -> quarantined to {c.quarantined_to}" if c.quarantined_to else ""
+        where += f" ({c.error})" if c.error else ""
         out.append(f"CORRUPT {c.path}: {'; '.join(c.problems)}{where}")
+    for c in report.checks:
+        if c.status is CheckStatus.FAILED:
+            out.append(f"FAILED {c.path}: {'; '.join(c.problems)}")
     return "\n".join(out)
 
 
@@ -90,7 +95,8 @@ def _verify_text(report: VerifyReport) -> str:
 def verify_cmd(store_url: str, fix: bool, index_url: str | None, token: str | None, as_json: bool) -> None:
     """Check every entry's files against the sha256 digests in its manifest.
 
-    Exits 5 when corrupt entries remain (quarantined ones with --fix do not count). With an
+    Exits 5 when corrupt entries remain (quarantined ones with --fix do not count), else 1 when
+    some entries could not be checked (unreadable, badly named: listed as FAILED). With an
     index server configured, each corrupt entry is reported there as an error, and each
     quarantined one as evicted from STORE.
 
@@ -111,6 +117,8 @@ def verify_cmd(store_url: str, fix: bool, index_url: str | None, token: str | No
     render(as_json, report.to_json(), lambda: _verify_text(report))
     if any(c.quarantined_to is None for c in report.corrupt):
         sys.exit(5)
+    if report.failed:
+        sys.exit(SOME_ENTRIES_FAILED)
 
 
 @click.command("env")

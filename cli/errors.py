@@ -13,6 +13,13 @@ import click
 
 from neffcache import errors as e
 
+# Exit codes of commands that work through many entries and finish what they can: one bad
+# entry (a bad name, an unreadable or undeletable file, a crafted manifest, a broken lease) is
+# reported against that entry and the rest are done, then the command exits with this code.
+# It is the code push, pull and warm always used for "some entries failed"; verify keeps its
+# own 5 for corrupt entries left in place (the more specific news), and 1 otherwise.
+SOME_ENTRIES_FAILED = 1
+
 # (error class, exit code, prefix); the first matching row wins, so subclasses come first.
 ERROR_TABLE: list[tuple[type[BaseException], int, str]] = [
     (e.UnknownInstanceType, 2, "unknown instance type"),

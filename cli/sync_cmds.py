@@ -18,6 +18,7 @@ from neffcache.stores import open_store
 from neffcache.stores.base import Store
 from neffcache.sync import COPYABLE_STATES, SyncReport, sync
 
+from .errors import SOME_ENTRIES_FAILED
 from .options import _parse_tags, index_options, open_settings_index
 from .output import human_bytes, json_option, progress, render
 
@@ -119,7 +120,7 @@ def _run(verb: str, src_url: str, dst_url: str, namespaces: tuple[str, ...], com
 
     render(as_json, data, text)
     if report.failed:
-        sys.exit(1)
+        sys.exit(SOME_ENTRIES_FAILED)
 
 
 @click.command("push")

@@ -36,6 +36,7 @@ from neffcache.errors import (
     ConfigError,
     CorruptEntry,
     EntryNotFound,
+    InvalidKey,
     ReadOnlyStore,
     StoreError,
     StoreUnavailable,
@@ -43,8 +44,9 @@ from neffcache.errors import (
 from neffcache.ingest import transfer, transferable_names
 from neffcache.keys import safe_relpath
 from neffcache.layouts import get_layout
+from neffcache.layouts.base import Located
 from neffcache.layouts.neuronxcc import HLO, LOG
-from neffcache.manifest import Manifest
+from neffcache.manifest import Manifest, read_manifest
 from neffcache.publish import PublishStatus, exclusive_write
 from neffcache.scan import load_entry, scan
 from neffcache.stores import open_store
@@ -198,9 +200,11 @@ def _skip_reason(src: Entry, there: Entry | None) -> str | None:
 def _with_manifest(src: Store, entry: Entry) -> Entry:
     if not entry.has_manifest:
         return entry
-    raw = src.read_bytes(entry.store_path(entry.manifest_name))
-    manifest = Manifest.from_bytes(raw, where=f"{src.url}/{entry.path}")
-    problems = get_layout(entry.layout).manifest_problems(entry.files, manifest)
+    listed = entry.files.get(entry.manifest_name)
+    manifest = read_manifest(src, entry.store_path(entry.manifest_name), where=f"{src.url}/{entry.path}",
+                             size=listed.size if listed is not None else None)
+    located = Located(entry.namespace, entry.key, entry.path, entry.base, "")
+    problems = get_layout(entry.layout).manifest_problems(entry.files, manifest, located)
     if problems:
         raise CorruptEntry(entry.path, problems)
     return dataclasses.replace(entry, manifest=manifest)
@@ -263,7 +267,17 @@ def _run(src: Store, dst: Store, todo: list[Entry], flt: EntryFilter, tally: _Ta
     def one(entry: Entry) -> tuple[Entry, str, EntryOutcome | None]:
         if stop.is_set():
             return entry, "cancelled", None
-        kind, outcome = _copy_one(src, dst, entry, flt, on_copied)
+        try:
+            kind, outcome = _copy_one(src, dst, entry, flt, on_copied)
+        except FATAL:
+            raise
+        except InvalidKey as exc:
+            # A file of the entry named outside what a store may hold ("notes (1).txt", a
+            # control character): that entry cannot be copied faithfully, the rest can.
+            return entry, "failed", EntryOutcome(entry.path, f"bad file name: {exc}")
+        except Exception as exc:  # faults are per entry: report it, go on with the rest
+            log.debug("%s failed", entry.path, exc_info=True)
+            return entry, "failed", EntryOutcome(entry.path, f"{type(exc).__name__}: {exc}")
         return entry, kind, outcome
 
     def drain(entries: Iterable[Entry]) -> None:

@@ -146,7 +146,7 @@ class NeuronxccLayout(Layout):
         if manifest_error:
             problems.append(manifest_error)
         if manifest is not None:
-            problems.extend(self.manifest_problems(files, manifest))
+            problems.extend(self.manifest_problems(files, manifest, located))
 
         if locks:
             state = EntryState.LOCKED
