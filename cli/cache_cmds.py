@@ -18,7 +18,7 @@ from neffcache.stores import open_store
 from neffcache.toolchain import resolve_toolchain
 from neffcache.verify import CheckStatus, VerifyReport, verify
 
-from .errors import SOME_ENTRIES_FAILED
+from .errors import SOME_ENTRIES_FAILED, index_warning
 from .options import index_options, open_settings_index, toolchain_options
 from .output import human_bytes, json_option, progress, render, table
 
@@ -114,7 +114,13 @@ def verify_cmd(store_url: str, fix: bool, index_url: str | None, token: str | No
             store.close()
     finally:
         index.close()
-    render(as_json, report.to_json(), lambda: _verify_text(report))
+    data = report.to_json()
+    if index.enabled:
+        data["index"] = index.counts().to_json()
+    render(as_json, data, lambda: _verify_text(report))
+    warning = index_warning(index.counts())
+    if warning:
+        click.echo(warning, err=True)
     if any(c.quarantined_to is None for c in report.corrupt):
         sys.exit(5)
     if report.failed:

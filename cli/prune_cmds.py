@@ -17,7 +17,7 @@ from neffcache.reconcile import ReconcilePlan, plan_reconcile
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
 
-from .errors import SOME_ENTRIES_FAILED
+from .errors import SOME_ENTRIES_FAILED, index_warning
 from .options import open_settings_index, store_option
 from .output import human_bytes, json_option, progress, render, table
 
@@ -211,6 +211,9 @@ def prune_cmd(stores: tuple[str, ...], keep_compilers: tuple[str, ...], keep_las
             index.close()
         for store in opened:
             store.close()
+    warning = index_warning(index.counts()) if index is not None else None
+    if warning:
+        click.echo(warning, err=True)
     if result.failed:
         sys.exit(SOME_ENTRIES_FAILED)
 
