@@ -57,7 +57,8 @@ def scan_cmd(store_url: str, manifests: bool, show_entries: bool, as_json: bool)
     """Show the entries of a cache by namespace and state.
 
     STORE is a path or URL (/var/tmp/neuron-compile-cache, fsx:///mnt/fsx/cache, s3://bucket/prefix).
-    Corrupt entries are listed as warnings; temp files of interrupted writes as garbage.
+    Corrupt entries are listed as warnings (and the exit code is then 1); temp files of
+    interrupted writes as garbage.
 
     \b
     Example:
@@ -71,6 +72,8 @@ def scan_cmd(store_url: str, manifests: bool, show_entries: bool, as_json: bool)
         data["entry_list"] = [{"path": e.path, "state": e.state.value, "size": e.size, "layout": e.layout,
                                "problems": list(e.problems), "manifest": e.has_manifest} for e in report.entries]
     render(as_json, data, lambda: _scan_text(report, show_entries))
+    if report.warnings:  # a CORRUPT entry (a bad manifest, a bad name...): reported above, the rest listed
+        sys.exit(SOME_ENTRIES_FAILED)
 
 
 def _verify_text(report: VerifyReport) -> str:

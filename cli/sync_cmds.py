@@ -69,6 +69,8 @@ def _text(verb: str, report: SyncReport) -> str:
         out.append(f"  skipped {count}: {reason}")
     for failure in report.failed:
         out.append(f"FAILED {failure.path}: {failure.reason}")
+    for path in report.foreign:
+        out.append(f"foreign {path}: a name no store path may have; left alone")
     return "\n".join(out)
 
 

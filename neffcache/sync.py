@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 import threading
 import time
 from collections import Counter
@@ -58,6 +59,8 @@ OnCopied = Callable[[Entry, Manifest | None], None]
 COPYABLE_STATES = frozenset({EntryState.SUCCESS, EntryState.FAILED, EntryState.EMPTY})
 FATAL = (StoreUnavailable, AccessDenied, ReadOnlyStore)
 _FEW_PATHS = 256  # explicit entry lists up to this size are looked up, not listed
+# A name keys.safe_relpath refuses: a character outside its set, an empty, "." or ".." part.
+_FOREIGN_NAME_RE = re.compile(r"[^A-Za-z0-9_.+=@,/-]|(?:^|/)\.{0,2}(?:/|$)")
 
 
 @dataclass(frozen=True)
@@ -115,6 +118,9 @@ class SyncReport:
     filtered: int  # source entries the filters left out
     bytes: int
     seconds: float
+    # Files inside copied entries whose names no store path may have ("notes (1).txt", a control
+    # character): not part of the entry, left where they are, reported (the entry is copied).
+    foreign: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -136,6 +142,7 @@ class SyncReport:
             "skipped_reasons": self.skipped_reasons(),
             "failures": [{"path": f.path, "reason": f.reason} for f in self.failed],
             "copied_paths": [c.path for c in self.copied],
+            "foreign": list(self.foreign),
         }
 
 
@@ -178,6 +185,20 @@ def _list(store: Store, flt: EntryFilter) -> list[Entry]:
     for prefix in prefixes:
         entries.extend(scan(store, prefix=prefix).entries)
     return entries
+
+
+def _without_foreign(entry: Entry) -> tuple[Entry, list[str]]:
+    """The entry without the files whose names no store path may have, and those files' paths.
+
+    A local listing yields whatever names a directory holds; such a file is no runtime file
+    (the layouts name theirs within the allowed characters), so it is foreign: reported and
+    left alone, while the entry itself is copied like any other.
+    """
+    bad = [name for name in entry.files if _FOREIGN_NAME_RE.search(name)]
+    if not bad:
+        return entry, []
+    kept = {n: f for n, f in entry.files.items() if n not in bad}
+    return dataclasses.replace(entry, files=kept), [entry.store_path(n) for n in sorted(bad)]
 
 
 def _skip_reason(src: Entry, there: Entry | None) -> str | None:
@@ -348,6 +369,7 @@ def sync(src: Store | str, dst: Store | str, *, namespaces: Collection[str] = ()
         there = {e.path: e for e in dst_entries}
         todo: list[Entry] = []
         pre_skipped: list[EntryOutcome] = []
+        foreign: list[str] = []
         filtered = 0
         for entry in src_entries:
             if not flt.matches(entry):
@@ -355,7 +377,9 @@ def sync(src: Store | str, dst: Store | str, *, namespaces: Collection[str] = ()
                 continue
             reason = _skip_reason(entry, there.get(entry.path))
             if reason is None:
-                todo.append(entry)
+                clean, bad = _without_foreign(entry)
+                foreign.extend(bad)
+                todo.append(clean)
             else:
                 pre_skipped.append(EntryOutcome(entry.path, reason))
         tally = _Tally(len(todo), progress)
@@ -369,7 +393,7 @@ def sync(src: Store | str, dst: Store | str, *, namespaces: Collection[str] = ()
         return SyncReport(src.url, dst.url, tuple(sorted(tally.copied, key=lambda o: o.path)),
                           tuple(sorted(tally.skipped, key=lambda o: o.path)),
                           tuple(sorted(tally.failed, key=lambda o: o.path)),
-                          tally.filtered, tally.bytes, time.monotonic() - started)
+                          tally.filtered, tally.bytes, time.monotonic() - started, tuple(foreign))
     finally:
         for store in opened:
             store.close()
