@@ -58,6 +58,11 @@ CHUNK = 256
 MTIME_SLACK = 1.0  # clock steps between a store's times and ours (S3 reports whole seconds)
 
 
+# The crash tests aim a SIGKILL inside a chunk's removal phases by pausing this many seconds
+# after each phase (a loaded machine otherwise finishes the phases before the kill lands).
+# Unset outside those tests: one environment lookup per chunk.
+PHASE_PAUSE_ENV = "NEFFCACHE_TEST_PRUNE_PHASE_PAUSE"
+
 # What one item's removal may fail with and the run survive: an undeletable file (EPERM on
 # one directory), a name no store path may have. A store that is down or read-only fails every
 # item the same way: those (STORE_WIDE) still stop the run, caught first wherever these are.
@@ -249,10 +254,13 @@ class _StoreRun:
                 "entries": {e.path: sorted(f.path for f in e.files.values()) for _, e in approved}}
         self.store.put_file(journal, json.dumps(body).encode())
         orders = [delete_order(entry) for _, entry in approved]
+        pause = float(os.environ.get(PHASE_PAUSE_ENV) or 0.0)
         try:
             for phase in range(3):
                 discard(self.store, [p for order in orders if phase < len(order) for p in order[phase]],
                         prune_dirs=phase == 2)
+                if pause:
+                    time.sleep(pause)
         except STORE_WIDE:
             raise
         except ENTRY_FAULTS as exc:
