@@ -18,6 +18,7 @@ from neffcache.stores import open_store
 from neffcache.toolchain import resolve_toolchain
 from neffcache.verify import CheckStatus, VerifyReport, verify
 
+from .errors import SOME_ENTRIES_FAILED, index_warning
 from .options import chosen_layouts, index_options, layout_option, open_settings_index, toolchain_options
 from .output import human_bytes, json_option, progress, render, table
 
@@ -59,8 +60,9 @@ def scan_cmd(store_url: str, manifests: bool, show_entries: bool, as_json: bool)
     """Show the entries of a cache by namespace and state.
 
     STORE is a path or URL (/var/tmp/neuron-compile-cache, fsx:///mnt/fsx/cache, s3://bucket/prefix).
-    Corrupt entries are listed as warnings; temp files of interrupted writes as garbage; files
-    of other tools (or unknown) as foreign: reported with their size, never removed.
+    Corrupt entries are listed as warnings (and the exit code is then 1); temp files of
+    interrupted writes as garbage; files of other tools (or unknown) as foreign: reported with
+    their size, never removed.
 
     \b
     Example:
@@ -74,6 +76,8 @@ def scan_cmd(store_url: str, manifests: bool, show_entries: bool, as_json: bool)
         data["entry_list"] = [{"path": e.path, "state": e.state.value, "size": e.size, "layout": e.layout,
                                "problems": list(e.problems), "manifest": e.has_manifest} for e in report.entries]
     render(as_json, data, lambda: _scan_text(report, show_entries))
+    if report.warnings:  # a CORRUPT entry (a bad manifest, a bad name...): reported above, the rest listed
+        sys.exit(SOME_ENTRIES_FAILED)
 
 
 def _verify_text(report: VerifyReport) -> str:
@@ -82,7 +86,11 @@ def _verify_text(report: VerifyReport) -> str:
            f"`neffcache pull` computes one) in {report.seconds:.1f}s"]
     for c in report.corrupt:
         where = f" -> quarantined to {c.quarantined_to}" if c.quarantined_to else ""
+        where += f" ({c.error})" if c.error else ""
         out.append(f"CORRUPT {c.path}: {'; '.join(c.problems)}{where}")
+    for c in report.checks:
+        if c.status is CheckStatus.FAILED:
+            out.append(f"FAILED {c.path}: {'; '.join(c.problems)}")
     return "\n".join(out)
 
 
@@ -94,7 +102,8 @@ def _verify_text(report: VerifyReport) -> str:
 def verify_cmd(store_url: str, fix: bool, index_url: str | None, token: str | None, as_json: bool) -> None:
     """Check every entry's files against the sha256 digests in its manifest.
 
-    Exits 5 when corrupt entries remain (quarantined ones with --fix do not count). With an
+    Exits 5 when corrupt entries remain (quarantined ones with --fix do not count), else 1 when
+    some entries could not be checked (unreadable, badly named: listed as FAILED). With an
     index server configured, each corrupt entry is reported there as an error, and each
     quarantined one as evicted from STORE.
 
@@ -112,9 +121,17 @@ def verify_cmd(store_url: str, fix: bool, index_url: str | None, token: str | No
             store.close()
     finally:
         index.close()
-    render(as_json, report.to_json(), lambda: _verify_text(report))
+    data = report.to_json()
+    if index.enabled:
+        data["index"] = index.counts().to_json()
+    render(as_json, data, lambda: _verify_text(report))
+    warning = index_warning(index.counts())
+    if warning:
+        click.echo(warning, err=True)
     if any(c.quarantined_to is None for c in report.corrupt):
         sys.exit(5)
+    if report.failed:
+        sys.exit(SOME_ENTRIES_FAILED)
 
 
 @click.command("env")

@@ -12,6 +12,14 @@ import traceback
 import click
 
 from neffcache import errors as e
+from neffcache.index.client import ReportCounts
+
+# Exit codes of commands that work through many entries and finish what they can: one bad
+# entry (a bad name, an unreadable or undeletable file, a crafted manifest, a broken lease) is
+# reported against that entry and the rest are done, then the command exits with this code.
+# It is the code push, pull and warm always used for "some entries failed"; verify keeps its
+# own 5 for corrupt entries left in place (the more specific news), and 1 otherwise.
+SOME_ENTRIES_FAILED = 1
 
 # (error class, exit code, prefix); the first matching row wins, so subclasses come first.
 ERROR_TABLE: list[tuple[type[BaseException], int, str]] = [
@@ -33,6 +41,18 @@ ERROR_TABLE: list[tuple[type[BaseException], int, str]] = [
     (e.NeffcacheError, 1, "error"),
     (OSError, 4, "I/O error"),
 ]
+
+
+def index_warning(counts: ReportCounts) -> str | None:
+    """The one line a command prints at its end when index reports were lost (a full or
+    unwritable spool and an unreachable index): a warning, not an exit code — see
+    :class:`neffcache.index.client.ReportCounts` for why."""
+    if not counts.lost and not counts.spool_error:
+        return None
+    line = f"neffcache: warning: {counts.lost} of {counts.reported} index reports lost"
+    if counts.spool_error:
+        line += f" ({counts.spool_error})"
+    return line + "; `neffcache reconcile --yes` restores the index from the stores"
 
 
 def debug_enabled() -> bool:

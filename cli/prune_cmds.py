@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 from collections import Counter
 from collections.abc import Sequence
 
@@ -16,6 +17,7 @@ from neffcache.reconcile import ReconcilePlan, plan_reconcile
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
 
+from .errors import SOME_ENTRIES_FAILED, index_warning
 from .options import open_settings_index, store_option
 from .output import human_bytes, json_option, progress, render, table
 
@@ -131,6 +133,8 @@ def _result_text(result: PruneResult) -> str:
         reasons = Counter(s.why for s in result.skipped)
         out.append(f"skipped {len(result.skipped)} (re-checked right before removal): "
                    + "; ".join(f"{n} {w}" for w, n in reasons.most_common(6)))
+    for failure in result.failed:
+        out.append(f"FAILED {failure.path}: {failure.why}")
     return "\n".join(out)
 
 
@@ -176,7 +180,9 @@ def prune_cmd(stores: tuple[str, ...], keep_compilers: tuple[str, ...], keep_las
     Prints the plan (entries, reason, size; totals per reason, toolchain and store) and
     changes nothing unless --yes is given. Execution re-checks every entry right before
     removing it (never one with a live lease, one published or used since the plan) and
-    removes commit markers before data, so readers see an entry whole or not at all.
+    removes commit markers before data, so readers see an entry whole or not at all. An item
+    that cannot be removed (an undeletable file, a bad name) is reported as FAILED and the rest
+    are removed; the exit code is then 1.
 
     \b
     Examples:
@@ -211,6 +217,11 @@ def prune_cmd(stores: tuple[str, ...], keep_compilers: tuple[str, ...], keep_las
             index.close()
         for store in opened:
             store.close()
+    warning = index_warning(index.counts()) if index is not None else None
+    if warning:
+        click.echo(warning, err=True)
+    if result.failed:
+        sys.exit(SOME_ENTRIES_FAILED)
 
 
 def _reconcile_text(plan: ReconcilePlan, executed: bool) -> str:

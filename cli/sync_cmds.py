@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -18,6 +17,7 @@ from neffcache.stores import open_store
 from neffcache.stores.base import Store
 from neffcache.sync import COPYABLE_STATES, SyncReport, sync
 
+from .errors import SOME_ENTRIES_FAILED, index_warning
 from .options import _parse_tags, index_options, open_settings_index
 from .output import human_bytes, json_option, progress, render
 
@@ -69,6 +69,8 @@ def _text(verb: str, report: SyncReport) -> str:
         out.append(f"  skipped {count}: {reason}")
     for failure in report.failed:
         out.append(f"FAILED {failure.path}: {failure.reason}")
+    for path in report.foreign:
+        out.append(f"foreign {path}: a name no store path may have; left alone")
     return "\n".join(out)
 
 
@@ -79,18 +81,13 @@ def _run(verb: str, src_url: str, dst_url: str, namespaces: tuple[str, ...], com
     # Every entry copied is registered with the index as held by DST. Reports never fail the
     # copy: an index that is down gets them from the spool later.
     index = open_settings_index(settings)
-    registered = 0
-    count_lock = threading.Lock()
     try:
         src = _open(src_url, endpoint_url, parallel, read_only=True, create=False)
         try:
             dst = _open(dst_url, endpoint_url, parallel)
 
             def register(entry: Entry, manifest: Manifest | None) -> None:
-                nonlocal registered
                 index.register_entry(entry_record(entry, dst.url, manifest))
-                with count_lock:
-                    registered += 1
 
             try:
                 with progress(f"{verb}ing", enabled=not as_json) as bar:
@@ -106,8 +103,12 @@ def _run(verb: str, src_url: str, dst_url: str, namespaces: tuple[str, ...], com
         index.close()
     data = report.to_json()
     pending = len(index.spool.pending()) if isinstance(index, IndexClient) else 0
+    counts = index.counts()
+    # Registered: delivered, or safely in the spool for `flush`; never what was dropped.
+    registered = counts.reported - counts.lost - counts.buffered
     if index.enabled:
-        data["index"] = {"url": settings.index_url, "registered": registered, "spooled_batches": pending}
+        data["index"] = {"url": settings.index_url, "registered": registered, "spooled_batches": pending,
+                         **counts.to_json()}
 
     def text() -> str:
         out = _text(verb, report)
@@ -118,8 +119,11 @@ def _run(verb: str, src_url: str, dst_url: str, namespaces: tuple[str, ...], com
         return out
 
     render(as_json, data, text)
+    warning = index_warning(counts)
+    if warning:
+        click.echo(warning, err=True)
     if report.failed:
-        sys.exit(1)
+        sys.exit(SOME_ENTRIES_FAILED)
 
 
 @click.command("push")

@@ -14,7 +14,9 @@ import contextlib
 import hashlib
 import json
 import logging
+import math
 import os
+import re
 import secrets
 import socket
 import threading
@@ -28,6 +30,13 @@ from neffcache.stores.base import CONTROL_DIR, Store
 log = logging.getLogger(__name__)
 LEASE_DIR = f"{CONTROL_DIR}/leases"
 DEFAULT_TTL = 120.0
+# Bounds on a lease file from outside. A lease holder renews every ttl/3, so no valid lease
+# claims much more than its ttl ahead; a day is far above any ttl neffcache uses.
+MAX_LEASE_BYTES = 64 << 10
+MAX_LEASE_TEXT = 1024
+MAX_PID = 2**31 - 1  # pid_t
+MAX_LEASE_AHEAD = 86400.0
+_TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # it names the takeover tombstone: a path part
 # Clock skew between hosts we tolerate when trusting our own expiry time.
 RELEASE_MARGIN = 5.0
 
@@ -56,8 +65,8 @@ class LeaseRecord:
 
     def holder_dead_here(self) -> bool:
         """True when the holder ran on this host and its process is gone."""
-        if self.host != socket.gethostname():
-            return False
+        if self.host != socket.gethostname() or not 0 < self.pid <= MAX_PID:
+            return False  # the range check keeps os.kill from ever seeing a pid it cannot take
         try:
             os.kill(self.pid, 0)
         except ProcessLookupError:
@@ -71,12 +80,55 @@ class LeaseRecord:
 
     @classmethod
     def from_bytes(cls, raw: bytes) -> LeaseRecord | None:
+        """The record, or None for a torn, foreign or invalid file (treated as expired)."""
+        record = cls.parse(raw)
+        return record if isinstance(record, LeaseRecord) else None
+
+    @classmethod
+    def parse(cls, raw: bytes, *, now: float | None = None) -> LeaseRecord | str:
+        """The record, or why it is not a valid one.
+
+        A lease file is written by whoever can write the store, so every field is checked: a
+        pid os.kill cannot take (``2**70``) would be a traceback, an expiry of NaN or of the
+        year 3000 would hold the entry forever. An invalid lease is treated as expired: taken
+        over by :func:`try_acquire`, removed by ``prune --stale-locks``, its reason in the owner.
+        """
+        if len(raw) > MAX_LEASE_BYTES:
+            return f"{len(raw)} bytes, above {MAX_LEASE_BYTES}"
         try:
-            data = json.loads(raw)
-            return cls(str(data["name"]), str(data["owner"]), str(data["token"]), str(data["host"]),
-                       int(data["pid"]), float(data["acquired_at"]), float(data["expires_at"]))
-        except (ValueError, KeyError, TypeError):
-            return None  # a torn or foreign file: treated as expired
+            data = json.loads(raw, parse_constant=_reject_constant)
+        except (ValueError, RecursionError):
+            return "not JSON"
+        if not isinstance(data, dict):
+            return "not a JSON object"
+        for field_name in ("name", "owner", "host"):
+            value = data.get(field_name)
+            if not isinstance(value, str) or len(value) > MAX_LEASE_TEXT:
+                return f"{field_name!r} is not a string of at most {MAX_LEASE_TEXT} characters"
+        token = data.get("token")
+        if not isinstance(token, str) or not _TOKEN_RE.match(token):
+            return "'token' is not a short word"
+        pid = data.get("pid")
+        if not isinstance(pid, int) or isinstance(pid, bool) or not 0 < pid <= MAX_PID:
+            return f"'pid' is not an integer in 1..{MAX_PID}"
+        times = []
+        for field_name in ("acquired_at", "expires_at"):
+            value = data.get(field_name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
+                    or not 0 <= value <= 2**40:
+                return f"{field_name!r} is not a finite time"
+            times.append(float(value))
+        acquired_at, expires_at = times
+        if expires_at < acquired_at:
+            return "it expires before it was acquired"
+        if expires_at > (now if now is not None else time.time()) + MAX_LEASE_AHEAD:
+            return f"it claims more than {MAX_LEASE_AHEAD:.0f} s ahead"
+        return cls(data["name"], data["owner"], token, data["host"], pid, acquired_at, expires_at)
+
+    @classmethod
+    def invalid(cls, name: str, reason: str) -> LeaseRecord:
+        """The stand-in for a lease file that does not hold a valid record: long expired."""
+        return cls(name, f"(invalid lease: {reason})", "torn", "", 0, 0.0, 0.0)
 
 
 class Lease:
@@ -137,18 +189,24 @@ class Lease:
         self.release()
 
 
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a time")
+
+
 def _tombstone(name: str, token: str) -> str:
     return f"{lease_path(name)}.taken-{token}"
 
 
 def read_lease(store: Store, name: str) -> LeaseRecord | None:
     try:
-        raw = store.read_bytes(lease_path(name))
+        with store.open_read(lease_path(name)) as stream:
+            raw = stream.read(MAX_LEASE_BYTES + 1)
     except (EntryNotFound, FileNotFoundError):
         return None
-    record = LeaseRecord.from_bytes(raw)
-    if record is None:
-        return LeaseRecord(name, "(unreadable)", "torn", "", 0, 0.0, 0.0)
+    record = LeaseRecord.parse(raw)
+    if isinstance(record, str):
+        log.warning("lease %s is invalid (%s): treated as expired", name, record)
+        return LeaseRecord.invalid(name, record)
     return record
 
 

@@ -29,7 +29,7 @@ from neffcache.entry import Entry, EntryState, FileInfo
 from neffcache.errors import ConfigError, CorruptEntry, EntryNotFound, IndexServerError
 from neffcache.layouts import LAYOUTS
 from neffcache.layouts.base import DEFAULT_LAYOUT
-from neffcache.manifest import Manifest
+from neffcache.manifest import read_manifest
 from neffcache.prune_exec import PruneResult, Skipped, execute
 from neffcache.prune_plan import (
     ALL_STORES,
@@ -88,7 +88,7 @@ def _manifest_toolchains(store: Store, entries: Sequence[Entry]) -> dict[str, To
 
     def read(entry: Entry) -> tuple[str, Toolchain | None]:
         try:
-            manifest = Manifest.from_bytes(store.read_bytes(entry.store_path(entry.manifest_name)))
+            manifest = read_manifest(store, entry.store_path(entry.manifest_name))
         except (EntryNotFound, CorruptEntry):
             return entry.path, None
         return entry.path, manifest.toolchain

@@ -30,7 +30,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from neffcache.entry import Entry, EntryState, FileInfo
-from neffcache.errors import ConfigError, EntryNotFound, IndexServerError
+from neffcache.errors import (
+    ConfigError,
+    EntryNotFound,
+    IndexServerError,
+    InvalidKey,
+    ReadOnlyStore,
+    StoreUnavailable,
+)
 from neffcache.lease import Lease, LeaseRecord, held, lease_path, try_acquire
 from neffcache.prune_plan import ItemKind, PruneItem, PrunePlan, Reason, ago
 from neffcache.prune_remove import JOURNAL_DIR, delete_order, discard, drop_leases, remove_empty_dirs
@@ -51,6 +58,18 @@ CHUNK = 256
 MTIME_SLACK = 1.0  # clock steps between a store's times and ours (S3 reports whole seconds)
 
 
+# The crash tests aim a SIGKILL inside a chunk's removal phases by pausing this many seconds
+# after each phase (a loaded machine otherwise finishes the phases before the kill lands).
+# Unset outside those tests: one environment lookup per chunk.
+PHASE_PAUSE_ENV = "NEFFCACHE_TEST_PRUNE_PHASE_PAUSE"
+
+# What one item's removal may fail with and the run survive: an undeletable file (EPERM on
+# one directory), a name no store path may have. A store that is down or read-only fails every
+# item the same way: those (STORE_WIDE) still stop the run, caught first wherever these are.
+ENTRY_FAULTS = (InvalidKey, OSError)
+STORE_WIDE = (StoreUnavailable, ReadOnlyStore)
+
+
 @dataclass(frozen=True)
 class Skipped:
     store: str
@@ -65,6 +84,10 @@ class PruneResult:
     removed: tuple[PruneItem, ...]
     skipped: tuple[Skipped, ...]
     seconds: float
+    # Items whose removal failed (an undeletable file, a name no store path may have): the rest
+    # were done; ``why`` says what stopped these. A failed entry may be left half-removed, which
+    # reads as uncommitted (never served); the next ``prune --garbage`` finds it again.
+    failed: tuple[Skipped, ...] = ()
 
     @property
     def freed_bytes(self) -> int:
@@ -80,6 +103,7 @@ class PruneResult:
             "plan": self.plan_id, "freed_bytes": self.freed_bytes, "removed": len(self.removed),
             "removed_entries": sum(1 for i in self.removed if i.kind is ItemKind.ENTRY),
             "by_reason": by_reason, "skipped": [s.__dict__ | {"reason": s.reason.value} for s in self.skipped],
+            "failed": [s.__dict__ | {"reason": s.reason.value} for s in self.failed],
             "seconds": round(self.seconds, 3),
         }
         if items:
@@ -129,11 +153,18 @@ class _StoreRun:
         self.lock = threading.Lock()
         self.removed: list[PruneItem] = []
         self.skipped: list[Skipped] = []
+        self.failed: list[Skipped] = []
         self.done = 0
 
     def skip(self, item: PruneItem, why: str) -> None:
         with self.lock:
             self.skipped.append(Skipped(item.store, item.path, item.reason, why))
+            self.done += 1
+
+    def fail(self, item: PruneItem, exc: BaseException) -> None:
+        log.warning("prune: cannot remove %s: %s", item.path, exc)
+        with self.lock:
+            self.failed.append(Skipped(item.store, item.path, item.reason, f"{type(exc).__name__}: {exc}"))
             self.done += 1
 
     def _lease_file_exists(self, name: str) -> bool:
@@ -195,8 +226,14 @@ class _StoreRun:
                         self.skip(item, f"being published by {got.owner} (live lease)")
                         continue
                     leases.append(got)
-                current = load_entry(self.store, item.path, read_manifest=False)
-                why = self._recheck(item, current)
+                try:
+                    current = load_entry(self.store, item.path, read_manifest=False)
+                    why = self._recheck(item, current)
+                except STORE_WIDE:
+                    raise
+                except ENTRY_FAULTS as exc:
+                    self.fail(item, exc)
+                    continue
                 if why is not None or current is None:
                     self.skip(item, why or "gone already")
                     continue
@@ -217,10 +254,26 @@ class _StoreRun:
                 "entries": {e.path: sorted(f.path for f in e.files.values()) for _, e in approved}}
         self.store.put_file(journal, json.dumps(body).encode())
         orders = [delete_order(entry) for _, entry in approved]
-        for phase in range(3):
-            discard(self.store, [p for order in orders if phase < len(order) for p in order[phase]],
-                    prune_dirs=phase == 2)
-        discard(self.store, _stamps_present(self.store, [stamp_path(item.path) for item, _ in approved]))
+        pause = float(os.environ.get(PHASE_PAUSE_ENV) or 0.0)
+        try:
+            for phase in range(3):
+                discard(self.store, [p for order in orders if phase < len(order) for p in order[phase]],
+                        prune_dirs=phase == 2)
+                if pause:
+                    time.sleep(pause)
+        except STORE_WIDE:
+            raise
+        except ENTRY_FAULTS as exc:
+            # Some file of the chunk would not go. Find whose, entry by entry (each in its phases,
+            # so each still reads as whole or absent); every other entry is removed all the same.
+            log.debug("chunk %s: %s; removing entry by entry", number, exc)
+            approved = self._remove_each(approved, orders)
+        try:
+            discard(self.store, _stamps_present(self.store, [stamp_path(item.path) for item, _ in approved]))
+        except STORE_WIDE:
+            raise
+        except ENTRY_FAULTS as exc:  # a stamp left behind only makes the entry look used: harmless
+            log.warning("prune: cannot remove a last-use stamp: %s", exc)
         discard(self.store, [journal], prune_dirs=False)  # the journal directory is reused by the next chunk
         with self.lock:
             for item, entry in approved:
@@ -232,6 +285,22 @@ class _StoreRun:
                     self.index.record("evict", path=entry.path, key=entry.key, namespace=entry.namespace.path,
                                       toolchain=entry.toolchain, store=self.store.url,
                                       message=f"prune ({item.reason.value}): {item.detail}")
+
+    def _remove_each(self, approved: list[tuple[PruneItem, Entry]], orders: list[list[list[str]]]
+                     ) -> list[tuple[PruneItem, Entry]]:
+        """Remove entries one at a time; the ones that fail are recorded. Returns the removed."""
+        removed = []
+        for (item, entry), order in zip(approved, orders, strict=True):
+            try:
+                for phase, paths in enumerate(order):
+                    discard(self.store, paths, prune_dirs=phase == len(order) - 1)
+            except STORE_WIDE:
+                raise
+            except ENTRY_FAULTS as exc:
+                self.fail(item, exc)
+                continue
+            removed.append((item, entry))
+        return removed
 
     def _release(self, leases: list[Lease], started: float) -> None:
         if not leases:
@@ -246,7 +315,13 @@ class _StoreRun:
 
     def loose(self, item: PruneItem) -> None:
         """A file, runtime lock, lease file or multipart upload."""
-        why = self._loose(item)
+        try:
+            why = self._loose(item)
+        except STORE_WIDE:
+            raise
+        except ENTRY_FAULTS as exc:
+            self.fail(item, exc)
+            return
         if why is None:
             with self.lock:
                 self.removed.append(item)
@@ -351,7 +426,8 @@ def execute(plan: PrunePlan, stores: Mapping[str, Store] | Iterable[Store], *, i
             log.warning("prune interrupted: rerun it to finish (the journal lists what was in progress)")
     removed = tuple(i for r in runs for i in r.removed)
     skipped = tuple(s for r in runs for s in r.skipped)
-    return PruneResult(plan.id, removed, skipped, time.monotonic() - started)
+    failed = tuple(s for r in runs for s in r.failed)
+    return PruneResult(plan.id, removed, skipped, time.monotonic() - started, failed)
 
 
 def _group_tasks(entries: list[PruneItem]) -> list[list[tuple[list[PruneItem], tuple[str, ...]]]]:

@@ -69,8 +69,8 @@ def read_leases(store: Store) -> list[LeaseFile]:
                 raw = store.read_bytes(info.path)
             except (EntryNotFound, FileNotFoundError):
                 continue  # released while we listed
-            record = LeaseRecord.from_bytes(raw) or LeaseRecord("(unreadable)", "(unreadable)", "torn", "", 0,
-                                                                0.0, 0.0)
+            parsed = LeaseRecord.parse(raw)
+            record = parsed if isinstance(parsed, LeaseRecord) else LeaseRecord.invalid("(invalid)", parsed)
             out.append(LeaseFile(info, record))
     return out
 

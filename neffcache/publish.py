@@ -122,6 +122,8 @@ def publish(
     layout = get_layout(namespace.layout)
     plan = layout.plan_entry(namespace, key)
     marker_path = _join(plan.base, plan.marker_name)
+    if plan.marker_name not in files:  # written below as an empty file: the manifest covers it too
+        manifest = manifest.with_marker(plan.marker_name)
     if not known_absent:
         if store.stat(marker_path) is not None:
             return PublishResult(plan.path, PublishStatus.EXISTS)

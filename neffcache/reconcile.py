@@ -26,7 +26,7 @@ from typing import Any, Protocol
 from neffcache.entry import Entry
 from neffcache.errors import ConfigError, CorruptEntry, EntryNotFound, NeffcacheError
 from neffcache.index.records import EntryRecord, entry_record
-from neffcache.manifest import Manifest
+from neffcache.manifest import Manifest, read_manifest
 from neffcache.scan import scan
 from neffcache.stores.base import Store
 
@@ -122,7 +122,7 @@ def _with_manifests(store: Store, entries: Sequence[Entry]) -> dict[str, Manifes
         if not entry.has_manifest:
             return entry.path, None
         try:
-            return entry.path, Manifest.from_bytes(store.read_bytes(entry.store_path(entry.manifest_name)))
+            return entry.path, read_manifest(store, entry.store_path(entry.manifest_name))
         except (EntryNotFound, CorruptEntry):
             return entry.path, None
 

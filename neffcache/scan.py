@@ -29,7 +29,7 @@ from neffcache.entry import Entry, EntryState, FileInfo, Namespace
 from neffcache.errors import CorruptEntry, EntryNotFound
 from neffcache.layouts import LAYOUTS, Located, locate
 from neffcache.layouts.base import TEMP_MARKER, Layout
-from neffcache.manifest import Manifest
+from neffcache.manifest import Manifest, read_manifest
 from neffcache.stores.base import CONTROL_DIR, DirListing, Store
 
 log = logging.getLogger(__name__)
@@ -256,7 +256,8 @@ def _gc_paused() -> Iterator[None]:
 def _read_manifest(store: Store, group: _Group, manifest_name: str) -> tuple[Manifest | None, str | None]:
     path = f"{group.located.base}/{manifest_name}" if group.located.base else manifest_name
     try:
-        return Manifest.from_bytes(store.read_bytes(path), where=path), None
+        listed = group.files.get(manifest_name)
+        return read_manifest(store, path, where=path, size=listed.size if listed else None), None
     except CorruptEntry as exc:
         return None, "; ".join(exc.problems)
     except (EntryNotFound, FileNotFoundError):

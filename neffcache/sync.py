@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 import threading
 import time
 from collections import Counter
@@ -36,6 +37,7 @@ from neffcache.errors import (
     ConfigError,
     CorruptEntry,
     EntryNotFound,
+    InvalidKey,
     ReadOnlyStore,
     StoreError,
     StoreUnavailable,
@@ -43,7 +45,8 @@ from neffcache.errors import (
 from neffcache.ingest import transfer
 from neffcache.keys import safe_relpath
 from neffcache.layouts import get_layout
-from neffcache.manifest import Manifest
+from neffcache.layouts.base import Located
+from neffcache.manifest import Manifest, read_manifest
 from neffcache.publish import PublishStatus, exclusive_write
 from neffcache.scan import load_entry, scan
 from neffcache.stores import open_store
@@ -55,6 +58,8 @@ OnCopied = Callable[[Entry, Manifest | None], None]
 COPYABLE_STATES = frozenset({EntryState.SUCCESS, EntryState.FAILED, EntryState.EMPTY})
 FATAL = (StoreUnavailable, AccessDenied, ReadOnlyStore)
 _FEW_PATHS = 256  # explicit entry lists up to this size are looked up, not listed
+# A name keys.safe_relpath refuses: a character outside its set, an empty, "." or ".." part.
+_FOREIGN_NAME_RE = re.compile(r"[^A-Za-z0-9_.+=@,/-]|(?:^|/)\.{0,2}(?:/|$)")
 
 
 @dataclass(frozen=True)
@@ -112,6 +117,9 @@ class SyncReport:
     filtered: int  # source entries the filters left out
     bytes: int
     seconds: float
+    # Files inside copied entries whose names no store path may have ("notes (1).txt", a control
+    # character): not part of the entry, left where they are, reported (the entry is copied).
+    foreign: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -133,6 +141,7 @@ class SyncReport:
             "skipped_reasons": self.skipped_reasons(),
             "failures": [{"path": f.path, "reason": f.reason} for f in self.failed],
             "copied_paths": [c.path for c in self.copied],
+            "foreign": list(self.foreign),
         }
 
 
@@ -177,6 +186,20 @@ def _list(store: Store, flt: EntryFilter) -> list[Entry]:
     return entries
 
 
+def _without_foreign(entry: Entry) -> tuple[Entry, list[str]]:
+    """The entry without the files whose names no store path may have, and those files' paths.
+
+    A local listing yields whatever names a directory holds; such a file is no runtime file
+    (the layouts name theirs within the allowed characters), so it is foreign: reported and
+    left alone, while the entry itself is copied like any other.
+    """
+    bad = [name for name in entry.files if _FOREIGN_NAME_RE.search(name)]
+    if not bad:
+        return entry, []
+    kept = {n: f for n, f in entry.files.items() if n not in bad}
+    return dataclasses.replace(entry, files=kept), [entry.store_path(n) for n in sorted(bad)]
+
+
 def _skip_reason(src: Entry, there: Entry | None) -> str | None:
     """Why ``src`` need not (or cannot) be copied over what DST holds, or None to copy."""
     if there is None:
@@ -197,9 +220,11 @@ def _skip_reason(src: Entry, there: Entry | None) -> str | None:
 def _with_manifest(src: Store, entry: Entry) -> Entry:
     if not entry.has_manifest:
         return entry
-    raw = src.read_bytes(entry.store_path(entry.manifest_name))
-    manifest = Manifest.from_bytes(raw, where=f"{src.url}/{entry.path}")
-    problems = get_layout(entry.layout).manifest_problems(entry.files, manifest)
+    listed = entry.files.get(entry.manifest_name)
+    manifest = read_manifest(src, entry.store_path(entry.manifest_name), where=f"{src.url}/{entry.path}",
+                             size=listed.size if listed is not None else None)
+    located = Located(entry.namespace, entry.key, entry.path, entry.base, "")
+    problems = get_layout(entry.layout).manifest_problems(entry.files, manifest, located)
     if problems:
         raise CorruptEntry(entry.path, problems)
     return dataclasses.replace(entry, manifest=manifest)
@@ -262,7 +287,17 @@ def _run(src: Store, dst: Store, todo: list[Entry], flt: EntryFilter, tally: _Ta
     def one(entry: Entry) -> tuple[Entry, str, EntryOutcome | None]:
         if stop.is_set():
             return entry, "cancelled", None
-        kind, outcome = _copy_one(src, dst, entry, flt, on_copied)
+        try:
+            kind, outcome = _copy_one(src, dst, entry, flt, on_copied)
+        except FATAL:
+            raise
+        except InvalidKey as exc:
+            # A file of the entry named outside what a store may hold ("notes (1).txt", a
+            # control character): that entry cannot be copied faithfully, the rest can.
+            return entry, "failed", EntryOutcome(entry.path, f"bad file name: {exc}")
+        except Exception as exc:  # faults are per entry: report it, go on with the rest
+            log.debug("%s failed", entry.path, exc_info=True)
+            return entry, "failed", EntryOutcome(entry.path, f"{type(exc).__name__}: {exc}")
         return entry, kind, outcome
 
     def drain(entries: Iterable[Entry]) -> None:
@@ -333,6 +368,7 @@ def sync(src: Store | str, dst: Store | str, *, namespaces: Collection[str] = ()
         there = {e.path: e for e in dst_entries}
         todo: list[Entry] = []
         pre_skipped: list[EntryOutcome] = []
+        foreign: list[str] = []
         filtered = 0
         for entry in src_entries:
             if not flt.matches(entry):
@@ -340,7 +376,9 @@ def sync(src: Store | str, dst: Store | str, *, namespaces: Collection[str] = ()
                 continue
             reason = _skip_reason(entry, there.get(entry.path))
             if reason is None:
-                todo.append(entry)
+                clean, bad = _without_foreign(entry)
+                foreign.extend(bad)
+                todo.append(clean)
             else:
                 pre_skipped.append(EntryOutcome(entry.path, reason))
         tally = _Tally(len(todo), progress)
@@ -354,7 +392,7 @@ def sync(src: Store | str, dst: Store | str, *, namespaces: Collection[str] = ()
         return SyncReport(src.url, dst.url, tuple(sorted(tally.copied, key=lambda o: o.path)),
                           tuple(sorted(tally.skipped, key=lambda o: o.path)),
                           tuple(sorted(tally.failed, key=lambda o: o.path)),
-                          tally.filtered, tally.bytes, time.monotonic() - started)
+                          tally.filtered, tally.bytes, time.monotonic() - started, tuple(foreign))
     finally:
         for store in opened:
             store.close()

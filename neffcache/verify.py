@@ -6,6 +6,7 @@ first, so no reader can be served a NEFF whose bytes do not match what was publi
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import logging
 import time
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from neffcache.entry import Entry, EntryState
-from neffcache.errors import EntryNotFound
+from neffcache.errors import EntryNotFound, InvalidKey, StoreUnavailable
 from neffcache.index import Index
 from neffcache.ingest import digest_of
 from neffcache.lease import read_lease
@@ -31,6 +32,7 @@ class CheckStatus(enum.StrEnum):
     OK = "ok"
     CORRUPT = "corrupt"
     UNVERIFIED = "unverified"  # no manifest: written by a runtime, nothing to check against
+    FAILED = "failed"  # could not be checked (unreadable, a bad file name): reported, never quarantined
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,7 @@ class EntryCheck:
     status: CheckStatus
     problems: tuple[str, ...] = ()
     quarantined_to: str | None = None
+    error: str | None = None  # why --fix could not quarantine it (it stays corrupt)
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,11 @@ class VerifyReport:
     def corrupt(self) -> list[EntryCheck]:
         return [c for c in self.checks if c.status is CheckStatus.CORRUPT]
 
+    @property
+    def failed(self) -> list[EntryCheck]:
+        """Entries that could not be checked, or not quarantined: the faults of this run."""
+        return [c for c in self.checks if c.status is CheckStatus.FAILED or c.error is not None]
+
     def to_json(self) -> dict[str, object]:
         return {
             "store": self.store,
@@ -61,16 +69,24 @@ class VerifyReport:
             "ok": self.count(CheckStatus.OK),
             "corrupt": self.count(CheckStatus.CORRUPT),
             "unverified": self.count(CheckStatus.UNVERIFIED),
+            "failed": self.count(CheckStatus.FAILED),
             "problems": [
                 {"path": c.path, "problems": list(c.problems), "quarantined_to": c.quarantined_to}
+                | ({"error": c.error} if c.error else {})
                 for c in self.corrupt
             ],
+            "failures": [{"path": c.path, "problems": list(c.problems)}
+                         for c in self.checks if c.status is CheckStatus.FAILED],
             "seconds": round(self.seconds, 3),
         }
 
 
 def check_entry(store: Store, entry: Entry) -> EntryCheck:
-    """Hash every file the manifest records and compare."""
+    """Hash every file the manifest records and compare.
+
+    A file that cannot be read (permissions, an I/O error, a store error) makes the entry
+    FAILED, not CORRUPT: its bytes may be fine, and ``--fix`` must not quarantine it.
+    """
     if entry.state is EntryState.CORRUPT:
         return EntryCheck(entry.path, CheckStatus.CORRUPT, entry.problems)
     if entry.manifest is None:
@@ -82,6 +98,8 @@ def check_entry(store: Store, entry: Entry) -> EntryCheck:
         except EntryNotFound:
             problems.append(f"{name} is missing")
             continue
+        except (InvalidKey, OSError) as exc:
+            return EntryCheck(entry.path, CheckStatus.FAILED, (f"cannot read {name}: {exc}",))
         if got != expected:
             problems.append(f"{name} does not match its manifest sha256 ({got.sha256[:12]}… vs "
                             f"{expected.sha256[:12]}…)")
@@ -117,7 +135,13 @@ def verify(store: Store, *, prefix: str = "", fix: bool = False, workers: int = 
 
     def one(entry: Entry) -> EntryCheck:
         nonlocal done
-        check = check_entry(store, entry)
+        try:
+            check = check_entry(store, entry)
+        except StoreUnavailable:
+            raise  # every further entry would fail the same way
+        except Exception as exc:  # faults are per entry: this one is reported, the rest checked
+            log.debug("verify %s", entry.path, exc_info=True)
+            check = EntryCheck(entry.path, CheckStatus.FAILED, (f"{type(exc).__name__}: {exc}",))
         done += 1
         if progress is not None:
             progress(done, len(candidates))
@@ -131,12 +155,24 @@ def verify(store: Store, *, prefix: str = "", fix: bool = False, workers: int = 
         stamp = time.strftime("%Y%m%dT%H%M%S")
         for check in checks:
             entry = by_path[check.path]
-            live = read_lease(store, publish_lease_name(entry.path))
-            if check.status is CheckStatus.CORRUPT and (live is None or live.expired()):
-                moved = quarantine(store, entry, stamp=stamp)
-                fixed.append(EntryCheck(check.path, check.status, check.problems, moved))
-            else:
+            if check.status is not CheckStatus.CORRUPT:
                 fixed.append(check)
+                continue
+            try:
+                live = read_lease(store, publish_lease_name(entry.path))
+                if live is not None and not live.expired():
+                    fixed.append(check)
+                    continue
+                moved = quarantine(store, entry, stamp=stamp)
+            except StoreUnavailable:
+                raise
+            except (InvalidKey, OSError) as exc:
+                # An undeletable file, a name no store path may have: this entry stays (its
+                # marker may have moved already, so it serves nothing); the others go on.
+                log.warning("cannot quarantine %s: %s", entry.path, exc)
+                fixed.append(dataclasses.replace(check, error=f"cannot quarantine: {exc}"))
+                continue
+            fixed.append(EntryCheck(check.path, check.status, check.problems, moved))
         checks = fixed
     if index is not None and index.enabled:
         _report(index, store, {e.path: e for e in candidates}, checks)

@@ -83,7 +83,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     otel = settings.opentelemetry
     app = FastAPI(title="neffcache index", version=__version__, description=DESCRIPTION, lifespan=lifespan,
                   telemetry={"tracing": otel, "metrics": otel, "logs": otel, "operation_spans": otel})
-    metrics = Metrics(db)
+    metrics = Metrics(db, teams=settings.metrics_teams, toolchains=settings.metrics_toolchains,
+                      top_n=settings.metrics_top_n)
     templates = jinja2.Environment(
         loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True, undefined=jinja2.StrictUndefined)
     app.state.neffcache = AppState(settings=settings, db=db, metrics=metrics,

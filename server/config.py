@@ -42,6 +42,12 @@ class Settings(BaseSettings):
     # FastAPI's native OpenTelemetry tracing/metrics/logs (global providers); off unless wanted.
     opentelemetry: bool = False
     token_cache_seconds: float = Field(default=5.0, ge=0.0, le=300.0)
+    # /metrics label values are bounded (a write token could otherwise add a series per made-up
+    # team): these teams and toolchains are always exported by name, plus the top N of each by
+    # count; every other value is summed into "other".
+    metrics_teams: list[str] = Field(default_factory=list)
+    metrics_toolchains: list[str] = Field(default_factory=list)
+    metrics_top_n: int = Field(default=20, ge=0, le=1000)
 
     def resolved_database_url(self) -> str:
         if self.database_url:

@@ -6,13 +6,21 @@ Two kinds, on purpose:
   active leases) are read from the database at scrape time, so every replica reports the same
   fleet-wide numbers and a replica restart never resets a counter. Aggregate those with max()
   (or scrape one replica), not sum().
+
+Label values that clients choose (team, toolchain) are bounded: anyone with a write token can
+report events for 40,000 made-up teams, and every one would be a series on every scrape (11.5 MB,
+and a Prometheus that pays for each series). A scrape exports by name the values an operator
+configured (``metrics_teams``, ``metrics_toolchains``) plus the ``metrics_top_n`` biggest of each
+by count, and sums the rest into ``other``: totals stay exact, the series count stays bounded
+by (configured + top N + 1) per label.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Iterator
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -27,6 +35,9 @@ if TYPE_CHECKING:
     from neffcache.server.db import Database
 
 log = logging.getLogger(__name__)
+OTHER = "other"
+DEFAULT_TOP_N = 20
+MAX_LABEL_CHARS = 128  # a longer value is no name anybody configured: it goes to "other"
 
 
 def result_of(status: int) -> str:
@@ -36,9 +47,29 @@ def result_of(status: int) -> str:
             400: "invalid", 422: "invalid"}.get(status, "client_error" if status < 500 else "error")
 
 
+class LabelBound:
+    """Which values of one label a scrape exports by name; the rest become ``other``."""
+
+    def __init__(self, configured: Iterable[str], top_n: int) -> None:
+        self.configured = frozenset(configured)
+        self.top_n = top_n
+
+    def allowed(self, weights: Mapping[str, float]) -> frozenset[str]:
+        ranked = sorted((v for v in weights if v not in self.configured and len(v) <= MAX_LABEL_CHARS),
+                        key=lambda v: (-weights[v], v))
+        return self.configured | frozenset(ranked[:self.top_n])
+
+
+def _fold(value: str, allowed: frozenset[str]) -> str:
+    return value if value in allowed else OTHER
+
+
 class DatabaseCollector(Collector):
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, *, teams: LabelBound | None = None,
+                 toolchains: LabelBound | None = None) -> None:
         self._db = db
+        self._teams = teams or LabelBound((), DEFAULT_TOP_N)
+        self._toolchains = toolchains or LabelBound((), DEFAULT_TOP_N)
 
     def collect(self) -> Iterator[Metric]:
         started = time.perf_counter()
@@ -68,27 +99,48 @@ class DatabaseCollector(Collector):
         size = GaugeMetricFamily("neffcache_entry_bytes", "bytes of catalogued entries", labels=["toolchain"])
         held = GaugeMetricFamily("neffcache_leases_active", "compile leases currently held")
         with self._db.read() as session:
-            for (kind, toolchain, team), (count, seconds) in sorted(stats.kind_totals(session).items()):
-                events.add_metric([kind, toolchain, team], count)
-                if kind == "hit":
-                    saved.add_metric([toolchain, team], seconds)
-                elif kind == "compile":
-                    spent.add_metric([toolchain, team], seconds)
-            per_toolchain: dict[str, int] = {}
-            for toolchain, state, count, total in session.execute(
-                select(Entry.toolchain, Entry.state, func.count(), func.sum(Entry.size))
-                .group_by(Entry.toolchain, Entry.state)
-            ):
-                entries.add_metric([toolchain, state], int(count))
-                per_toolchain[toolchain] = per_toolchain.get(toolchain, 0) + int(total or 0)
-            for toolchain, total in sorted(per_toolchain.items()):
-                size.add_metric([toolchain], total)
-            held.add_metric([], len(leases.active(session)))
+            totals = stats.kind_totals(session)
+            rows = session.execute(select(Entry.toolchain, Entry.state, func.count(), func.sum(Entry.size))
+                                   .group_by(Entry.toolchain, Entry.state))
+            catalog = [(str(tc), str(state), int(count), int(total or 0)) for tc, state, count, total in rows]
+            active = len(leases.active(session))
+        team_weight: dict[str, float] = defaultdict(float)
+        toolchain_weight: dict[str, float] = defaultdict(float)
+        for (_, toolchain, team), (count, _) in totals.items():
+            team_weight[team] += count
+            toolchain_weight[toolchain] += count
+        for toolchain, _, count, _ in catalog:
+            toolchain_weight[toolchain] += count
+        teams = self._teams.allowed(team_weight)
+        toolchains = self._toolchains.allowed(toolchain_weight)
+        by_kind: dict[tuple[str, str, str], list[float]] = defaultdict(lambda: [0, 0.0])
+        for (kind, toolchain, team), (count, seconds) in totals.items():
+            slot = by_kind[(kind, _fold(toolchain, toolchains), _fold(team, teams))]
+            slot[0] += count
+            slot[1] += seconds
+        for (kind, toolchain, team), (count, seconds) in sorted(by_kind.items()):
+            events.add_metric([kind, toolchain, team], count)
+            if kind == "hit":
+                saved.add_metric([toolchain, team], seconds)
+            elif kind == "compile":
+                spent.add_metric([toolchain, team], seconds)
+        by_state: dict[tuple[str, str], int] = defaultdict(int)
+        per_toolchain: dict[str, int] = defaultdict(int)
+        for toolchain, state, count, total in catalog:
+            folded = _fold(toolchain, toolchains)
+            by_state[(folded, state)] += count
+            per_toolchain[folded] += total
+        for (toolchain, state), count in sorted(by_state.items()):
+            entries.add_metric([toolchain, state], count)
+        for toolchain, total in sorted(per_toolchain.items()):
+            size.add_metric([toolchain], total)
+        held.add_metric([], active)
         return [events, saved, spent, entries, size, held]
 
 
 class Metrics:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, *, teams: Iterable[str] = (), toolchains: Iterable[str] = (),
+                 top_n: int = DEFAULT_TOP_N) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.requests = Counter("neffcache_index_requests", "HTTP requests served by this replica",
                                 ["op", "result"], registry=self.registry)
@@ -102,7 +154,8 @@ class Metrics:
             # Export both series at 0 from the start: a rate() over a series that appears only
             # with the first event is blind to that event, and dashboards show "no data".
             self.ingested.labels(result)
-        self.registry.register(DatabaseCollector(db))
+        self.registry.register(DatabaseCollector(db, teams=LabelBound(teams, top_n),
+                                                 toolchains=LabelBound(toolchains, top_n)))
 
     def observe(self, op: str, status: int, seconds: float) -> None:
         self.requests.labels(op, result_of(status)).inc()

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from neffcache.index.client import FlushReport, IndexClient
+from neffcache.index.client import FlushReport, IndexClient, ReportCounts
 from neffcache.index.null import NullIndex
 from neffcache.index.records import (
     EVENT_KINDS,
@@ -79,6 +79,6 @@ def open_index(url: str | None = None, token: str | None = None, *, spool_root: 
 
 __all__ = [
     "ENV_SPOOL", "ENV_TOKEN", "ENV_URL", "EVENT_KINDS", "EntryRecord", "Event", "EventKind", "FlushReport",
-    "Index", "IndexClient", "Lease", "NullIndex", "Spool", "default_spool_root", "entry_record", "event_defaults",
-    "new_event_id", "new_owner", "open_index", "spool_dir_for",
+    "Index", "IndexClient", "Lease", "NullIndex", "ReportCounts", "Spool", "default_spool_root", "entry_record",
+    "event_defaults", "new_event_id", "new_owner", "open_index", "spool_dir_for",
 ]

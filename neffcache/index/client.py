@@ -38,6 +38,36 @@ _MAX_BUFFERED = 100_000  # events kept in memory when even the spool cannot be w
 
 
 @dataclass(frozen=True)
+class ReportCounts:
+    """What became of the reports (entry records and events) handed to one client, so a command
+    can say what it delivered instead of what it meant to.
+
+    ``reported`` = ``spooled`` + ``sent_direct`` + ``lost`` + ``buffered``. ``delivered`` counts
+    what the index confirmed from this process (spooled batches of earlier processes included).
+
+    A spool that cannot be written (disk full, a read-only or unwritable directory) is *not* a
+    command failure: the cache data the command moved is intact, and what the index lacks
+    ``neffcache reconcile --yes`` restores from the stores. Failing the command would invite a
+    rerun that changes nothing. It is reported instead: ``spool_error`` and ``lost``, which the
+    CLI prints as a warning line and puts in its JSON. Reports are first sent straight to the
+    index when the spool refuses them, so only an unwritable spool *and* an unreachable index
+    lose anything.
+    """
+
+    reported: int = 0
+    spooled: int = 0  # written to the spool: delivered from there, now or by a later `flush`
+    sent_direct: int = 0  # delivered without the spool, because it could not be written
+    lost: int = 0  # neither: dropped (the spool refused them and the index could not take them)
+    buffered: int = 0  # still in memory (a client not closed yet)
+    delivered: int = 0
+    spool_error: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {"reported": self.reported, "spooled": self.spooled, "sent_direct": self.sent_direct,
+                "lost": self.lost, "delivered": self.delivered, "spool_error": self.spool_error}
+
+
+@dataclass(frozen=True)
 class FlushReport:
     delivered_events: int = 0
     duplicate_events: int = 0
@@ -89,6 +119,8 @@ class IndexClient:
         self._oldest = 0.0
         self._down_until = 0.0
         self._closed = False
+        self._tally = {"reported": 0, "spooled": 0, "sent_direct": 0, "lost": 0, "delivered": 0}
+        self._spool_error: str | None = None
         # At interpreter exit, put what is still buffered on disk (no network): the next process
         # that talks to this index delivers it.
         self._exit_hook = functools.partial(_call_weak, weakref.WeakMethod(self._at_exit))
@@ -129,6 +161,7 @@ class IndexClient:
             if not self._events and not self._entries:
                 self._oldest = time.monotonic()
             self._events.append(event.to_json(self.defaults))
+            self._tally["reported"] += 1
         self._maybe_flush()
 
     def register_entry(self, record: EntryRecord | Mapping[str, Any]) -> None:
@@ -139,8 +172,16 @@ class IndexClient:
         with self._lock:
             if not self._events and not self._entries:
                 self._oldest = time.monotonic()
+            before = len(self._entries)
             self._entries.extend(dict(r) for r in records)
+            self._tally["reported"] += len(self._entries) - before
         self._maybe_flush()
+
+    def counts(self) -> ReportCounts:
+        """What became of every report handed to this client so far (see :class:`ReportCounts`)."""
+        with self._lock:
+            return ReportCounts(**self._tally, buffered=len(self._events) + len(self._entries),
+                                spool_error=self._spool_error)
 
     def _maybe_flush(self) -> None:
         with self._lock:
@@ -169,7 +210,9 @@ class IndexClient:
             try:
                 self._spill()
             except OSError as exc:
-                log.warning("cannot write the index spool %s: %s", self.spool.directory, exc)
+                self._spool_failed(exc)
+                if time.monotonic() >= self._down_until:
+                    self._send_buffers(attempts=1)
                 self._trim_buffers()
         if time.monotonic() >= self._down_until and self.spool.pending():
             self.deliver(attempts=1)  # one try per round; the next round is the retry
@@ -178,13 +221,22 @@ class IndexClient:
         """Spool what is buffered, then deliver the spool if the index is reachable. Never raises."""
         try:
             self._spill()
-        except OSError as exc:  # a full or read-only disk: keep the events in memory, try later
-            log.warning("cannot write the index spool %s: %s", self.spool.directory, exc)
+        except OSError as exc:  # a full or read-only disk: send them straight away, else keep them in memory
+            self._spool_failed(exc)
+            sent = self._send_buffers(attempts) if time.monotonic() >= self._down_until else None
             self._trim_buffers()
-            return FlushReport(error=str(exc))
+            if sent is not None and sent.error is None:
+                return sent
+            return FlushReport(error=f"cannot write the index spool: {exc}"
+                               + (f"; {sent.error}" if sent is not None and sent.error else ""))
         if time.monotonic() < self._down_until:
             return FlushReport(pending_batches=len(self.spool.pending()), error="index down (cooling off)")
         return self.deliver(attempts=attempts)
+
+    def _spool_failed(self, exc: OSError) -> None:
+        log.warning("cannot write the index spool %s: %s", self.spool.directory, exc)
+        with self._lock:
+            self._spool_error = f"cannot write the index spool {self.spool.directory}: {exc}"
 
     def _trim_buffers(self) -> None:
         with self._lock:
@@ -192,14 +244,57 @@ class IndexClient:
             if extra > 0:
                 log.warning("index reports cannot be spooled; dropping the %d oldest events", extra)
                 del self._events[:extra]
+                self._tally["lost"] += extra
 
     def _spill(self) -> None:
+        """Write the buffers to the spool, batch by batch; a batch the disk refuses stays
+        buffered with everything after it (OSError), the ones before it are on disk."""
         with self._lock:
-            events, entries = self._events, self._entries
-            for kind, items in (("entries", entries), ("events", events)):
-                for start in range(0, len(items), self.batch_size):
-                    self.spool.put(kind, items[start:start + self.batch_size])
-            self._events, self._entries = [], []
+            for kind, items in (("entries", self._entries), ("events", self._events)):
+                while items:
+                    batch = items[:self.batch_size]
+                    self.spool.put(kind, batch)
+                    del items[:len(batch)]
+                    self._tally["spooled"] += len(batch)
+
+    def _send_buffers(self, attempts: int | None) -> FlushReport:
+        """Deliver the buffers without the spool (it could not be written). What the index
+        refuses as invalid is lost (there is no disk to keep it on for a human); what it cannot
+        take now stays buffered."""
+        counts = {"events": 0, "duplicates": 0, "entries": 0, "rejected": 0}
+        error: str | None = None
+        with self._send_lock:
+            for kind in ("entries", "events"):
+                while True:
+                    with self._lock:
+                        items = self._entries if kind == "entries" else self._events
+                        batch = items[:self.batch_size]
+                    if not batch:
+                        break
+                    try:
+                        self._send_batch(kind, batch, counts, attempts)
+                    except _Rejected as exc:
+                        log.warning("index refused %d %s it could not spool (%s): lost", len(exc.items or batch),
+                                    kind, exc)
+                        with self._lock:
+                            self._tally["lost"] += len(exc.items or batch)
+                            self._tally["sent_direct"] += len(batch) - len(exc.items or batch)
+                    except IndexServerError as exc:
+                        error = str(exc)
+                        if exc.status is None or exc.status >= 500:
+                            self._down_until = time.monotonic() + self.down_cooldown
+                        break
+                    else:
+                        with self._lock:
+                            self._tally["sent_direct"] += len(batch)
+                    with self._lock:
+                        del items[:len(batch)]
+                if error is not None:
+                    break
+        with self._lock:
+            self._tally["delivered"] += counts["events"] + counts["duplicates"] + counts["entries"]
+        return FlushReport(counts["events"], counts["duplicates"], counts["entries"], counts["rejected"],
+                           0, error)
 
     def deliver(self, *, attempts: int | None = None) -> FlushReport:
         """Send every spooled batch, oldest first; stop at the first sign the index is down."""
@@ -238,6 +333,8 @@ class IndexClient:
                 self._down_until = 0.0
         finally:
             self._send_lock.release()
+        with self._lock:
+            self._tally["delivered"] += counts["events"] + counts["duplicates"] + counts["entries"]
         return FlushReport(counts["events"], counts["duplicates"], counts["entries"], counts["rejected"],
                            len(self.spool.pending()), error)
 
@@ -271,6 +368,13 @@ class IndexClient:
         if sender is not None and sender is not threading.current_thread():
             sender.join(timeout=30)
         self.flush()
+        with self._lock:
+            # Nothing will write these any more: the spool refused them and the index was not there.
+            left = len(self._events) + len(self._entries)
+            if left:
+                log.warning("%d index reports could not be spooled or delivered: lost", left)
+                self._tally["lost"] += left
+                self._events, self._entries = [], []
         atexit.unregister(self._exit_hook)
         self._http.close()
 

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from neffcache.errors import IndexServerError
-from neffcache.index.client import FlushReport
+from neffcache.index.client import FlushReport, ReportCounts
 from neffcache.index.records import EntryRecord, Event, EventKind, Lease
 
 
@@ -33,6 +33,9 @@ class NullIndex:
 
     def flush(self) -> FlushReport:
         return FlushReport()
+
+    def counts(self) -> ReportCounts:
+        return ReportCounts()
 
     def deliver(self) -> FlushReport:
         return FlushReport()

@@ -11,6 +11,7 @@ by renaming work on the network filesystems where flock does not (see DESIGN.md)
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -50,12 +51,19 @@ class Spool:
         name = f"{time.time_ns():020d}-{os.getpid()}-{uuid.uuid4().hex[:8]}.{kind}.json"
         tmp = self.directory / f"{_TMP}{name}"
         data = json.dumps({"kind": kind, "items": items}, separators=(",", ":")).encode()
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        final = self.directory / name
-        os.replace(tmp, final)
+        try:
+            with open(tmp, "wb") as fh:
+                written = fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            if written != len(data):  # buffered writes raise on a short write; say so if one did not
+                raise OSError(errno.ENOSPC, f"short write: {written} of {len(data)} bytes", str(tmp))
+            final = self.directory / name
+            os.replace(tmp, final)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                tmp.unlink()  # a partial batch is no batch: never leave it to be swept later
+            raise
         _fsync_dir(self.directory)
         self._enforce_cap()
         return final

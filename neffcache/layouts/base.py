@@ -289,8 +289,19 @@ class Layout(ABC):
         never copied with it, never removed with it (docs/runtimes.md, "Files of other tools")."""
         return entry.extra
 
-    def manifest_problems(self, files: Mapping[str, FileInfo], manifest: Manifest) -> list[str]:
-        """Cheap checks a listing allows: every recorded file present with its recorded size."""
+    def manifest_problems(self, files: Mapping[str, FileInfo], manifest: Manifest,
+                          located: Located | None = None) -> list[str]:
+        """Cheap checks a listing allows: every recorded file present with its recorded size and,
+        given where the entry lies (``located``), every payload file (:meth:`payload_names`)
+        recorded: a manifest that leaves out ``model.neff`` vouches for nothing the runtime loads.
+
+        The 0-byte commit marker is required only of manifests of minor revision 1 on: the
+        previous release wrote manifests without ``model.done`` (warmers publish it as an empty
+        file the manifest did not list), and an upgrade must not turn every store it filled
+        CORRUPT (``verify --fix`` would quarantine them all). Its NEFF, the bytes that matter,
+        every manifest ever written records; a marker, empty by definition, carries nothing a
+        forger could swap.
+        """
         problems = []
         for name, digest in manifest.files.items():
             info = files.get(name)
@@ -298,4 +309,12 @@ class Layout(ABC):
                 problems.append(f"{name} recorded in the manifest is missing")
             elif info.size != digest.size:
                 problems.append(f"{name} is {info.size} bytes, the manifest says {digest.size}")
+        if located is not None:
+            provisional = self.classify(located, files, None)
+            payload = set(self.payload_names(provisional))
+            neff = self.names(located.namespace, located.key).neff
+            if manifest.minor < 1:
+                payload &= {neff} if neff else set()
+            for name in sorted(payload - manifest.files.keys()):
+                problems.append(f"{name} is not covered by the manifest")
         return problems

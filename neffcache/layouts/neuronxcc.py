@@ -269,7 +269,7 @@ class NeuronxccLayout(Layout):
         if manifest_error:
             problems.append(manifest_error)
         if manifest is not None:
-            problems.extend(self.manifest_problems(files, manifest))
+            problems.extend(self.manifest_problems(files, manifest, located))
 
         # optimum-neuron's cleanup order, first match wins: SUCCESS > FAILED > LOCKED > EMPTY.
         if problems and marker in names:

@@ -190,7 +190,7 @@ class TorchNeuronLayout(Layout):
         if manifest_error:
             problems.append(manifest_error)
         if manifest is not None:
-            problems.extend(self.manifest_problems(files, manifest))
+            problems.extend(self.manifest_problems(files, manifest, located))
         neff = files.get(names["neff"])
         committed = True
         if neff is None and names["manifest"] in files:

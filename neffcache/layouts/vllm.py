@@ -148,7 +148,7 @@ class VllmLayout(Layout):
         if manifest_error:
             problems.append(manifest_error)
         if manifest is not None:
-            problems.extend(self.manifest_problems(files, manifest))
+            problems.extend(self.manifest_problems(files, manifest, located))
         committed = True
         artifacts = set(files) - {MARKER, MANIFEST_NAME}
         if MARKER in files:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import logging
 import os
 import posixpath
 import re
@@ -55,6 +56,10 @@ from neffcache.stores.s3_throttle import ThrottleGate
 from neffcache.stores.s3_transfer import ExpectedError, ObjectReader, backoff, download, upload_multipart
 
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-_]{1,61}[a-z0-9]$")
+# A listed key (below the prefix) that is no canonical relative path: empty, "." or ".."
+# components, a leading slash, backslashes, control characters.
+_UNADDRESSABLE_KEY = re.compile(r"(?:^|/)\.{0,2}(?:/|$)|^/|\\|[\x00-\x1f\x7f]")
+log = logging.getLogger(__name__)
 DELETE_BATCH = 1000  # the DeleteObjects maximum
 LIST_PARENTS_LIMIT = 2000  # deletes spanning more directories list their common prefix instead
 OUTER_ROUNDS = 6  # our retries on top of botocore's, for throttling and dropped connections
@@ -197,7 +202,15 @@ class S3Store(Store):
         lister = ParallelLister(lambda **kw: self._call("list_objects_v2", prefix or None, **kw), self.pool,
                                 self.max_concurrency)
         for item in lister.iter_keys(self._dir_key(prefix)):
-            yield FileInfo(self._rel(item.key), item.size, item.mtime)
+            rel = self._rel(item.key)
+            if _UNADDRESSABLE_KEY.search(rel):
+                # Keys come from the network: "a//b", "x/../y", "./z" or a control character is
+                # no path neffcache can name, and safe_relpath would normalise "a//b" into the
+                # *different* key "a/b" (deleting it as garbage would hit a real file). Foreign:
+                # reported, never listed as anything we may read or remove.
+                log.warning("%s: key %r is not a path neffcache can address; left alone", self.url, rel)
+                continue
+            yield FileInfo(rel, item.size, item.mtime)
 
     def stat(self, path: str) -> FileInfo | None:
         key = self._key(path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -204,3 +205,34 @@ def test_recording_never_waits_for_a_slow_index(tmp_path: Path) -> None:
     sender.join()
     client.close()
     assert client.spool.pending() == []
+
+
+def test_counts_say_what_was_spooled_sent_and_lost(tmp_path: Path) -> None:
+    """A spool that cannot be written: reports go straight to the index while it answers, and
+    what neither took is counted as lost, with the spool's error (never "registered")."""
+    (tmp_path / "a-file").write_bytes(b"")
+    up = {"on": True}
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if not up["on"]:
+            raise httpx.ConnectError("refused", request=request)
+        return httpx.Response(200, json={"registered": len(json.loads(request.content))})
+
+    client = IndexClient("http://index.invalid", spool_dir=tmp_path / "a-file" / "spool", retries=0,
+                         flush_interval=3600, transport=httpx.MockTransport(answer))
+    client.register_entries([entry(i) for i in range(3)])
+    client.flush()
+    counts = client.counts()
+    assert (counts.reported, counts.spooled, counts.sent_direct, counts.lost, counts.delivered) == (3, 0, 3, 0, 3)
+    assert counts.spool_error and "a-file" in counts.spool_error
+    up["on"] = False
+    client.register_entries([entry(i) for i in range(3, 5)])
+    client.close()
+    counts = client.counts()
+    assert (counts.reported, counts.sent_direct, counts.lost, counts.buffered) == (5, 3, 2, 0)
+
+    healthy = IndexClient("http://index.invalid", spool_dir=tmp_path / "spool", retries=0, flush_interval=3600,
+                          transport=httpx.MockTransport(lambda r: httpx.Response(503)))
+    healthy.register_entries([entry(i) for i in range(4)])
+    healthy.close()
+    assert (healthy.counts().spooled, healthy.counts().lost, healthy.counts().spool_error) == (4, 0, None)

@@ -4,6 +4,7 @@ finishes; a prune racing publishers loses no entry published after its plan."""
 from __future__ import annotations
 
 import json
+import os
 import random
 import signal
 import subprocess
@@ -16,6 +17,7 @@ import pytest
 from neffcache.entry import EntryState
 from neffcache.layouts.base import TEMP_MARKER
 from neffcache.prune import PrunePolicy, Reason, plan_prune
+from neffcache.prune_exec import PHASE_PAUSE_ENV
 from neffcache.prune_remove import JOURNAL_DIR
 from neffcache.scan import scan
 from neffcache.stores.base import Store
@@ -26,9 +28,9 @@ from tests.lifecycle.procs import publish_key
 REPO = Path(__file__).resolve().parents[2]
 
 
-def spawn(*args: str) -> subprocess.Popen[str]:
+def spawn(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "tests.lifecycle.procs", *args], cwd=REPO,
-                            stdout=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
 
 
 def fill(store: Store, trial: int) -> dict[str, set[str]]:
@@ -56,14 +58,17 @@ def test_sigkill_mid_prune_then_rerun(fs_store: Store) -> None:
             break
         original = fill(store, trial)
         keep = runtime_a(store, f"keep-{trial}".encode(), version=NEW)
-        proc = spawn("prune", url, "--keep", NEW)
+        # Each removal phase is followed by a pause, so the kill below lands between phases
+        # however loaded the machine is (what is proven is unchanged: a kill between any two
+        # unlinks leaves every entry whole or absent, and a rerun finishes).
+        proc = spawn("prune", url, "--keep", NEW, env={PHASE_PAUSE_ENV: "0.1"})
         assert proc.stdout is not None and proc.stdout.readline().startswith("planned")
         # Kill right after a chunk's journal appears: inside its removal phases, most of the time.
         deadline = time.monotonic() + 30
         while not (journal_dir.is_dir() and any(p.suffix == ".json" for p in journal_dir.iterdir())):
             assert time.monotonic() < deadline and proc.poll() is None, "the prune never started removing"
             time.sleep(0.0005)
-        time.sleep(rng.uniform(0, 0.015) if trial < trials else 0.0)  # extra trials: at once
+        time.sleep(rng.uniform(0.01, 0.25) if trial < trials else 0.05)  # within the chunk's phases
         proc.send_signal(signal.SIGKILL)
         proc.communicate()
 

@@ -7,8 +7,8 @@ from collections.abc import Callable
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.server.conftest import LiveServer, Tokens
-from tests.server.factories import TOOLCHAIN_LABEL, entry, event
+from tests.server.conftest import LiveServer, Tokens, make_tokens
+from tests.server.factories import TOOLCHAIN, TOOLCHAIN_LABEL, entry, event
 
 
 def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -56,3 +56,36 @@ def test_not_ready_when_the_database_is_gone(tmp_path, start_server: Callable[..
         assert client.get("/healthz").status_code == 200
         ready = client.get("/readyz")
     assert ready.status_code == 503 and "schema" in ready.json()["detail"]
+
+
+def test_metrics_label_values_are_bounded(db_url: str, start_server: Callable[..., LiveServer]) -> None:
+    """A write token reporting events for hundreds of made-up teams and toolchains adds at most
+    (configured + top N + "other") series per label; the totals stay exact."""
+    server = start_server(db_url, metrics_top_n=3, metrics_teams=["platform"])
+    tokens = make_tokens(server.db)
+    many = 400
+    events = [event("miss", team=f"team-{i:04d}",
+                    toolchain={**TOOLCHAIN, "compiler_version": f"2.{i % 60}.1.0+f702b353"}) for i in range(many)]
+    events += [event("hit", team="big", compile_seconds=10.0) for _ in range(20)]
+    events += [event("hit", team="platform", compile_seconds=1.0)]  # small, but configured
+    entries = [entry(i, toolchain={**TOOLCHAIN, "compiler_version": f"2.{i}.7.0+f702b353"}) for i in range(40)]
+    with server.client(tokens.write) as writer:
+        for start in range(0, len(events), 200):
+            writer.post("/v1/events", json=events[start:start + 200]).raise_for_status()
+        writer.post("/v1/entries", json=entries).raise_for_status()
+    with server.client(tokens.read) as reader:
+        text = reader.get("/metrics").text
+    samples = _samples(text)
+    counted = {k: v for k, v in samples.items() if k[0] == "neffcache_cache_events_total"}
+    teams = {dict(labels)["team"] for _, labels in counted}
+    toolchains = {dict(labels)["toolchain"] for _, labels in counted}
+    assert "platform" in teams and "big" in teams and "other" in teams
+    assert len(teams) <= 1 + 3 + 1, teams
+    assert len(toolchains) <= 3 + 1, toolchains
+    assert sum(counted.values()) == len(events)
+    saved = sum(v for k, v in samples.items() if k[0] == "neffcache_compile_time_saved_seconds_total")
+    assert saved == 20 * 10.0 + 1.0
+    catalog = {dict(labels)["toolchain"] for name, labels in samples if name == "neffcache_entries"}
+    assert len(catalog) <= 3 + 1 and "other" in catalog
+    assert sum(v for k, v in samples.items() if k[0] == "neffcache_entries") == len(entries)
+    assert len(text) < 20_000
