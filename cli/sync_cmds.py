@@ -69,8 +69,9 @@ def _text(verb: str, report: SyncReport) -> str:
         out.append(f"  skipped {count}: {reason}")
     for failure in report.failed:
         out.append(f"FAILED {failure.path}: {failure.reason}")
-    for path in report.foreign:
-        out.append(f"foreign {path}: a name no store path may have; left alone")
+    if report.foreign:
+        shown = ", ".join(report.foreign[:5]) + (" ..." if len(report.foreign) > 5 else "")
+        out.append(f"  foreign, kept: {len(report.foreign)} file(s) that are no entry's, not copied ({shown})")
     return "\n".join(out)
 
 

@@ -117,8 +117,8 @@ class SyncReport:
     filtered: int  # source entries the filters left out
     bytes: int
     seconds: float
-    # Files inside copied entries whose names no store path may have ("notes (1).txt", a control
-    # character): not part of the entry, left where they are, reported (the entry is copied).
+    # Source files that are no entry's (another tool's, unknown, or a name no store path may
+    # have such as "notes (1).txt"): never copied, left where they are, reported.
     foreign: tuple[str, ...] = ()
 
     @property
@@ -141,7 +141,7 @@ class SyncReport:
             "skipped_reasons": self.skipped_reasons(),
             "failures": [{"path": f.path, "reason": f.reason} for f in self.failed],
             "copied_paths": [c.path for c in self.copied],
-            "foreign": list(self.foreign),
+            "foreign": {"files": len(self.foreign), "paths": list(self.foreign[:100])},
         }
 
 
@@ -173,17 +173,21 @@ class _Tally:
             self.progress(done, total, size)
 
 
-def _list(store: Store, flt: EntryFilter) -> list[Entry]:
-    """The committed entries of ``store`` the filter could select (listing only)."""
+def _list(store: Store, flt: EntryFilter) -> tuple[list[Entry], list[str]]:
+    """The committed entries of ``store`` the filter could select (listing only), and the
+    paths of the foreign files the listing found beside them (none for explicit paths)."""
     if flt.paths is not None and len(flt.paths) <= _FEW_PATHS:
         with ThreadPoolExecutor(8) as pool:
             found = list(pool.map(lambda p: load_entry(store, p, read_manifest=False), sorted(flt.paths)))
-        return [e for e in found if e is not None and e.committed]
+        return [e for e in found if e is not None and e.committed], []
     prefixes = [n.strip("/") for n in flt.namespaces] or [""]
     entries: list[Entry] = []
+    foreign: list[str] = []
     for prefix in prefixes:
-        entries.extend(scan(store, prefix=prefix).entries)
-    return entries
+        report = scan(store, prefix=prefix)
+        entries.extend(report.entries)
+        foreign.extend(f.path for f in report.foreign)
+    return entries, foreign
 
 
 def _without_foreign(entry: Entry) -> tuple[Entry, list[str]]:
@@ -364,11 +368,10 @@ def sync(src: Store | str, dst: Store | str, *, namespaces: Collection[str] = ()
         with ThreadPoolExecutor(2) as listing:
             src_future = listing.submit(_list, src, flt)
             dst_future = listing.submit(_list, dst, flt)
-            src_entries, dst_entries = src_future.result(), dst_future.result()
+            (src_entries, foreign), (dst_entries, _) = src_future.result(), dst_future.result()
         there = {e.path: e for e in dst_entries}
         todo: list[Entry] = []
         pre_skipped: list[EntryOutcome] = []
-        foreign: list[str] = []
         filtered = 0
         for entry in src_entries:
             if not flt.matches(entry):
@@ -377,7 +380,7 @@ def sync(src: Store | str, dst: Store | str, *, namespaces: Collection[str] = ()
             reason = _skip_reason(entry, there.get(entry.path))
             if reason is None:
                 clean, bad = _without_foreign(entry)
-                foreign.extend(bad)
+                foreign.extend(bad)  # a load_entry listing keeps them in the entry
                 todo.append(clean)
             else:
                 pre_skipped.append(EntryOutcome(entry.path, reason))
@@ -392,7 +395,7 @@ def sync(src: Store | str, dst: Store | str, *, namespaces: Collection[str] = ()
         return SyncReport(src.url, dst.url, tuple(sorted(tally.copied, key=lambda o: o.path)),
                           tuple(sorted(tally.skipped, key=lambda o: o.path)),
                           tuple(sorted(tally.failed, key=lambda o: o.path)),
-                          tally.filtered, tally.bytes, time.monotonic() - started, tuple(foreign))
+                          tally.filtered, tally.bytes, time.monotonic() - started, tuple(sorted(foreign)))
     finally:
         for store in opened:
             store.close()

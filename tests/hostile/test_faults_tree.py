@@ -46,7 +46,9 @@ def test_push_and_pull_copy_every_good_entry_and_report_the_bad(tree: tuple[str,
         report = json_of(result)
         assert set(report["copied_paths"]) == _names(paths, GOOD), report
         assert {f["path"] for f in report["failures"]} == _names(paths, BAD), report
-        assert report["foreign"] == [f"{paths[BAD_NAME_ENTRY]}/notes (1).txt"]
+        # Every file that is no entry's is reported and not copied (planted at the root and in an entry).
+        assert set(report["foreign"]["paths"]) == {f"{paths[BAD_NAME_ENTRY]}/notes (1).txt", "notes (1).txt",
+                                                   "tab\there.txt"}
         assert "Traceback" not in result.stderr
         copied = LocalStore(dst)
         assert not (dst / paths[BAD_NAME_ENTRY] / "notes (1).txt").exists()

@@ -79,7 +79,7 @@ def test_planted_destination_links(tmp_path: Path) -> None:
     assert len(failures) == 1 and "symlink" in json.dumps(failures)
 
     scanned = neffcache("scan", str(dst.root), "--json")
-    assert scanned.returncode in (0, 5), scanned.stderr
+    assert scanned.returncode == 1, scanned.stderr  # some entries are CORRUPT
     assert "MODULE_50+abb26765/model.neff: a symlink pointing outside the root" in scanned.stdout
     assert "MODULE_99+abb26765: a symlink pointing outside the root" in scanned.stdout
 
