@@ -11,11 +11,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from neffcache.entry import Entry, EntryState
-from neffcache.errors import CorruptEntry, EntryNotFound, NoSpace
+from neffcache.errors import CorruptEntry, EntryNotFound, NoSpace, SourceChanged
 from neffcache.layouts.base import TEMP_MARKER
 from neffcache.layouts.neuronxcc import FLAGS_JSON, FLAGS_TXT, LOCK_SUFFIX
 from neffcache.manifest import FileDigest, Manifest, sha256_bytes, sha256_file, sha256_stream
@@ -96,6 +97,31 @@ def transfer(src: Store, entry: Entry, dst: Store, *, tags: Mapping[str, str] | 
     """
     if entry.state is not EntryState.SUCCESS:
         raise CorruptEntry(entry.path, [f"only SUCCESS entries are transferred, not {entry.state}"])
+    started = time.time()
+    try:
+        return _transfer(src, entry, dst, tags=tags, known_absent=known_absent)
+    except CorruptEntry as exc:
+        # A mismatch with a source file modified since we started is a rewrite under us, not
+        # corruption at the source: say so (and tiers then never quarantine it).
+        changed = _changed_since(src, entry, started)
+        if changed is not None:
+            raise SourceChanged(entry.store_path(changed), store=src.url) from exc
+        raise
+
+
+def _changed_since(src: Store, entry: Entry, started: float) -> str | None:
+    for name in transferable_names(entry):
+        local = src.local_path(entry.store_path(name))
+        try:
+            if local is not None and local.stat().st_ctime >= started:
+                return name
+        except OSError:
+            continue
+    return None
+
+
+def _transfer(src: Store, entry: Entry, dst: Store, *, tags: Mapping[str, str] | None,
+              known_absent: bool) -> PublishResult:
     names = transferable_names(entry)
     where = f"{src.url}/{entry.path}"
     with dst.staging_dir() as staging:
