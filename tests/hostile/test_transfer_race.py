@@ -59,6 +59,9 @@ def assert_never_mismatched(objects: dict[str, bytes], entry: str, original: byt
     if f"{entry}/model.done" not in objects:
         assert [f.path for f in report.failed] == [entry], report
         assert any(r in report.failed[0].reason for r in _FAILED_REASONS), report.failed[0].reason
+        # The NEFF that did not match was never made visible (its multipart upload aborted);
+        # what else was written is an uncommitted directory, garbage for prune --garbage.
+        assert f"{entry}/model.neff" not in objects
         return "failed"
     manifest = json.loads(objects[f"{entry}/neffcache.json"])
     for name, digest in manifest["files"].items():
