@@ -1,4 +1,4 @@
-"""Peak RSS of push and pull does not grow with the file size or ``--parallel``.
+"""Peak RSS of push, pull and verify does not grow with the file size or ``--parallel``.
 
 A 512 MiB sparse NEFF (2 GiB is measured by bench/memory_bench.py and recorded in
 docs/performance.md: moto keeps objects in memory, and 2 GiB would make this test heavy).
@@ -8,6 +8,7 @@ the byte budget, this push held ``--parallel`` x 8 MiB parts at once: ~650 MB at
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -58,12 +59,12 @@ runpy.run_module("neffcache.cli.main", run_name="__main__")
 """
 
 
-def run_measured(tmp_path: Path, *args: str) -> float:
+def run_measured(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> float:
     """Run one neffcache command; its own peak RSS (VmHWM) in MB."""
     hwm = tmp_path / "vmhwm"
     hwm.unlink(missing_ok=True)
     proc = subprocess.run([sys.executable, "-c", LAUNCHER, str(hwm), *args], capture_output=True, text=True,
-                          timeout=240, check=False)
+                          timeout=240, check=False, env={**os.environ, **(env or {})})
     assert proc.returncode == 0, proc.stderr[-2000:]
     return int(hwm.read_text()) / 1024
 
@@ -80,4 +81,14 @@ def test_push_and_pull_of_a_big_neff_stay_under_the_ceiling(s3_endpoint: str, tm
     assert pulled < CEILING_MB, f"pull peak RSS {pulled:.0f} MB"
     assert sha256_file(dst / entry / "model.neff") == sha256_file(src / entry / "model.neff")
     assert (dst / entry / "model.done").exists()
-    print(f"peak RSS at --parallel 64, {SIZE >> 20} MiB NEFF: push {pushed:.0f} MB, pull {pulled:.0f} MB")
+    verified_local = run_measured(tmp_path, "verify", str(dst))
+    assert verified_local < CEILING_MB, f"verify (local) peak RSS {verified_local:.0f} MB"
+    verified_s3 = run_measured(tmp_path, "verify", remote, env={"AWS_ENDPOINT_URL": s3_endpoint})
+    assert verified_s3 < CEILING_MB, f"verify (S3) peak RSS {verified_s3:.0f} MB"
+    # A runtime-written entry (no manifest): published with one computed from the bytes read.
+    (src / entry / "neffcache.json").unlink()
+    published = run_measured(tmp_path, "push", str(src), f"s3://{BUCKET}/runtime", *common)
+    assert published < CEILING_MB, f"publish of a runtime entry: peak RSS {published:.0f} MB"
+    print(f"publish of a runtime-written entry {published:.0f} MB")
+    print(f"peak RSS at --parallel 64, {SIZE >> 20} MiB NEFF: push {pushed:.0f} MB, pull {pulled:.0f} MB, "
+          f"verify {verified_local:.0f} MB (local) {verified_s3:.0f} MB (S3)")
