@@ -14,8 +14,10 @@ The hierarchy, so a caller can catch at the depth it cares about::
     │   ├── AccessDenied (PermissionError)
     │   ├── UnsafePath                      a symlink below the root would be followed
     │   ├── EntryNotFound (KeyError)
-    │   └── ReadOnlyStore
+    │   ├── ReadOnlyStore
+    │   └── NoSpace                         ENOSPC/EDQUOT/EFBIG writing to the destination
     ├── CorruptEntry                        digests or manifest do not match the files
+    ├── SourceChanged                       a file changed while it was being copied
     ├── LeaseHeld                           someone else holds a live lease
     └── IndexServerError (RuntimeError)     the index server refused or failed
 
@@ -111,11 +113,34 @@ class ReadOnlyStore(StoreError):
     pass
 
 
+class NoSpace(StoreError):
+    """The destination is full (or over quota, or over a file size limit).
+
+    Its own class because the usual symptom, a short or failed write, must never be taken for
+    corruption at the source: that would report (and with remote quarantine on, quarantine) a
+    healthy entry elsewhere."""
+
+    def __init__(self, store: str, *, path: str | None = None, reason: str = "") -> None:
+        where = f" writing {path}" if path else ""
+        super().__init__(f"no space at the destination {store}{where}" + (f" ({reason})" if reason else ""),
+                         store=store, path=path)
+
+
 class CorruptEntry(NeffcacheError):
     def __init__(self, path: str, problems: list[str]) -> None:
         self.path = path
         self.problems = problems
         super().__init__(f"corrupt entry {path}: {'; '.join(problems)}")
+
+
+class SourceChanged(NeffcacheError):
+    """A file was rewritten while it was being copied: the bytes read no longer match the
+    manifest. Nothing was committed at the destination; the copy can be retried later."""
+
+    def __init__(self, path: str, *, store: str | None = None) -> None:
+        self.path = path
+        self.store = store
+        super().__init__(f"{path} changed while it was being copied")
 
 
 class LeaseHeld(NeffcacheError):

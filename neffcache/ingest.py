@@ -1,8 +1,8 @@
 """Manifests for entries, and copying entries between stores with verification.
 
-Every pull from a remote tier goes through :func:`transfer`: the files land in a staging
-directory, their digests are checked against the source manifest, and only then is the
-entry published (atomically) at the destination. Entries the runtimes wrote themselves have
+Every copy between stores goes through :func:`transfer`: each file is read once, its digest
+taken from the bytes actually written or sent, and checked against the source manifest
+before the entry's commit marker is written at the destination. Entries the runtimes wrote themselves have
 no manifest: one is computed on ingest and marked ``computed``.
 """
 
@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from neffcache.entry import Entry, EntryState
-from neffcache.errors import CorruptEntry, EntryNotFound
+from neffcache.errors import CorruptEntry, EntryNotFound, NoSpace, SourceChanged
 from neffcache.layouts import get_layout
 from neffcache.manifest import FileDigest, Manifest, sha256_bytes, sha256_file, sha256_stream
 from neffcache.publish import PublishResult, publish
 from neffcache.stores.base import Source, Store
+from neffcache.stores.hashed_io import is_no_space
 from neffcache.toolchain import Toolchain
 
 log = logging.getLogger(__name__)
@@ -67,63 +69,103 @@ def read_flags(store: Store, entry: Entry) -> list[str]:
         return []
 
 
-def check_digests(local: Mapping[str, Path], manifest: Manifest, where: str) -> None:
-    problems = []
-    for name, expected in manifest.files.items():
-        path = local.get(name)
-        if path is None:
-            problems.append(f"{name} is missing")
-            continue
-        got = sha256_file(path)
-        if got != expected:
-            problems.append(
-                f"{name}: sha256 {got.sha256[:12]}… ({got.size} B), manifest says "
-                f"{expected.sha256[:12]}… ({expected.size} B)"
-            )
-    if problems:
-        raise CorruptEntry(where, problems)
-
-
-def manifest_for(store: Store, entry: Entry, local: Mapping[str, Path],
-                 tags: Mapping[str, str] | None = None) -> Manifest:
-    """The entry's own manifest (checked against the local copies) or one computed now."""
-    if entry.manifest is not None:
-        check_digests(local, entry.manifest, f"{store.url}/{entry.path}")
-        if tags:
-            merged = {**entry.manifest.tags, **tags}
-            return dataclasses.replace(entry.manifest, tags=merged)
-        return entry.manifest
-    return build_manifest(
-        entry.layout, entry.key, local, toolchain=entry.namespace.toolchain,
-        flags=read_flags(store, entry), tags=tags, computed=True, created=entry.mtime,
-    )
-
-
 def transfer(src: Store, entry: Entry, dst: Store, *, tags: Mapping[str, str] | None = None,
              known_absent: bool = False) -> PublishResult:
     """Copy one SUCCESS entry from ``src`` to ``dst``, verified, published atomically.
 
-    Raises CorruptEntry when the source files do not match the source manifest: nothing
-    is then written at the destination.
+    Every file is read once, and the bytes hashed are the bytes published:
+
+    - to a remote store from a local one, the upload hashes what it sends (S3: each part as
+      it is read) and the store checks it against the manifest before it makes the file
+      visible, and before the commit marker (publish passes the digests down);
+    - into a local staging directory otherwise (downloads hash as they write; a local
+      source is copied, then the *staged copy* is hashed), and the staged copies, private to
+      this transfer, are checked and then published by rename.
+
+    Raises CorruptEntry when the source files do not match the source manifest, SourceChanged
+    when a source file was rewritten while it was read, NoSpace when the destination (or its
+    staging directory) is full: nothing is committed at the destination in any of these.
     """
     if entry.state is not EntryState.SUCCESS:
         raise CorruptEntry(entry.path, [f"only SUCCESS entries are transferred, not {entry.state}"])
+    started = time.time()
+    try:
+        return _transfer(src, entry, dst, tags=tags, known_absent=known_absent)
+    except CorruptEntry as exc:
+        # A mismatch with a source file modified since we started is a rewrite under us, not
+        # corruption at the source: say so (and tiers then never quarantine it).
+        changed = _changed_since(src, entry, started)
+        if changed is not None:
+            raise SourceChanged(entry.store_path(changed), store=src.url) from exc
+        raise
+
+
+def _changed_since(src: Store, entry: Entry, started: float) -> str | None:
+    for name in transferable_names(entry):
+        local = src.local_path(entry.store_path(name))
+        try:
+            if local is not None and local.stat().st_ctime >= started:
+                return name
+        except OSError:
+            continue
+    return None
+
+
+def _transfer(src: Store, entry: Entry, dst: Store, *, tags: Mapping[str, str] | None,
+              known_absent: bool) -> PublishResult:
     names = transferable_names(entry)
+    where = f"{src.url}/{entry.path}"
     with dst.staging_dir() as staging:
         local: dict[str, Path] = {}
+        staged: dict[str, FileDigest] = {}
         for i, name in enumerate(names):
             direct = src.local_path(entry.store_path(name))
             if direct is not None and dst.local_path(entry.store_path(name)) is None:
-                local[name] = direct  # local source to a remote store: upload in place
+                local[name] = direct  # local source to a remote store: hashed while uploading
                 continue
             dest = staging / f"{i}.part"
-            src.get_file(entry.store_path(name), dest)
+            staged[name] = fetch_file(src, entry.store_path(name), dest, dst)
             local[name] = dest
-        manifest = manifest_for(src, entry, local, tags)
-        movable = all(str(p).startswith(str(staging)) for p in local.values())
+        if entry.manifest is not None:
+            problems = [p for n, d in staged.items() if (p := _problem(n, d, entry.manifest.files.get(n)))]
+            problems += [f"{n} is missing" for n in entry.manifest.files if n not in local]
+            if problems:
+                raise CorruptEntry(where, problems)
+            manifest = dataclasses.replace(entry.manifest, tags={**entry.manifest.tags, **tags}) if tags \
+                else entry.manifest
+        else:
+            # A runtime-written entry: the manifest is built now, from the staged copies' digests
+            # and (for files uploaded in place) a first read that the upload is checked against.
+            digests = {n: staged[n] if n in staged else sha256_file(local[n]) for n in names}
+            manifest = Manifest(layout=entry.layout, key=entry.key, files=digests,
+                                toolchain=entry.namespace.toolchain, flags=tuple(read_flags(src, entry)),
+                                tags=dict(tags or {}), computed=True, created=entry.mtime)
+        movable = all(n in staged for n in local)
         sources: dict[str, Source] = dict(local)
         return publish(dst, entry.namespace, entry.key, sources, manifest, move=movable,
-                       known_absent=known_absent)
+                       known_absent=known_absent, verified=frozenset(staged))
+
+
+def fetch_file(src: Store, path: str, dest: Path, dst: Store) -> FileDigest:
+    """Copy one file into ``dst``'s staging directory; the digest of the bytes written there."""
+    try:
+        got = src.get_file(path, dest)
+        # A backend that copies without hashing (a local copy_file_range): hash the staged
+        # copy, which is what gets published.
+        return got if got is not None else sha256_file(dest)
+    except NoSpace:
+        raise
+    except OSError as exc:
+        if is_no_space(exc):
+            raise NoSpace(dst.url, path=path, reason=exc.strerror or str(exc)) from exc
+        raise
+
+
+def _problem(name: str, got: FileDigest, expected: FileDigest | None) -> str | None:
+    if expected is None or got == expected:
+        return None
+    return (f"{name}: sha256 {got.sha256[:12]}… ({got.size} B), manifest says "
+            f"{expected.sha256[:12]}… ({expected.size} B)")
 
 
 def digest_of(store: Store, path: str) -> FileDigest:

@@ -7,7 +7,9 @@ The order is what makes it safe to ``kill -9`` at any instant:
    :func:`prune_group_lease`);
 2. write the manifest (``neffcache.json``: every file's sha256 and size) — from here on the
    layout reads the directory as *uncommitted*, never as an EMPTY entry a runtime would take;
-3. write the data files, each whole (temp name + rename, or a staged S3 object);
+3. write the data files, each whole (temp name + rename, or a staged S3 object), each checked
+   against the manifest by the store in the same read that writes or sends it (``expect``);
+   a file rewritten meanwhile fails the publish here, before any commit marker;
 4. create the runtime's commit marker exclusively (``model.done`` in layout A, the ``.neff``
    itself in layout B) — the one file both the runtime and neffcache treat as "this entry
    exists". Until it is there, a reader treats the entry as absent; a publisher killed
@@ -25,13 +27,13 @@ import enum
 import hashlib
 import logging
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 
 from neffcache.entry import Namespace
 from neffcache.layouts import get_layout
 from neffcache.lease import Lease, read_lease, try_acquire
-from neffcache.manifest import Manifest, sha256_bytes, sha256_file
+from neffcache.manifest import FileDigest, Manifest, sha256_bytes, sha256_file
 from neffcache.stores.base import Source, Store
 from neffcache.stores.local import LocalStore
 
@@ -110,11 +112,16 @@ def publish(
     *,
     move: bool = False,
     known_absent: bool = False,
+    verified: Collection[str] = (),
 ) -> PublishResult:
     """Publish ``files`` (names relative to the entry's base) with ``manifest`` into ``store``.
 
-    ``manifest`` must already describe ``files`` (see :func:`neffcache.ingest.build_manifest`);
-    the caller verified them. ``move`` lets a local store consume source files by rename.
+    ``manifest`` must already describe ``files`` (see :func:`neffcache.ingest.build_manifest`).
+    Every file the manifest lists is written with its digest as ``expect``: the store hashes
+    the bytes it writes or sends and refuses a mismatch (SourceChanged, CorruptEntry) before
+    the commit marker exists. ``verified`` names sources the caller hashed itself from the
+    very bytes it hands over (private staged copies, consumed with ``move``): not hashed again.
+    ``move`` lets a local store consume source files by rename.
     ``known_absent``: the caller's own listing of ``store`` just showed neither the entry nor a
     runtime lock, so the two lookups before the lease are skipped (a remote store pays a
     request for each); the check under the lease, which decides races, always runs.
@@ -137,14 +144,19 @@ def publish(
         if store.stat(marker_path) is not None:
             return PublishResult(plan.path, PublishStatus.EXISTS)
         names = [n for n in files if n not in (plan.manifest_name, plan.marker_name)]
+
+        def expect(name: str) -> FileDigest | None:
+            return None if name in verified else manifest.files.get(name)
+
         store.put_file(_join(plan.base, plan.manifest_name), manifest.to_bytes())
         for name in layout.write_order(names, plan.marker_name, plan.manifest_name):
-            store.put_file(_join(plan.base, name), files[name], move=move)
+            store.put_file(_join(plan.base, name), files[name], move=move, expect=expect(name))
         marker_source = files.get(plan.marker_name, b"")
         if lease.lost:
             # Our heartbeat lapsed and someone took over: let them commit.
             return PublishResult(plan.path, PublishStatus.BUSY)
-        if not store.put_file(marker_path, marker_source, exclusive=True, move=move):
+        if not store.put_file(marker_path, marker_source, exclusive=True, move=move,
+                              expect=expect(plan.marker_name)):
             return PublishResult(plan.path, PublishStatus.EXISTS)
         return PublishResult(plan.path, PublishStatus.PUBLISHED, manifest.size, manifest)
 

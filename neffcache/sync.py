@@ -14,8 +14,8 @@ What it promises:
 - *bounded*: ``parallel`` entries in flight (big files are additionally split into parts by
   the S3 store's own pool).
 
-A store that becomes unreachable or refuses access mid-way aborts the sync with that error
-(every further entry would fail the same way); what was copied stays copied.
+A store that becomes unreachable, refuses access or runs out of space mid-way aborts the sync
+with that error (every further entry would fail the same way); what was copied stays copied.
 """
 
 from __future__ import annotations
@@ -38,11 +38,13 @@ from neffcache.errors import (
     CorruptEntry,
     EntryNotFound,
     InvalidKey,
+    NoSpace,
     ReadOnlyStore,
+    SourceChanged,
     StoreError,
     StoreUnavailable,
 )
-from neffcache.ingest import transfer
+from neffcache.ingest import fetch_file, transfer
 from neffcache.keys import safe_relpath
 from neffcache.layouts import get_layout
 from neffcache.layouts.base import Located
@@ -56,7 +58,7 @@ log = logging.getLogger(__name__)
 SyncProgress = Callable[[int, int, int], None]  # (entries done, entries to do, bytes copied)
 OnCopied = Callable[[Entry, Manifest | None], None]
 COPYABLE_STATES = frozenset({EntryState.SUCCESS, EntryState.FAILED, EntryState.EMPTY})
-FATAL = (StoreUnavailable, AccessDenied, ReadOnlyStore)
+FATAL = (StoreUnavailable, AccessDenied, ReadOnlyStore, NoSpace)
 _FEW_PATHS = 256  # explicit entry lists up to this size are looked up, not listed
 # A name keys.safe_relpath refuses: a character outside its set, an empty, "." or ".." part.
 _FOREIGN_NAME_RE = re.compile(r"[^A-Za-z0-9_.+=@,/-]|(?:^|/)\.{0,2}(?:/|$)")
@@ -246,7 +248,7 @@ def _copy_raw(src: Store, entry: Entry, dst: Store) -> int | None:
             local = src.local_path(entry.store_path(name))
             if local is None:
                 local = staging / f"{i}.part"
-                src.get_file(entry.store_path(name), local)
+                fetch_file(src, entry.store_path(name), local, dst)
             dst.put_file(entry.store_path(name), local)
             size += local.stat().st_size
     return size
@@ -268,6 +270,8 @@ def _copy_one(src: Store, dst: Store, entry: Entry, flt: EntryFilter,
         result = transfer(src, full, dst, known_absent=True)
     except CorruptEntry as exc:
         return "failed", EntryOutcome(entry.path, f"corrupt at the source: {'; '.join(exc.problems)}")
+    except SourceChanged as exc:
+        return "failed", EntryOutcome(entry.path, f"{exc}; nothing was committed (rerun to copy it)")
     except EntryNotFound as exc:
         return "failed", EntryOutcome(entry.path, f"vanished from the source while copying ({exc})")
     except FATAL:

@@ -19,7 +19,9 @@ Every pull from a lower tier goes through :func:`neffcache.ingest.transfer`: dig
 checked before the entry becomes visible above. A mismatch is reported (a :class:`TierProblem`
 of kind ``corrupt``) and never served; the remote copy is left alone unless
 ``quarantine_remote=True`` (another host may be reading it, and a bad local disk on *this*
-host can produce the same symptom). A tier that fails is skipped for ``down_for`` seconds so a
+host can produce the same symptom). A failed write *above* (NoSpace, any error carrying the
+target's URL) blames that tier, and a source rewritten mid-copy (SourceChanged) is a miss:
+neither ever quarantines the healthy source. A tier that fails is skipped for ``down_for`` seconds so a
 dead endpoint costs its timeout once, not on every lookup.
 """
 
@@ -33,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from neffcache.entry import Entry, EntryState, Namespace
-from neffcache.errors import CorruptEntry, EntryNotFound, StoreError, StoreUnavailable
+from neffcache.errors import CorruptEntry, EntryNotFound, SourceChanged, StoreError, StoreUnavailable
 from neffcache.ingest import transfer
 from neffcache.manifest import Manifest
 from neffcache.publish import PublishResult, PublishStatus, publish
@@ -52,7 +54,7 @@ TIER_ERRORS = (StoreError, OSError)
 class TierProblem:
     tier: str
     op: str  # open, get, promote, publish, prefetch, push
-    kind: str  # down (skipped for a while), corrupt (digests did not match), busy
+    kind: str  # down (skipped for a while), corrupt (digests did not match), changed, busy
     message: str
     path: str | None = None
 
@@ -218,6 +220,12 @@ class Tiers:
                     continue
                 if self.quarantine_remote and not source.store.read_only:
                     quarantine(source.store, entry)
+                return None
+            except SourceChanged as exc:
+                # Rewritten while we read it: not corrupt, never quarantined; a miss for now.
+                problems.append(self._report(origin, "promote", "changed", str(exc), entry.path))
+                if promoted:
+                    continue
                 return None
             except EntryNotFound:
                 if promoted:

@@ -12,12 +12,17 @@ The primitives' contract (tests/contract/ checks every backend against it):
 - ``iter_files`` lists every file below a prefix; files of unfinished writes may appear only
   under names containing ``.neffcache-tmp-`` (so scans can count them as garbage).
 - ``delete`` removes what exists and ignores what does not.
+- ``put_file(..., expect=digest)`` makes the file visible only if the bytes it wrote or sent,
+  hashed in the same read, match ``digest``; otherwise it raises SourceChanged (the source was
+  rewritten while it was read) or CorruptEntry, and nothing is left at ``path``.
+- a destination that is full raises NoSpace, whatever the backend's own error.
 """
 
 from __future__ import annotations
 
 import contextlib
-import shutil
+import hashlib
+import os
 import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
@@ -25,7 +30,9 @@ from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
 from neffcache.entry import FileInfo
-from neffcache.errors import ReadOnlyStore
+from neffcache.errors import NoSpace, ReadOnlyStore
+from neffcache.manifest import FileDigest
+from neffcache.stores.hashed_io import PIECE, check_bytes, copy_hashed, hash_file, is_no_space, mismatch, write_all
 
 Source = Path | bytes
 CONTROL_DIR = ".neffcache"  # leases, stamps, quarantine: never part of a layout
@@ -101,10 +108,43 @@ class Store(ABC):
         if files and directory is not None:
             yield DirListing(directory, names, files)
 
-    def put_file(self, path: str, source: Source, *, exclusive: bool = False, move: bool = False) -> bool:
-        """Write a whole file atomically. ``move`` lets the store consume a local source file."""
+    def put_file(self, path: str, source: Source, *, exclusive: bool = False, move: bool = False,
+                 expect: FileDigest | None = None) -> bool:
+        """Write a whole file atomically. ``move`` lets the store consume a local source file.
+        With ``expect``, what is written must hash to it (see the module docstring)."""
         self.check_writable()
-        return self._put_file(path, source, exclusive=exclusive, move=move)
+        try:
+            if expect is None:
+                return self._put_file(path, source, exclusive=exclusive, move=move)
+            return self._put_verified(path, source, exclusive=exclusive, move=move, expect=expect)
+        except NoSpace:
+            raise
+        except OSError as exc:
+            if is_no_space(exc):
+                raise NoSpace(self.url, path=path, reason=_strerror(exc)) from exc
+            raise
+
+    def _put_verified(self, path: str, source: Source, *, exclusive: bool, move: bool,
+                      expect: FileDigest) -> bool:
+        """Backend part of a verified :meth:`put_file`. This default copies a file source into
+        the store's staging directory in one hashed read/write pass, checks the digest, and
+        publishes that private copy by move; a backend that sends bytes from its own read
+        (S3) overrides it."""
+        if isinstance(source, bytes):
+            check_bytes(path, source, expect)
+            return self._put_file(path, source, exclusive=exclusive, move=move)
+        if move:
+            # The caller hands over a private copy: hash it where it lies, then consume it.
+            got, before, after = hash_file(source)
+            if got != expect:
+                raise mismatch(path, got, expect, before, after, path)
+            return self._put_file(path, source, exclusive=exclusive, move=True)
+        with self.staging_dir() as staging:
+            copy = staging / "verified.part"
+            got, before, after = copy_hashed(source, copy)
+            if got != expect:
+                raise mismatch(path, got, expect, before, after, path)
+            return self._put_file(path, copy, exclusive=exclusive, move=True)
 
     def delete(self, paths: Iterable[str]) -> int:
         """Remove ``paths`` (missing ones are fine); returns how many existed."""
@@ -120,10 +160,23 @@ class Store(ABC):
         with self.open_read(path) as stream:
             return stream.read()
 
-    def get_file(self, path: str, dest: Path) -> None:
-        """Copy a file to a local path (not atomically: ``dest`` is the caller's temp file)."""
-        with self.open_read(path) as src, open(dest, "wb") as out:
-            shutil.copyfileobj(src, out, 1 << 20)
+    def get_file(self, path: str, dest: Path) -> FileDigest | None:
+        """Copy a file to a new local path (not atomically: ``dest`` is the caller's temp file).
+
+        Returns the digest of the bytes written, taken as they were written, or None from a
+        backend that copies without hashing (the caller then hashes ``dest`` itself)."""
+        digest = hashlib.sha256()
+        size = 0
+        fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            with self.open_read(path) as src:
+                while chunk := src.read(PIECE):
+                    digest.update(chunk)
+                    write_all(fd, chunk)
+                    size += len(chunk)
+        finally:
+            os.close(fd)
+        return FileDigest(digest.hexdigest(), size)
 
     def local_path(self, path: str) -> Path | None:
         """A local filesystem path of the file, for stores that have one (zero-copy reads)."""
@@ -152,3 +205,9 @@ def move_file(store: Store, src: str, dst: str) -> None:
     local = store.local_path(src)
     store.put_file(dst, local if local is not None else store.read_bytes(src))
     store.delete([src])
+
+
+def _strerror(exc: BaseException) -> str:
+    while exc.__cause__ is not None and not (isinstance(exc, OSError) and exc.strerror):
+        exc = exc.__cause__
+    return (exc.strerror if isinstance(exc, OSError) else None) or str(exc)

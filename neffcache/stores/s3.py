@@ -49,11 +49,21 @@ from neffcache import __version__
 from neffcache.entry import FileInfo
 from neffcache.errors import EntryNotFound, InvalidURL, StoreError, StoreUnavailable
 from neffcache.keys import safe_relpath
+from neffcache.manifest import FileDigest
 from neffcache.stores.base import Source, Store
+from neffcache.stores.budget import TRANSFER_BUDGET
+from neffcache.stores.hashed_io import check_bytes
 from neffcache.stores.s3_errors import error_code, is_transient, retry_attempts, translate
 from neffcache.stores.s3_list import ParallelLister
 from neffcache.stores.s3_throttle import ThrottleGate
-from neffcache.stores.s3_transfer import ExpectedError, ObjectReader, backoff, download, upload_multipart
+from neffcache.stores.s3_transfer import (
+    ExpectedError,
+    ObjectReader,
+    backoff,
+    download,
+    read_whole,
+    upload_multipart,
+)
 
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-_]{1,61}[a-z0-9]$")
 # A listed key (below the prefix) that is no canonical relative path: empty, "." or ".."
@@ -233,25 +243,52 @@ class S3Store(Store):
         with ObjectReader(self._call, self._key(path), path, self._get(path)) as reader:
             return reader.readall()
 
-    def get_file(self, path: str, dest: Path) -> None:
-        download(self._call, self.pool, key=self._key(path), path=path, dest=dest,
-                 chunk=self.multipart_chunksize, threshold=self.multipart_threshold)
+    def get_file(self, path: str, dest: Path) -> FileDigest:
+        return download(self._call, self.pool, key=self._key(path), path=path, dest=dest,
+                        chunk=self.multipart_chunksize, threshold=self.multipart_threshold)
 
     def _put_file(self, path: str, source: Source, *, exclusive: bool, move: bool) -> bool:
+        return self._upload(path, source, exclusive=exclusive, expect=None)
+
+    def _put_verified(self, path: str, source: Source, *, exclusive: bool, move: bool,
+                      expect: FileDigest) -> bool:
+        # Hashed in the read that sends it: see _upload.
+        return self._upload(path, source, exclusive=exclusive, expect=expect)
+
+    def _upload(self, path: str, source: Source, *, exclusive: bool, expect: FileDigest | None) -> bool:
+        """PutObject, or a multipart upload for big files. With ``expect``, the bytes sent are
+        the bytes hashed: a small file is read once into its request body and checked before
+        it is sent; a big one is hashed part by part as the parts are read (upload_multipart)
+        and checked before the upload is completed, so a mismatch never becomes visible."""
         key = self._key(path)
-        size = len(source) if isinstance(source, bytes) else source.stat().st_size
-        if isinstance(source, Path) and size > self.multipart_threshold:
+        if isinstance(source, bytes):
+            if expect is not None:
+                check_bytes(path, source, expect)
+            return self._put_body(key, path, source, exclusive, source)
+        size = source.stat().st_size
+        if size > self.multipart_threshold:
             created, retried, etag = upload_multipart(
-                self._call, self.pool, key=key, path=path, source=source, size=size,
-                chunk=self.multipart_chunksize, exclusive=exclusive)
+                self._call, self.pool, key=key, path=path, source=source, chunk=self.multipart_chunksize,
+                exclusive=exclusive, expect=expect)
             return created or (retried and self._is_ours(key, path, source, size, etag))
-        extra: dict[str, Any] = {"IfNoneMatch": "*"} if exclusive else {}
+        if expect is None:
+            with open(source, "rb") as body:
+                return self._put_body(key, path, body, exclusive, source)
+        buffer, taken = read_whole(source, path, expect)
         try:
-            if isinstance(source, bytes):
-                self._call("put_object", path, Key=key, Body=source, expect=("PreconditionFailed",), **extra)
-            else:
-                with open(source, "rb") as body:
-                    self._call("put_object", path, Key=key, Body=body, expect=("PreconditionFailed",), **extra)
+            data = buffer.data
+            if isinstance(data, bytearray):
+                return self._put_body(key, path, bytes(data), exclusive, bytes(data))
+            return self._put_body(key, path, data, exclusive, source)
+        finally:
+            buffer.close()
+            TRANSFER_BUDGET.release(taken)
+
+    def _put_body(self, key: str, path: str, body: Any, exclusive: bool, source: Source) -> bool:
+        extra: dict[str, Any] = {"IfNoneMatch": "*"} if exclusive else {}
+        size = len(source) if isinstance(source, bytes) else source.stat().st_size
+        try:
+            self._call("put_object", path, Key=key, Body=body, expect=("PreconditionFailed",), **extra)
         except ExpectedError as exc:
             return exc.retried and self._is_ours(key, path, source, size, None)
         return True

@@ -18,6 +18,7 @@ from neffcache.errors import CorruptEntry, EntryNotFound, InvalidKey, ReadOnlySt
 from neffcache.ingest import build_manifest, transfer
 from neffcache.layouts import get_layout
 from neffcache.lease import LeaseRecord, acquire, read_lease, try_acquire
+from neffcache.manifest import FileDigest, sha256_bytes
 from neffcache.publish import PublishStatus, publish
 from neffcache.scan import load_entry, scan
 from neffcache.stores.base import Store
@@ -63,6 +64,26 @@ class StoreContract:
         store.get_file("big/model.neff", dest)
         assert dest.read_bytes() == data
         assert src.exists(), "put_file without move must not consume the source"
+
+    @pytest.mark.parametrize("size", [5000, 21 << 20])  # one request; multipart on S3
+    def test_verified_put_writes_only_what_matches(self, store: Store, tmp_path: Path, size: int) -> None:
+        src = tmp_path / "model.neff"
+        data = os.urandom(size)
+        src.write_bytes(data)
+        good = sha256_bytes(data)
+        bad = FileDigest("0" * 64, size)
+        for exclusive in (False, True):
+            with pytest.raises(CorruptEntry):
+                store.put_file(f"v{exclusive}/model.neff", src, exclusive=exclusive, expect=bad)
+            assert store.stat(f"v{exclusive}/model.neff") is None, "a mismatch must leave nothing visible"
+            assert store.put_file(f"v{exclusive}/model.neff", src, exclusive=exclusive, expect=good)
+            dest = tmp_path / f"back{exclusive}"
+            got = store.get_file(f"v{exclusive}/model.neff", dest)
+            assert dest.read_bytes() == data
+            assert got is None or got == good, "get_file's digest is of the bytes it wrote"
+        with pytest.raises(CorruptEntry):
+            store.put_file("b/x", b"bytes", expect=bad)
+        assert store.stat("b/x") is None
 
     def test_overwrite_and_exclusive(self, store: Store) -> None:
         assert store.put_file("x", b"one")

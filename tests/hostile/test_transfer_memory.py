@@ -1,0 +1,94 @@
+"""Peak RSS of push, pull and verify does not grow with the file size or ``--parallel``.
+
+A 512 MiB sparse NEFF (2 GiB is measured by bench/memory_bench.py and recorded in
+docs/performance.md: moto keeps objects in memory, and 2 GiB would make this test heavy).
+Each command is a real ``neffcache`` process; its own peak RSS is its VmHWM at exit. Before
+the byte budget, this push held ``--parallel`` x 8 MiB parts at once: ~650 MB at 64.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from neffcache.ingest import build_manifest
+from neffcache.layouts import get_layout
+from neffcache.manifest import sha256_file
+from tests.contract.suite import TC
+from tests.stores.conftest import BUCKET, aws_env, moto_server, s3_endpoint  # noqa: F401 - fixtures
+
+pytestmark = [pytest.mark.s3, pytest.mark.slow]
+
+SIZE = 512 << 20
+CEILING_MB = 200
+KEY = "MODULE_4242+d41d8cd9"
+
+
+def sparse_entry(root: Path) -> str:
+    layout = get_layout("neuronxcc")
+    plan = layout.plan_entry(layout.namespace_for(TC), KEY)
+    entry = root / plan.base
+    entry.mkdir(parents=True)
+    (entry / "model.hlo_module.pb").write_bytes(b"HLO " + KEY.encode())
+    (entry / "compile_flags.json").write_bytes(b"[]")
+    with open(entry / "model.neff", "wb") as f:
+        f.write(b"NEFF")
+        f.truncate(SIZE)
+    (entry / "model.done").touch()
+    files = {n: entry / n for n in ("model.hlo_module.pb", "compile_flags.json", "model.neff", "model.done")}
+    manifest = build_manifest("neuronxcc", KEY, dict(files), toolchain=TC)
+    (entry / "neffcache.json").write_bytes(manifest.to_bytes())
+    return plan.path
+
+
+# The child reports its own high-water mark as it exits. (wait4's ru_maxrss would not do: a
+# child spawned by a big process inherits that process's peak, and this one holds moto.)
+LAUNCHER = """
+import atexit, re, runpy, sys
+out = sys.argv.pop(1)
+def record():
+    status = open("/proc/self/status").read()
+    open(out, "w").write(re.search(r"VmHWM:\\s+(\\d+) kB", status).group(1))
+atexit.register(record)
+sys.argv[0] = "neffcache"
+runpy.run_module("neffcache.cli.main", run_name="__main__")
+"""
+
+
+def run_measured(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> float:
+    """Run one neffcache command; its own peak RSS (VmHWM) in MB."""
+    hwm = tmp_path / "vmhwm"
+    hwm.unlink(missing_ok=True)
+    proc = subprocess.run([sys.executable, "-c", LAUNCHER, str(hwm), *args], capture_output=True, text=True,
+                          timeout=240, check=False, env={**os.environ, **(env or {})})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return int(hwm.read_text()) / 1024
+
+
+def test_push_and_pull_of_a_big_neff_stay_under_the_ceiling(s3_endpoint: str, tmp_path: Path) -> None:  # noqa: F811
+    src = tmp_path / "src"
+    entry = sparse_entry(src)
+    remote = f"s3://{BUCKET}/mem"
+    common = ["--endpoint-url", s3_endpoint, "--parallel", "64"]
+    pushed = run_measured(tmp_path, "push", str(src), remote, *common)
+    assert pushed < CEILING_MB, f"push peak RSS {pushed:.0f} MB"
+    dst = tmp_path / "dst"
+    pulled = run_measured(tmp_path, "pull", remote, str(dst), *common)
+    assert pulled < CEILING_MB, f"pull peak RSS {pulled:.0f} MB"
+    assert sha256_file(dst / entry / "model.neff") == sha256_file(src / entry / "model.neff")
+    assert (dst / entry / "model.done").exists()
+    verified_local = run_measured(tmp_path, "verify", str(dst))
+    assert verified_local < CEILING_MB, f"verify (local) peak RSS {verified_local:.0f} MB"
+    verified_s3 = run_measured(tmp_path, "verify", remote, env={"AWS_ENDPOINT_URL": s3_endpoint})
+    assert verified_s3 < CEILING_MB, f"verify (S3) peak RSS {verified_s3:.0f} MB"
+    # A runtime-written entry (no manifest): published with one computed from the bytes read.
+    (src / entry / "neffcache.json").unlink()
+    published = run_measured(tmp_path, "push", str(src), f"s3://{BUCKET}/runtime", *common)
+    assert published < CEILING_MB, f"publish of a runtime entry: peak RSS {published:.0f} MB"
+    print(f"publish of a runtime-written entry {published:.0f} MB")
+    print(f"peak RSS at --parallel 64, {SIZE >> 20} MiB NEFF: push {pushed:.0f} MB, pull {pulled:.0f} MB, "
+          f"verify {verified_local:.0f} MB (local) {verified_s3:.0f} MB (S3)")
