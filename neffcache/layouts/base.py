@@ -8,7 +8,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from neffcache.entry import Entry, FileInfo, Namespace
+from neffcache.entry import Entry, EntryState, FileInfo, Namespace
 from neffcache.instances import TARGETS
 from neffcache.manifest import Manifest
 from neffcache.toolchain import Toolchain
@@ -110,6 +110,15 @@ class Layout(ABC):
         manifest_error: str | None = None,
     ) -> Entry:
         """Build the entry and its state from the files the listing found."""
+
+    @staticmethod
+    def entry_at(located: Located, files: Mapping[str, FileInfo], state: EntryState, problems: list[str],
+                 manifest: Manifest | None, *, manifest_name: str, marker_name: str, committed: bool = True,
+                 extra: tuple[str, ...] = ()) -> Entry:
+        """The entry ``classify`` decided on, where ``located`` says it lies."""
+        return Entry(namespace=located.namespace, key=located.key, path=located.path, base=located.base,
+                     files=dict(files), state=state, problems=tuple(problems), manifest=manifest,
+                     manifest_name=manifest_name, marker_name=marker_name, extra=extra, committed=committed)
 
     @abstractmethod
     def plan_entry(self, namespace: Namespace, key: str) -> EntryPlan:

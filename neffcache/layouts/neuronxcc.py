@@ -296,20 +296,8 @@ class NeuronxccLayout(Layout):
             problems.append("no HLO, NEFF or log")
         if state is EntryState.SUCCESS and HLO not in names and HLO_OLD not in names:
             problems.append("no model.hlo_module.pb: the entry serves but cannot be recompiled")
-        return Entry(
-            namespace=located.namespace,
-            key=located.key,
-            path=located.path,
-            base=located.base,
-            files=dict(files),
-            state=state,
-            problems=tuple(problems),
-            manifest=manifest,
-            manifest_name=MANIFEST_NAME,
-            marker_name=marker,
-            extra=extra,
-            committed=committed,
-        )
+        return self.entry_at(located, files, state, problems, manifest, manifest_name=MANIFEST_NAME,
+                             marker_name=marker, committed=committed, extra=extra)
 
     # -- what scan, load_entry and prune ask (issue #11) ---------------------------------------
     entry_is_dir = True

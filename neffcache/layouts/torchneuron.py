@@ -204,19 +204,8 @@ class TorchNeuronLayout(Layout):
                 state, problems = EntryState.CORRUPT, ["the NEFF is empty"]
         else:
             state = EntryState.EMPTY
-        return Entry(
-            namespace=located.namespace,
-            key=located.key,
-            path=located.path,
-            base=located.base,
-            files=dict(files),
-            state=state,
-            problems=tuple(problems),
-            manifest=manifest,
-            manifest_name=names["manifest"],
-            marker_name=names["neff"],
-            committed=committed,
-        )
+        return self.entry_at(located, files, state, problems, manifest, manifest_name=names["manifest"],
+                             marker_name=names["neff"], committed=committed)
 
     # -- what scan, load_entry and prune ask (issue #11) ---------------------------------------
     def locate_entry(self, path: str) -> Located | None:

@@ -161,16 +161,5 @@ class VllmLayout(Layout):
         else:
             state = EntryState.LOCKED
             problems.append(f"no {MARKER}: vLLM is compiling it, or died doing so (kept)")
-        return Entry(
-            namespace=located.namespace,
-            key=located.key,
-            path=located.path,
-            base=located.base,
-            files=dict(files),
-            state=state,
-            problems=tuple(problems),
-            manifest=manifest,
-            manifest_name=MANIFEST_NAME,
-            marker_name=MARKER,
-            committed=committed,
-        )
+        return self.entry_at(located, files, state, problems, manifest, manifest_name=MANIFEST_NAME,
+                             marker_name=MARKER, committed=committed)

@@ -15,34 +15,19 @@ from pathlib import Path
 
 import pytest
 
-from neffcache.ingest import build_manifest
-from neffcache.layouts import get_layout
+from bench.memory_bench import make_entry
 from neffcache.manifest import sha256_file
-from tests.contract.suite import TC
 from tests.stores.conftest import BUCKET, aws_env, moto_server, s3_endpoint  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.s3, pytest.mark.slow]
 
 SIZE = 512 << 20
 CEILING_MB = 200
-KEY = "MODULE_4242+d41d8cd9"
 
 
 def sparse_entry(root: Path) -> str:
-    layout = get_layout("neuronxcc")
-    plan = layout.plan_entry(layout.namespace_for(TC), KEY)
-    entry = root / plan.base
-    entry.mkdir(parents=True)
-    (entry / "model.hlo_module.pb").write_bytes(b"HLO " + KEY.encode())
-    (entry / "compile_flags.json").write_bytes(b"[]")
-    with open(entry / "model.neff", "wb") as f:
-        f.write(b"NEFF")
-        f.truncate(SIZE)
-    (entry / "model.done").touch()
-    files = {n: entry / n for n in ("model.hlo_module.pb", "compile_flags.json", "model.neff", "model.done")}
-    manifest = build_manifest("neuronxcc", KEY, dict(files), toolchain=TC)
-    (entry / "neffcache.json").write_bytes(manifest.to_bytes())
-    return plan.path
+    """A layout-A entry with a sparse ``model.neff`` of SIZE bytes (the benchmark's own builder)."""
+    return make_entry(root, SIZE)
 
 
 # The child reports its own high-water mark as it exits. (wait4's ru_maxrss would not do: a
