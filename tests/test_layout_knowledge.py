@@ -12,8 +12,6 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
 from neffcache.layouts import LAYOUTS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -26,15 +24,6 @@ RUNTIME_NAMES = (
     "MODULE_", "[NEFF_CACHE]", "NEURON_CC_WRAPPER",
 )
 LAYOUT_MODULES = tuple(f"neffcache.layouts.{m}" for m in ("neuronxcc", "torchneuron", "vllm"))
-
-# PENDING: files other branches of issue #11 are fixing in parallel (the layout-A branch:
-# warmers/compiling.py, warmers/rewarm.py, neffcache/ingest.py's read_flags; the layout-B/C
-# branch: warmers/logscan.py, warmers/warm.py, warmers/wrap.py, warmers/workload.py,
-# neffcache/jobenv.py). The integrator empties this list after merging them;
-# test_pending_files_still_need_work prints what is left in each (pytest -rP) and fails once a
-# file is clean, so the list only shrinks.
-PENDING: frozenset[str] = frozenset()
-
 
 @dataclass(frozen=True)
 class Finding:
@@ -111,21 +100,9 @@ def findings_in(path: Path, rel: str | None = None) -> list[Finding]:
 
 
 def test_no_runtime_facts_outside_the_layouts() -> None:
-    found = [f for path in _modules() if path.relative_to(REPO).as_posix() not in PENDING
-             for f in findings_in(path)]
+    found = [f for path in _modules() for f in findings_in(path)]
     assert not found, "runtime facts outside neffcache/layouts/ (ask the layout instead):\n" + "\n".join(
         map(str, found))
-
-
-@pytest.mark.parametrize("rel", sorted(PENDING))
-def test_pending_files_still_need_work(rel: str) -> None:
-    path = REPO / rel
-    assert path.exists(), f"{rel} is gone: remove it from PENDING"
-    found = findings_in(path)
-    print(f"PENDING {rel}: {len(found)} runtime facts left")
-    for f in found:
-        print(f"  {f}")
-    assert found, f"{rel} holds no runtime facts any more: remove it from PENDING"
 
 
 def test_the_check_finds_what_it_looks_for(tmp_path: Path) -> None:
