@@ -67,9 +67,9 @@ def bench_local(entries: int, rounds: int, workers: int, base: Path) -> None:
             sh(f"rm -rf {base / 'rm' / NS / f'neuronxcc-{OLD}'}")
         store = LocalStore(base / "neffcache")
         with timed("neffcache plan", times):
-            plan = plan_prune([store], PrunePolicy(keep_compilers=(NEW,)))
+            plan = plan_prune([store], PrunePolicy(keep_compilers=(NEW,), current=NEW))
         with timed("neffcache execute", times):
-            result = plan.execute([store], workers=workers)
+            result = plan.execute([store], workers=workers, force=True)  # the bench empties a store
         assert len(result.removed) == entries and not result.skipped, result.skipped[:3]
         assert not (base / "neffcache" / NS / f"neuronxcc-{OLD}").exists()
         times.append(Timing("neffcache plan+execute", times[-1].seconds + times[-2].seconds))
@@ -161,8 +161,8 @@ def bench_index(rows: int, base: Path) -> None:
         assert seen == rows
         index = open_index(endpoint, token, spool_root=base / "spool", timeout=120.0)
         with timed("neffcache plan (--source index)", times):
-            plan = plan_prune([store], PrunePolicy(keep_compilers=(NEW,), older_than=30 * 86400), index=index,
-                              source="index")
+            policy = PrunePolicy(keep_compilers=(NEW,), current=NEW, older_than=30 * 86400)
+            plan = plan_prune([store], policy, index=index, source="index")
         index.close()
         for t in times:
             print(f"  {t.label}: {t.seconds:.2f}s")

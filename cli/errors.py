@@ -21,6 +21,10 @@ from neffcache.index.client import ReportCounts
 # own 5 for corrupt entries left in place (the more specific news), and 1 otherwise.
 SOME_ENTRIES_FAILED = 1
 
+# A destructive plan the guard rails stopped (it would empty a store or its newest toolchain, or
+# remove more than --max-share of its bytes): nothing was changed; --force with --yes runs it.
+REFUSED = 9
+
 # (error class, exit code, prefix); the first matching row wins, so subclasses come first.
 ERROR_TABLE: list[tuple[type[BaseException], int, str]] = [
     (e.UnknownInstanceType, 2, "unknown instance type"),
@@ -39,6 +43,7 @@ ERROR_TABLE: list[tuple[type[BaseException], int, str]] = [
     (e.CorruptEntry, 5, "corrupt entry"),
     (e.SourceChanged, 5, "source changed"),
     (e.LeaseHeld, 6, "busy"),
+    (e.RefusedPlan, REFUSED, "refused"),
     (e.IndexServerError, 7, "index server error"),
     (e.NeffcacheError, 1, "error"),
     (OSError, 4, "I/O error"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import sys
+import time
 from collections import Counter
 from collections.abc import Sequence
 
@@ -11,11 +12,22 @@ import click
 
 from neffcache.config import Settings, load_settings
 from neffcache.errors import ConfigError
+from neffcache.history import Action, read_history
 from neffcache.index import Index
-from neffcache.prune import ALL_STORES, PrunePlan, PrunePolicy, PruneResult, plan_prune, resolve_keep_compilers
+from neffcache.prune import (
+    ALL_STORES,
+    CURRENT,
+    PrunePlan,
+    PrunePolicy,
+    PruneResult,
+    plan_prune,
+    resolve_keep_compilers,
+)
+from neffcache.prune_exec import refusal
 from neffcache.reconcile import ReconcilePlan, plan_reconcile
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
+from neffcache.warm_logs import WarmLogRun, expired_runs, remove_runs, warm_log_home
 
 from .errors import SOME_ENTRIES_FAILED, index_warning
 from .options import open_settings_index, store_option
@@ -118,11 +130,22 @@ def _plan_text(plan: PrunePlan, show_items: bool, executing: bool) -> str:
         out.append(f"foreign, kept: {foreign.files} files, {human_bytes(foreign.bytes)} in {foreign.store} that no "
                    f"runtime or neffcache wrote (other tools', unknown); no flag removes them: {shown}")
     out.extend(f"note: {n}" for n in plan.notes)
+    if plan.guards:
+        out.append("")
+        out.extend(f"guard ({g.rule}): the plan {g.message}" for g in plan.guards)
+        out.append("this looks like a mistake: --yes alone refuses it; check the plan, then add --force to --yes.")
     if not executing:
         out.append("")
         out.append("dry run: nothing was changed. Add --yes to remove these items." if plan.items
                    else "nothing to prune.")
     return "\n".join(out)
+
+
+def _warm_logs_text(runs: list[WarmLogRun], days: float, removed: bool) -> str:
+    size = sum(r.size for r in runs)
+    verb = "removed" if removed else "would remove"
+    return (f"warm logs: {verb} {len(runs)} runs ({human_bytes(size)}) older than {days:g} days "
+            f"under {warm_log_home()}")
 
 
 def _result_text(result: PruneResult) -> str:
@@ -170,11 +193,21 @@ def _result_text(result: PruneResult) -> str:
 @click.option("--workers", type=click.IntRange(1, 64), default=4, show_default=True,
               help="Chunks of entries removed in parallel.")
 @click.option("--yes", is_flag=True, help="Carry out the plan. Without it, prune only prints the plan.")
+@click.option("--force", is_flag=True,
+              help="With --yes: carry out a plan the guard rails stop (one that removes every entry of a store, "
+                   "every entry of its newest toolchain, or more than --max-share of its bytes).")
+@click.option("--max-share", type=click.FloatRange(0.0, 1.0), metavar="SHARE",
+              help="Share of a store's entry bytes a plan may remove without --force "
+                   "(default: setting prune_max_share, 0.5).")
+@click.option("--history", is_flag=True,
+              help="List the journal of past prunes and quarantines of the stores (who, when, why), newest first.")
+@click.option("--since", metavar="AGE", callback=_duration, help="With --history: only actions of the last AGE (7d).")
 @json_option
 def prune_cmd(stores: tuple[str, ...], keep_compilers: tuple[str, ...], keep_last: int | None,
               older_than: float | None, max_sizes: tuple[str, ...], failed: bool, stale_locks: bool, garbage: bool,
               grace: float, hit_grace: float, lock_age: float, compiler: str | None, compiler_version: str | None,
-              source: str, use_index: bool, show_items: bool, workers: int, yes: bool, as_json: bool) -> None:
+              source: str, use_index: bool, show_items: bool, workers: int, yes: bool, force: bool,
+              max_share: float | None, history: bool, since: float | None, as_json: bool) -> None:
     """Remove what no toolchain needs, nobody used, or breaks a budget — as a plan first.
 
     Prints the plan (entries, reason, size; totals per reason, toolchain and store) and
@@ -184,34 +217,68 @@ def prune_cmd(stores: tuple[str, ...], keep_compilers: tuple[str, ...], keep_las
     that cannot be removed (an undeletable file, a bad name) is reported as FAILED and the rest
     are removed; the exit code is then 1.
 
+    Guard rails: a --keep-compiler version that matches no entry is an error (exit 2) listing
+    the versions present: name an exact version or 'current', never a prefix. A plan that
+    removes every entry of a store, every entry of its newest toolchain, or more than
+    --max-share of its bytes is shown with a guard note, and --yes refuses it (exit 9,
+    nothing changed) unless --force is given too. Every execution is journalled in the store
+    (who, when, the command, each item and why): --history lists the journal. --garbage also
+    removes quarantined entries older than quarantine_days (30) and warm logs older than
+    warm_log_days (14).
+
     \b
     Examples:
       neffcache prune --store fsx:///mnt/fsx/neuron-cache --keep-compiler current
       neffcache prune --store /nvme/cache --store s3://bucket/cache --max-size /nvme/cache=500G --older-than 30d
       neffcache prune --store /var/tmp/neuron-compile-cache --failed --stale-locks --garbage --yes
+      neffcache prune --store fsx:///mnt/fsx/neuron-cache --history --since 7d
     """
     settings = load_settings(compiler=compiler, compiler_version=compiler_version)
     given = _urls(stores, settings)
+    if history:
+        if keep_compilers or keep_last or older_than or max_sizes or failed or stale_locks or garbage or yes:
+            raise ConfigError("--history lists past actions: it takes --store, --since and --json only")
+        _history(given, since, as_json)
+        return
+    if since is not None:
+        raise ConfigError("--since goes with --history")
+    if force and not yes:
+        raise ConfigError("--force goes with --yes (without --yes prune only prints the plan)")
+    current = None
+    if CURRENT in keep_compilers:
+        current = resolve_keep_compilers((CURRENT,), compiler=settings.compiler,
+                                         compiler_version_override=settings.compiler_version)[0]
+    keep = resolve_keep_compilers(keep_compilers, compiler_version_override=current)
     opened = _stores(given, read_only=not yes)
-    keep = resolve_keep_compilers(keep_compilers, compiler=settings.compiler,
-                                  compiler_version_override=settings.compiler_version)
     policy = PrunePolicy(keep_compilers=keep, keep_last=keep_last, older_than=older_than,
                          max_size=budgets(max_sizes, given, opened), failed=failed, stale_locks=stale_locks,
-                         garbage=garbage, grace=grace, hit_grace=hit_grace, lock_age=lock_age)
+                         garbage=garbage, grace=grace, hit_grace=hit_grace, lock_age=lock_age,
+                         max_share=settings.prune_max_share if max_share is None else max_share, current=current,
+                         quarantine_days=settings.quarantine_days)
+    old_logs = expired_runs(days=settings.warm_log_days) if garbage else []
     index = _index(settings, use_index)
     try:
         with progress("listing", enabled=not as_json) as bar:
             plan = plan_prune(opened, policy, index=index, source=source,
                               progress=lambda url, n: bar.update(n, detail=f"files of {url}"))
+        logs = {"runs": len(old_logs), "bytes": sum(r.size for r in old_logs), "days": settings.warm_log_days}
         if not yes:
-            render(as_json, {"plan": plan.to_json(), "executed": False}, lambda: _plan_text(plan, show_items, False))
+            render(as_json, {"plan": plan.to_json(), "executed": False, "warm_logs": logs},
+                   lambda: _plan_text(plan, show_items, False)
+                   + (f"\n{_warm_logs_text(old_logs, settings.warm_log_days, False)}" if old_logs else ""))
             return
+        if plan.guards and not force:
+            render(as_json, {"plan": plan.to_json(), "executed": False, "refused": True},
+                   lambda: _plan_text(plan, show_items, True))
+            raise refusal(plan)
         if not as_json:
             click.echo(_plan_text(plan, show_items, True))
         with progress("removing", len(plan.items), enabled=not as_json) as bar:
-            result = plan.execute(opened, index=index, workers=workers, progress=bar.update)
-        render(as_json, {"plan": plan.to_json(), "executed": True, "result": result.to_json()},
-               lambda: _result_text(result))
+            result = plan.execute(opened, index=index, workers=workers, progress=bar.update, force=force)
+        logs["removed"] = remove_runs(old_logs)
+        render(as_json, {"plan": plan.to_json(), "executed": True, "result": result.to_json(), "warm_logs": logs},
+               lambda: _result_text(result)
+               + (f"\n{_warm_logs_text(old_logs, settings.warm_log_days, True)}" if old_logs else ""))
     finally:
         if index is not None:
             index.close()
@@ -222,6 +289,41 @@ def prune_cmd(stores: tuple[str, ...], keep_compilers: tuple[str, ...], keep_las
         click.echo(warning, err=True)
     if result.failed:
         sys.exit(SOME_ENTRIES_FAILED)
+
+
+def _history_text(actions: list[Action], warnings: list[str]) -> str:
+    if not actions:
+        return "\n".join([*warnings, "no prune or quarantine recorded in these stores."])
+    out = []
+    for a in actions:
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(a.at))
+        reasons = ", ".join(f"{k} {v['items']}" for k, v in sorted(a.counts.items()))
+        out.append(f"{when}  {a.kind} {a.store} by {a.who} (pid {a.pid}): {a.total} items, "
+                   f"{human_bytes(a.bytes)} ({reasons})")
+        out.append(f"    why: {a.why or '-'}")
+        out.append(f"    command: {a.command or '-'}")
+        for item in a.items[:5]:
+            out.append(f"    {item.reason}: {item.path}")
+        if len(a.items) > 5:
+            out.append(f"    ... and {len(a.items) - 5} more (--json lists all)")
+    out.extend(f"warning: {w}" for w in warnings)
+    return "\n".join(out)
+
+
+def _history(given: Sequence[str], since: float | None, as_json: bool) -> None:
+    opened = _stores(given, read_only=True)
+    warnings: list[str] = []
+    actions: list[Action] = []
+    try:
+        cutoff = time.time() - since if since is not None else None
+        for store in opened:
+            actions.extend(read_history(store, since=cutoff, warnings=warnings))
+    finally:
+        for store in opened:
+            store.close()
+    actions.sort(key=lambda a: a.at, reverse=True)
+    render(as_json, {"actions": [a.to_json() for a in actions], "warnings": warnings},
+           lambda: _history_text(actions, warnings))
 
 
 def _reconcile_text(plan: ReconcilePlan, executed: bool) -> str:

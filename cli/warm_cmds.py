@@ -12,10 +12,11 @@ from typing import Any, TypeVar
 
 import click
 
-from neffcache.config import Settings, default_cache_home, load_settings
+from neffcache.config import Settings, load_settings
 from neffcache.errors import ConfigError
 from neffcache.toolchain import Toolchain, find_compiler, resolve_toolchain
 from neffcache.toolchain import compiler_version as installed_version
+from neffcache.warm_logs import expired_runs, remove_runs, warm_log_home
 from neffcache.warmers.children import Children, Interrupted, stop_on_signals
 from neffcache.warmers.logscan import compile_patterns
 from neffcache.warmers.matrix import Shard, build_buckets
@@ -177,7 +178,9 @@ def warm_cmd(instance: str | None, lnc: int | None, compiler_version: str | None
                          index_url=index_url, token=token)
     toolchain, exe = _toolchain(settings, lnc)
     all_tags = {**settings.tags, **tags}
-    logs = log_dir or default_cache_home() / "warm-logs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    if log_dir is None:  # the runs' logs under the cache home are kept warm_log_days (neffcache.warm_logs)
+        remove_runs(expired_runs(warm_log_home(), settings.warm_log_days))
+    logs = log_dir or warm_log_home() / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     request = WarmRequest(command, settings.instance or "", toolchain, exe, buckets, compile_patterns(patterns),
                           logs.absolute(), Shard.parse(shard), _parallel(settings, parallel), two_phase, timeout,
                           compile_timeout, compile_memory, retry_failed, not no_prefetch, all_tags)

@@ -42,6 +42,13 @@ class Settings:
     parallel: int = 0  # 0: one per core
     spool_dir: str | None = None
     tags: Mapping[str, str] = field(default_factory=dict)
+    # Retention: quarantined entries older than this go with `prune --garbage` (reason
+    # quarantine-expired); warm logs under the cache home older than this go when `warm` starts
+    # and with `prune --garbage`.
+    quarantine_days: float = 30.0
+    warm_log_days: float = 14.0
+    # A prune plan removing more than this share of a store's entry bytes needs --force.
+    prune_max_share: float = 0.5
     sources: tuple[str, ...] = ()  # where the values came from, for `neffcache config`
 
     @property
@@ -50,6 +57,7 @@ class Settings:
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Settings) if f.name != "sources"}
+_NUMBERS = {"quarantine_days", "warm_log_days", "prune_max_share"}
 
 
 def _coerce(name: str, value: Any, where: str) -> Any:
@@ -67,6 +75,13 @@ def _coerce(name: str, value: Any, where: str) -> Any:
             return {str(k): str(v) for k, v in dict(value).items()}
         if name == "parallel":
             return int(value)
+        if name in _NUMBERS:
+            number = float(value)
+            if not 0 <= number < float("inf"):
+                raise ValueError("must be a number >= 0")
+            if name == "prune_max_share" and number > 1:
+                raise ValueError("a share between 0 and 1")
+            return number
         return str(value)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{where}: bad value for {name} ({kind}): {value!r}: {exc}") from None

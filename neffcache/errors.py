@@ -19,6 +19,7 @@ The hierarchy, so a caller can catch at the depth it cares about::
     ├── CorruptEntry                        digests or manifest do not match the files
     ├── SourceChanged                       a file changed while it was being copied
     ├── LeaseHeld                           someone else holds a live lease
+    ├── RefusedPlan                         a destructive plan that looks like a mistake (needs force)
     └── IndexServerError (RuntimeError)     the index server refused or failed
 
 Errors subclass the matching builtin so code that knows nothing about neffcache still
@@ -149,6 +150,16 @@ class LeaseHeld(NeffcacheError):
         self.owner = owner
         self.expires_at = expires_at
         super().__init__(f"lease {name} is held by {owner} until {expires_at:.0f}")
+
+
+class RefusedPlan(NeffcacheError):
+    """A destructive plan the guard rails stop: it would empty a store, remove every entry of its
+    newest toolchain, or more than the allowed share of its bytes. Nothing was changed; the
+    caller may force it (``--force`` with ``--yes``)."""
+
+    def __init__(self, message: str, guards: tuple[object, ...] = ()) -> None:
+        self.guards = guards
+        super().__init__(message)
 
 
 class IndexServerError(NeffcacheError, RuntimeError):

@@ -31,6 +31,7 @@ from neffcache.layouts import LAYOUTS
 from neffcache.layouts.base import DEFAULT_LAYOUT
 from neffcache.manifest import read_manifest
 from neffcache.prune_exec import PruneResult, Skipped, execute
+from neffcache.prune_guard import Guard, check_keep_filters, guard_plan
 from neffcache.prune_plan import (
     ALL_STORES,
     Basis,
@@ -53,7 +54,15 @@ from neffcache.prune_rules import (
     select_entries,
     version_key,
 )
-from neffcache.prune_sweep import LockJudge, live_holders, read_leases, stamp_files, sweep_garbage, sweep_locks
+from neffcache.prune_sweep import (
+    LockJudge,
+    live_holders,
+    read_leases,
+    stamp_files,
+    sweep_garbage,
+    sweep_locks,
+    sweep_retention,
+)
 from neffcache.publish import publish_lease_name
 from neffcache.scan import ScanReport, scan
 from neffcache.stores.base import Store
@@ -224,6 +233,7 @@ def plan_prune(stores: Sequence[Store], policy: PrunePolicy, *, index: Index | N
             extra.extend(swept.items)
             protected.extend(swept.protected)
         listed.append((store, report, stamps, live, mine, found))
+    check_keep_filters(candidates, policy)
     selection = select_entries(candidates, policy, now, stores=[s.url for s in stores])
     items: list[PruneItem] = list(selection.items)
     protected.extend(selection.protected)
@@ -242,16 +252,18 @@ def plan_prune(stores: Sequence[Store], policy: PrunePolicy, *, index: Index | N
             extra.extend(swept.items)
             protected.extend(swept.protected)
             notes.extend(swept.notes)
+            extra.extend(sweep_retention(store, now, policy))
     # A lock inside an entry that goes anyway goes with it, as part of the entry.
     gone = {(i.store, i.path) for i in items if i.kind is ItemKind.ENTRY}
     items.extend(i for i in extra if i.kind is not ItemKind.LOCK or (i.store, i.path.rpartition("/")[0]) not in gone)
     return PrunePlan(stores=tuple(s.url for s in stores), items=tuple(items), created_at=now, policy=policy,
                      protected=tuple(protected), budgets=tuple(selection.budgets), notes=tuple(notes),
-                     seconds=time.monotonic() - started, journals=journals, foreign=tuple(foreign))
+                     seconds=time.monotonic() - started, journals=journals, foreign=tuple(foreign),
+                     guards=tuple(guard_plan(candidates, items, policy)))
 
 
 __all__ = [
-    "ALL_STORES", "CURRENT", "Basis", "Budget", "Foreign", "ItemKind", "Protected", "PruneItem", "PrunePlan",
+    "ALL_STORES", "CURRENT", "Basis", "Budget", "Foreign", "Guard", "ItemKind", "Protected", "PruneItem", "PrunePlan",
     "PrunePolicy", "PruneResult", "Reason", "Skipped", "delete_order", "execute", "plan_prune",
     "resolve_keep_compilers", "version_key",
 ]

@@ -36,8 +36,11 @@ from neffcache.errors import (
     IndexServerError,
     InvalidKey,
     ReadOnlyStore,
+    RefusedPlan,
     StoreUnavailable,
 )
+from neffcache.history import ActionItem
+from neffcache.history import record as record_action
 from neffcache.lease import Lease, LeaseRecord, held, lease_path, try_acquire
 from neffcache.prune_plan import ItemKind, PruneItem, PrunePlan, Reason, ago
 from neffcache.prune_remove import JOURNAL_DIR, delete_order, discard, drop_leases, remove_empty_dirs
@@ -386,9 +389,46 @@ class _Upload:
     initiated: float
 
 
+def describe(plan: PrunePlan) -> str:
+    """The policy in the words of the prune command's flags, for the action journal."""
+    p = plan.policy
+    parts = [f"--keep-compiler {v}" for v in p.keep_compilers]
+    if p.keep_last is not None:
+        parts.append(f"--keep-last {p.keep_last}")
+    if p.older_than is not None:
+        parts.append(f"--older-than {ago(p.older_than)}")
+    parts.extend(f"--max-size {store}={limit}" for store, limit in p.max_size.items())
+    parts.extend(f"--{name.replace('_', '-')}" for name in ("failed", "stale_locks", "garbage") if getattr(p, name))
+    return " ".join(parts)
+
+
+def refusal(plan: PrunePlan) -> RefusedPlan:
+    why = "; ".join(g.message for g in plan.guards)
+    return RefusedPlan(f"the plan {why}: this looks like a mistake. Nothing was changed; check the plan "
+                       "and add --force to --yes to carry it out", plan.guards)
+
+
+def _journal(plan: PrunePlan, run: _StoreRun, command: str | None) -> None:
+    if not run.removed:
+        return
+    items = [ActionItem(i.path, i.reason.value, i.size, i.detail) for i in run.removed]
+    details = {"plan": plan.id, "policy": plan.policy.to_json(), "skipped": len(run.skipped),
+               "failed": len(run.failed), "forced": [g.rule for g in plan.guards if g.store == run.store.url]}
+    record_action(run.store, "prune", describe(plan), items, details=details, command=command)
+
+
 def execute(plan: PrunePlan, stores: Mapping[str, Store] | Iterable[Store], *, index: Index | None = None,
-            workers: int = 4, progress: Callable[[int, int], None] | None = None) -> PruneResult:
-    """Carry out ``plan`` on ``stores`` (matched by URL). Ctrl-C stops after the chunks in hand."""
+            workers: int = 4, progress: Callable[[int, int], None] | None = None, force: bool = False,
+            command: str | None = None) -> PruneResult:
+    """Carry out ``plan`` on ``stores`` (matched by URL). Ctrl-C stops after the chunks in hand.
+
+    A plan that trips the guard rails (``plan.guards``) raises RefusedPlan and changes nothing
+    unless ``force``. What each store's run removed is recorded in its action journal
+    (:mod:`neffcache.history`; ``command`` defaults to this process's command line), also
+    when interrupted.
+    """
+    if plan.guards and not force:
+        raise refusal(plan)
     by_url = dict(stores) if isinstance(stores, Mapping) else {s.url: s for s in stores}
     missing = [url for url in plan.stores if plan.for_store(url) and url not in by_url]
     if missing:
@@ -413,7 +453,10 @@ def execute(plan: PrunePlan, stores: Mapping[str, Store] | Iterable[Store], *, i
             run = _StoreRun(plan, store, index, usage, stop)
             runs.append(run)
             with held(store, PRUNE_LEASE, ttl=120.0):
-                _run_store(run, items, workers, progress, lambda: sum(r.done for r in runs), total)
+                try:
+                    _run_store(run, items, workers, progress, lambda: sum(r.done for r in runs), total)
+                finally:
+                    _journal(plan, run, command)
                 discard(store, list(plan.journals.get(url, ())))
     except KeyboardInterrupt:
         stop.set()

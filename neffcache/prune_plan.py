@@ -24,6 +24,7 @@ from neffcache.toolchain import validate_version
 if TYPE_CHECKING:
     from neffcache.index import Index
     from neffcache.prune_exec import PruneResult
+    from neffcache.prune_guard import Guard
     from neffcache.stores.base import Store
 
 
@@ -59,6 +60,12 @@ class PrunePolicy:
     # A runtime's compile lock (no neffcache lease; the runtime never refreshes it) older than
     # this is taken as the leftover of a killed compile. Longer than the longest compile.
     lock_age: float = 6 * 3600.0
+    # A plan removing more than this share of a store's entry bytes needs force (prune_guard).
+    max_share: float = 0.5
+    # What --keep-compiler current resolved to: exempt from the "keep filter matches nothing" error.
+    current: str | None = None
+    # Quarantined entries older than this go with --garbage (reason quarantine-expired).
+    quarantine_days: float = 30.0
 
     def __post_init__(self) -> None:
         for version in self.keep_compilers:
@@ -69,6 +76,10 @@ class PrunePolicy:
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ConfigError(f"{name.replace('_', '-')} cannot be negative")
+        if not 0.0 <= self.max_share <= 1.0:
+            raise ConfigError(f"--max-share must be between 0 and 1, not {self.max_share:g}")
+        if self.quarantine_days < 0:
+            raise ConfigError("quarantine_days cannot be negative")
         for store, limit in self.max_size.items():
             if limit < 0:
                 raise ConfigError(f"--max-size for {store} cannot be negative")
@@ -92,7 +103,8 @@ class PrunePolicy:
         return {"keep_compilers": list(self.keep_compilers), "keep_last": self.keep_last,
                 "older_than": self.older_than, "max_size": dict(self.max_size), "failed": self.failed,
                 "stale_locks": self.stale_locks, "garbage": self.garbage, "grace": self.grace,
-                "hit_grace": self.hit_grace, "lock_age": self.lock_age}
+                "hit_grace": self.hit_grace, "lock_age": self.lock_age, "max_share": self.max_share,
+                "current": self.current, "quarantine_days": self.quarantine_days}
 
 
 
@@ -104,6 +116,8 @@ class Reason(enum.StrEnum):
     STALE_LOCK = "stale-lock"  # a lease or runtime lock whose holder is gone
     GARBAGE = "garbage"  # neffcache's temp files, uncommitted writes, staging, stamps, aborted uploads
     INTERRUPTED = "interrupted"  # an entry a killed prune had started removing
+    QUARANTINE_EXPIRED = "quarantine-expired"  # a quarantined file older than quarantine_days (--garbage)
+    HISTORY_EXPIRED = "history-expired"  # an action record older than the journal's retention (--garbage)
 
 
 class ItemKind(enum.StrEnum):
@@ -215,6 +229,8 @@ class PrunePlan:
     # execution removes them once their entries are done.
     journals: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     foreign: tuple[Foreign, ...] = ()  # per listed store with foreign files: kept, never removed
+    # The guard rails this plan trips (prune_guard): executing it then needs force=True.
+    guards: tuple[Guard, ...] = ()
 
     @property
     def expected_freed_size(self) -> int:
@@ -237,11 +253,14 @@ class PrunePlan:
         return [item for item in self.items if item.store == url]
 
     def execute(self, stores: Mapping[str, Store] | Iterable[Store], *, index: Index | None = None,
-                workers: int = 4, progress: Callable[[int, int], None] | None = None) -> PruneResult:
-        """Remove the items, each re-checked right before; see :func:`neffcache.prune_exec.execute`."""
+                workers: int = 4, progress: Callable[[int, int], None] | None = None, force: bool = False,
+                command: str | None = None) -> PruneResult:
+        """Remove the items, each re-checked right before; see :func:`neffcache.prune_exec.execute`.
+        A plan with :attr:`guards` is refused (RefusedPlan) unless ``force``."""
         from neffcache.prune_exec import execute
 
-        return execute(self, stores, index=index, workers=workers, progress=progress)
+        return execute(self, stores, index=index, workers=workers, progress=progress, force=force,
+                       command=command)
 
     def to_json(self, *, items: bool = True) -> dict[str, Any]:
         def groups(data: dict[str, Group]) -> dict[str, dict[str, int]]:
@@ -260,6 +279,7 @@ class PrunePlan:
             "notes": list(self.notes), "seconds": round(self.seconds, 3),
             "foreign": [{"store": f.store, "files": f.files, "bytes": f.bytes, "paths": list(f.paths)}
                         for f in self.foreign],
+            "guard": [g.to_json() for g in self.guards],
         }
         if items:
             out["items"] = [item.to_json() for item in self.items]

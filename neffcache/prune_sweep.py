@@ -31,12 +31,15 @@ The rules, and why they are sound:
 
 from __future__ import annotations
 
+import calendar
 import os
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from neffcache.entry import Entry, FileInfo
 from neffcache.errors import EntryNotFound
+from neffcache.history import HISTORY_DAYS, expired_records
 from neffcache.layouts import get_layout
 from neffcache.layouts.base import TEMP_MARKER
 from neffcache.lease import LEASE_DIR, LeaseRecord
@@ -46,8 +49,10 @@ from neffcache.scan import ScanReport
 from neffcache.stamps import STAMP_DIR
 from neffcache.stores.base import CONTROL_DIR, Store
 from neffcache.stores.local import LocalStore
+from neffcache.verify import QUARANTINE_DIR
 
 STAGING_DIR = f"{CONTROL_DIR}/staging"
+
 _TOMBSTONE = ".taken-"
 _STAMP_SUFFIX = ".used"
 
@@ -224,6 +229,34 @@ def sweep_garbage(store: Store, report: ScanReport, stamps: Mapping[str, FileInf
         out.notes.append(f"{store.url}: {young} temp files or uncommitted writes younger than the "
                          f"{ago(policy.grace)} grace period kept (they may be in flight)")
     return out, uncommitted
+
+
+def _quarantine_time(path: str) -> float | None:
+    """When an entry was quarantined, from its ``.neffcache/quarantine/<time>/`` directory: the
+    files keep their own mtimes when moved, so only the name tells."""
+    stamp = path[len(QUARANTINE_DIR) + 1:].split("/", 1)[0]
+    try:
+        if stamp.endswith("Z"):
+            return calendar.timegm(time.strptime(stamp[:-1], "%Y%m%dT%H%M%S"))
+        return time.mktime(time.strptime(stamp, "%Y%m%dT%H%M%S"))  # older names: local time
+    except ValueError:
+        return None
+
+
+def sweep_retention(store: Store, now: float, policy: PrunePolicy) -> list[PruneItem]:
+    """Quarantined files past ``quarantine_days`` and action records past the journal's
+    retention: the only way either leaves a store."""
+    out = []
+    cutoff = now - policy.quarantine_days * 86400
+    for info in store.iter_files(QUARANTINE_DIR):
+        at = _quarantine_time(info.path)
+        if at is not None and at < cutoff:
+            out.append(_file(store, info, Reason.QUARANTINE_EXPIRED,
+                             f"quarantined {ago(now - at)} ago, past quarantine_days {policy.quarantine_days:g}"))
+    for info in expired_records(store, now):
+        out.append(_file(store, info, Reason.HISTORY_EXPIRED,
+                         f"action record older than the journal's {HISTORY_DAYS:g} days"))
+    return out
 
 
 def stamp_files(store: Store) -> dict[str, FileInfo]:

@@ -219,7 +219,7 @@ class Tiers:
                 if promoted:
                     continue
                 if self.quarantine_remote and not source.store.read_only:
-                    quarantine(source.store, entry)
+                    quarantine(source.store, entry, why="failed its digests on a pull to a faster tier")
                 return None
             except SourceChanged as exc:
                 # Rewritten while we read it: not corrupt, never quarantined; a miss for now.

@@ -1,7 +1,9 @@
 """Verifying entries against their manifests, and quarantining the ones that fail.
 
-A quarantined entry is moved under ``.neffcache/quarantine/<time>/`` with its commit marker
-first, so no reader can be served a NEFF whose bytes do not match what was published.
+A quarantined entry is moved under ``.neffcache/quarantine/<UTC time>Z/`` with its commit
+marker first, so no reader can be served a NEFF whose bytes do not match what was published.
+Every quarantine is recorded in the store's action journal (:mod:`neffcache.history`), and
+quarantined files stay ``quarantine_days`` (``prune --garbage`` removes them after that).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from typing import Any
 
 from neffcache.entry import Entry, EntryState
 from neffcache.errors import EntryNotFound, InvalidKey, StoreUnavailable
+from neffcache.history import ActionItem
+from neffcache.history import record as record_action
 from neffcache.index import Index
 from neffcache.ingest import digest_of
 from neffcache.lease import read_lease
@@ -108,9 +112,18 @@ def check_entry(store: Store, entry: Entry) -> EntryCheck:
     return EntryCheck(entry.path, CheckStatus.OK)
 
 
-def quarantine(store: Store, entry: Entry, *, stamp: str | None = None) -> str:
-    """Move the entry's files under the quarantine directory, commit marker first."""
-    where = f"{QUARANTINE_DIR}/{stamp or time.strftime('%Y%m%dT%H%M%S')}/{entry.path}"
+def quarantine_stamp() -> str:
+    """The quarantine directory's name: UTC, as the retention reads it (neffcache.prune_sweep)."""
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+
+
+def quarantine(store: Store, entry: Entry, *, stamp: str | None = None, why: str | None = "failed its digests",
+               ) -> str:
+    """Move the entry's files under the quarantine directory, commit marker first.
+
+    With ``why`` the move is recorded in the store's action journal as one action; a caller
+    quarantining many entries passes None and records them together."""
+    where = f"{QUARANTINE_DIR}/{stamp or quarantine_stamp()}/{entry.path}"
     names = sorted(entry.files, key=lambda n: (n != entry.marker_name, n))
     for name in names:
         try:
@@ -118,6 +131,8 @@ def quarantine(store: Store, entry: Entry, *, stamp: str | None = None) -> str:
         except EntryNotFound:
             continue
     log.warning("quarantined %s to %s", entry.path, where)
+    if why is not None:
+        record_action(store, "quarantine", why, [ActionItem(entry.path, "corrupt", entry.size, f"moved to {where}")])
     return where
 
 
@@ -152,7 +167,7 @@ def verify(store: Store, *, prefix: str = "", fix: bool = False, workers: int = 
     if fix:
         by_path = {e.path: e for e in candidates}
         fixed = []
-        stamp = time.strftime("%Y%m%dT%H%M%S")
+        stamp = quarantine_stamp()
         for check in checks:
             entry = by_path[check.path]
             if check.status is not CheckStatus.CORRUPT:
@@ -163,7 +178,7 @@ def verify(store: Store, *, prefix: str = "", fix: bool = False, workers: int = 
                 if live is not None and not live.expired():
                     fixed.append(check)
                     continue
-                moved = quarantine(store, entry, stamp=stamp)
+                moved = quarantine(store, entry, stamp=stamp, why=None)
             except StoreUnavailable:
                 raise
             except (InvalidKey, OSError) as exc:
@@ -174,6 +189,12 @@ def verify(store: Store, *, prefix: str = "", fix: bool = False, workers: int = 
                 continue
             fixed.append(EntryCheck(check.path, check.status, check.problems, moved))
         checks = fixed
+        moved_items = [ActionItem(c.path, "corrupt", by_path[c.path].size,
+                                  f"moved to {c.quarantined_to}: {'; '.join(c.problems)}"[:1000])
+                       for c in checks if c.quarantined_to is not None]
+        if moved_items:
+            record_action(store, "quarantine", "verify --fix: files do not match their manifest", moved_items,
+                          details={"checked": len(checks)})
     if index is not None and index.enabled:
         _report(index, store, {e.path: e for e in candidates}, checks)
     return VerifyReport(store.url, tuple(checks), time.monotonic() - started)

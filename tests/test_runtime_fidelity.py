@@ -101,7 +101,7 @@ def test_removing_entries_leaves_the_files_of_other_tools(tmp_path: Path) -> Non
     go; NxD's file beside an entry and optimum's nested models and registry stay."""
     root = tmp_path / "neuron-compile-cache"
     made = layout_a_root(root)
-    done = run_cli("prune", "--store", str(root), "--keep-compiler", ERA_TARGET, "--yes")
+    done = run_cli("prune", "--store", str(root), "--keep-compiler", ERA_TARGET, "--yes", "--force")
     assert done.returncode == 0, done.stderr
     after = files_of(root)
     assert all(p.relative_to(root).as_posix() in after for p in made["foreign"])

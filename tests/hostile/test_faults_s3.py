@@ -83,7 +83,8 @@ def test_cli_pull_and_prune_garbage_on_s3(s3_tree: tuple[S3Store, dict[str, str]
 def test_prune_on_s3_removes_entries_and_keeps_what_is_not_theirs(s3_tree: tuple[S3Store, dict[str, str]],
                                                                    s3_endpoint: str) -> None:  # noqa: F811
     store, paths = s3_tree
-    pruned = neffcache("prune", "--store", f"s3://{BUCKET}/{PREFIX}", "--keep-compiler", "9.9.9.9+aaaaaaaa",
+    pruned = neffcache("prune", "--store", f"s3://{BUCKET}/{PREFIX}", "--keep-compiler", "current",
+                       "--compiler-version", "9.9.9.9+aaaaaaaa", "--force",
                        "--hit-grace", "0s", "--no-index", "--yes", "--json",
                        env={"AWS_ENDPOINT_URL": s3_endpoint})
     assert pruned.returncode == 0, pruned.stdout[-2000:] + pruned.stderr[-2000:]

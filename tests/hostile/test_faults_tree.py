@@ -108,7 +108,8 @@ def test_prune_removes_every_entry_but_the_undeletable_one(tree: tuple[str, Loca
     url, store, paths = tree
     stuck = paths["MODULE_2+abb26765"]
     with immutable(store.root / stuck / "model.hlo_module.pb"):
-        pruned = neffcache("prune", "--store", url, "--keep-compiler", "9.9.9.9+aaaaaaaa", "--no-index",
+        pruned = neffcache("prune", "--store", url, "--keep-compiler", "current",
+                           "--compiler-version", "9.9.9.9+aaaaaaaa", "--force", "--no-index",
                            "--hit-grace", "0s", "--workers", "1", "--yes", "--json")
     assert pruned.returncode == 1, pruned.stderr[-2000:]
     result = json_of(pruned)["result"]

@@ -27,9 +27,9 @@ def publish_key(store: Store, key: str) -> PublishStatus:
 
 def run_prune(url: str, keep: str) -> None:
     store = open_store(url)
-    plan = plan_prune([store], PrunePolicy(keep_compilers=(keep,)))
+    plan = plan_prune([store], PrunePolicy(keep_compilers=(keep,), current=keep))
     print(f"planned {len(plan.items)}", flush=True)
-    plan.execute([store], workers=1)
+    plan.execute([store], workers=1, force=True)
     print("done", flush=True)
 
 

@@ -50,7 +50,12 @@ def test_compiler_bump_on_a_runtime_written_cache(sim: Sim) -> None:
     text = run_cli("prune", "--store", str(cache), "--keep-compiler", "current", env=sim.env)
     assert "dry run: nothing was changed" in text.stdout and f"neuronxcc-{old_version}" in text.stdout
 
-    done = run_cli("prune", "--store", str(cache), "--keep-compiler", "current", "--yes", env=sim.env)
+    # 4 of the 5 entries and most of the bytes: the guard rails want --force as well.
+    before = listing(store)
+    refused = run_cli("prune", "--store", str(cache), "--keep-compiler", "current", "--yes", env=sim.env)
+    assert refused.returncode == 9 and "refused: the plan removes" in refused.stderr, refused.stderr
+    assert listing(store) == before
+    done = run_cli("prune", "--store", str(cache), "--keep-compiler", "current", "--yes", "--force", env=sim.env)
     assert done.returncode == 0, done.stderr
     assert "removed 4 items (4 entries)" in done.stdout
     assert {e.namespace.compiler_version for e in scan(store).entries} == {NEW}
@@ -95,7 +100,8 @@ def test_flags_output_and_errors(tmp_path: Path) -> None:
     assert shown.exit_code == 0
     assert "compiler" in shown.output and "failed" in shown.output and f"compiler {OLD} not kept" in shown.output
     assert listing(store) == before
-    done = runner.invoke(cli, [*base, "--keep-last", "1", "--failed", "--yes", "--json"], catch_exceptions=False)
+    done = runner.invoke(cli, [*base, "--keep-last", "1", "--failed", "--yes", "--force", "--json"],
+                         catch_exceptions=False)
     data = json.loads(done.output)
     assert data["executed"] and data["result"]["removed_entries"] == 4
     assert data["result"]["freed_bytes"] == data["plan"]["expected_freed_bytes"]

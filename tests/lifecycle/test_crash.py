@@ -81,18 +81,18 @@ def test_sigkill_mid_prune_then_rerun(fs_store: Store) -> None:
                 assert set(entry.files) == original[entry.path], (entry.path, sorted(entry.files))
                 if entry.manifest is not None:
                     assert check_entry(store, entry).status is CheckStatus.OK
-        rerun = plan_prune([store], PrunePolicy(keep_compilers=(NEW,)))
+        rerun = plan_prune([store], PrunePolicy(keep_compilers=(NEW,), current=NEW))
         # Half-removed entries read as uncommitted: the compiler rule takes those of an old
         # toolchain itself; elsewhere the journal marks them `interrupted`.
         interrupted_seen += sum(1 for i in rerun.items if i.state == "UNCOMMITTED" or i.reason is Reason.INTERRUPTED)
-        result = rerun.execute([store])
+        result = rerun.execute([store], force=True)
         assert not result.skipped, result.skipped[:3]
         after = scan(store)
         assert [e.path for e in after.entries] == [keep]
         assert after.uncommitted == ()
         # A kill inside a write (a lease, a journal) leaves a temp file: garbage for --garbage.
         assert all(TEMP_MARKER in g.path for g in after.garbage), after.garbage
-        plan_prune([store], PrunePolicy(garbage=True, grace=0)).execute([store])
+        plan_prune([store], PrunePolicy(garbage=True, grace=0)).execute([store], force=True)
         assert scan(store).garbage == ()
         assert list(store.iter_files(JOURNAL_DIR)) == []
         store.delete([f.path for f in store.iter_files(keep)])
@@ -112,7 +112,7 @@ def test_prune_racing_publishers_loses_nothing_published_after_the_plan(fs_store
     publishers = [spawn("publish", store.url, "--keys", str(keys), "--stop", str(stop), "--tag", str(n))
                   for n in range(2)]
     time.sleep(0.3)  # let them start and find every entry present
-    result = plan.execute([store], workers=2)
+    result = plan.execute([store], workers=2, force=True)
     time.sleep(0.3)
     stop.touch()
     published: set[str] = set()

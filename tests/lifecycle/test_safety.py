@@ -33,8 +33,8 @@ from tests.lifecycle.helpers import (
     uncommitted_a,
 )
 
-EVERYTHING = PrunePolicy(keep_compilers=(NEW,), older_than=0, max_size={"*": 0}, failed=True, stale_locks=True,
-                         garbage=True, grace=0, hit_grace=0, lock_age=0)
+EVERYTHING = PrunePolicy(keep_compilers=(NEW,), current=NEW, older_than=0, max_size={"*": 0}, failed=True,
+                         stale_locks=True, garbage=True, grace=0, hit_grace=0, lock_age=0)
 
 
 def messy_cache(store: Store) -> str:
@@ -55,6 +55,9 @@ def messy_cache(store: Store) -> str:
     files = sorted(f.path for f in store.iter_files(half))
     store.put_file(f"{JOURNAL_DIR}/0123456789abcdef-0.json", json.dumps({"entries": {half: files}}).encode())
     store.delete([f"{half}/model.done"])
+    # Past their retention: a quarantined entry of 2000 and an action record of the same year.
+    store.put_file(".neffcache/quarantine/20000101T000000Z/neuronxcc-1.0/MODULE_9+0/model.neff", b"NEFF-bad")
+    store.put_file(".neffcache/history/20000101T000000.000000Z-prune-00000000000000ff-1.json", b"{}")
     return half
 
 
@@ -83,11 +86,11 @@ def test_live_lease_protects_at_plan_and_at_execution(fs_store: Store) -> None:
     held_at_plan = published_a(store, "MODULE_1+abb26765", TC_OLD)
     held_later = published_a(store, "MODULE_2+abb26765", TC_OLD)
     lease = acquire(store, publish_lease_name(held_at_plan), ttl=60)
-    plan = plan_prune([store], PrunePolicy(keep_compilers=(NEW,)))
+    plan = plan_prune([store], PrunePolicy(keep_compilers=(NEW,), current=NEW))
     assert [i.path for i in plan.items] == [held_later]
     assert [(p.path, "live lease" in p.why) for p in plan.protected] == [(held_at_plan, True)]
     later = acquire(store, publish_lease_name(held_later), ttl=60)
-    result = plan.execute([store])
+    result = plan.execute([store], force=True)
     assert not result.removed and "live lease" in result.skipped[0].why
     later.release()
     lease.release()
@@ -96,13 +99,13 @@ def test_live_lease_protects_at_plan_and_at_execution(fs_store: Store) -> None:
 
 def test_entry_republished_after_the_plan_is_kept(store: Store) -> None:
     path = published_a(store, "MODULE_1+abb26765", TC_OLD)
-    plan = plan_prune([store], PrunePolicy(keep_compilers=(NEW,)))
+    plan = plan_prune([store], PrunePolicy(keep_compilers=(NEW,), current=NEW))
     assert [i.path for i in plan.items] == [path]
     # Someone else removes it and publishes it again (a rewarm) before the plan runs.
     store.delete([f.path for f in store.iter_files(path)])
     time.sleep(1.05 if store.scheme == "s3" else 0.01)
     published_a(store, "MODULE_1+abb26765", TC_OLD)
-    result = plan.execute([store])
+    result = plan.execute([store], force=True)
     assert not result.removed and "changed since the plan" in result.skipped[0].why
     entry = load_entry(store, path)
     assert entry is not None and check_entry(store, entry).status is CheckStatus.OK
@@ -113,7 +116,7 @@ def test_use_after_the_plan_keeps_the_entry(fs_store: Store) -> None:
     plan = plan_prune([fs_store], PrunePolicy(older_than=86400, hit_grace=0), now=future(2))
     assert [i.path for i in plan.items] == [path]
     record_use(fs_store, [path])
-    result = plan.execute([fs_store])
+    result = plan.execute([fs_store], force=True)
     assert [s.why for s in result.skipped] == ["used since the plan was made"]
 
 
@@ -122,7 +125,7 @@ def test_interrupted_prune_is_finished(store: Store) -> None:
     plan = plan_prune([store], PrunePolicy(failed=True))  # any rule: finishing old work comes with it
     interrupted = [i for i in plan.items if i.reason is Reason.INTERRUPTED]
     assert [(i.path, i.kind, i.state) for i in interrupted] == [(half, ItemKind.ENTRY, "UNCOMMITTED")]
-    result = plan.execute([store])
+    result = plan.execute([store], force=True)
     assert half in {i.path for i in result.removed}
     assert list(store.iter_files(half)) == [] and list(store.iter_files(JOURNAL_DIR)) == []
 
@@ -173,10 +176,10 @@ def test_publish_lease_left_behind_is_taken_over(fs_store: Store) -> None:
     """A publisher killed with its lease held: once the lease is stale the prune takes it over
     (and removes it with the entry) rather than skipping the entry for ever."""
     path = published_a(fs_store, "MODULE_1+abb26765", TC_OLD)
-    plan = plan_prune([fs_store], PrunePolicy(keep_compilers=(NEW,)))
+    plan = plan_prune([fs_store], PrunePolicy(keep_compilers=(NEW,), current=NEW))
     name = publish_lease_name(path)
     fs_store.put_file(lease_path(name), LeaseRecord(name, "h:1", "t", "h", 1, 0.0, 1.0).to_bytes())
-    result = plan.execute([fs_store])
+    result = plan.execute([fs_store], force=True)
     assert [i.path for i in result.removed] == [path] and not result.skipped
     assert list(fs_store.iter_files(path)) == []
     assert [f.path for f in fs_store.iter_files(".neffcache/leases")] == []

@@ -1,0 +1,125 @@
+"""Guard rails: a prune plan that looks like a mistake is refused unless forced.
+
+A typo in ``--keep-compiler`` (``2.27`` for ``2.27.5334.0+f702b353``) once planned the removal
+of every entry of the current compiler, and ``--yes`` emptied the cache. Two checks stop that:
+
+- a **keep filter that matches nothing** (a ``--keep-compiler`` version no entry of any store
+  has) is a configuration error naming the versions present: :func:`check_keep_filters`;
+- a **plan that removes** every entry of a store, every entry of the newest toolchain of a
+  store (per target and LNC, newest by :func:`neffcache.prune_rules.version_key`), or more
+  than ``max_share`` of a store's entry bytes carries a :class:`Guard` per rule it trips, and
+  its execution is refused (:class:`neffcache.errors.RefusedPlan`) unless forced.
+
+The rules count committed entries that hold compiled work: failed compiles, uncommitted writes
+and loose files (garbage, locks, leases) never trip them, so ``--failed``, ``--garbage`` and
+``--stale-locks`` plans are never refused.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from neffcache.entry import EntryState
+from neffcache.errors import ConfigError
+from neffcache.prune_plan import ItemKind, PruneItem, PrunePolicy
+from neffcache.prune_rules import Candidate, toolchain_label, version_key
+
+# Half a percentage point: removing an old toolchain after a re-warm removes about half of the
+# bytes, and the same graphs' manifests differ by a few bytes between compilers (times, floats):
+# 50.01% is still "half", and the message shows whole percents.
+SHARE_SLACK = 0.005
+
+
+class Rule:
+    EMPTIES_STORE = "empties-store"
+    EMPTIES_NEWEST = "empties-newest-toolchain"
+    MAX_SHARE = "max-share"
+
+
+@dataclass(frozen=True)
+class Guard:
+    """One rule a plan trips on one store, with its numbers."""
+
+    store: str
+    rule: str
+    message: str
+    entries: int  # entries the plan removes (that the rule counts)
+    of_entries: int  # entries the rule counts in the store (or the toolchain)
+    bytes: int
+    of_bytes: int
+    toolchain: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"store": self.store, "rule": self.rule, "message": self.message, "entries": self.entries,
+                "of_entries": self.of_entries, "bytes": self.bytes, "of_bytes": self.of_bytes,
+                "share": round(self.bytes / self.of_bytes, 4) if self.of_bytes else None,
+                "toolchain": self.toolchain}
+
+
+def check_keep_filters(candidates: Iterable[Candidate], policy: PrunePolicy) -> None:
+    """Raise ConfigError when a ``--keep-compiler`` version matches no entry of any store.
+
+    ``current`` (the installed compiler) is exempt: right after a compiler bump it has no
+    entries yet, and a plan that then empties the store is stopped by the plan rules instead.
+    Versions are matched exactly — a prefix is never taken for a version.
+    """
+    if not policy.keep_compilers:
+        return
+    present = {c.compiler_version for c in candidates if c.compiler_version}
+    missing = [v for v in policy.keep_compilers if v not in present and v != policy.current]
+    if missing and present:
+        listed = ", ".join(sorted(present, key=version_key))
+        raise ConfigError(f"--keep-compiler {', '.join(missing)} matches no entry in the stores (versions "
+                          f"present: {listed}); name an exact version or 'current'. Nothing was changed")
+
+
+def _counted(c: Candidate) -> bool:
+    return c.committed and c.state is not EntryState.FAILED
+
+
+def guard_plan(candidates: Sequence[Candidate], items: Iterable[PruneItem], policy: PrunePolicy) -> list[Guard]:
+    """The rules ``items`` trip, per store."""
+    removed = {(i.store, i.path) for i in items if i.kind is ItemKind.ENTRY}
+    by_store: dict[str, list[Candidate]] = defaultdict(list)
+    for c in candidates:
+        if _counted(c):
+            by_store[c.store].append(c)
+    out: list[Guard] = []
+    for store, mine in by_store.items():
+        gone = [c for c in mine if (store, c.path) in removed]
+        if not gone:
+            continue
+        n, total = len(gone), len(mine)
+        size, total_size = sum(c.size for c in gone), sum(c.size for c in mine)
+        if n == total:
+            out.append(Guard(store, Rule.EMPTIES_STORE, f"removes every entry of {store} ({n} entries)",
+                             n, total, size, total_size))
+        else:
+            out.extend(_newest(store, mine, removed))
+        if total_size and size / total_size > policy.max_share + SHARE_SLACK:
+            out.append(Guard(store, Rule.MAX_SHARE,
+                             f"removes {size / total_size:.0%} of the entry bytes of {store} ({size} of "
+                             f"{total_size} B), more than --max-share {policy.max_share:g}",
+                             n, total, size, total_size))
+    return out
+
+
+def _newest(store: str, mine: Sequence[Candidate], removed: set[tuple[str, str]]) -> list[Guard]:
+    groups: dict[tuple[str | None, int | None], list[Candidate]] = defaultdict(list)
+    for c in mine:
+        if c.compiler_version:
+            groups[(c.target, c.lnc)].append(c)
+    out = []
+    for (target, lnc), members in groups.items():
+        newest = max({c.compiler_version for c in members if c.compiler_version}, key=version_key)
+        of_newest = [c for c in members if c.compiler_version == newest]
+        if all((store, c.path) in removed for c in of_newest):
+            label = toolchain_label(newest, target, lnc)
+            out.append(Guard(store, Rule.EMPTIES_NEWEST,
+                             f"removes every entry of the newest toolchain of {store}, {label} "
+                             f"({len(of_newest)} entries)", len(of_newest), len(of_newest),
+                             sum(c.size for c in of_newest), sum(c.size for c in of_newest), label))
+    return out
