@@ -9,6 +9,7 @@ import click
 from neffcache.config import load_settings
 from neffcache.doctor import DoctorRequest, Finding, Level, diagnose
 
+from .errors import DOCTOR_PROBLEMS, DOCTOR_WARNINGS
 from .options import index_options, store_option
 from .output import json_option, render
 
@@ -39,7 +40,7 @@ def doctor_cmd(instance: str | None, lnc: int | None, compiler: str | None, stor
     would run with (a --cache_dir in NEURON_CC_FLAGS overriding NEURON_COMPILE_CACHE_URL,
     directories not versioned by target/LNC, LNC mismatches).
 
-    Exit code: 0 when every check is ok, 9 when the worst finding is a warning, 10 when
+    Exit code: 0 when every check is ok, 10 when the worst finding is a warning, 11 when
     something is a problem.
 
     \b
@@ -59,7 +60,7 @@ def doctor_cmd(instance: str | None, lnc: int | None, compiler: str | None, stor
     counts = report.to_json()["counts"]
     if not as_json:
         click.echo(f"{counts['ok']} ok, {counts['warning']} warning(s), {counts['problem']} problem(s)", err=True)
-    sys.exit(report.exit_code)
+    sys.exit({Level.OK: 0, Level.WARNING: DOCTOR_WARNINGS, Level.PROBLEM: DOCTOR_PROBLEMS}[report.worst])
 
 
 COMMANDS = [doctor_cmd]

@@ -14,6 +14,19 @@ import click
 from neffcache import errors as e
 from neffcache.index.client import ReportCounts
 
+# Every exit code the CLI uses, in one place:
+#   0 ok                          7 the index server failed
+#   1 some entries failed (below) 8 the database schema is behind (`db status --check`)
+#   2 usage or configuration      9 a destructive plan refused by the guard rails (below)
+#   3 the compiler                10 `doctor`: the worst finding is a warning
+#   4 a store (unreachable, denied, unsafe path, I/O)   11 `doctor`: something is a problem
+#   5 a corrupt entry, or a source that changed mid-copy 12 no space at the destination
+#   6 busy (a lease another process holds)             130 interrupted
+DB_SCHEMA_BEHIND = 8
+DOCTOR_WARNINGS = 10
+DOCTOR_PROBLEMS = 11
+NO_SPACE = 12
+
 # Exit codes of commands that work through many entries and finish what they can: one bad
 # entry (a bad name, an unreadable or undeletable file, a crafted manifest, a broken lease) is
 # reported against that entry and the rest are done, then the command exits with this code.
@@ -38,7 +51,7 @@ ERROR_TABLE: list[tuple[type[BaseException], int, str]] = [
     (e.StoreUnavailable, 4, "store unavailable"),
     (e.ReadOnlyStore, 4, "read-only store"),
     (e.EntryNotFound, 4, "not found"),
-    (e.NoSpace, 8, "no space"),
+    (e.NoSpace, NO_SPACE, "no space"),
     (e.StoreError, 4, "store error"),
     (e.CorruptEntry, 5, "corrupt entry"),
     (e.SourceChanged, 5, "source changed"),

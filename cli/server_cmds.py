@@ -23,6 +23,7 @@ from neffcache.config import load_settings
 from neffcache.errors import ConfigError, IndexServerError
 from neffcache.index import FlushReport, IndexClient
 
+from .errors import DB_SCHEMA_BEHIND
 from .options import index_options, open_settings_index
 from .output import emit_json, human_bytes, json_option, render, table
 
@@ -392,7 +393,7 @@ def db_status_cmd(database_url: str | None, data_dir: Path | None, check: bool, 
         db.dispose()
     render(as_json, state, lambda: _schema_text(state))
     if check and not state["up_to_date"]:
-        sys.exit(8)
+        sys.exit(DB_SCHEMA_BEHIND)
 
 
 @db_group.command("upgrade")

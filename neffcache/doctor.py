@@ -51,7 +51,7 @@ FREE_WARNING_SHARE = 0.05
 
 
 class Level(enum.IntEnum):
-    """How bad a finding is; the exit code follows the worst one."""
+    """How bad a finding is; the command's exit code follows the worst one."""
 
     OK = 0
     WARNING = 1
@@ -61,8 +61,6 @@ class Level(enum.IntEnum):
     def label(self) -> str:
         return self.name.lower()
 
-
-EXIT_CODES = {Level.OK: 0, Level.WARNING: 9, Level.PROBLEM: 10}
 
 
 @dataclass(frozen=True)
@@ -83,10 +81,6 @@ class DoctorReport:
     @property
     def worst(self) -> Level:
         return max((f.level for f in self.findings), default=Level.OK)
-
-    @property
-    def exit_code(self) -> int:
-        return EXIT_CODES[self.worst]
 
     def to_json(self) -> dict[str, Any]:
         counts = {level.label: sum(1 for f in self.findings if f.level is level) for level in Level}

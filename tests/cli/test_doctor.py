@@ -91,7 +91,7 @@ def test_a_read_only_store_is_a_problem(sim: Sim, tmp_path: Path) -> None:
         code, report = doctor(sim, "--instance", "trn2.48xlarge", "--store", str(mounted))
     finally:
         subprocess.run(["umount", str(mounted)], check=True)
-    assert code == 10, report
+    assert code == 11, report
     problem = next(f for f in report["findings"] if f["check"] == f"store {mounted}")  # type: ignore[union-attr]
     assert problem["level"] == "problem" and "not writable" in problem["message"], problem
     assert problem["fix"]
@@ -102,7 +102,7 @@ def test_a_cache_dir_in_neuron_cc_flags_is_a_warning(sim: Sim, tmp_path: Path) -
     store.mkdir()
     code, report = doctor(sim, "--instance", "trn2.48xlarge", "--store", str(store),
                           NEURON_CC_FLAGS="--model-type=transformer --cache_dir=/scratch/cache")
-    assert code == 9, report
+    assert code == 10, report
     assert levels(report)["env NEURON_CC_FLAGS"] == "warning"
 
 
@@ -111,7 +111,7 @@ def test_an_unversioned_cache_variable_is_a_warning(sim: Sim, tmp_path: Path) ->
     store.mkdir()
     code, report = doctor(sim, "--store", str(store), "--instance", "trn2.48xlarge",
                           TORCH_NEURONX_NEFF_CACHE_DIR=str(tmp_path / "neff"))
-    assert code == 9, report
+    assert code == 10, report
     assert levels(report)["env TORCH_NEURONX_NEFF_CACHE_DIR"] == "warning"
 
 
@@ -119,7 +119,7 @@ def test_an_lnc_mismatch_is_a_problem(sim: Sim, tmp_path: Path) -> None:
     store = tmp_path / "store"
     store.mkdir()
     code, report = doctor(sim, "--store", str(store), "--instance", "trn2.48xlarge", NEURON_LOGICAL_NC_CONFIG="1")
-    assert code == 10, report
+    assert code == 11, report
     assert levels(report)["lnc"] == "problem"
 
 
@@ -128,7 +128,7 @@ def test_an_index_that_is_down_is_a_warning(sim: Sim, tmp_path: Path) -> None:
     store.mkdir()
     code, report = doctor(sim, "--instance", "trn2.48xlarge", "--store", str(store),
                           "--index-url", f"http://127.0.0.1:{free_port()}", "--token", "whatever")
-    assert code == 9, report
+    assert code == 10, report
     assert levels(report)["index"] == "warning"
 
 
@@ -138,11 +138,11 @@ def test_tokens_that_cannot_write_are_found(sim: Sim, tmp_path: Path, index: tup
     store.mkdir()
     code, report = doctor(sim, "--instance", "trn2.48xlarge", "--store", str(store), "--index-url", url,
                           "--token", tokens.read)
-    assert code == 9, report
+    assert code == 10, report
     assert levels(report)["index token"] == "warning"
     code, report = doctor(sim, "--instance", "trn2.48xlarge", "--store", str(store), "--index-url", url,
                           "--token", "not-a-token")
-    assert code == 10, report
+    assert code == 11, report
     assert levels(report)["index token"] == "problem"
 
 
@@ -153,7 +153,7 @@ def test_no_compiler_and_a_missing_store(tmp_path: Path, moto_server: S3TestServ
                            "--store", str(tmp_path / "absent"), "--json"],
                           env=env, capture_output=True, text=True, timeout=120, check=False)
     report = json.loads(proc.stdout)
-    assert proc.returncode == 10
+    assert proc.returncode == 11
     found = levels(report)
     assert found["compiler"] == "warning"
     assert found["instance"] == "problem"

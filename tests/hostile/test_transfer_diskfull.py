@@ -28,7 +28,7 @@ from tests.stores.conftest import BUCKET, aws_env, moto_server, s3_endpoint  # n
 
 LIMIT = 1 << 20  # the destination "fills up" at 1 MiB per file
 NEFF = 3 << 20
-NO_SPACE_EXIT = 8
+NO_SPACE_EXIT = 12
 
 
 def limited() -> None:
