@@ -18,7 +18,7 @@ from neffcache.stores import open_store
 from neffcache.toolchain import resolve_toolchain
 from neffcache.verify import CheckStatus, VerifyReport, verify
 
-from .errors import SOME_ENTRIES_FAILED, index_warning
+from .errors import SOME_ENTRIES_FAILED, announce_index
 from .options import chosen_layouts, index_options, layout_option, open_settings_index, toolchain_options
 from .output import human_bytes, json_option, progress, render, table
 
@@ -125,9 +125,7 @@ def verify_cmd(store_url: str, fix: bool, index_url: str | None, token: str | No
     if index.enabled:
         data["index"] = index.counts().to_json()
     render(as_json, data, lambda: _verify_text(report))
-    warning = index_warning(index.counts())
-    if warning:
-        click.echo(warning, err=True)
+    announce_index(index)
     if any(c.quarantined_to is None for c in report.corrupt):
         sys.exit(5)
     if report.failed:

@@ -72,8 +72,19 @@ def index_options(f: F) -> F:
 
 
 def open_settings_index(settings: Settings) -> Index:
-    """The index the settings name (a NullIndex when none), spooling where they say."""
+    """The index the settings name (a NullIndex when none), spooling where they say. Close it,
+    then call :func:`neffcache.cli.errors.announce_index` after the command's output."""
     from neffcache.index import open_index
 
-    return open_index(settings.index_url, settings.token,
-                      spool_root=Path(settings.spool_dir) if settings.spool_dir else None)
+    return watch_index(open_index(settings.index_url, settings.token,
+                                  spool_root=Path(settings.spool_dir) if settings.spool_dir else None))
+
+
+def watch_index(index: Index) -> Index:
+    """Have ``index`` say at once, in one line, when the index refuses its token while the
+    command runs (the reports are kept; the end-of-command notice counts them)."""
+    from neffcache.index import IndexClient
+
+    if isinstance(index, IndexClient):
+        index.on_problem = lambda message: click.echo(f"neffcache: {message}", err=True)
+    return index

@@ -17,7 +17,7 @@ from neffcache.reconcile import ReconcilePlan, plan_reconcile
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
 
-from .errors import SOME_ENTRIES_FAILED, index_warning
+from .errors import SOME_ENTRIES_FAILED, announce_index
 from .options import open_settings_index, store_option
 from .output import human_bytes, json_option, progress, render, table
 
@@ -217,9 +217,7 @@ def prune_cmd(stores: tuple[str, ...], keep_compilers: tuple[str, ...], keep_las
             index.close()
         for store in opened:
             store.close()
-    warning = index_warning(index.counts()) if index is not None else None
-    if warning:
-        click.echo(warning, err=True)
+    announce_index(index)
     if result.failed:
         sys.exit(SOME_ENTRIES_FAILED)
 
@@ -276,6 +274,7 @@ def reconcile_cmd(stores: tuple[str, ...], fix: str, yes: bool, as_json: bool) -
         index.close()
         for store in opened:
             store.close()
+    announce_index(index)
 
 
 COMMANDS: list[click.Command] = [prune_cmd, reconcile_cmd]

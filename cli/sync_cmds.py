@@ -17,7 +17,7 @@ from neffcache.stores import open_store
 from neffcache.stores.base import Store
 from neffcache.sync import COPYABLE_STATES, SyncReport, sync
 
-from .errors import SOME_ENTRIES_FAILED, index_warning
+from .errors import SOME_ENTRIES_FAILED, announce_index
 from .options import _parse_tags, index_options, open_settings_index
 from .output import human_bytes, json_option, progress, render
 
@@ -62,7 +62,8 @@ def _open(url: str, endpoint_url: str | None, parallel: int, **kwargs: Any) -> S
 
 def _text(verb: str, report: SyncReport) -> str:
     rate = report.bytes / report.seconds if report.seconds > 0 else 0.0
-    out = [f"{verb} {report.src} -> {report.dst}: {len(report.copied)} copied ({human_bytes(report.bytes)}), "
+    out = [f"created {report.dst} (it did not exist)"] if report.created_destination else []
+    out += [f"{verb} {report.src} -> {report.dst}: {len(report.copied)} copied ({human_bytes(report.bytes)}), "
            f"{len(report.skipped)} skipped, {len(report.failed)} failed, {report.filtered} filtered out "
            f"in {report.seconds:.1f}s ({human_bytes(rate)}/s)"]
     for reason, count in sorted(report.skipped_reasons().items()):
@@ -114,15 +115,12 @@ def _run(verb: str, src_url: str, dst_url: str, namespaces: tuple[str, ...], com
     def text() -> str:
         out = _text(verb, report)
         if index.enabled:
+            # Registered = delivered or waiting in the spool; the notice on stderr says which.
             out += f"\nindex {settings.index_url}: {registered} entries registered"
-            if pending:
-                out += f" ({pending} batches spooled: the index is unreachable; `neffcache flush` delivers them)"
         return out
 
     render(as_json, data, text)
-    warning = index_warning(counts)
-    if warning:
-        click.echo(warning, err=True)
+    announce_index(index)
     if report.failed:
         sys.exit(SOME_ENTRIES_FAILED)
 

@@ -25,7 +25,16 @@ from neffcache.warmers.rewarm import Rewarmer, RewarmRequest
 from neffcache.warmers.warm import Warmer, WarmRequest
 from neffcache.warmers.wrap import RunRequest, run_job
 
-from .options import chosen_layouts, index_options, layout_option, store_option, tag_option, toolchain_options
+from .errors import announce_index
+from .options import (
+    chosen_layouts,
+    index_options,
+    layout_option,
+    store_option,
+    tag_option,
+    toolchain_options,
+    watch_index,
+)
 from .output import human_bytes, json_option, render, table
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -71,8 +80,10 @@ def _placement(settings: Settings, tags: dict[str, str], job: str) -> Placement:
     fields: dict[str, str] = {"job": job, **{k: tags[k] for k in ("model", "team") if k in tags}}
     if settings.instance:
         fields["instance_type"] = settings.instance
-    return open_placement(settings.stores, index_url=settings.index_url, token=settings.token, event_fields=fields,
-                          spool_root=Path(settings.spool_dir) if settings.spool_dir else None)
+    placement = open_placement(settings.stores, index_url=settings.index_url, token=settings.token,
+                               event_fields=fields, spool_root=Path(settings.spool_dir) if settings.spool_dir else None)
+    watch_index(placement.index)
+    return placement
 
 
 def _toolchain(settings: Settings, lnc: int | None) -> tuple[Toolchain, Path]:
@@ -115,8 +126,9 @@ def report_text(report: WarmReport) -> str:
     return "\n".join(out)
 
 
-def _finish(report: WarmReport, as_json: bool, allow_failures: bool) -> None:
+def _finish(report: WarmReport, placement: Placement, as_json: bool, allow_failures: bool) -> None:
     render(as_json, report.to_json(), lambda: report_text(report))
+    announce_index(placement.index)
     if not report.ok and not allow_failures:
         sys.exit(1)
 
@@ -190,7 +202,7 @@ def warm_cmd(instance: str | None, lnc: int | None, compiler_version: str | None
         _interrupted("warm", exc)
     finally:
         placement.close()
-    _finish(report, as_json, allow_failures)
+    _finish(report, placement, as_json, allow_failures)
 
 
 @click.command("rewarm")
@@ -245,7 +257,7 @@ def rewarm_cmd(from_version: str, instance: str | None, lnc: int | None, compile
         _interrupted("rewarm", exc)
     finally:
         placement.close()
-    _finish(report, as_json, allow_failures)
+    _finish(report, placement, as_json, allow_failures)
 
 
 @click.command("run", context_settings=PASS_THROUGH)
@@ -310,6 +322,7 @@ def run_cmd(instance: str | None, lnc: int | None, compiler_version: str | None,
                    + f"; exit {result.exit_code}", err=True)
         for problem in result.problems:
             click.echo(f"neffcache run: PROBLEM: {problem}", err=True)
+    announce_index(placement.index)
     sys.exit(result.exit_code)
 
 
