@@ -30,6 +30,17 @@ REGISTRY: dict[str, tuple[str, str]] = {
 }
 _FSSPEC = ("neffcache.stores.fsspec_store:FsspecStore", "pip install fsspec")
 _SCHEME_RE = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://")
+_ONE_SLASH_RE = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*):/*")
+
+
+def _known_scheme(scheme: str) -> bool:
+    if scheme in REGISTRY or scheme in ("file", "fsx"):
+        return True
+    try:
+        from fsspec.registry import known_implementations
+    except ImportError:
+        return False
+    return scheme in known_implementations
 
 
 def _load(dotted: str, hint: str, scheme: str) -> Callable[..., Store]:
@@ -62,6 +73,13 @@ def open_store(url: str, *, shared: bool | None = None, read_only: bool = False,
     if match is None:
         if "://" in url or url.startswith(":"):
             raise InvalidURL(url, "expected a path or scheme://...")
+        one_slash = _ONE_SLASH_RE.match(url)
+        if one_slash is not None and _known_scheme(one_slash.group("scheme").lower()):
+            # "s3:/bucket" is a mistyped URL, not a relative directory named "s3:".
+            scheme = one_slash.group("scheme").lower()
+            rest = url.split(":", 1)[1].lstrip("/")
+            meant = f"{scheme}:///{rest}" if scheme in ("file", "fsx") else f"{scheme}://{rest}"
+            raise InvalidURL(url, f"did you mean {meant}?")
         return LocalStore(url, shared=_shared(url, shared), read_only=read_only, create=create)
     scheme = match.group("scheme").lower()
     parts = urlsplit(url)
@@ -80,7 +98,7 @@ def open_store(url: str, *, shared: bool | None = None, read_only: bool = False,
     except ImportError as exc:
         raise ConfigError(f"{scheme}:// needs fsspec: pip install fsspec") from exc
     if scheme not in fsspec.available_protocols():
-        raise InvalidURL(url, f"unknown scheme {scheme!r}")
+        raise InvalidURL(url, f"unknown scheme {scheme}:// (paths, file://, fsx://, s3:// or an fsspec scheme)")
     return _load(*_FSSPEC, scheme)(url, read_only=read_only, **options)
 
 
