@@ -19,7 +19,15 @@ from neffcache.toolchain import resolve_toolchain
 from neffcache.verify import CheckStatus, VerifyReport, verify
 
 from .errors import SOME_ENTRIES_FAILED, announce_index
-from .options import chosen_layouts, index_options, layout_option, open_settings_index, toolchain_options
+from .options import (
+    chosen_layouts,
+    endpoint_option,
+    index_options,
+    layout_option,
+    open_settings_index,
+    store_options,
+    toolchain_options,
+)
 from .output import human_bytes, json_option, progress, render, table
 
 STATES = [s.value for s in EntryState]
@@ -55,6 +63,7 @@ def _scan_text(report: ScanReport, show_entries: bool) -> str:
 @click.argument("store_url", metavar="STORE")
 @click.option("--manifests", is_flag=True, help="Also read every manifest (tags, producer; slower).")
 @click.option("--entries", "show_entries", is_flag=True, help="List every entry, not only namespaces.")
+@endpoint_option
 @json_option
 def scan_cmd(store_url: str, manifests: bool, show_entries: bool, as_json: bool) -> None:
     """Show the entries of a cache by namespace and state.
@@ -68,7 +77,7 @@ def scan_cmd(store_url: str, manifests: bool, show_entries: bool, as_json: bool)
     Example:
       neffcache scan /var/tmp/neuron-compile-cache --entries
     """
-    store = open_store(store_url, read_only=True, create=False)
+    store = open_store(store_url, read_only=True, create=False, **store_options())
     with progress("scanning", enabled=not as_json) as bar:
         report = scan(store, read_manifests=manifests, progress=lambda n: bar.update(n, detail="files"))
     data = report.to_json()
@@ -98,6 +107,7 @@ def _verify_text(report: VerifyReport) -> str:
 @click.argument("store_url", metavar="STORE")
 @click.option("--fix", is_flag=True, help="Quarantine corrupt entries (moved under .neffcache/quarantine/).")
 @index_options
+@endpoint_option
 @json_option
 def verify_cmd(store_url: str, fix: bool, index_url: str | None, token: str | None, as_json: bool) -> None:
     """Check every entry's files against the sha256 digests in its manifest.
@@ -111,9 +121,10 @@ def verify_cmd(store_url: str, fix: bool, index_url: str | None, token: str | No
     Example:
       neffcache verify fsx:///mnt/fsx/neuron-cache --fix
     """
-    index = open_settings_index(load_settings(index_url=index_url, token=token))
+    settings = load_settings(index_url=index_url, token=token)
+    index = open_settings_index(settings)
     try:
-        store = open_store(store_url, create=False, read_only=not fix)
+        store = open_store(store_url, create=False, read_only=not fix, **store_options(settings))
         try:
             with progress("verifying", enabled=not as_json) as bar:
                 report = verify(store, fix=fix, progress=bar.update, index=index)
@@ -185,6 +196,7 @@ def config_cmd(as_json: bool) -> None:
 @click.command("show")
 @click.argument("store_url", metavar="STORE")
 @click.argument("entry_path", metavar="ENTRY")
+@endpoint_option
 @json_option
 def show_cmd(store_url: str, entry_path: str, as_json: bool) -> None:
     """Show one entry: its state, files and manifest (toolchain, flags, tags, producer).
@@ -195,7 +207,7 @@ def show_cmd(store_url: str, entry_path: str, as_json: bool) -> None:
     Example:
       neffcache show /mnt/fsx/cache trn2-lnc2/neuronxcc-2.27.5334.0+f702b353/MODULE_1234+abb26765
     """
-    store = open_store(store_url, read_only=True, create=False)
+    store = open_store(store_url, read_only=True, create=False, **store_options())
     entry = load_entry(store, safe_relpath(entry_path))
     if entry is None:
         raise EntryNotFound(f"no entry {entry_path} in {store.url}", store=store.url, path=entry_path)

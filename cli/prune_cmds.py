@@ -18,7 +18,7 @@ from neffcache.stores import open_store
 from neffcache.stores.base import Store
 
 from .errors import SOME_ENTRIES_FAILED, announce_index
-from .options import open_settings_index, store_option
+from .options import endpoint_option, open_settings_index, store_option, store_options
 from .output import human_bytes, json_option, progress, render, table
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
@@ -81,7 +81,8 @@ def _urls(urls: tuple[str, ...], settings: Settings) -> tuple[str, ...]:
 
 
 def _stores(urls: Sequence[str], *, read_only: bool) -> list[Store]:
-    return [open_store(url, read_only=read_only, create=False) for url in urls]
+    options = store_options()
+    return [open_store(url, read_only=read_only, create=False, **options) for url in urls]
 
 
 def _index(settings: Settings, enabled: bool) -> Index | None:
@@ -170,6 +171,7 @@ def _result_text(result: PruneResult) -> str:
 @click.option("--workers", type=click.IntRange(1, 64), default=4, show_default=True,
               help="Chunks of entries removed in parallel.")
 @click.option("--yes", is_flag=True, help="Carry out the plan. Without it, prune only prints the plan.")
+@endpoint_option
 @json_option
 def prune_cmd(stores: tuple[str, ...], keep_compilers: tuple[str, ...], keep_last: int | None,
               older_than: float | None, max_sizes: tuple[str, ...], failed: bool, stale_locks: bool, garbage: bool,
@@ -247,6 +249,7 @@ def _reconcile_text(plan: ReconcilePlan, executed: bool) -> str:
               help="Which direction to fix: forget index records no store backs, register entries the index "
                    "lacks, or both.")
 @click.option("--yes", is_flag=True, help="Apply the fixes to the index. Without it, only report.")
+@endpoint_option
 @json_option
 def reconcile_cmd(stores: tuple[str, ...], fix: str, yes: bool, as_json: bool) -> None:
     """Compare the index server's records with what the stores hold.

@@ -28,6 +28,8 @@ from neffcache.warmers.wrap import RunRequest, run_job
 from .errors import announce_index
 from .options import (
     chosen_layouts,
+    endpoint_option,
+    endpoint_url,
     index_options,
     layout_option,
     store_option,
@@ -81,7 +83,8 @@ def _placement(settings: Settings, tags: dict[str, str], job: str) -> Placement:
     if settings.instance:
         fields["instance_type"] = settings.instance
     placement = open_placement(settings.stores, index_url=settings.index_url, token=settings.token,
-                               event_fields=fields, spool_root=Path(settings.spool_dir) if settings.spool_dir else None)
+                               event_fields=fields, spool_root=Path(settings.spool_dir) if settings.spool_dir else None,
+                               endpoint_url=endpoint_url(settings))
     watch_index(placement.index)
     return placement
 
@@ -142,6 +145,7 @@ def _interrupted(command: str, exc: Interrupted) -> None:
 @click.command("warm", context_settings=PASS_THROUGH)
 @toolchain_options
 @store_option()
+@endpoint_option
 @index_options
 @click.option("--bucket", "bucket_flags", multiple=True, metavar="KEY=V1,V2",
               help="A matrix axis: KEY becomes an env variable and replaces {KEY} in CMD; repeat for a product.")
@@ -210,6 +214,7 @@ def warm_cmd(instance: str | None, lnc: int | None, compiler_version: str | None
               help="The compiler version whose entries to recompile, e.g. 2.21.33363.0+82129205.")
 @toolchain_options
 @store_option()
+@endpoint_option
 @index_options
 @layout_option("Which runtimes' entries to recompile.")
 @_compile_options
@@ -263,6 +268,7 @@ def rewarm_cmd(from_version: str, instance: str | None, lnc: int | None, compile
 @click.command("run", context_settings=PASS_THROUGH)
 @toolchain_options
 @store_option()
+@endpoint_option
 @index_options
 @click.option("--prefetch", is_flag=True, help="Pull the toolchain's namespace from the remote tiers first.")
 @click.option("--prefetch-tag", "prefetch_tags", multiple=True, metavar="KEY=VALUE",

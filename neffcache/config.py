@@ -41,6 +41,7 @@ class Settings:
     layout: str = DEFAULT_LAYOUT
     parallel: int = 0  # 0: one per core
     spool_dir: str | None = None
+    endpoint_url: str | None = None  # S3-compatible endpoint for s3:// stores (before AWS_ENDPOINT_URL)
     tags: Mapping[str, str] = field(default_factory=dict)
     sources: tuple[str, ...] = ()  # where the values came from, for `neffcache config`
 
