@@ -182,8 +182,9 @@ def verify_cmd(store_url: str, fix: bool, index_url: str | None, token: str | No
 @click.option("--store", "store_url", metavar="URL", help="The shared cache (default: NEFFCACHE_STORES' first).")
 @layout_option("Which runtime's variables to print.")
 @click.option("--shell", type=click.Choice(["bash", "fish", "json"]), default="bash", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="The same as --shell json: toolchain, env and notes as JSON.")
 def env_cmd(instance: str | None, lnc: int | None, compiler_version: str | None, compiler: str | None,
-            store_url: str | None, layout: str, shell: str) -> None:
+            store_url: str | None, layout: str, shell: str, as_json: bool) -> None:
     """Print the exports a training job needs to use the shared cache.
 
     The cache directories are versioned by toolchain (compiler version, target, LNC), so
@@ -200,7 +201,7 @@ def env_cmd(instance: str | None, lnc: int | None, compiler_version: str | None,
     toolchain = resolve_toolchain(settings.instance, compiler=settings.compiler,
                                   compiler_version_override=settings.compiler_version, lnc=lnc)
     env, notes = job_env(settings.local_store, toolchain, chosen_layouts(layout))
-    if shell == "json":
+    if shell == "json" or as_json:
         render(True, {"toolchain": toolchain.to_json(), "env": env, "notes": notes}, str)
         return
     click.echo(f"# neffcache: {toolchain.label} ({settings.instance})")

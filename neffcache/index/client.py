@@ -6,6 +6,16 @@ Two kinds of call, on purpose:
   down costs one short connection attempt per cool-down period, then nothing until it is back;
 - *questions* (``lookup``, ``find_entries``, ``stats``, leases) need an answer, retry briefly and
   raise :class:`~neffcache.errors.IndexServerError` when the index cannot give one.
+
+A refused token (401, or 403: a token without write scope) is decided thus: the reports are
+*spooled and the refusal is said*, the command does not fail. The cache work the command did is
+done and correct; failing it would invite a rerun that redoes the work and meets the same token.
+Nothing is lost: once the token is fixed, ``neffcache flush`` delivers the spool. But it is a
+configuration error, not an outage, so it is neither retried (the token this process sends
+cannot change: the client stops delivering for the rest of the process) nor silent:
+:attr:`IndexClient.on_problem` is called once, from the sender thread, while the command still
+runs, and :meth:`IndexClient.counts` carries the reason (``problem``, ``token_refused``) that
+the CLI prints in its last line. ``neffcache flush`` with a refused token fails (exit 7).
 """
 
 from __future__ import annotations

@@ -43,3 +43,10 @@ def test_manifests_compares_sizes_and_shows_tags_and_producer(tmp_path: Path) ->
     assert code == 0 and json.loads(out)["states"]["CORRUPT"] == 0
     help_text = CliRunner().invoke(cli, ["scan", "--help"]).output
     assert "It opens no" in help_text and "compare each file's size" in help_text
+
+
+def test_env_json_is_shell_json() -> None:
+    args = ["env", "--instance", "trn2.48xlarge", "--compiler-version", "2.27.5334.0+f702b353", "--store", "/x"]
+    a = CliRunner().invoke(cli, [*args, "--json"], catch_exceptions=False)
+    b = CliRunner().invoke(cli, [*args, "--shell", "json"], catch_exceptions=False)
+    assert a.exit_code == 0 and json.loads(a.output) == json.loads(b.output)
