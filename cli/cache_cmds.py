@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
+from collections import Counter
 
 import click
 
@@ -18,14 +19,33 @@ from neffcache.stores import open_store
 from neffcache.toolchain import resolve_toolchain
 from neffcache.verify import CheckStatus, VerifyReport, verify
 
-from .errors import SOME_ENTRIES_FAILED, index_warning
-from .options import chosen_layouts, index_options, layout_option, open_settings_index, toolchain_options
+from .errors import SOME_ENTRIES_FAILED, announce_index
+from .options import (
+    chosen_layouts,
+    endpoint_option,
+    index_options,
+    layout_option,
+    open_settings_index,
+    store_options,
+    toolchain_options,
+)
 from .output import human_bytes, json_option, progress, render, table
 
 STATES = [s.value for s in EntryState]
 
 
-def _scan_text(report: ScanReport, show_entries: bool) -> str:
+def _manifest_summary(report: ScanReport) -> dict[str, dict[str, int]]:
+    """What --manifests promises: entries by tag and by producer (from the manifests read)."""
+    tags: Counter[str] = Counter()
+    producers: Counter[str] = Counter()
+    for e in report.entries:
+        if e.manifest is not None:
+            tags.update(f"{k}={v}" for k, v in e.manifest.tags.items())
+            producers[e.manifest.producer or "(none)"] += 1
+    return {"tags": dict(tags.most_common()), "producers": dict(producers.most_common())}
+
+
+def _scan_text(report: ScanReport, show_entries: bool, manifests: bool = False) -> str:
     rows = []
     for s in report.namespaces():
         ns = s.namespace
@@ -36,10 +56,20 @@ def _scan_text(report: ScanReport, show_entries: bool) -> str:
            f"(scanned in {report.seconds:.2f}s)"]
     if rows:
         out.append(table(rows, ["namespace", "layout", "compiler", "target", "entries", *STATES, "size"]))
+    if manifests:
+        summary = _manifest_summary(report)
+        for title, counts in (("tags", summary["tags"]), ("producers", summary["producers"])):
+            shown = ", ".join(f"{k} ({n})" for k, n in list(counts.items())[:20])
+            out.append(f"{title}: {shown or '(no manifests)'}" + (" ..." if len(counts) > 20 else ""))
     if show_entries:
         out.append("")
-        out.append(table([[e.path, e.state.value, human_bytes(e.size), "yes" if e.has_manifest else "no"]
-                          for e in report.entries], ["entry", "state", "size", "manifest"]))
+        if manifests:
+            out.append(table([[e.path, e.state.value, human_bytes(e.size), e.manifest.producer if e.manifest else "-",
+                               ",".join(f"{k}={v}" for k, v in sorted(e.manifest.tags.items())) if e.manifest else "-"]
+                              for e in report.entries], ["entry", "state", "size", "producer", "tags"]))
+        else:
+            out.append(table([[e.path, e.state.value, human_bytes(e.size), "yes" if e.has_manifest else "no"]
+                              for e in report.entries], ["entry", "state", "size", "manifest"]))
     if report.garbage_count:
         out.append(f"garbage: {len(report.garbage)} temp files and {len(report.uncommitted)} "
                    f"uncommitted entries, {human_bytes(report.garbage_size)} (neffcache prune --garbage)")
@@ -53,29 +83,42 @@ def _scan_text(report: ScanReport, show_entries: bool) -> str:
 
 @click.command("scan")
 @click.argument("store_url", metavar="STORE")
-@click.option("--manifests", is_flag=True, help="Also read every manifest (tags, producer; slower).")
+@click.option("--manifests", is_flag=True,
+              help="Also read every manifest: compare each file's size with it (a mismatch is CORRUPT) and show "
+                   "entries by tag and producer (with --entries, each entry's). About 7x the time of a plain scan "
+                   "on a local disk, a GET per entry on S3.")
 @click.option("--entries", "show_entries", is_flag=True, help="List every entry, not only namespaces.")
+@endpoint_option
 @json_option
 def scan_cmd(store_url: str, manifests: bool, show_entries: bool, as_json: bool) -> None:
     """Show the entries of a cache by namespace and state.
 
     STORE is a path or URL (/var/tmp/neuron-compile-cache, fsx:///mnt/fsx/cache, s3://bucket/prefix).
-    Corrupt entries are listed as warnings (and the exit code is then 1); temp files of
-    interrupted writes as garbage; files of other tools (or unknown) as foreign: reported with
-    their size, never removed.
+    A plain scan lists the store once (about the cost of `find`) and judges each entry by what
+    the listing shows: its commit marker, its files and their names, an empty NEFF. It opens no
+    file: --manifests also compares every file's size with the entry's manifest, and
+    `neffcache verify` checks the sha256 digests. Corrupt entries are listed as warnings (and
+    the exit code is then 1); temp files of interrupted writes as garbage; files of other tools
+    (or unknown) as foreign: reported with their size, never removed.
 
     \b
-    Example:
+    Examples:
       neffcache scan /var/tmp/neuron-compile-cache --entries
+      neffcache scan s3://my-bucket/neuron-cache --manifests --endpoint-url http://minio:9000
     """
-    store = open_store(store_url, read_only=True, create=False)
+    store = open_store(store_url, read_only=True, create=False, **store_options())
     with progress("scanning", enabled=not as_json) as bar:
         report = scan(store, read_manifests=manifests, progress=lambda n: bar.update(n, detail="files"))
     data = report.to_json()
+    if manifests:
+        data.update(_manifest_summary(report))
     if show_entries:
         data["entry_list"] = [{"path": e.path, "state": e.state.value, "size": e.size, "layout": e.layout,
-                               "problems": list(e.problems), "manifest": e.has_manifest} for e in report.entries]
-    render(as_json, data, lambda: _scan_text(report, show_entries))
+                               "problems": list(e.problems), "manifest": e.has_manifest,
+                               **({"producer": e.manifest.producer, "tags": dict(e.manifest.tags),
+                                   "created": e.manifest.created} if e.manifest is not None else {})}
+                              for e in report.entries]
+    render(as_json, data, lambda: _scan_text(report, show_entries, manifests))
     if report.warnings:  # a CORRUPT entry (a bad manifest, a bad name...): reported above, the rest listed
         sys.exit(SOME_ENTRIES_FAILED)
 
@@ -98,6 +141,7 @@ def _verify_text(report: VerifyReport) -> str:
 @click.argument("store_url", metavar="STORE")
 @click.option("--fix", is_flag=True, help="Quarantine corrupt entries (moved under .neffcache/quarantine/).")
 @index_options
+@endpoint_option
 @json_option
 def verify_cmd(store_url: str, fix: bool, index_url: str | None, token: str | None, as_json: bool) -> None:
     """Check every entry's files against the sha256 digests in its manifest.
@@ -111,9 +155,10 @@ def verify_cmd(store_url: str, fix: bool, index_url: str | None, token: str | No
     Example:
       neffcache verify fsx:///mnt/fsx/neuron-cache --fix
     """
-    index = open_settings_index(load_settings(index_url=index_url, token=token))
+    settings = load_settings(index_url=index_url, token=token)
+    index = open_settings_index(settings)
     try:
-        store = open_store(store_url, create=False, read_only=not fix)
+        store = open_store(store_url, create=False, read_only=not fix, **store_options(settings))
         try:
             with progress("verifying", enabled=not as_json) as bar:
                 report = verify(store, fix=fix, progress=bar.update, index=index)
@@ -125,9 +170,7 @@ def verify_cmd(store_url: str, fix: bool, index_url: str | None, token: str | No
     if index.enabled:
         data["index"] = index.counts().to_json()
     render(as_json, data, lambda: _verify_text(report))
-    warning = index_warning(index.counts())
-    if warning:
-        click.echo(warning, err=True)
+    announce_index(index)
     if any(c.quarantined_to is None for c in report.corrupt):
         sys.exit(5)
     if report.failed:
@@ -139,8 +182,9 @@ def verify_cmd(store_url: str, fix: bool, index_url: str | None, token: str | No
 @click.option("--store", "store_url", metavar="URL", help="The shared cache (default: NEFFCACHE_STORES' first).")
 @layout_option("Which runtime's variables to print.")
 @click.option("--shell", type=click.Choice(["bash", "fish", "json"]), default="bash", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="The same as --shell json: toolchain, env and notes as JSON.")
 def env_cmd(instance: str | None, lnc: int | None, compiler_version: str | None, compiler: str | None,
-            store_url: str | None, layout: str, shell: str) -> None:
+            store_url: str | None, layout: str, shell: str, as_json: bool) -> None:
     """Print the exports a training job needs to use the shared cache.
 
     The cache directories are versioned by toolchain (compiler version, target, LNC), so
@@ -157,7 +201,7 @@ def env_cmd(instance: str | None, lnc: int | None, compiler_version: str | None,
     toolchain = resolve_toolchain(settings.instance, compiler=settings.compiler,
                                   compiler_version_override=settings.compiler_version, lnc=lnc)
     env, notes = job_env(settings.local_store, toolchain, chosen_layouts(layout))
-    if shell == "json":
+    if shell == "json" or as_json:
         render(True, {"toolchain": toolchain.to_json(), "env": env, "notes": notes}, str)
         return
     click.echo(f"# neffcache: {toolchain.label} ({settings.instance})")
@@ -187,6 +231,7 @@ def config_cmd(as_json: bool) -> None:
 @click.command("show")
 @click.argument("store_url", metavar="STORE")
 @click.argument("entry_path", metavar="ENTRY")
+@endpoint_option
 @json_option
 def show_cmd(store_url: str, entry_path: str, as_json: bool) -> None:
     """Show one entry: its state, files and manifest (toolchain, flags, tags, producer).
@@ -197,7 +242,7 @@ def show_cmd(store_url: str, entry_path: str, as_json: bool) -> None:
     Example:
       neffcache show /mnt/fsx/cache trn2-lnc2/neuronxcc-2.27.5334.0+f702b353/MODULE_1234+abb26765
     """
-    store = open_store(store_url, read_only=True, create=False)
+    store = open_store(store_url, read_only=True, create=False, **store_options())
     entry = load_entry(store, safe_relpath(entry_path))
     if entry is None:
         raise EntryNotFound(f"no entry {entry_path} in {store.url}", store=store.url, path=entry_path)

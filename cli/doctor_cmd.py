@@ -10,7 +10,7 @@ from neffcache.config import load_settings
 from neffcache.doctor import DoctorRequest, Finding, Level, diagnose
 
 from .errors import DOCTOR_PROBLEMS, DOCTOR_WARNINGS
-from .options import index_options, store_option
+from .options import endpoint_option, index_options, store_option, store_options
 from .output import json_option, render
 
 _MARK = {Level.OK: "ok", Level.WARNING: "warning", Level.PROBLEM: "PROBLEM"}
@@ -26,12 +26,11 @@ def _line(finding: Finding) -> str:
 @click.option("--lnc", type=click.IntRange(1, 2), help="Logical NeuronCore config (default: the instance's).")
 @click.option("--compiler", metavar="PATH", help="The neuronx-cc to check (default: the one on PATH).")
 @store_option("A store to check (path, fsx://, s3://...); repeatable. Default: NEFFCACHE_STORES.")
-@click.option("--endpoint-url", metavar="URL",
-              help="S3-compatible endpoint for s3:// stores (default: AWS_ENDPOINT_URL, else AWS).")
+@endpoint_option
 @index_options
 @json_option
 def doctor_cmd(instance: str | None, lnc: int | None, compiler: str | None, stores: tuple[str, ...],
-               endpoint_url: str | None, index_url: str | None, token: str | None, as_json: bool) -> None:
+               index_url: str | None, token: str | None, as_json: bool) -> None:
     """Check this host as a job would use it, and say how to fix what is wrong.
 
     Checks: neuronx-cc and its version; the instance type; each store reachable and writable
@@ -50,7 +49,7 @@ def doctor_cmd(instance: str | None, lnc: int | None, compiler: str | None, stor
     """
     settings = load_settings(instance=instance, compiler=compiler, stores=stores or None,
                              index_url=index_url, token=token)
-    options = {"endpoint_url": endpoint_url} if endpoint_url else {}
+    options = store_options(settings)
     req = DoctorRequest(instance=settings.instance, lnc=lnc, compiler=settings.compiler, stores=settings.stores,
                         index_url=settings.index_url, token=settings.token, store_options=options)
     streamed = not as_json and sys.stdout.isatty()

@@ -8,11 +8,15 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+from typing import TYPE_CHECKING
 
 import click
 
 from neffcache import errors as e
 from neffcache.index.client import ReportCounts
+
+if TYPE_CHECKING:
+    from neffcache.index import Index
 
 # Every exit code the CLI uses, in one place:
 #   0 ok                          7 the index server failed
@@ -73,6 +77,42 @@ def index_warning(counts: ReportCounts) -> str | None:
     if counts.spool_error:
         line += f" ({counts.spool_error})"
     return line + "; `neffcache reconcile --yes` restores the index from the stores"
+
+
+def spool_notice(counts: ReportCounts, url: str | None, flush_url: bool = False) -> str | None:
+    """The one line a command prints at its end when reports wait in the spool: how many, why
+    (index unreachable, token refused, server error) and the command that delivers them."""
+    if not counts.waiting:
+        return None
+    n = counts.waiting
+    why = counts.problem or "not delivered yet"
+    command = f"neffcache flush --index-url {url}" if flush_url and url else "neffcache flush"
+    return f"neffcache: {n} index report{'' if n == 1 else 's'} spooled ({why}); deliver them with `{command}`"
+
+
+def announce_index(index: Index | None) -> None:
+    """Print what a command's index reports came to, on stderr, after its output: the lost
+    warning and the spool notice, one line each (nothing when all were delivered). Every
+    command that reports to the index calls this after closing it, so none fails silently."""
+    if index is None or not index.enabled:
+        return
+    counts = index.counts()
+    url = index.url
+    flush_url = url is not None and url != _configured_index_url()
+    for line in (index_warning(counts), spool_notice(counts, url, flush_url)):
+        if line:
+            click.echo(line, err=True)
+
+
+def _configured_index_url() -> str | None:
+    """The index a plain ``neffcache flush`` would deliver to (no flags)."""
+    from neffcache.config import load_settings
+
+    try:
+        url = load_settings().index_url
+    except e.ConfigError:
+        return None
+    return url.rstrip("/") if url else None
 
 
 def debug_enabled() -> bool:

@@ -54,6 +54,45 @@ def store_option(
     return decorate
 
 
+_ENDPOINT_KEY = "neffcache.endpoint_url"
+
+
+def _remember_endpoint(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value:
+        ctx.meta[_ENDPOINT_KEY] = value
+
+
+def endpoint_option(f: F) -> F:
+    """``--endpoint-url URL`` on every command that opens a store: an S3-compatible endpoint for
+    s3:// stores (MinIO, Ceph RGW, LocalStack...). It is not a parameter of the command: it is
+    kept on the click context and read by :func:`store_options`, the one place that turns the
+    flag and the settings into store options."""
+    return click.option("--endpoint-url", metavar="URL", expose_value=False, callback=_remember_endpoint,
+                        help="S3-compatible endpoint for s3:// stores (NEFFCACHE_ENDPOINT_URL, endpoint_url in "
+                             "neffcache.toml, else AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL, else AWS).")(f)
+
+
+def endpoint_url(settings: Settings | None = None) -> str | None:
+    """The endpoint for s3:// stores: --endpoint-url, else the settings' ``endpoint_url``
+    (``NEFFCACHE_ENDPOINT_URL``, neffcache.toml); None leaves it to the S3 store, which reads
+    ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL`` as boto3 does."""
+    ctx = click.get_current_context(silent=True)
+    flag = ctx.meta.get(_ENDPOINT_KEY) if ctx is not None else None
+    if flag:
+        return str(flag)
+    if settings is None:
+        from neffcache.config import load_settings
+
+        settings = load_settings()
+    return settings.endpoint_url
+
+
+def store_options(settings: Settings | None = None) -> dict[str, Any]:
+    """Keyword options for :func:`neffcache.stores.open_store` from the flag and the settings."""
+    url = endpoint_url(settings)
+    return {"endpoint_url": url} if url else {}
+
+
 def toolchain_options(f: F) -> F:
     f = click.option("--compiler", metavar="PATH", help="The neuronx-cc to run (default: the one on PATH).")(f)
     f = click.option("--compiler-version", metavar="VERSION",
@@ -72,8 +111,19 @@ def index_options(f: F) -> F:
 
 
 def open_settings_index(settings: Settings) -> Index:
-    """The index the settings name (a NullIndex when none), spooling where they say."""
+    """The index the settings name (a NullIndex when none), spooling where they say. Close it,
+    then call :func:`neffcache.cli.errors.announce_index` after the command's output."""
     from neffcache.index import open_index
 
-    return open_index(settings.index_url, settings.token,
-                      spool_root=Path(settings.spool_dir) if settings.spool_dir else None)
+    return watch_index(open_index(settings.index_url, settings.token,
+                                  spool_root=Path(settings.spool_dir) if settings.spool_dir else None))
+
+
+def watch_index(index: Index) -> Index:
+    """Have ``index`` say at once, in one line, when the index refuses its token while the
+    command runs (the reports are kept; the end-of-command notice counts them)."""
+    from neffcache.index import IndexClient
+
+    if isinstance(index, IndexClient):
+        index.on_problem = lambda message: click.echo(f"neffcache: {message}", err=True)
+    return index

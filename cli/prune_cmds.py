@@ -29,8 +29,8 @@ from neffcache.stores import open_store
 from neffcache.stores.base import Store
 from neffcache.warm_logs import WarmLogRun, expired_runs, remove_runs, warm_log_home
 
-from .errors import SOME_ENTRIES_FAILED, index_warning
-from .options import open_settings_index, store_option
+from .errors import SOME_ENTRIES_FAILED, announce_index
+from .options import endpoint_option, open_settings_index, store_option, store_options
 from .output import human_bytes, json_option, progress, render, table
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
@@ -93,7 +93,8 @@ def _urls(urls: tuple[str, ...], settings: Settings) -> tuple[str, ...]:
 
 
 def _stores(urls: Sequence[str], *, read_only: bool) -> list[Store]:
-    return [open_store(url, read_only=read_only, create=False) for url in urls]
+    options = store_options()
+    return [open_store(url, read_only=read_only, create=False, **options) for url in urls]
 
 
 def _index(settings: Settings, enabled: bool) -> Index | None:
@@ -202,6 +203,7 @@ def _result_text(result: PruneResult) -> str:
 @click.option("--history", is_flag=True,
               help="List the journal of past prunes and quarantines of the stores (who, when, why), newest first.")
 @click.option("--since", metavar="AGE", callback=_duration, help="With --history: only actions of the last AGE (7d).")
+@endpoint_option
 @json_option
 def prune_cmd(stores: tuple[str, ...], keep_compilers: tuple[str, ...], keep_last: int | None,
               older_than: float | None, max_sizes: tuple[str, ...], failed: bool, stale_locks: bool, garbage: bool,
@@ -284,9 +286,7 @@ def prune_cmd(stores: tuple[str, ...], keep_compilers: tuple[str, ...], keep_las
             index.close()
         for store in opened:
             store.close()
-    warning = index_warning(index.counts()) if index is not None else None
-    if warning:
-        click.echo(warning, err=True)
+    announce_index(index)
     if result.failed:
         sys.exit(SOME_ENTRIES_FAILED)
 
@@ -351,6 +351,7 @@ def _reconcile_text(plan: ReconcilePlan, executed: bool) -> str:
               help="Which direction to fix: forget index records no store backs, register entries the index "
                    "lacks, or both.")
 @click.option("--yes", is_flag=True, help="Apply the fixes to the index. Without it, only report.")
+@endpoint_option
 @json_option
 def reconcile_cmd(stores: tuple[str, ...], fix: str, yes: bool, as_json: bool) -> None:
     """Compare the index server's records with what the stores hold.
@@ -378,6 +379,7 @@ def reconcile_cmd(stores: tuple[str, ...], fix: str, yes: bool, as_json: bool) -
         index.close()
         for store in opened:
             store.close()
+    announce_index(index)
 
 
 COMMANDS: list[click.Command] = [prune_cmd, reconcile_cmd]

@@ -21,7 +21,7 @@ import click
 
 from neffcache.config import load_settings
 from neffcache.errors import ConfigError, IndexServerError
-from neffcache.index import FlushReport, IndexClient
+from neffcache.index import FlushReport, IndexClient, WaitingSpool, spool_dir_for, waiting_spools
 
 from .errors import DB_SCHEMA_BEHIND
 from .options import index_options, open_settings_index
@@ -423,14 +423,32 @@ def db_upgrade_cmd(database_url: str | None, data_dir: Path | None, as_json: boo
                                     else "nothing to do: ") + _schema_text(state))
 
 
-def _flush_text(url: str, before: int, report: FlushReport) -> str:
+def _flush_text(url: str, before: int, report: FlushReport, problem: str | None) -> str:
     out = [f"index {url}: {before} spooled batches; delivered {report.delivered_entries} entries and "
            f"{report.delivered_events} events ({report.duplicate_events} already there)"]
     if report.rejected:
         out.append(f"{report.rejected} batches refused by the index, kept aside in the spool's rejected/ directory")
     if report.pending_batches:
-        out.append(f"{report.pending_batches} batches still waiting: {report.error or 'index unreachable'}")
+        out.append(f"{report.pending_batches} batches still waiting: {problem or report.error or 'index unreachable'}")
     return "\n".join(out)
+
+
+def _others_text(others: list[WaitingSpool]) -> str:
+    """Spools this flush does not deliver: reports of commands run with another --index-url."""
+    out = []
+    for spool in others:
+        what = (f"{spool.reports} report{'' if spool.reports == 1 else 's'} in {spool.batches} "
+                f"batch{'' if spool.batches == 1 else 'es'}")
+        if spool.url:
+            out.append(f"also waiting: {what} for {spool.url} (deliver: neffcache flush --index-url {spool.url})")
+        else:
+            out.append(f"also waiting: {what} in {spool.directory} for an index this neffcache cannot name "
+                       "(spooled by an older release): neffcache flush --index-url URL delivers them")
+    return "\n".join(out)
+
+
+def _others_json(others: list[WaitingSpool]) -> list[dict[str, object]]:
+    return [{"url": o.url, "spool": str(o.directory), "batches": o.batches, "reports": o.reports} for o in others]
 
 
 @click.command("flush")
@@ -441,26 +459,44 @@ def flush_cmd(index_url: str | None, token: str | None, as_json: bool) -> None:
 
     Every command that talks to the index delivers its spool in the background, so this is
     rarely needed: use it to see what is waiting, or to empty the spool before a host goes
-    away. Resending is safe (the index counts each event once). Exits 7 when batches are
-    still waiting because the index cannot be reached.
+    away. Resending is safe (the index counts each event once). Spools waiting for another
+    index URL (a command run with another --index-url) are listed with the command that
+    delivers them. Exits 7 when batches are still waiting because the index cannot be reached
+    or refuses the token.
 
     \b
     Example:
       neffcache flush --index-url http://neffcache-index:8080 --json
     """
     settings = load_settings(index_url=index_url, token=token)
+    root = Path(settings.spool_dir) if settings.spool_dir else None
+    mine = spool_dir_for(settings.index_url, root) if settings.index_url else None
+    others = [s for s in waiting_spools(root) if s.directory != mine]
     if not settings.index_url:
-        raise ConfigError("no index server configured: pass --index-url or set NEFFCACHE_INDEX_URL")
+        if others:
+            render(as_json, {"index": None, "others": _others_json(others)}, lambda: _others_text(others))
+        raise ConfigError("no index server configured: pass --index-url or set NEFFCACHE_INDEX_URL"
+                          + (" (spools waiting are listed above)" if others and not as_json else ""))
     index = open_settings_index(settings)
     assert isinstance(index, IndexClient)
+    index.on_problem = None  # this command's own lines say it
+    problem: str | None = None
     try:
         before = len(index.spool.pending())
-        report = index.deliver()
+        try:
+            report = index.deliver()
+        finally:
+            problem = index.counts().problem
     finally:
         index.close()
     data = {"index": settings.index_url, "spool": str(index.spool.directory), "pending_before": before,
-            **dataclasses.asdict(report)}
-    render(as_json, data, lambda: _flush_text(settings.index_url or "", before, report))
+            **dataclasses.asdict(report), "problem": problem, "others": _others_json(others)}
+
+    def text() -> str:
+        out = _flush_text(settings.index_url or "", before, report, problem)
+        return out + ("\n" + _others_text(others) if others else "")
+
+    render(as_json, data, text)
     if report.pending_batches and report.error:
         sys.exit(7)
 

@@ -17,8 +17,8 @@ from neffcache.stores import open_store
 from neffcache.stores.base import Store
 from neffcache.sync import COPYABLE_STATES, SyncReport, sync
 
-from .errors import SOME_ENTRIES_FAILED, index_warning
-from .options import _parse_tags, index_options, open_settings_index
+from .errors import SOME_ENTRIES_FAILED, announce_index
+from .options import _parse_tags, endpoint_option, index_options, open_settings_index, store_options
 from .output import human_bytes, json_option, progress, render
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -41,8 +41,7 @@ def sync_options(f: F) -> F:
                      help="Only entries whose manifest has this tag; repeatable (all must match)."),
         click.option("--parallel", type=click.IntRange(1, 256), default=16, show_default=True,
                      help="Entries in flight at once (S3 also splits big NEFFs into parallel parts)."),
-        click.option("--endpoint-url", metavar="URL",
-                     help="S3-compatible endpoint for s3:// stores (default: AWS_ENDPOINT_URL, else AWS)."),
+        endpoint_option,
         index_options,
         json_option,
     ]
@@ -51,18 +50,15 @@ def sync_options(f: F) -> F:
     return f
 
 
-def _open(url: str, endpoint_url: str | None, parallel: int, **kwargs: Any) -> Store:
-    options: dict[str, Any] = {}
-    if url.lower().startswith("s3://"):
-        options["max_concurrency"] = parallel
-        if endpoint_url:
-            options["endpoint_url"] = endpoint_url
-    return open_store(url, **kwargs, **options)
+def _open(url: str, options: dict[str, Any], parallel: int, **kwargs: Any) -> Store:
+    extra: dict[str, Any] = {"max_concurrency": parallel} if url.lower().startswith("s3://") else {}
+    return open_store(url, **kwargs, **options, **extra)
 
 
 def _text(verb: str, report: SyncReport) -> str:
     rate = report.bytes / report.seconds if report.seconds > 0 else 0.0
-    out = [f"{verb} {report.src} -> {report.dst}: {len(report.copied)} copied ({human_bytes(report.bytes)}), "
+    out = [f"created {report.dst} (it did not exist)"] if report.created_destination else []
+    out += [f"{verb} {report.src} -> {report.dst}: {len(report.copied)} copied ({human_bytes(report.bytes)}), "
            f"{len(report.skipped)} skipped, {len(report.failed)} failed, {report.filtered} filtered out "
            f"in {report.seconds:.1f}s ({human_bytes(rate)}/s)"]
     for reason, count in sorted(report.skipped_reasons().items()):
@@ -77,15 +73,16 @@ def _text(verb: str, report: SyncReport) -> str:
 
 def _run(verb: str, src_url: str, dst_url: str, namespaces: tuple[str, ...], compiler_versions: tuple[str, ...],
          targets: tuple[str, ...], states: tuple[str, ...], tags: dict[str, str], parallel: int,
-         endpoint_url: str | None, index_url: str | None, token: str | None, as_json: bool) -> None:
+         index_url: str | None, token: str | None, as_json: bool) -> None:
     settings = load_settings(index_url=index_url, token=token)
     # Every entry copied is registered with the index as held by DST. Reports never fail the
     # copy: an index that is down gets them from the spool later.
     index = open_settings_index(settings)
     try:
-        src = _open(src_url, endpoint_url, parallel, read_only=True, create=False)
+        options = store_options(settings)
+        src = _open(src_url, options, parallel, read_only=True, create=False)
         try:
-            dst = _open(dst_url, endpoint_url, parallel)
+            dst = _open(dst_url, options, parallel)
 
             def register(entry: Entry, manifest: Manifest | None) -> None:
                 index.register_entry(entry_record(entry, dst.url, manifest))
@@ -114,15 +111,12 @@ def _run(verb: str, src_url: str, dst_url: str, namespaces: tuple[str, ...], com
     def text() -> str:
         out = _text(verb, report)
         if index.enabled:
+            # Registered = delivered or waiting in the spool; the notice on stderr says which.
             out += f"\nindex {settings.index_url}: {registered} entries registered"
-            if pending:
-                out += f" ({pending} batches spooled: the index is unreachable; `neffcache flush` delivers them)"
         return out
 
     render(as_json, data, text)
-    warning = index_warning(counts)
-    if warning:
-        click.echo(warning, err=True)
+    announce_index(index)
     if report.failed:
         sys.exit(SOME_ENTRIES_FAILED)
 

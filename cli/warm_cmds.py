@@ -26,7 +26,18 @@ from neffcache.warmers.rewarm import Rewarmer, RewarmRequest
 from neffcache.warmers.warm import Warmer, WarmRequest
 from neffcache.warmers.wrap import RunRequest, run_job
 
-from .options import chosen_layouts, index_options, layout_option, store_option, tag_option, toolchain_options
+from .errors import announce_index
+from .options import (
+    chosen_layouts,
+    endpoint_option,
+    endpoint_url,
+    index_options,
+    layout_option,
+    store_option,
+    tag_option,
+    toolchain_options,
+    watch_index,
+)
 from .output import human_bytes, json_option, render, table
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -72,8 +83,11 @@ def _placement(settings: Settings, tags: dict[str, str], job: str) -> Placement:
     fields: dict[str, str] = {"job": job, **{k: tags[k] for k in ("model", "team") if k in tags}}
     if settings.instance:
         fields["instance_type"] = settings.instance
-    return open_placement(settings.stores, index_url=settings.index_url, token=settings.token, event_fields=fields,
-                          spool_root=Path(settings.spool_dir) if settings.spool_dir else None)
+    placement = open_placement(settings.stores, index_url=settings.index_url, token=settings.token,
+                               event_fields=fields, spool_root=Path(settings.spool_dir) if settings.spool_dir else None,
+                               endpoint_url=endpoint_url(settings))
+    watch_index(placement.index)
+    return placement
 
 
 def _toolchain(settings: Settings, lnc: int | None) -> tuple[Toolchain, Path]:
@@ -116,8 +130,9 @@ def report_text(report: WarmReport) -> str:
     return "\n".join(out)
 
 
-def _finish(report: WarmReport, as_json: bool, allow_failures: bool) -> None:
+def _finish(report: WarmReport, placement: Placement, as_json: bool, allow_failures: bool) -> None:
     render(as_json, report.to_json(), lambda: report_text(report))
+    announce_index(placement.index)
     if not report.ok and not allow_failures:
         sys.exit(1)
 
@@ -131,6 +146,7 @@ def _interrupted(command: str, exc: Interrupted) -> None:
 @click.command("warm", context_settings=PASS_THROUGH)
 @toolchain_options
 @store_option()
+@endpoint_option
 @index_options
 @click.option("--bucket", "bucket_flags", multiple=True, metavar="KEY=V1,V2",
               help="A matrix axis: KEY becomes an env variable and replaces {KEY} in CMD; repeat for a product.")
@@ -193,7 +209,7 @@ def warm_cmd(instance: str | None, lnc: int | None, compiler_version: str | None
         _interrupted("warm", exc)
     finally:
         placement.close()
-    _finish(report, as_json, allow_failures)
+    _finish(report, placement, as_json, allow_failures)
 
 
 @click.command("rewarm")
@@ -201,6 +217,7 @@ def warm_cmd(instance: str | None, lnc: int | None, compiler_version: str | None
               help="The compiler version whose entries to recompile, e.g. 2.21.33363.0+82129205.")
 @toolchain_options
 @store_option()
+@endpoint_option
 @index_options
 @layout_option("Which runtimes' entries to recompile.")
 @_compile_options
@@ -248,12 +265,13 @@ def rewarm_cmd(from_version: str, instance: str | None, lnc: int | None, compile
         _interrupted("rewarm", exc)
     finally:
         placement.close()
-    _finish(report, as_json, allow_failures)
+    _finish(report, placement, as_json, allow_failures)
 
 
 @click.command("run", context_settings=PASS_THROUGH)
 @toolchain_options
 @store_option()
+@endpoint_option
 @index_options
 @click.option("--prefetch", is_flag=True, help="Pull the toolchain's namespace from the remote tiers first.")
 @click.option("--prefetch-tag", "prefetch_tags", multiple=True, metavar="KEY=VALUE",
@@ -313,6 +331,7 @@ def run_cmd(instance: str | None, lnc: int | None, compiler_version: str | None,
                    + f"; exit {result.exit_code}", err=True)
         for problem in result.problems:
             click.echo(f"neffcache run: PROBLEM: {problem}", err=True)
+    announce_index(placement.index)
     sys.exit(result.exit_code)
 
 

@@ -41,6 +41,7 @@ class Settings:
     layout: str = DEFAULT_LAYOUT
     parallel: int = 0  # 0: one per core
     spool_dir: str | None = None
+    endpoint_url: str | None = None  # S3-compatible endpoint for s3:// stores (before AWS_ENDPOINT_URL)
     tags: Mapping[str, str] = field(default_factory=dict)
     # Retention: quarantined entries older than this go with `prune --garbage` (reason
     # quarantine-expired); warm logs under the cache home older than this go when `warm` starts

@@ -50,7 +50,7 @@ class InvalidURL(ConfigError):
     def __init__(self, url: str, reason: str) -> None:
         self.url = url
         self.reason = reason
-        super().__init__(f"invalid store URL {url!r}: {reason}")
+        super().__init__(f"bad store URL {url!r}: {reason}")
 
 
 class InvalidKey(NeffcacheError, ValueError):
@@ -149,7 +149,21 @@ class LeaseHeld(NeffcacheError):
         self.name = name
         self.owner = owner
         self.expires_at = expires_at
-        super().__init__(f"lease {name} is held by {owner} until {expires_at:.0f}")
+        super().__init__(f"lease {name} is held by {owner} until {readable_expiry(expires_at)}")
+
+
+def readable_expiry(when: float, now: float | None = None) -> str:
+    """``12:34:56 UTC (in 4 min)``: a wall time a person can compare with their clock, and how far."""
+    import time
+
+    now = time.time() if now is None else now
+    stamp = time.strftime("%H:%M:%S UTC", time.gmtime(when))
+    if abs(when - now) >= 86400:
+        stamp = time.strftime("%Y-%m-%d ", time.gmtime(when)) + stamp
+    delta = when - now
+    span = abs(delta)
+    amount = (f"{span:.0f} s" if span < 90 else f"{span / 60:.0f} min" if span < 5400 else f"{span / 3600:.1f} h")
+    return f"{stamp} ({'in ' + amount if delta >= 0 else amount + ' ago'})"
 
 
 class RefusedPlan(NeffcacheError):

@@ -11,6 +11,7 @@ several hosts that saw the same stale lease exactly one replaces it.
 from __future__ import annotations
 
 import contextlib
+import getpass
 import hashlib
 import json
 import logging
@@ -47,7 +48,12 @@ def lease_path(name: str) -> str:
 
 
 def default_owner() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """``user@host pid 123``: what a busy-lease error shows, so a person knows whom to ask."""
+    try:
+        user = getpass.getuser()
+    except (OSError, KeyError, ImportError):  # no passwd entry (containers with an arbitrary uid)
+        user = str(os.getuid())
+    return f"{user}@{socket.gethostname()} pid {os.getpid()}"
 
 
 @dataclass(frozen=True)
@@ -239,7 +245,7 @@ def try_acquire(
     current = read_lease(store, name)
     if current is not None:
         return current
-    raise LeaseHeld(name, "(contended)", time.time())
+    raise LeaseHeld(name, "(contended: it changed hands repeatedly)", time.time())
 
 
 def acquire(store: Store, name: str, *, ttl: float = DEFAULT_TTL, wait: float = 0.0,

@@ -122,6 +122,7 @@ class SyncReport:
     # Source files that are no entry's (another tool's, unknown, or a name no store path may
     # have such as "notes (1).txt"): never copied, left where they are, reported.
     foreign: tuple[str, ...] = ()
+    created_destination: bool = False  # DST did not exist: opening it made it (say so: a typo?)
 
     @property
     def ok(self) -> bool:
@@ -144,6 +145,7 @@ class SyncReport:
             "failures": [{"path": f.path, "reason": f.reason} for f in self.failed],
             "copied_paths": [c.path for c in self.copied],
             "foreign": {"files": len(self.foreign), "paths": list(self.foreign[:100])},
+            "created_destination": self.created_destination,
         }
 
 
@@ -399,7 +401,8 @@ def sync(src: Store | str, dst: Store | str, *, namespaces: Collection[str] = ()
         return SyncReport(src.url, dst.url, tuple(sorted(tally.copied, key=lambda o: o.path)),
                           tuple(sorted(tally.skipped, key=lambda o: o.path)),
                           tuple(sorted(tally.failed, key=lambda o: o.path)),
-                          tally.filtered, tally.bytes, time.monotonic() - started, tuple(sorted(foreign)))
+                          tally.filtered, tally.bytes, time.monotonic() - started, tuple(sorted(foreign)),
+                          bool(getattr(dst, "created", False)))
     finally:
         for store in opened:
             store.close()

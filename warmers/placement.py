@@ -206,13 +206,14 @@ def is_local_url(url: str) -> bool:
 
 
 def open_placement(urls: Sequence[str], *, index_url: str | None, token: str | None,
-                   event_fields: Mapping[str, str] | None = None, spool_root: Path | None = None) -> Placement:
-    """Open the tiers named by ``urls`` (fastest first) and the index."""
+                   event_fields: Mapping[str, str] | None = None, spool_root: Path | None = None,
+                   endpoint_url: str | None = None) -> Placement:
+    """Open the tiers named by ``urls`` (fastest first; ``endpoint_url`` for s3:// ones) and the index."""
     tiers = list(urls)
     if not tiers or not is_local_url(tiers[0]):
         # The runtimes need a directory: a local cache goes in front of remote-only tiers.
         tiers.insert(0, str(default_cache_home() / "store"))
-    chain = Tiers.open(tiers)
+    chain = Tiers.open(tiers, endpoint_url=endpoint_url)
     try:
         work = chain.local
         if work.read_only or not isinstance(work, LocalStore):

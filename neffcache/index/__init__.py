@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,34 @@ def spool_dir_for(url: str, root: Path | None = None) -> Path:
     return (root or default_spool_root()) / digest
 
 
+@dataclass(frozen=True)
+class WaitingSpool:
+    """A spool directory with reports waiting, and the index URL they wait for (None when the
+    spool predates URL files: its directory is a digest, not reversible)."""
+
+    directory: Path
+    url: str | None
+    batches: int
+    reports: int
+
+
+def waiting_spools(root: Path | None = None) -> list[WaitingSpool]:
+    """Every spool under ``root`` that holds undelivered batches, for any index URL: a command
+    run with another ``--index-url`` leaves reports a plain ``neffcache flush`` never delivers."""
+    base = root or default_spool_root()
+    try:
+        dirs = sorted(p for p in base.iterdir() if p.is_dir() and not p.is_symlink())
+    except OSError:
+        return []
+    found = []
+    for directory in dirs:
+        spool = Spool(directory)
+        batches, reports = spool.pending_reports()
+        if batches:
+            found.append(WaitingSpool(directory, spool.recorded_url(), batches, reports))
+    return found
+
+
 def event_defaults() -> dict[str, str]:
     return {field: os.environ[var] for field, var in _ENV_DEFAULTS.items() if os.environ.get(var)}
 
@@ -79,6 +108,6 @@ def open_index(url: str | None = None, token: str | None = None, *, spool_root: 
 
 __all__ = [
     "ENV_SPOOL", "ENV_TOKEN", "ENV_URL", "EVENT_KINDS", "EntryRecord", "Event", "EventKind", "FlushReport",
-    "Index", "IndexClient", "Lease", "NullIndex", "ReportCounts", "Spool", "default_spool_root", "entry_record",
-    "event_defaults", "new_event_id", "new_owner", "open_index", "spool_dir_for",
+    "Index", "IndexClient", "Lease", "NullIndex", "ReportCounts", "Spool", "WaitingSpool", "default_spool_root",
+    "entry_record", "event_defaults", "new_event_id", "new_owner", "open_index", "spool_dir_for", "waiting_spools",
 ]

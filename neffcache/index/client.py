@@ -6,6 +6,16 @@ Two kinds of call, on purpose:
   down costs one short connection attempt per cool-down period, then nothing until it is back;
 - *questions* (``lookup``, ``find_entries``, ``stats``, leases) need an answer, retry briefly and
   raise :class:`~neffcache.errors.IndexServerError` when the index cannot give one.
+
+A refused token (401, or 403: a token without write scope) is decided thus: the reports are
+*spooled and the refusal is said*, the command does not fail. The cache work the command did is
+done and correct; failing it would invite a rerun that redoes the work and meets the same token.
+Nothing is lost: once the token is fixed, ``neffcache flush`` delivers the spool. But it is a
+configuration error, not an outage, so it is neither retried (the token this process sends
+cannot change: the client stops delivering for the rest of the process) nor silent:
+:attr:`IndexClient.on_problem` is called once, from the sender thread, while the command still
+runs, and :meth:`IndexClient.counts` carries the reason (``problem``, ``token_refused``) that
+the CLI prints in its last line. ``neffcache flush`` with a refused token fails (exit 7).
 """
 
 from __future__ import annotations
@@ -18,7 +28,7 @@ import random
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +43,7 @@ from neffcache.index.spool import Spool
 log = logging.getLogger(__name__)
 _RETRY_STATUS = frozenset({429, 502, 503, 504})
 _KEEP_STATUS = frozenset({401, 403, 404, 405, 408, 409})  # config or deployment problems: keep, retry later
+_AUTH_STATUS = frozenset({401, 403})  # the token: no retry in this process can fix it
 _PATHS = {"entries": "/v1/entries", "events": "/v1/events"}
 _MAX_BUFFERED = 100_000  # events kept in memory when even the spool cannot be written
 
@@ -61,10 +72,38 @@ class ReportCounts:
     buffered: int = 0  # still in memory (a client not closed yet)
     delivered: int = 0
     spool_error: str | None = None
+    # Reports waiting in this index's spool now (this process's and earlier ones'), and why the
+    # last delivery failed: what the command announces at its end (`neffcache flush` delivers).
+    waiting: int = 0
+    waiting_batches: int = 0
+    problem: str | None = None
+    token_refused: bool = False  # 401/403: a configuration error, not an outage
 
     def to_json(self) -> dict[str, object]:
         return {"reported": self.reported, "spooled": self.spooled, "sent_direct": self.sent_direct,
-                "lost": self.lost, "delivered": self.delivered, "spool_error": self.spool_error}
+                "lost": self.lost, "delivered": self.delivered, "spool_error": self.spool_error,
+                "waiting": self.waiting, "waiting_batches": self.waiting_batches, "problem": self.problem,
+                "token_refused": self.token_refused}
+
+
+def describe_failure(exc: IndexServerError) -> str:
+    """Why a delivery failed, in a few words a command's last line can carry (never the token)."""
+    status = exc.status
+    if status is None:
+        cause = exc.__cause__
+        text = str(cause) if cause is not None and str(cause) else str(exc)
+        if text.startswith("[Errno") and "] " in text:
+            text = text.split("] ", 1)[1]  # "[Errno 111] Connection refused" -> "connection refused"
+        return f"index unreachable: {text[:1].lower()}{text[1:200]}"
+    if status == 401:
+        return "the index refused the token (401): set a valid --token or NEFFCACHE_TOKEN"
+    if status == 403:
+        return "the token may not write to the index (403): use a token with write scope"
+    if status >= 500:
+        return f"index server error ({status})"
+    if status in (404, 405):
+        return f"the index URL answered {status}: is it a neffcache index server?"
+    return f"the index answered {status}"
 
 
 @dataclass(frozen=True)
@@ -100,7 +139,7 @@ class IndexClient:
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.url = url.rstrip("/")
-        self.spool = Spool(spool_dir)
+        self.spool = Spool(spool_dir, url=self.url)
         self.retries = retries
         self.backoff = backoff
         self.batch_size = batch_size
@@ -121,6 +160,12 @@ class IndexClient:
         self._closed = False
         self._tally = {"reported": 0, "spooled": 0, "sent_direct": 0, "lost": 0, "delivered": 0}
         self._spool_error: str | None = None
+        self._problem: str | None = None  # why the last delivery failed; None once one succeeded
+        self._token_refused = False
+        self._announced = False
+        # Called once, from the sender thread, when the index refuses the token while the
+        # command still runs (a warm-up of an hour should not wait an hour to say so).
+        self.on_problem: Callable[[str], None] | None = None
         # At interpreter exit, put what is still buffered on disk (no network): the next process
         # that talks to this index delivers it.
         self._exit_hook = functools.partial(_call_weak, weakref.WeakMethod(self._at_exit))
@@ -178,10 +223,23 @@ class IndexClient:
         self._maybe_flush()
 
     def counts(self) -> ReportCounts:
-        """What became of every report handed to this client so far (see :class:`ReportCounts`)."""
+        """What became of every report handed to this client so far (see :class:`ReportCounts`),
+        and what waits in the spool for this index."""
+        batches, waiting = self.spool.pending_reports()
         with self._lock:
             return ReportCounts(**self._tally, buffered=len(self._events) + len(self._entries),
-                                spool_error=self._spool_error)
+                                spool_error=self._spool_error, waiting=waiting, waiting_batches=batches,
+                                problem=self._problem if batches else None, token_refused=self._token_refused)
+
+    def _delivery_failed(self, exc: IndexServerError) -> None:
+        """Remember why, and stop asking for a while: a down index for ``down_cooldown``; a
+        refused token for the rest of the process (the token it sends cannot change)."""
+        self._problem = describe_failure(exc)
+        if exc.status in _AUTH_STATUS:
+            self._token_refused = True
+            self._down_until = float("inf")
+        elif exc.status is None or exc.status >= 500 or exc.status in _KEEP_STATUS:
+            self._down_until = time.monotonic() + self.down_cooldown
 
     def _maybe_flush(self) -> None:
         with self._lock:
@@ -216,6 +274,10 @@ class IndexClient:
                 self._trim_buffers()
         if time.monotonic() >= self._down_until and self.spool.pending():
             self.deliver(attempts=1)  # one try per round; the next round is the retry
+        if self._token_refused and not self._announced and self.on_problem is not None:
+            self._announced = True
+            self.on_problem(f"{self._problem}; reports wait in the spool until it is fixed, "
+                            "then `neffcache flush` delivers them")
 
     def flush(self, *, attempts: int | None = None) -> FlushReport:
         """Spool what is buffered, then deliver the spool if the index is reachable. Never raises."""
@@ -281,8 +343,7 @@ class IndexClient:
                             self._tally["sent_direct"] += len(batch) - len(exc.items or batch)
                     except IndexServerError as exc:
                         error = str(exc)
-                        if exc.status is None or exc.status >= 500:
-                            self._down_until = time.monotonic() + self.down_cooldown
+                        self._delivery_failed(exc)
                         break
                     else:
                         with self._lock:
@@ -325,12 +386,12 @@ class IndexClient:
                 except IndexServerError as exc:
                     self.spool.unclaim(claimed)
                     error = str(exc)
-                    if exc.status is None or exc.status >= 500:
-                        self._down_until = time.monotonic() + self.down_cooldown
+                    self._delivery_failed(exc)
                     break
                 self.spool.done(claimed)
             else:
                 self._down_until = 0.0
+                self._problem = None
         finally:
             self._send_lock.release()
         with self._lock:

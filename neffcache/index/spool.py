@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 KINDS = ("entries", "events")  # delivery order: entries first, so hits can find what they hit
 _CLAIM = ".claimed-"
 _TMP = ".tmp-"
+URL_FILE = "index-url"  # the URL a spool directory (named by its digest) waits for, for `flush`
 STALE_CLAIM_SECONDS = 600.0
 
 
@@ -38,17 +39,36 @@ class Batch:
 
 
 class Spool:
-    def __init__(self, directory: Path, *, max_bytes: int = 512 * 1024 * 1024) -> None:
+    def __init__(self, directory: Path, *, max_bytes: int = 512 * 1024 * 1024, url: str | None = None) -> None:
         self.directory = Path(directory)
         self.rejected_dir = self.directory / "rejected"
         self.max_bytes = max_bytes
+        self.url = url
+
+    def recorded_url(self) -> str | None:
+        """The index URL this spool waits for, as its first writer recorded it (None if unknown)."""
+        try:
+            return (self.directory / URL_FILE).read_text(encoding="utf-8").strip()[:2048] or None
+        except (OSError, UnicodeDecodeError):
+            return None
+
+    def _record_url(self) -> None:
+        # The directory is named by a digest of the URL: without this file, a spool left by a
+        # command run with another --index-url could not say which index it waits for.
+        if self.url is None or (self.directory / URL_FILE).exists():
+            return
+        tmp = self.directory / f"{_TMP}{URL_FILE}-{uuid.uuid4().hex[:8]}"
+        tmp.write_text(self.url + "\n", encoding="utf-8")
+        os.replace(tmp, self.directory / URL_FILE)
 
     def put(self, kind: str, items: list[dict[str, Any]]) -> Path:
         """Write one batch durably; returns its path. Raises OSError if the disk refuses."""
         if kind not in KINDS:
             raise ValueError(f"unknown spool kind {kind!r}")
         self.directory.mkdir(parents=True, exist_ok=True)
-        name = f"{time.time_ns():020d}-{os.getpid()}-{uuid.uuid4().hex[:8]}.{kind}.json"
+        self._record_url()
+        # The item count in the name lets a command say how many reports wait without reading them.
+        name = f"{time.time_ns():020d}-{os.getpid()}-{uuid.uuid4().hex[:8]}-n{len(items)}.{kind}.json"
         tmp = self.directory / f"{_TMP}{name}"
         data = json.dumps({"kind": kind, "items": items}, separators=(",", ":")).encode()
         try:
@@ -75,6 +95,21 @@ class Spool:
         files = [p for p in self.directory.iterdir() if p.is_file() and p.name.endswith(".json")
                  and not p.name.startswith(_TMP)]
         return sorted(files, key=lambda p: (KINDS.index(_kind_of(p)) if _kind_of(p) in KINDS else 9, p.name))
+
+    def pending_reports(self) -> tuple[int, int]:
+        """(batches, reports) waiting. Reports are counted from the names; a batch of an older
+        release (no count in its name) is read, up to a bound, else counted as one."""
+        batches = self.pending()
+        reports = 0
+        for path in batches:
+            count = _count_of(path)
+            if count is None:
+                count = 1
+                with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+                    if path.stat().st_size <= 16 << 20:
+                        count = len(json.loads(path.read_bytes())["items"])
+            reports += count
+        return len(batches), reports
 
     def claim(self, path: Path) -> Path | None:
         """Take a batch for sending; None if another process took it first."""
@@ -141,7 +176,8 @@ class Spool:
 
     def _all(self) -> Iterator[Path]:
         if self.directory.is_dir():
-            yield from (p for p in self.directory.iterdir() if p.is_file() and not p.name.startswith(_TMP))
+            yield from (p for p in self.directory.iterdir()
+                        if p.is_file() and not p.name.startswith(_TMP) and p.name != URL_FILE)
 
     def _enforce_cap(self) -> None:
         files = sorted(self._all(), key=lambda p: p.name)
@@ -157,6 +193,12 @@ class Spool:
 def _kind_of(path: Path) -> str:
     parts = path.name.split(_CLAIM, 1)[0].split(".")
     return parts[-2] if len(parts) >= 3 else ""
+
+
+def _count_of(path: Path) -> int | None:
+    stem = path.name.split(_CLAIM, 1)[0].split(".", 1)[0]
+    tail = stem.rsplit("-", 1)[-1]
+    return int(tail[1:]) if tail.startswith("n") and tail[1:].isdigit() else None
 
 
 def _size(path: Path) -> int:

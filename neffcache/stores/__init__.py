@@ -30,6 +30,17 @@ REGISTRY: dict[str, tuple[str, str]] = {
 }
 _FSSPEC = ("neffcache.stores.fsspec_store:FsspecStore", "pip install fsspec")
 _SCHEME_RE = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://")
+_ONE_SLASH_RE = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*):/*")
+
+
+def _known_scheme(scheme: str) -> bool:
+    if scheme in REGISTRY or scheme in ("file", "fsx"):
+        return True
+    try:
+        from fsspec.registry import known_implementations
+    except ImportError:
+        return False
+    return scheme in known_implementations
 
 
 def _load(dotted: str, hint: str, scheme: str) -> Callable[..., Store]:
@@ -53,8 +64,12 @@ def _shared(path: str, shared: bool | None) -> bool:
 
 
 def open_store(url: str, *, shared: bool | None = None, read_only: bool = False, create: bool = True,
-               **options: Any) -> Store:
-    """The store for ``url``. ``shared`` forces shared-mount mode for a local path."""
+               endpoint_url: str | None = None, **options: Any) -> Store:
+    """The store for ``url``. ``shared`` forces shared-mount mode for a local path.
+    ``endpoint_url`` (an S3-compatible endpoint) goes to ``s3://`` stores and is ignored by the
+    others, so a command can pass the one it was given to every store it opens."""
+    if endpoint_url and url.strip().lower().startswith("s3://"):
+        options["endpoint_url"] = endpoint_url
     if not isinstance(url, str) or not url.strip():
         raise InvalidURL(str(url), "empty")
     url = url.strip()
@@ -62,6 +77,13 @@ def open_store(url: str, *, shared: bool | None = None, read_only: bool = False,
     if match is None:
         if "://" in url or url.startswith(":"):
             raise InvalidURL(url, "expected a path or scheme://...")
+        one_slash = _ONE_SLASH_RE.match(url)
+        if one_slash is not None and _known_scheme(one_slash.group("scheme").lower()):
+            # "s3:/bucket" is a mistyped URL, not a relative directory named "s3:".
+            scheme = one_slash.group("scheme").lower()
+            rest = url.split(":", 1)[1].lstrip("/")
+            meant = f"{scheme}:///{rest}" if scheme in ("file", "fsx") else f"{scheme}://{rest}"
+            raise InvalidURL(url, f"did you mean {meant}?")
         return LocalStore(url, shared=_shared(url, shared), read_only=read_only, create=create)
     scheme = match.group("scheme").lower()
     parts = urlsplit(url)
@@ -80,7 +102,7 @@ def open_store(url: str, *, shared: bool | None = None, read_only: bool = False,
     except ImportError as exc:
         raise ConfigError(f"{scheme}:// needs fsspec: pip install fsspec") from exc
     if scheme not in fsspec.available_protocols():
-        raise InvalidURL(url, f"unknown scheme {scheme!r}")
+        raise InvalidURL(url, f"unknown scheme {scheme}:// (paths, file://, fsx://, s3:// or an fsspec scheme)")
     return _load(*_FSSPEC, scheme)(url, read_only=read_only, **options)
 
 

@@ -23,10 +23,12 @@ show a file while it is being written, so those get a temp name (``.neffcache-tm
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
 import logging
 import posixpath
 import secrets
+import sys
 import threading
 from collections.abc import Iterator
 from datetime import datetime
@@ -66,22 +68,59 @@ def _mtime(info: dict[str, Any]) -> float:
     return 0.0
 
 
+def _missing_backend(protocol: str, exc: ImportError) -> str:
+    """One line naming what to install: ``gs:// stores need gcsfs: pip install gcsfs``."""
+    missing = exc.name or (exc.__cause__.name if isinstance(exc.__cause__, ImportError) else None)
+    if not missing:
+        dotted = str(known_implementations.get(protocol, {}).get("class", ""))
+        missing = dotted.split(".", 1)[0] if dotted and not dotted.startswith("fsspec.") else None
+    if missing:
+        return f"{protocol}:// stores need the package {missing}: pip install {missing}"
+    hint = known_implementations.get(protocol, {}).get("err") or f"install the fsspec backend for {protocol}://"
+    return f"{protocol}:// stores need an extra package: {hint}"
+
+
+def _construct(cls: type[Any], url: str, protocol: str, options: dict[str, Any]) -> Any:
+    """The backend's filesystem, with what the URL says (host, user...) as fsspec's own
+    ``url_to_fs`` would take it. A constructor that fails leaves a half-built object whose
+    ``__del__`` may raise at garbage collection (``FTPFileSystem`` has no ``.ftp`` yet): that
+    would print an "Exception ignored" traceback after the one-line error, so the error is
+    raised only after the object is gone, with that ``__del__``'s complaint swallowed."""
+    error: Exception | None = None
+    own_del = getattr(cls, "__del__", None)
+    previous = sys.unraisablehook
+
+    def quiet(unraisable: Any) -> None:
+        if own_del is None or unraisable.object is not own_del:
+            previous(unraisable)
+
+    sys.unraisablehook = quiet
+    try:
+        try:
+            kwargs = {**cls._get_kwargs_from_urls(url), **options}
+            return cls(**kwargs)
+        except ImportError as exc:
+            error = ConfigError(_missing_backend(protocol, exc))
+        except TypeError as exc:
+            error = ConfigError(f"bad options for {protocol}://: {exc}")
+        except Exception as exc:  # a backend's own setup error (credentials, endpoint, host...)
+            error = StoreUnavailable(f"cannot open {url}: {type(exc).__name__}: {exc}", store=url)
+        gc.collect()  # the half-built object, while its __del__ is kept quiet
+    finally:
+        sys.unraisablehook = previous
+    raise error
+
+
 class FsspecStore(Store):
     def __init__(self, url: str, *, read_only: bool = False, **storage_options: Any) -> None:
         protocol = url.split("://", 1)[0].lower()
         try:
             cls = fsspec.get_filesystem_class(protocol)
         except ImportError as exc:
-            hint = known_implementations.get(protocol, {}).get("err") or f"install the fsspec backend for {protocol}"
-            raise ConfigError(f"{protocol}:// stores need an extra package ({exc.name or exc}): {hint}") from None
+            raise ConfigError(_missing_backend(protocol, exc)) from None
         except ValueError:
-            raise InvalidURL(url, f"fsspec knows no scheme {protocol!r}") from None
-        try:
-            self.fs = cls(**storage_options)
-        except TypeError as exc:
-            raise ConfigError(f"bad options for {protocol}://: {exc}") from None
-        except Exception as exc:  # a backend's own setup error (credentials, endpoint...)
-            raise StoreUnavailable(f"cannot open {url}: {type(exc).__name__}: {exc}", store=url) from exc
+            raise InvalidURL(url, f"fsspec knows no scheme {protocol}://") from None
+        self.fs = _construct(cls, url, protocol, storage_options)
         self.protocol = protocol
         self.root = str(cls._strip_protocol(url)).rstrip("/")
         super().__init__(url.rstrip("/"), read_only=read_only)

@@ -196,9 +196,11 @@ class LocalStore(Store):
         # The root is reopened by path for every operation (not one descriptor held): a root
         # that is replaced (a remount, a restore) is then served like before.
         self._safe = SafeRoot(str(self.root), self.url, dir_mode=SHARED_DIR_MODE if shared else None)
+        self.created = False  # whether opening it made the root (a typo'd path says so: push/pull)
         if not self.root.exists():
             if create and not read_only:
                 self._make_root()
+                self.created = True
             else:
                 raise StoreUnavailable(f"cache root {self.root} does not exist", store=self.url)
         elif not self.root.is_dir():
