@@ -37,9 +37,9 @@ from typing import Any
 
 import httpx
 
-from neffcache.server import catalog
-from neffcache.server.db import Database, migrate
-from neffcache.server.schemas import EntryIn
+from neffcache.server.services import catalog
+from neffcache.server.services.records import EntryIn
+from neffcache.server.storage.db import Database, migrate
 
 COMPILER = "2.27.5334.0+f702b353"
 NAMESPACE = f"trn2-lnc2/neuronxcc-{COMPILER}"
