@@ -37,9 +37,9 @@ from typing import Any
 
 import httpx
 
-from neffcache.server import catalog
-from neffcache.server.db import Database, migrate
-from neffcache.server.schemas import EntryIn
+from neffcache.server.services import catalog
+from neffcache.server.services.records import EntryIn
+from neffcache.server.storage.db import Database, migrate
 
 COMPILER = "2.27.5334.0+f702b353"
 NAMESPACE = f"trn2-lnc2/neuronxcc-{COMPILER}"
@@ -168,7 +168,7 @@ def server(url: str, workers: int, log: Path) -> Iterator[tuple[str, int]]:
     env = {**os.environ, "NEFFCACHE_SERVER_DATABASE_URL": url, "NEFFCACHE_SERVER_ADMIN_TOKEN": ADMIN,
            "NEFFCACHE_SERVER_POOL_SIZE": "20"}
     with open(log, "wb") as out:
-        # `neffcache serve`, not bare `uvicorn --workers`: see _listening_socket in cli/server_cmds.py.
+        # `neffcache serve`, not bare `uvicorn --workers`: see listening_socket in server/app.py.
         proc = subprocess.Popen([sys.executable, "-m", "neffcache.cli.main", "serve", "--port", str(port),
                                  "--workers", str(workers), "--log-level", "warning"],
                                 env=env, stdout=out, stderr=subprocess.STDOUT)

@@ -84,8 +84,8 @@ def bench_local(entries: int, rounds: int, workers: int, base: Path) -> None:
 def fill_index(url: str, rows: int, store_url: str) -> None:
     from sqlalchemy import insert
 
-    from neffcache.server.db import Database, migrate
-    from neffcache.server.models import Entry, EntryLocation, table_of
+    from neffcache.server.storage.db import Database, migrate
+    from neffcache.server.storage.models import Entry, EntryLocation, table_of
 
     db = Database(url, pool_size=2)
     migrate(db.engine)
@@ -114,8 +114,8 @@ def bench_index(rows: int, base: Path) -> None:
     import httpx
 
     from neffcache.index import open_index
-    from neffcache.server.db import Database
-    from neffcache.server.tokens import create_token
+    from neffcache.server.services.tokens import create_token
+    from neffcache.server.storage.db import Database
 
     store = LocalStore(base / "index-store")
     url = f"sqlite:///{base / 'index.db'}"

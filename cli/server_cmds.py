@@ -1,7 +1,8 @@
-"""CLI commands of the index server: ``serve``, ``token create|list|revoke``, ``stats``.
+"""CLI commands of the index server: ``serve``, ``token create|list|revoke``, ``db``, ``stats``.
 
-``serve`` and ``token`` work on the database directly (``token`` is how the first token of a
-fresh server is made); ``stats`` asks a running index over HTTP like every other client.
+``serve``, ``token`` and ``db`` work on the database without a running server, through
+:class:`neffcache.server.services.admin.IndexAdmin` (``token`` is how the first token of a fresh
+server is made); ``stats`` asks a running index over HTTP like every other client.
 The server extras are imported inside the commands so the CLI works without them installed.
 """
 
@@ -9,29 +10,31 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
-import socket
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from neffcache.config import load_settings
-from neffcache.errors import ConfigError, IndexServerError
+from neffcache.errors import ConfigError
 from neffcache.index import FlushReport, IndexClient, WaitingSpool, spool_dir_for, waiting_spools
 
 from .errors import DB_SCHEMA_BEHIND
 from .options import index_options, open_settings_index
 from .output import emit_json, human_bytes, json_option, render, table
 
+if TYPE_CHECKING:
+    from neffcache.server.config import Settings
+    from neffcache.server.services.admin import IndexAdmin, SchemaState
+
 DEFAULT_PORT = 8787
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _server_settings(database_url: str | None, data_dir: Path | None, **extra: Any) -> Any:
+def _server_settings(database_url: str | None, data_dir: Path | None, **extra: Any) -> Settings:
     try:
         from neffcache.server.config import Settings
     except ImportError as exc:  # pragma: no cover - depends on the installed extras
@@ -59,45 +62,32 @@ def _database_errors(command: F) -> F:
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        sa_exc = _server_extras()
-        try:
+        _require_server_extras()
+        from neffcache.server.services.admin import database_errors
+
+        with database_errors():
             return command(*args, **kwargs)
-        except sa_exc.ArgumentError as exc:
-            raise ConfigError(f"bad database URL: {exc}") from None
-        except sa_exc.DBAPIError as exc:
-            first = str(exc.orig or exc).strip().splitlines()[0]
-            raise IndexServerError(f"cannot use the database: {first}") from None
 
     return wrapper  # type: ignore[return-value]
 
 
-def _server_extras() -> Any:
-    """SQLAlchemy's exception module, or a one-line error naming the extra to install."""
+def _require_server_extras() -> None:
+    """A one-line error naming the extra to install when the server's dependencies are missing."""
     try:
         import alembic  # noqa: F401
         import fastapi  # noqa: F401
+        import sqlalchemy  # noqa: F401
         import uvicorn  # noqa: F401
-        from sqlalchemy import exc as sa_exc
     except ImportError as exc:
         raise ConfigError(f"this command needs the server extras ({exc.name} is not installed): "
                           "pip install 'neffcache[server]'") from None
-    return sa_exc
 
 
-def _redact(url: str) -> str:
-    from sqlalchemy.engine import make_url
-
-    return make_url(url).render_as_string(hide_password=True)
-
-
-def _open_database(settings: Any, *, upgrade: bool = True) -> Any:
+def _open_admin(settings: Settings, *, upgrade: bool = True) -> IndexAdmin:
     """The index database; ``upgrade`` migrates its schema to head first."""
-    from neffcache.server.db import Database, migrate
+    from neffcache.server.services.admin import IndexAdmin
 
-    db = Database(settings.resolved_database_url(), pool_size=2)
-    if upgrade:
-        migrate(db.engine)
-    return db
+    return IndexAdmin(settings, upgrade=upgrade)
 
 
 @click.command("serve")
@@ -126,56 +116,27 @@ def serve_cmd(host: str, port: int, database_url: str | None, data_dir: Path | N
       neffcache serve --host 0.0.0.0 --port 8787 \\
           --database-url postgresql+psycopg://neffcache@db:5432/neffcache --workers 4
     """
-    import uvicorn
-
-    from neffcache.server import tokens as token_table
+    from neffcache.server.app import listening_socket, serve
+    from neffcache.server.services.admin import redacted_url
 
     settings = _server_settings(database_url, data_dir, anonymous_read=anonymous_read)
-    url = settings.resolved_database_url()
-    db = _open_database(settings)
-    with db.read() as session:
-        has_tokens = bool(token_table.list_tokens(session, include_revoked=False))
-    db.dispose()
-    # Workers are separate processes that build the app from the environment (uvicorn --factory).
-    os.environ["NEFFCACHE_SERVER_DATABASE_URL"] = url
-    os.environ["NEFFCACHE_SERVER_AUTO_MIGRATE"] = "0"
-    if settings.anonymous_read:
-        os.environ["NEFFCACHE_SERVER_ANONYMOUS_READ"] = "1"
+    with _open_admin(settings) as admin:
+        has_tokens = admin.has_tokens()
+    shown_url = redacted_url(settings.resolved_database_url())
     try:
         # Bound before "serving on" is printed, with or without --workers: a port in use is one
         # line and one exit code, not a log line from uvicorn after we claimed to serve.
-        sock = _listening_socket(host, port)
+        sock = listening_socket(host, port)
     except OSError as exc:
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc} "
                           "(another server there? choose another --port)") from None
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host  # noqa: S104 - comparing, not binding
     click.echo(f"neffcache index serving on http://{shown}:{port}/  (API docs: /docs, metrics: /metrics)")
-    click.echo(f"database: {_redact(url)}")
+    click.echo(f"database: {shown_url}")
     if not has_tokens and settings.admin_token is None:
         click.echo("no tokens yet: create one with `neffcache token create ci --scope write"
-                   + (f" --database-url {_redact(url)}`" if database_url else "`"))
-    config = uvicorn.Config("neffcache.server.app:create_app", factory=True, host=host, port=port,
-                            workers=workers, log_level=log_level, proxy_headers=True)
-    if workers == 1:
-        uvicorn.Server(config).run(sockets=[sock])
-        return
-    from uvicorn.supervisors import Multiprocess
-
-    Multiprocess(config, sockets=[sock]).run()
-
-
-def _listening_socket(host: str, port: int) -> socket.socket:
-    """The socket the workers share, with TCP_NODELAY. uvicorn's own (``--workers``) is created
-    without a protocol number, so asyncio does not set TCP_NODELAY on accepted connections and
-    every response whose headers and body go out in two writes waits ~40 ms for a delayed ACK.
-    Linux copies TCP_NODELAY from a listening socket to the connections it accepts."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.bind((host, port))
-    sock.set_inheritable(True)
-    return sock
+                   + (f" --database-url {shown_url}`" if database_url else "`"))
+    serve(settings, sock, host=host, port=port, workers=workers, log_level=log_level)
 
 
 @click.group("token")
@@ -205,14 +166,8 @@ def token_create(name: str, scope: str, database_url: str | None, data_dir: Path
     Example:
       export NEFFCACHE_TOKEN=$(neffcache token create ci-warmers --scope write)
     """
-    from neffcache.server import tokens as token_table
-
-    db = _open_database(_server_settings(database_url, data_dir))
-    try:
-        with db.write() as session:
-            info, secret = token_table.create_token(session, name, scope)
-    finally:
-        db.dispose()
+    with _open_admin(_server_settings(database_url, data_dir)) as admin:
+        info, secret = admin.create_token(name, scope)
     if as_json:
         emit_json({**info.to_json(), "token": secret})
         return
@@ -231,14 +186,8 @@ def token_list(database_url: str | None, data_dir: Path | None, as_json: bool) -
     Example:
       neffcache token list --database-url postgresql+psycopg://neffcache@db/neffcache
     """
-    from neffcache.server import tokens as token_table
-
-    db = _open_database(_server_settings(database_url, data_dir))
-    try:
-        with db.read() as session:
-            found = token_table.list_tokens(session)
-    finally:
-        db.dispose()
+    with _open_admin(_server_settings(database_url, data_dir)) as admin:
+        found = admin.list_tokens()
     if as_json:
         emit_json([t.to_json() for t in found])
         return
@@ -261,14 +210,8 @@ def token_revoke(token: str, database_url: str | None, data_dir: Path | None) ->
     Example:
       neffcache token revoke ci-warmers
     """
-    from neffcache.server import tokens as token_table
-
-    db = _open_database(_server_settings(database_url, data_dir))
-    try:
-        with db.write() as session:
-            info = token_table.revoke_token(session, token)
-    finally:
-        db.dispose()
+    with _open_admin(_server_settings(database_url, data_dir)) as admin:
+        info = admin.revoke_token(token)
     if info is None:
         raise ConfigError(f"no token named or with id {token!r} (see `neffcache token list`)")
     click.echo(f"revoked token {info.name!r} ({info.id})")
@@ -360,18 +303,10 @@ def db_group() -> None:
     """
 
 
-def _schema_state(db: Any) -> dict[str, Any]:
-    from neffcache.server.db import current_revision, head_revision
-
-    current, head = current_revision(db.engine), head_revision()
-    return {"database": db.engine.url.render_as_string(hide_password=True), "current": current,
-            "head": head, "up_to_date": current == head}
-
-
-def _schema_text(state: dict[str, Any]) -> str:
-    current = state["current"] or "(empty: no schema yet)"
-    verdict = "up to date" if state["up_to_date"] else "behind: run `neffcache db upgrade`"
-    return f"database {state['database']}: schema at {current}, this neffcache needs {state['head']} ({verdict})"
+def _schema_text(state: SchemaState) -> str:
+    current = state.current or "(empty: no schema yet)"
+    verdict = "up to date" if state.up_to_date else "behind: run `neffcache db upgrade`"
+    return f"database {state.database}: schema at {current}, this neffcache needs {state.head} ({verdict})"
 
 
 @db_group.command("status")
@@ -386,13 +321,10 @@ def db_status_cmd(database_url: str | None, data_dir: Path | None, check: bool, 
     Example:
       neffcache db status --json
     """
-    db = _open_database(_server_settings(database_url, data_dir), upgrade=False)
-    try:
-        state = _schema_state(db)
-    finally:
-        db.dispose()
-    render(as_json, state, lambda: _schema_text(state))
-    if check and not state["up_to_date"]:
+    with _open_admin(_server_settings(database_url, data_dir), upgrade=False) as admin:
+        state = admin.schema()
+    render(as_json, state.to_json(), lambda: _schema_text(state))
+    if check and not state.up_to_date:
         sys.exit(DB_SCHEMA_BEHIND)
 
 
@@ -410,17 +342,12 @@ def db_upgrade_cmd(database_url: str | None, data_dir: Path | None, as_json: boo
     Example:
       neffcache db upgrade --database-url postgresql+psycopg://neffcache@db/neffcache
     """
-    from neffcache.server.db import current_revision, migrate
-
-    db = _open_database(_server_settings(database_url, data_dir), upgrade=False)
-    try:
-        before = current_revision(db.engine)
-        migrate(db.engine)
-        state = {**_schema_state(db), "before": before}
-    finally:
-        db.dispose()
-    render(as_json, state, lambda: (f"upgraded from {before or '(empty)'}: " if before != state["current"]
-                                    else "nothing to do: ") + _schema_text(state))
+    with _open_admin(_server_settings(database_url, data_dir), upgrade=False) as admin:
+        before = admin.upgrade()
+        state = admin.schema()
+    render(as_json, {**state.to_json(), "before": before},
+           lambda: (f"upgraded from {before or '(empty)'}: " if before != state.current
+                    else "nothing to do: ") + _schema_text(state))
 
 
 def _flush_text(url: str, before: int, report: FlushReport, problem: str | None) -> str:

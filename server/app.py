@@ -8,9 +8,10 @@ neffcache.server.app:create_app`` and tests can build as many independent apps a
 from __future__ import annotations
 
 import logging
+import os
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 
 import jinja2
 from fastapi import FastAPI, Request, status
@@ -21,15 +22,15 @@ from fastapi.staticfiles import StaticFiles
 from sqlalchemy.exc import OperationalError
 
 from neffcache import __version__
+from neffcache.server.api.deps import AppState, TokenCache
+from neffcache.server.api.routes import entries, events, health, leases, stats, tokens
 from neffcache.server.config import Settings
-from neffcache.server.db import Database, migrate
-from neffcache.server.deps import AppState, TokenCache
-from neffcache.server.metrics import Metrics
-from neffcache.server.middleware import BodyLimit, RequestMetrics
-from neffcache.server.routes import dashboard, entries, events, health, leases, stats, tokens
+from neffcache.server.observability.metrics import Metrics
+from neffcache.server.observability.middleware import BodyLimit, RequestMetrics
+from neffcache.server.storage.db import Database, migrate
+from neffcache.server.ui import dashboard
 
 log = logging.getLogger(__name__)
-HERE = Path(__file__).parent
 
 DESCRIPTION = """\
 The neffcache index: which compiled graphs (NEFFs) exist in which stores, every cache hit, miss
@@ -86,14 +87,58 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     metrics = Metrics(db, teams=settings.metrics_teams, toolchains=settings.metrics_toolchains,
                       top_n=settings.metrics_top_n)
     templates = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True, undefined=jinja2.StrictUndefined)
+        loader=jinja2.FileSystemLoader(dashboard.TEMPLATES_DIR), autoescape=True, undefined=jinja2.StrictUndefined)
     app.state.neffcache = AppState(settings=settings, db=db, metrics=metrics,
                                    token_cache=TokenCache(ttl=settings.token_cache_seconds), templates=templates)
     for module in (entries, events, leases, stats, tokens, health, dashboard):
         app.include_router(module.router)
-    app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
+    app.mount("/static", StaticFiles(directory=dashboard.STATIC_DIR), name="static")
     _install_handlers(app)
     # Added last = outermost: the body limit runs before routing, metrics see every response.
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     app.add_middleware(RequestMetrics, metrics=metrics)
     return app
+
+
+FACTORY = "neffcache.server.app:create_app"
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """The socket the workers share, with TCP_NODELAY. uvicorn's own (``--workers``) is created
+    without a protocol number, so asyncio does not set TCP_NODELAY on accepted connections and
+    every response whose headers and body go out in two writes waits ~40 ms for a delayed ACK.
+    Linux copies TCP_NODELAY from a listening socket to the connections it accepts."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.bind((host, port))
+    sock.set_inheritable(True)
+    return sock
+
+
+def worker_environment(settings: Settings) -> dict[str, str]:
+    """What a uvicorn worker needs in its environment to build the app ``settings`` describe:
+    workers are separate processes that call :func:`create_app` with no arguments (``--factory``),
+    so the settings reach them as ``NEFFCACHE_SERVER_*`` variables. The schema was upgraded
+    before they start, so they skip it."""
+    env = {"NEFFCACHE_SERVER_DATABASE_URL": settings.resolved_database_url(), "NEFFCACHE_SERVER_AUTO_MIGRATE": "0"}
+    if settings.anonymous_read:
+        env["NEFFCACHE_SERVER_ANONYMOUS_READ"] = "1"
+    return env
+
+
+def serve(settings: Settings, sock: socket.socket, *, host: str, port: int, workers: int = 1,
+          log_level: str = "info") -> None:
+    """Serve the index on ``sock`` (bound to ``host``:``port`` by :func:`listening_socket`) until
+    interrupted, in this process or in ``workers`` processes; the schema must be at head."""
+    import uvicorn
+    from uvicorn.supervisors import Multiprocess
+
+    os.environ.update(worker_environment(settings))
+    config = uvicorn.Config(FACTORY, factory=True, host=host, port=port, workers=workers, log_level=log_level,
+                            proxy_headers=True)
+    if workers == 1:
+        uvicorn.Server(config).run(sockets=[sock])
+        return
+    Multiprocess(config, sockets=[sock]).run()

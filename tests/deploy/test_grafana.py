@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 import neffcache.server
 from neffcache.entry import EntryState
 from neffcache.index.records import EVENT_KINDS
-from neffcache.server.metrics import result_of
+from neffcache.server.observability.metrics import result_of
 from tests.deploy.conftest import ComposeStack
 from tests.deploy.files import GRAFANA_DASHBOARD, PROMETHEUS
 
@@ -35,7 +35,8 @@ LABEL_VALUES = {
     "kind": set(EVENT_KINDS),
     "state": {s.value for s in EntryState},
     "result": {result_of(s) for s in range(100, 600)} | set(re.findall(
-        r'ingested\.labels\("(\w+)"\)', (Path(neffcache.server.__file__).parent / "routes" / "events.py").read_text())),
+        r'ingested\.labels\("(\w+)"\)',
+        (Path(neffcache.server.__file__).parent / "api" / "routes" / "events.py").read_text())),
 }
 
 

@@ -19,8 +19,8 @@ import uvicorn
 
 from neffcache.server.app import create_app
 from neffcache.server.config import Settings
-from neffcache.server.db import Database, migrate
-from neffcache.server.tokens import create_token
+from neffcache.server.services.tokens import create_token
+from neffcache.server.storage.db import Database, migrate
 from tests.services import fresh_postgres_schema
 
 ADMIN_SECRET = "bootstrap-admin-secret-for-tests"

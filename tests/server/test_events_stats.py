@@ -8,7 +8,7 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from neffcache.server import ingest
+from neffcache.server.services import events as event_log
 from tests.server.conftest import LiveServer, make_tokens
 from tests.server.factories import TOOLCHAIN_LABEL, entry, event
 
@@ -102,6 +102,6 @@ def test_retention_refuses_expired_events_and_sweeps_old_rows(db_url: str,
                                                  event("miss")]).json()
         assert result == {"accepted": 2, "duplicates": 0, "expired": 1}
         with server.db.write() as session:
-            assert ingest.sweep_events(session, before=now - 10 * 86400) == 1
+            assert event_log.sweep_events(session, before=now - 10 * 86400) == 1
         totals = writer.get("/v1/stats", params={"window": "60d"}).json()["totals"]
     assert (totals["hits"], totals["misses"]) == (1, 1)  # the rollups keep what the raw rows said

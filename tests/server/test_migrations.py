@@ -10,8 +10,8 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect
 
-from neffcache.server.db import Database, alembic_config, current_revision, head_revision, migrate
-from neffcache.server.models import Base
+from neffcache.server.storage.db import Database, alembic_config, current_revision, head_revision, migrate
+from neffcache.server.storage.models import Base
 
 
 def test_upgrade_empty_database_to_head(db_url: str) -> None:
@@ -49,7 +49,8 @@ def test_downgrade_and_upgrade_again(db_url: str) -> None:
 
 def test_replicas_migrating_at_once(db_url: str) -> None:
     """Several replicas start together: one upgrades, the others wait and find the schema at head."""
-    code = "import sys; from neffcache.server.db import Database, migrate; migrate(Database(sys.argv[1]).engine)"
+    code = ("import sys; from neffcache.server.storage.db import Database, migrate; "
+            "migrate(Database(sys.argv[1]).engine)")
     procs = [subprocess.Popen([sys.executable, "-c", code, db_url], stderr=subprocess.PIPE) for _ in range(3)]
     failures = [p.stderr.read().decode() for p in procs if p.wait(timeout=120) != 0]  # type: ignore[union-attr]
     for p in procs:

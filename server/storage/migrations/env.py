@@ -1,4 +1,4 @@
-"""Alembic environment: uses the connection handed over by ``neffcache.server.db.migrate``, or
+"""Alembic environment: uses the connection handed over by ``neffcache.server.storage.db.migrate``, or
 builds one from ``sqlalchemy.url`` / ``NEFFCACHE_SERVER_DATABASE_URL`` when run as ``alembic -c``.
 
 No ``fileConfig`` logging setup: the server (or the alembic CLI) owns logging handlers.
@@ -10,8 +10,8 @@ from alembic import context
 from sqlalchemy import Connection
 
 from neffcache.server.config import Settings
-from neffcache.server.db import make_engine
-from neffcache.server.models import Base
+from neffcache.server.storage.db import make_engine
+from neffcache.server.storage.models import Base
 
 
 def _run(connection: Connection) -> None:

@@ -7,9 +7,9 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from neffcache.server.db import current_revision, head_revision
-from neffcache.server.deps import ReadAccess, StateDep
-from neffcache.server.routes.common import AUTH_ERRORS
+from neffcache.server.api.deps import ReadAccess, StateDep
+from neffcache.server.api.routes.common import AUTH_ERRORS
+from neffcache.server.storage.db import current_revision, head_revision
 
 router = APIRouter(tags=["health"])
 

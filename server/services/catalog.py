@@ -15,9 +15,9 @@ from typing import Any
 from sqlalchemy import Connection, Select, bindparam, delete, exists, func, select
 from sqlalchemy.orm import Session
 
-from neffcache.server.db import string_list, upsert
-from neffcache.server.models import Entry, EntryLocation, EntryTag, table_of
-from neffcache.server.schemas import EntryIn, EntryOut, EntryPage, ForgetResult, toolchain_label
+from neffcache.server.services.records import EntryIn, EntryOut, EntryPage, ForgetResult, toolchain_label
+from neffcache.server.storage.db import string_list, upsert
+from neffcache.server.storage.models import Entry, EntryLocation, EntryTag, table_of
 
 _MUTABLE = ("layout", "key", "namespace", "compiler_version", "target", "lnc", "toolchain", "state",
             "size", "neff_sha256", "updated", "producer", "compile_seconds")

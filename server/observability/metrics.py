@@ -28,11 +28,11 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 
-from neffcache.server import leases, stats
-from neffcache.server.models import Entry
+from neffcache.server.services import leases, stats
+from neffcache.server.storage.models import Entry
 
 if TYPE_CHECKING:
-    from neffcache.server.db import Database
+    from neffcache.server.storage.db import Database
 
 log = logging.getLogger(__name__)
 OTHER = "other"

@@ -8,10 +8,11 @@ from fastapi import APIRouter, HTTPException, Path, status
 from sqlalchemy.exc import IntegrityError
 
 from neffcache.errors import ConfigError
-from neffcache.server import tokens
-from neffcache.server.deps import AdminAccess, ReadAccess
-from neffcache.server.routes.common import AUTH_ERRORS, WRITE_ERRORS, not_found
-from neffcache.server.schemas import Problem, TokenCreate, TokenCreated, TokenOut, WhoAmI
+from neffcache.server.api.deps import AdminAccess, ReadAccess
+from neffcache.server.api.routes.common import AUTH_ERRORS, WRITE_ERRORS, not_found
+from neffcache.server.api.schemas import Problem, TokenCreated, TokenOut, WhoAmI
+from neffcache.server.services import tokens
+from neffcache.server.services.records import TokenCreate
 
 router = APIRouter(tags=["tokens"])
 

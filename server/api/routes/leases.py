@@ -8,10 +8,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Query, status
 from pydantic import BaseModel
 
-from neffcache.server import leases as lease_table
-from neffcache.server.deps import ReadAccess, WriteAccess
-from neffcache.server.routes.common import AUTH_ERRORS, WRITE_ERRORS
-from neffcache.server.schemas import LeaseAcquire, LeaseOut, LeaseRelease, Problem
+from neffcache.server.api.deps import ReadAccess, WriteAccess
+from neffcache.server.api.routes.common import AUTH_ERRORS, WRITE_ERRORS
+from neffcache.server.api.schemas import Problem
+from neffcache.server.services import leases as lease_table
+from neffcache.server.services.records import LeaseAcquire, LeaseOut, LeaseRelease
 
 router = APIRouter(prefix="/v1/leases", tags=["leases"])
 _CONFLICT: dict[int | str, dict[str, Any]] = {

@@ -12,9 +12,9 @@ from __future__ import annotations
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
-from neffcache.server.db import db_now, upsert
-from neffcache.server.models import Lease
-from neffcache.server.schemas import LeaseOut
+from neffcache.server.services.records import LeaseOut
+from neffcache.server.storage.db import db_now, upsert
+from neffcache.server.storage.models import Lease
 
 # Expired leases are kept this long (they tell who last compiled), then swept by acquire.
 _KEEP_EXPIRED = 3600.0

@@ -8,10 +8,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body
 
-from neffcache.server import ingest
-from neffcache.server.deps import WriteAccess
-from neffcache.server.routes.common import WRITE_ERRORS
-from neffcache.server.schemas import MAX_BATCH, EventIn, IngestResult
+from neffcache.server.api.deps import WriteAccess
+from neffcache.server.api.routes.common import WRITE_ERRORS
+from neffcache.server.api.schemas import MAX_BATCH, IngestResult
+from neffcache.server.services import events as event_log
+from neffcache.server.services.records import EventIn
 
 router = APIRouter(prefix="/v1/events", tags=["events"])
 
@@ -25,9 +26,9 @@ def ingest_events(
     now = time.time()
     retention = access.state.settings.event_retention_days * 86400
     horizon = now - retention if retention else None
-    outcome = access.db.transact(lambda s: ingest.ingest_events(s, events, now, horizon))
+    outcome = access.db.transact(lambda s: event_log.ingest_events(s, events, now, horizon))
     if horizon is not None and random.random() < 0.01:  # now and then, in bounded steps
-        access.db.transact(lambda s: ingest.sweep_events(s, horizon))
+        access.db.transact(lambda s: event_log.sweep_events(s, horizon))
     metrics = access.state.metrics.ingested
     metrics.labels("accepted").inc(outcome.accepted)
     metrics.labels("duplicate").inc(outcome.duplicates)

@@ -1,8 +1,9 @@
-"""Request and response bodies of the /v1 API.
+"""The records the services take and return: entries, events, leases, tokens (pydantic models).
 
-Every request model forbids unknown fields and every string refuses control characters and
-lone surrogates (PostgreSQL rejects NUL in text, and a value we cannot encode would otherwise
-surface as a 500 instead of a clear 422).
+The API serves them as they are, so every request model forbids unknown fields and every
+string refuses control characters and lone surrogates (PostgreSQL rejects NUL in text, and a
+value we cannot encode would otherwise surface as a 500 instead of a clear 422). They are the
+server's side of :mod:`neffcache.index.records`, which the library sends.
 """
 
 from __future__ import annotations
@@ -133,10 +134,6 @@ class EntryPage(BaseModel):
     next_cursor: int | None = Field(description="pass as ?cursor= to get the next page; null on the last")
 
 
-class RegisterResult(BaseModel):
-    registered: int
-
-
 class ForgetResult(BaseModel):
     path: str
     removed_stores: int
@@ -162,13 +159,14 @@ class EventIn(Strict):
     message: Message | None = None
 
 
-MAX_BATCH = 5000
-
-
-class IngestResult(BaseModel):
-    accepted: int = Field(description="events stored now")
-    duplicates: int = Field(description="events already stored by an earlier (re)send")
-    expired: int = Field(default=0, description="events older than the server's retention, not stored")
+class LeaseOut(BaseModel):
+    held: bool = Field(description="acquire/renew: whether the requester holds the lease now; "
+                             "lookups and listings: whether anyone holds it")
+    name: str
+    owner: str | None = Field(description="the current holder (the requester when held)")
+    acquired_at: float | None
+    expires_at: float | None
+    expires_in: float | None = Field(description="seconds left, from the database clock")
 
 
 class LeaseAcquire(Strict):
@@ -182,40 +180,6 @@ class LeaseRelease(Strict):
     owner: Owner
 
 
-class LeaseOut(BaseModel):
-    held: bool = Field(description="acquire/renew: whether the requester holds the lease now; "
-                             "lookups and listings: whether anyone holds it")
-    name: str
-    owner: str | None = Field(description="the current holder (the requester when held)")
-    acquired_at: float | None
-    expires_at: float | None
-    expires_in: float | None = Field(description="seconds left, from the database clock")
-
-
 class TokenCreate(Strict):
     name: Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.@:-]*$")]
     scope: Scope
-
-
-class TokenOut(BaseModel):
-    id: str
-    name: str
-    scope: str
-    created: float
-    last_used: float | None
-    revoked: float | None
-    active: bool
-
-
-class TokenCreated(TokenOut):
-    token: str = Field(description="the secret; shown once, store it now")
-
-
-class WhoAmI(BaseModel):
-    name: str
-    scope: str
-    anonymous: bool
-
-
-class Problem(BaseModel):
-    detail: str

@@ -20,9 +20,9 @@ from sqlalchemy import Double, bindparam, case, delete, func, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import BindParameter
 
-from neffcache.server.db import chunks, upsert
-from neffcache.server.models import Entry, EntryLocation, EntryTag, Event, EventRollup, table_of
-from neffcache.server.schemas import EventIn, toolchain_label
+from neffcache.server.services.records import EventIn, toolchain_label
+from neffcache.server.storage.db import chunks, upsert
+from neffcache.server.storage.models import Entry, EntryLocation, EntryTag, Event, EventRollup, table_of
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from fastapi import HTTPException, Query, status
 
 from neffcache.errors import InvalidKey
 from neffcache.keys import safe_relpath
-from neffcache.server.schemas import Problem
+from neffcache.server.api.schemas import Problem
 
 _PRINTABLE = r"^[^\x00-\x1f\x7f]*$"
 # Every free-text query parameter is bounded and printable: PostgreSQL refuses NUL in text, and

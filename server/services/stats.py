@@ -16,10 +16,10 @@ from pydantic import BaseModel
 from sqlalchemy import ColumnElement, Select, exists, func, select
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
-from neffcache.server import leases
-from neffcache.server.ingest import hour_of
-from neffcache.server.models import Entry, EntryTag, Event, EventRollup
-from neffcache.server.schemas import STATES
+from neffcache.server.services import leases
+from neffcache.server.services.events import hour_of
+from neffcache.server.services.records import STATES
+from neffcache.server.storage.models import Entry, EntryTag, Event, EventRollup
 
 S = TypeVar("S", bound="Select[*tuple[Any, ...]]")
 GroupBy = Literal["team", "model", "instance_type", "toolchain"]

@@ -10,20 +10,12 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from pydantic import StringConstraints
 
-from neffcache.server import catalog
-from neffcache.server.db import Database
-from neffcache.server.deps import ReadAccess, WriteAccess
-from neffcache.server.routes.common import AUTH_ERRORS, WRITE_ERRORS, QText, checked_path, not_found
-from neffcache.server.schemas import (
-    MAX_BATCH,
-    EntryIn,
-    EntryOut,
-    EntryPage,
-    ForgetResult,
-    Problem,
-    RegisterResult,
-    State,
-)
+from neffcache.server.api.deps import ReadAccess, WriteAccess
+from neffcache.server.api.routes.common import AUTH_ERRORS, WRITE_ERRORS, QText, checked_path, not_found
+from neffcache.server.api.schemas import MAX_BATCH, Problem, RegisterResult
+from neffcache.server.services import catalog
+from neffcache.server.services.records import EntryIn, EntryOut, EntryPage, ForgetResult, State
+from neffcache.server.storage.db import Database
 
 router = APIRouter(prefix="/v1/entries", tags=["entries"])
 TagFilter = Annotated[str, StringConstraints(max_length=330, pattern=r"^[A-Za-z0-9_.-]{1,64}=[^\x00-\x1f\x7f]{0,256}$")]

@@ -21,10 +21,10 @@ from fastapi import Depends, HTTPException, Request, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from neffcache.server import tokens
 from neffcache.server.config import Settings
-from neffcache.server.db import Database
-from neffcache.server.metrics import Metrics
+from neffcache.server.observability.metrics import Metrics
+from neffcache.server.services import tokens
+from neffcache.server.storage.db import Database
 
 log = logging.getLogger(__name__)
 TOKEN_COOKIE = "neffcache_token"  # noqa: S105 - a cookie name

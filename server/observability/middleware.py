@@ -8,7 +8,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from neffcache.server.metrics import Metrics
+from neffcache.server.observability.metrics import Metrics
 
 _NO_BODY = frozenset({"GET", "HEAD", "OPTIONS", "DELETE"})
 

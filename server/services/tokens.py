@@ -19,7 +19,7 @@ from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session
 
 from neffcache.errors import ConfigError
-from neffcache.server.models import Token
+from neffcache.server.storage.models import Token
 
 SCOPES = ("read", "write", "admin")
 _RANK = {scope: rank for rank, scope in enumerate(SCOPES)}

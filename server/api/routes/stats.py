@@ -8,9 +8,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from neffcache.server.deps import ReadAccess
-from neffcache.server.routes.common import AUTH_ERRORS, QText
-from neffcache.server.stats import GroupBy, StatsOut, StatsQuery, compute_stats
+from neffcache.server.api.deps import ReadAccess
+from neffcache.server.api.routes.common import AUTH_ERRORS, QText
+from neffcache.server.services.stats import GroupBy, StatsOut, StatsQuery, compute_stats
 
 router = APIRouter(prefix="/v1/stats", tags=["stats"])
 WINDOW_PATTERN = r"^[1-9][0-9]{0,5}[smhdw]?$"

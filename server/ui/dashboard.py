@@ -1,6 +1,6 @@
 """The dashboard at ``/``: one server-rendered page a platform team can leave open on a screen.
 
-Charts are inline SVG (``neffcache.server.charts``); a small first-party script refreshes the
+Charts are inline SVG (``neffcache.server.ui.charts``); a small first-party script refreshes the
 page body in place and the page falls back to a meta refresh without JavaScript. A token can be
 handed over once as ``/?token=...``: it is moved into a SameSite=Strict, HttpOnly cookie and the
 URL is cleaned, so the secret does not stay in the address bar or in shared links.
@@ -9,6 +9,7 @@ URL is cleaned, so the secret does not stay in the address bar or in shared link
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
@@ -16,14 +17,16 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from neffcache import __version__
-from neffcache.server import leases as lease_table
-from neffcache.server.charts import Line, hbars, line_chart, stacked_bars
-from neffcache.server.deps import TOKEN_COOKIE, BearerDep, StateDep, check_access, presented_token
-from neffcache.server.routes.common import QText
-from neffcache.server.routes.stats import build_query
-from neffcache.server.stats import GroupBy, StatsOut, compute_stats
+from neffcache.server.api.deps import TOKEN_COOKIE, BearerDep, StateDep, check_access, presented_token
+from neffcache.server.api.routes.common import QText
+from neffcache.server.api.routes.stats import build_query
+from neffcache.server.services import leases as lease_table
+from neffcache.server.services.stats import GroupBy, StatsOut, compute_stats
+from neffcache.server.ui.charts import Line, hbars, line_chart, stacked_bars
 
 router = APIRouter(include_in_schema=False)
+TEMPLATES_DIR = Path(__file__).with_name("templates")
+STATIC_DIR = Path(__file__).with_name("static")
 WINDOWS = (("24h", "24 hours"), ("7d", "7 days"), ("30d", "30 days"))
 _STATE_CLASS = {"SUCCESS": "ok", "FAILED": "bad", "LOCKED": "warn", "EMPTY": "muted", "CORRUPT": "alert"}
 

@@ -1,0 +1,46 @@
+"""Response bodies only the HTTP layer builds: counts of a batch, tokens as shown, errors.
+
+Every request body, and every record a service returns, is in
+:mod:`neffcache.server.services.records`.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class RegisterResult(BaseModel):
+    registered: int
+
+
+MAX_BATCH = 5000
+
+
+class IngestResult(BaseModel):
+    accepted: int = Field(description="events stored now")
+    duplicates: int = Field(description="events already stored by an earlier (re)send")
+    expired: int = Field(default=0, description="events older than the server's retention, not stored")
+
+
+class TokenOut(BaseModel):
+    id: str
+    name: str
+    scope: str
+    created: float
+    last_used: float | None
+    revoked: float | None
+    active: bool
+
+
+class TokenCreated(TokenOut):
+    token: str = Field(description="the secret; shown once, store it now")
+
+
+class WhoAmI(BaseModel):
+    name: str
+    scope: str
+    anonymous: bool
+
+
+class Problem(BaseModel):
+    detail: str

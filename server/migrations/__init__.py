@@ -1,1 +1,0 @@
-"""Alembic migrations of the index schema (``neffcache.server.db.migrate`` runs them)."""
