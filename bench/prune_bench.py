@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from bench.common import Timing, print_ratio, sh, timed
-from neffcache.prune import PrunePolicy, plan_prune
+from neffcache.prune import PrunePolicy, execute_plan, plan_prune
 from neffcache.stores.local import LocalStore
 
 OLD = "2.21.33363.0+82129205"
@@ -69,7 +69,7 @@ def bench_local(entries: int, rounds: int, workers: int, base: Path) -> None:
         with timed("neffcache plan", times):
             plan = plan_prune([store], PrunePolicy(keep_compilers=(NEW,), current=NEW))
         with timed("neffcache execute", times):
-            result = plan.execute([store], workers=workers, force=True)  # the bench empties a store
+            result = execute_plan(plan, [store], workers=workers, force=True)  # the bench empties a store
         assert len(result.removed) == entries and not result.skipped, result.skipped[:3]
         assert not (base / "neffcache" / NS / f"neuronxcc-{OLD}").exists()
         times.append(Timing("neffcache plan+execute", times[-1].seconds + times[-2].seconds))

@@ -20,10 +20,11 @@ from neffcache.prune import (
     PrunePlan,
     PrunePolicy,
     PruneResult,
+    execute_plan,
     plan_prune,
+    refusal,
     resolve_keep_compilers,
 )
-from neffcache.prune_exec import refusal
 from neffcache.reconcile import ReconcilePlan, plan_reconcile
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
@@ -276,7 +277,7 @@ def prune_cmd(stores: tuple[str, ...], keep_compilers: tuple[str, ...], keep_las
         if not as_json:
             click.echo(_plan_text(plan, show_items, True))
         with progress("removing", len(plan.items), enabled=not as_json) as bar:
-            result = plan.execute(opened, index=index, workers=workers, progress=bar.update, force=force)
+            result = execute_plan(plan, opened, index=index, workers=workers, progress=bar.update, force=force)
         logs["removed"] = remove_runs(old_logs)
         render(as_json, {"plan": plan.to_json(), "executed": True, "result": result.to_json(), "warm_logs": logs},
                lambda: _result_text(result)

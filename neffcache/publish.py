@@ -35,7 +35,6 @@ from neffcache.layouts import get_layout
 from neffcache.lease import Lease, read_lease, try_acquire
 from neffcache.manifest import FileDigest, Manifest, sha256_bytes, sha256_file
 from neffcache.stores.base import Source, Store
-from neffcache.stores.local import LocalStore
 
 log = logging.getLogger(__name__)
 PUBLISH_LEASE_TTL = 300.0
@@ -74,16 +73,12 @@ def prune_group_lease(entry_path: str) -> str:
     entry's publish lease (a file created, written, linked and removed per entry was half of
     a prune's cost): it checks each entry's publish lease *after* taking the group's, and a
     publisher checks the group's *after* taking its own, so one of the two always sees the
-    other. Only on stores one host writes (:func:`prune_uses_group_leases`): there a lookup
-    of a name created a moment ago by another process is never answered from a stale cache
-    (an NFS client's negative lookups may be); shared stores keep per-entry publish leases."""
+    other. Only on stores one host writes (:attr:`Store.single_writer`): there a lookup of a
+    name created a moment ago by another process is never answered from a stale cache (an NFS
+    client's negative lookups may be); shared stores keep per-entry publish leases."""
     directory, _, _ = entry_path.rpartition("/")
     group = int(hashlib.sha256(entry_path.encode()).hexdigest()[:8], 16) % PRUNE_GROUPS
     return f"prune-group:{directory}#{group}"
-
-
-def prune_uses_group_leases(store: Store) -> bool:
-    return isinstance(store, LocalStore) and not store.shared
 
 
 def _prune_group_free(store: Store, entry_path: str) -> bool:
@@ -172,8 +167,9 @@ def exclusive_write(store: Store, entry_path: str) -> Iterator[Lease | None]:
         return
     got.keep_alive()
     try:
-        # Any local store, shared or not: a prune may have opened this root unshared.
-        if isinstance(store, LocalStore) and not _prune_group_free(store, entry_path):
+        # Any store on a local filesystem, shared or not: a prune may have opened this root
+        # unshared (single_writer) and then holds group leases instead of publish leases.
+        if store.local_root is not None and not _prune_group_free(store, entry_path):
             log.debug("%s: a prune is removing its group", entry_path)
             yield None
         else:

@@ -402,7 +402,7 @@ def sync(src: Store | str, dst: Store | str, *, namespaces: Collection[str] = ()
                           tuple(sorted(tally.skipped, key=lambda o: o.path)),
                           tuple(sorted(tally.failed, key=lambda o: o.path)),
                           tally.filtered, tally.bytes, time.monotonic() - started, tuple(sorted(foreign)),
-                          bool(getattr(dst, "created", False)))
+                          dst.created)
     finally:
         for store in opened:
             store.close()

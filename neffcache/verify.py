@@ -26,7 +26,7 @@ from neffcache.ingest import digest_of
 from neffcache.lease import read_lease
 from neffcache.publish import publish_lease_name
 from neffcache.scan import scan
-from neffcache.stores.base import CONTROL_DIR, Store, move_file
+from neffcache.stores.base import CONTROL_DIR, Store
 
 log = logging.getLogger(__name__)
 QUARANTINE_DIR = f"{CONTROL_DIR}/quarantine"
@@ -113,7 +113,7 @@ def check_entry(store: Store, entry: Entry) -> EntryCheck:
 
 
 def quarantine_stamp() -> str:
-    """The quarantine directory's name: UTC, as the retention reads it (neffcache.prune_sweep)."""
+    """The quarantine directory's name: UTC, as the retention reads it (neffcache.prune.sweep)."""
     return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
 
 
@@ -127,7 +127,7 @@ def quarantine(store: Store, entry: Entry, *, stamp: str | None = None, why: str
     names = sorted(entry.files, key=lambda n: (n != entry.marker_name, n))
     for name in names:
         try:
-            move_file(store, entry.store_path(name), f"{where}/{name}")
+            store.move(entry.store_path(name), f"{where}/{name}")
         except EntryNotFound:
             continue
     log.warning("quarantined %s to %s", entry.path, where)

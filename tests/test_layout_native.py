@@ -8,8 +8,7 @@ from pathlib import Path
 
 from neffcache.entry import EntryState
 from neffcache.layouts import LogLine, get_layout
-from neffcache.prune import plan_prune
-from neffcache.prune_plan import PrunePolicy
+from neffcache.prune import PrunePolicy, execute_plan, plan_prune
 from neffcache.scan import scan
 from neffcache.stores.local import LocalStore
 from neffcache.toolchain import Toolchain
@@ -58,7 +57,7 @@ def test_prune_garbage_keeps_native_neffs_inside_a_namespace(tmp_path: Path) -> 
     assert {e.namespace.toolchain for e in report.entries} == {TC}
     plan = plan_prune([store], PrunePolicy(garbage=True, grace=0))
     assert not plan.items
-    plan.execute([store])
+    execute_plan(plan, [store])
     assert all_files(root) == before
 
 

@@ -11,8 +11,7 @@ import pytest
 from neffcache.entry import EntryState
 from neffcache.jobenv import job_env
 from neffcache.layouts import get_layout
-from neffcache.prune import plan_prune
-from neffcache.prune_plan import PrunePolicy
+from neffcache.prune import PrunePolicy, execute_plan, plan_prune
 from neffcache.scan import scan
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
@@ -129,7 +128,7 @@ def test_prune_garbage_removes_none_of_vllms_files(tmp_path: Path) -> None:
     store = LocalStore(root)
     plan = plan_prune([store], PrunePolicy(garbage=True, stale_locks=True, grace=0, lock_age=0))
     assert not plan.items
-    plan.execute([store])
+    execute_plan(plan, [store])
     assert all_files(root) == before
 
 
@@ -141,7 +140,7 @@ def test_prune_compiler_rule_removes_old_vllm_namespace(tmp_path: Path) -> None:
     store = LocalStore(root)
     plan = plan_prune([store], PrunePolicy(keep_compilers=(new.compiler_version,)))
     assert sorted(i.path.split("/")[1] for i in plan.items) == [f"vllm-{VERSION}"] * 2
-    plan.execute([store])
+    execute_plan(plan, [store])
     left = scan(store)
     assert {e.namespace.compiler_version for e in left.entries if e.state is EntryState.SUCCESS} == {
         new.compiler_version}

@@ -30,7 +30,6 @@ from neffcache.publish import PublishStatus
 from neffcache.scan import load_entry
 from neffcache.stamps import record_use
 from neffcache.stores.base import Source, Store
-from neffcache.stores.local import LocalStore
 from neffcache.tiers import Tiers
 from neffcache.toolchain import Toolchain
 
@@ -50,8 +49,9 @@ class Placement:
 
     @property
     def work_root(self) -> str:
-        assert isinstance(self.work, LocalStore)
-        return str(self.work.root).rstrip("/")
+        root = self.work.local_root
+        assert root is not None  # open_placement refuses a first tier that is not a directory
+        return str(root).rstrip("/")
 
     @property
     def tiers(self) -> list[Store]:
@@ -216,7 +216,7 @@ def open_placement(urls: Sequence[str], *, index_url: str | None, token: str | N
     chain = Tiers.open(tiers, endpoint_url=endpoint_url)
     try:
         work = chain.local
-        if work.read_only or not isinstance(work, LocalStore):
+        if work.read_only or work.local_root is None:
             raise ConfigError(f"the first tier {work.url} must be a writable local directory")
     except BaseException:
         chain.close()

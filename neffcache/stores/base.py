@@ -16,6 +16,26 @@ The primitives' contract (tests/contract/ checks every backend against it):
   hashed in the same read, match ``digest``; otherwise it raises SourceChanged (the source was
   rewritten while it was read) or CorruptEntry, and nothing is left at ``path``.
 - a destination that is full raises NoSpace, whatever the backend's own error.
+
+Every difference between backends that the code above needs is a method or property here, so
+nothing outside ``stores/`` asks which class a store is (tests/test_store_interface.py):
+
+- ``move(src, dst)`` moves a file within the store: a rename where the backend has one, else
+  copy and delete (the default). A missing ``src`` raises EntryNotFound.
+- ``discard(paths, prune_dirs=...)`` removes files without counting them; ``prune_dirs`` also
+  removes the directories that emptied, ``.neffcache/`` ones included, never the root.
+- ``remove_empty_dirs(dirs, control=...)`` removes each directory and its parents while they
+  are empty (never the root); a no-op on object stores, which have no directories.
+- ``exists(path)`` is ``stat(path) is not None``, answered as cheaply as the backend can.
+- ``incomplete_uploads(older_than)`` lists writes the backend started and nobody finished that
+  it keeps (and bills) invisibly — S3 multipart uploads; ``abort_uploads`` removes them and
+  returns how many it aborted. Both are empty where a backend has no such thing.
+- ``local_root`` is the directory the files live in when they are on a filesystem of this host
+  (a runtime can be pointed at it; ``/proc/locks`` sees locks on its files), else None.
+- ``single_writer`` says only this host writes the store (a local, unshared directory): a name
+  another process created a moment ago is then never hidden by a stale cache, which prune's
+  group leases rely on (:func:`neffcache.publish.prune_group_lease`).
+- ``created`` says whether opening the store made it (a typo'd path; push and pull say so).
 """
 
 from __future__ import annotations
@@ -26,11 +46,12 @@ import os
 import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
 from neffcache.entry import FileInfo
-from neffcache.errors import NoSpace, ReadOnlyStore
+from neffcache.errors import EntryNotFound, NoSpace, ReadOnlyStore
 from neffcache.manifest import FileDigest
 from neffcache.stores.hashed_io import PIECE, check_bytes, copy_hashed, hash_file, is_no_space, mismatch, write_all
 
@@ -57,10 +78,21 @@ class DirListing(NamedTuple):
     problems: tuple[tuple[str, str], ...] = ()
 
 
+@dataclass(frozen=True)
+class IncompleteUpload:
+    """A write a store started and nobody finished (an S3 multipart upload of a killed
+    publisher): invisible, but billed."""
+
+    path: str
+    upload_id: str
+    initiated: float
+
+
 class Store(ABC):
     """Where bytes live. Subclasses implement the abstract primitives."""
 
     scheme: str = ""
+    created: bool = False  # whether opening the store made it (see the module docstring)
 
     def __init__(self, url: str, *, read_only: bool = False) -> None:
         self.url = url
@@ -151,10 +183,51 @@ class Store(ABC):
         self.check_writable()
         return self._delete(list(paths))
 
-    def discard(self, paths: Iterable[str]) -> None:
+    def discard(self, paths: Iterable[str], *, prune_dirs: bool = False) -> None:
         """:meth:`delete` without the count, for callers that do not need it: a store where
-        counting costs requests (S3 lists the parents first) overrides this."""
+        counting costs requests (S3 lists the parents first) overrides this. ``prune_dirs``
+        removes the directories the removals emptied (see :meth:`remove_empty_dirs`)."""
+        paths = list(paths)
         self.delete(paths)
+        if prune_dirs:
+            self.remove_empty_dirs({p.rpartition("/")[0] for p in paths}, control=True)
+
+    def remove_empty_dirs(self, directories: Iterable[str], *, control: bool = False) -> None:
+        """Remove each directory and its parents while they are empty; never the root, and
+        ``.neffcache/`` ones only with ``control``. Object stores have no directories: no-op."""
+
+    def move(self, src: str, dst: str) -> None:
+        """Move a file within the store (EntryNotFound when ``src`` is missing). This default
+        copies and deletes; a backend with a rename overrides it."""
+        local = self.local_path(src)
+        if local is not None and not local.exists():
+            raise EntryNotFound(f"{src} not found in {self.url}", store=self.url, path=src)
+        self.put_file(dst, local if local is not None else self.read_bytes(src))
+        self.delete([src])
+
+    def exists(self, path: str) -> bool:
+        """Whether a file is at ``path``: ``stat(path) is not None``, cheaper where a backend can."""
+        return self.stat(path) is not None
+
+    def incomplete_uploads(self, older_than: float | None = None) -> list[IncompleteUpload]:
+        """Unfinished writes the backend keeps invisibly, started ``older_than`` seconds ago or
+        earlier (all with None). None on most backends."""
+        return []
+
+    def abort_uploads(self, uploads: Iterable[IncompleteUpload]) -> int:
+        """Abort ``uploads``; returns how many were still there to abort."""
+        self.check_writable()
+        return 0
+
+    @property
+    def local_root(self) -> Path | None:
+        """The directory of the store's files on this host's filesystem, if it is one."""
+        return None
+
+    @property
+    def single_writer(self) -> bool:
+        """Only this host writes the store (see the module docstring)."""
+        return False
 
     def read_bytes(self, path: str) -> bytes:
         with self.open_read(path) as stream:
@@ -194,17 +267,6 @@ class Store(ABC):
 
     def close(self) -> None:
         """Release connections and threads (no-op for most stores)."""
-
-
-def move_file(store: Store, src: str, dst: str) -> None:
-    """Move within one store: the store's own rename where it has one, else copy + delete."""
-    mover = getattr(store, "move", None)
-    if mover is not None:
-        mover(src, dst)
-        return
-    local = store.local_path(src)
-    store.put_file(dst, local if local is not None else store.read_bytes(src))
-    store.delete([src])
 
 
 def _strerror(exc: BaseException) -> str:

@@ -36,6 +36,7 @@ import contextlib
 import errno
 import logging
 import os
+import re
 import secrets
 import shutil
 from collections.abc import Iterable, Iterator
@@ -134,6 +135,11 @@ def _list_rels(safe: SafeRoot, directories: list[str]) -> tuple[list[str], list[
     return subdirs, listings
 
 
+# What safe_relpath would refuse or rewrite: absolute, "..", empty components, backslashes,
+# control characters, an empty path.
+_SUSPECT = re.compile(r"^/|^$|\.\.|//|\\|[\x00-\x1f\x7f]|(^|/)\.(/|$)")
+
+
 def temp_name(name: str) -> str:
     return f".{name}{TEMP_MARKER}{secrets.token_hex(6)}"
 
@@ -207,6 +213,16 @@ class LocalStore(Store):
             raise StoreUnavailable(f"cache root {self.root} is not a directory", store=self.url)
 
     # -- paths --------------------------------------------------------------------------------
+    @property
+    def local_root(self) -> Path | None:
+        return self.root
+
+    @property
+    def single_writer(self) -> bool:
+        # Several hosts write a shared mount, and an NFS client may answer a lookup of a name
+        # another host just created from its negative-lookup cache.
+        return not self.shared
+
     def local_path(self, path: str) -> Path | None:
         """The file's path, checked: no component below the root is a symlink, and an in-root
         file link is resolved to its target (callers hand the path to boto3 and to the
@@ -475,6 +491,25 @@ class LocalStore(Store):
 
     def _delete(self, paths: list[str]) -> int:
         return self.unlink_many([safe_relpath(p) for p in paths])
+
+    def discard(self, paths: Iterable[str], *, prune_dirs: bool = False) -> None:
+        # Straight to the descriptor walk, which never follows a symlink: ``delete`` would also
+        # count. The paths come from this store's listing or from neffcache's own names (prune
+        # discards 100k entries' files in a few calls), so one regex finds the few that need
+        # the full check, which costs more than the unlink itself at that scale.
+        self.check_writable()
+        paths = list(paths)
+        if any(_SUSPECT.search(p) for p in paths):
+            paths = [safe_relpath(p) for p in paths]
+        self.unlink_many(paths, prune_dirs=prune_dirs, control=True)
+
+    def exists(self, path: str) -> bool:
+        # One lstat for the common answer (nothing there); a hit is confirmed through the walk,
+        # which refuses a symlink on the way.
+        rel = safe_relpath(path)
+        if not os.path.lexists(f"{self.root}/{rel}"):
+            return False
+        return self.stat(rel) is not None
 
     def unlink_many(self, paths: list[str], *, prune_dirs: bool = True, control: bool = False) -> int:
         """Unlink store-relative ``paths`` (already safe), each directory walked to once; a name

@@ -36,7 +36,6 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 from urllib.parse import urlsplit
@@ -50,7 +49,7 @@ from neffcache.entry import FileInfo
 from neffcache.errors import EntryNotFound, InvalidURL, StoreError, StoreUnavailable
 from neffcache.keys import safe_relpath
 from neffcache.manifest import FileDigest
-from neffcache.stores.base import Source, Store
+from neffcache.stores.base import IncompleteUpload, Source, Store
 from neffcache.stores.budget import TRANSFER_BUDGET
 from neffcache.stores.hashed_io import check_bytes
 from neffcache.stores.s3_errors import error_code, is_transient, retry_attempts, translate
@@ -91,15 +90,6 @@ def parse_s3_url(url: str) -> tuple[str, str]:
     raw = parts.path.strip("/")
     prefix = safe_relpath(raw) if raw else ""
     return bucket, prefix
-
-
-@dataclass(frozen=True)
-class IncompleteUpload:
-    """A multipart upload nobody completed (a killed publisher): invisible, but billed."""
-
-    path: str
-    upload_id: str
-    initiated: float
 
 
 class S3Store(Store):
@@ -328,12 +318,12 @@ class S3Store(Store):
         self._delete_keys(keys)
         return existed
 
-    def discard(self, paths: Iterable[str]) -> None:
+    def discard(self, paths: Iterable[str], *, prune_dirs: bool = False) -> None:
         """Delete like :meth:`delete` without learning which keys existed: no listing first.
 
         Prune removes an entry's files in several ordered calls, and the count ``delete``
         returns would cost a listing of every entry's directory (and of the stamp directory)
-        per call."""
+        per call. Objects have no directories to prune."""
         self.check_writable()
         self._delete_keys(sorted({self._key(p) for p in paths}))
 

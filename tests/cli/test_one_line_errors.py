@@ -16,7 +16,7 @@ import pytest
 
 from neffcache.errors import readable_expiry
 from neffcache.lease import acquire
-from neffcache.prune_exec import PRUNE_LEASE
+from neffcache.prune import PRUNE_LEASE
 from neffcache.stores.local import LocalStore
 from tests.contract.suite import publish_a
 

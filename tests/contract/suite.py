@@ -21,7 +21,7 @@ from neffcache.lease import LeaseRecord, acquire, read_lease, try_acquire
 from neffcache.manifest import FileDigest, sha256_bytes
 from neffcache.publish import PublishStatus, publish
 from neffcache.scan import load_entry, scan
-from neffcache.stores.base import Store
+from neffcache.stores.base import CONTROL_DIR, IncompleteUpload, Store
 from neffcache.stores.local import LocalStore
 from neffcache.toolchain import Toolchain
 from neffcache.verify import CheckStatus, verify
@@ -44,7 +44,87 @@ def publish_a(store: Store, key: str = "MODULE_123+abb26765", neff: bytes | None
     return f"{ns.path}/{key}", neff
 
 
-class StoreContract:
+class BackendDifferences:
+    """The methods through which code outside ``stores/`` learns what differs between backends
+    (see the module docstring of neffcache.stores.base)."""
+
+    on_local_filesystem: bool
+    single_writer: bool
+    created_on_open: bool
+
+    def test_move(self, store: Store) -> None:
+        assert store.put_file("m/src.bin", b"moving")
+        store.move("m/src.bin", "n/o/dst.bin")
+        assert store.stat("m/src.bin") is None
+        assert store.read_bytes("n/o/dst.bin") == b"moving"
+        with pytest.raises(EntryNotFound):
+            store.move("m/src.bin", "n/o/again.bin")
+        assert store.stat("n/o/again.bin") is None
+
+    def test_discard(self, store: Store) -> None:
+        for name in ("d/e/1.bin", "d/e/2.bin", "d/keep.bin"):
+            assert store.put_file(name, name.encode())
+        store.discard(["d/e/1.bin", "d/e/2.bin", "d/e/missing.bin"], prune_dirs=True)
+        store.discard([])
+        assert {f.path for f in store.iter_files()} == {"d/keep.bin"}
+        root = store.local_root
+        if root is not None:
+            assert not (root / "d/e").exists(), "prune_dirs removes the directory the removals emptied"
+            assert (root / "d").is_dir()
+
+    def test_remove_empty_dirs(self, store: Store) -> None:
+        assert store.put_file("r/s/t.bin", b"x")
+        assert store.put_file(f"{CONTROL_DIR}/c/u.bin", b"x")
+        store.discard(["r/s/t.bin", f"{CONTROL_DIR}/c/u.bin"])
+        root = store.local_root
+        if root is not None:
+            assert (root / "r/s").is_dir(), "discard without prune_dirs leaves the directory"
+        store.remove_empty_dirs(["r/s", f"{CONTROL_DIR}/c"])
+        assert list(store.iter_files()) == []
+        if root is not None:
+            assert not (root / "r").exists() and root.is_dir(), "the parents go, never the root"
+            assert (root / CONTROL_DIR / "c").is_dir(), "control directories only with control=True"
+            store.remove_empty_dirs([f"{CONTROL_DIR}/c"], control=True)
+            assert not (root / CONTROL_DIR).exists()
+
+    def test_exists(self, store: Store) -> None:
+        assert not store.exists("x/y.bin")
+        assert store.put_file("x/y.bin", b"1")
+        assert store.exists("x/y.bin")
+        store.delete(["x/y.bin"])
+        assert not store.exists("x/y.bin")
+        with pytest.raises(InvalidKey):
+            store.exists("../escape")
+
+    def test_incomplete_uploads_empty_by_default(self, store: Store) -> None:
+        assert store.put_file("whole.bin", b"done in one request")
+        assert store.incomplete_uploads() == []
+        assert store.incomplete_uploads(older_than=0.0) == []
+        assert store.abort_uploads([IncompleteUpload("never/started.bin", "no-such-upload", 0.0)]) == 0
+
+    def test_local_root_and_single_writer(self, store: Store) -> None:
+        assert (store.local_root is not None) == self.on_local_filesystem
+        assert store.single_writer == self.single_writer
+        assert not store.single_writer or store.local_root is not None
+        assert store.put_file("p/q.bin", b"here")
+        root = store.local_root
+        if root is None:
+            assert store.local_path("p/q.bin") is None
+        else:
+            assert (root / "p/q.bin").read_bytes() == b"here"
+            assert store.local_path("p/q.bin") == root / "p/q.bin"
+
+    def test_created(self, store: Store) -> None:
+        assert store.created is self.created_on_open
+
+
+class StoreContract(BackendDifferences):
+    # What the backend says about itself (Store.local_root, single_writer, created): a backend's
+    # test class sets the values its store must report.
+    on_local_filesystem = False
+    single_writer = False
+    created_on_open = False
+
     # -- primitives ---------------------------------------------------------------------------
     def test_put_read_stat_roundtrip(self, store: Store) -> None:
         assert store.put_file("a/b/c.bin", b"hello")
@@ -111,6 +191,10 @@ class StoreContract:
             store.put_file(bad, b"x")
         with pytest.raises(InvalidKey):
             store.stat(bad)
+        with pytest.raises(InvalidKey):
+            store.discard([bad], prune_dirs=True)
+        with pytest.raises(InvalidKey):
+            store.exists(bad)
         assert list(store.iter_files()) == []
 
     # -- entries ------------------------------------------------------------------------------

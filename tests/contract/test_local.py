@@ -14,6 +14,10 @@ from tests.contract.suite import ReadOnlyContract, StoreContract, publish_a
 
 
 class TestLocalStore(StoreContract, ReadOnlyContract):
+    on_local_filesystem = True
+    single_writer = True
+    created_on_open = True
+
     @pytest.fixture
     def store(self, tmp_path: Path) -> Store:
         return open_store(str(tmp_path / "cache"))
@@ -25,6 +29,9 @@ class TestLocalStore(StoreContract, ReadOnlyContract):
 
 
 class TestSharedStore(StoreContract):
+    on_local_filesystem = True
+    created_on_open = True  # several hosts write it: never single_writer
+
     @pytest.fixture
     def store(self, tmp_path: Path) -> Store:
         return open_store(f"fsx://{tmp_path / 'fsx'}")

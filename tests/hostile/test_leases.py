@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from neffcache.lease import Lease, LeaseRecord, lease_path, read_lease, try_acquire
-from neffcache.prune import PrunePolicy, plan_prune
+from neffcache.prune import PrunePolicy, execute_plan, plan_prune
 from neffcache.stores.base import Store
 from neffcache.stores.local import LocalStore
 from neffcache.stores.s3 import S3Store
@@ -76,6 +76,6 @@ def test_an_invalid_lease_is_taken_over_and_pruned(store: Store, name: str) -> N
     plan = plan_prune([store], PrunePolicy(stale_locks=True))
     stale = [i for i in plan.items if i.path == lease_path("entry-b")]
     assert stale and "invalid lease" in stale[0].detail
-    result = plan.execute([store])
+    result = execute_plan(plan, [store])
     assert not result.failed
     assert store.stat(lease_path("entry-b")) is None

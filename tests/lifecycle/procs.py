@@ -10,7 +10,7 @@ from pathlib import Path
 
 from neffcache.ingest import build_manifest
 from neffcache.layouts import get_layout
-from neffcache.prune import PrunePolicy, plan_prune
+from neffcache.prune import PrunePolicy, execute_plan, plan_prune
 from neffcache.publish import PublishStatus, publish
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
@@ -29,7 +29,7 @@ def run_prune(url: str, keep: str) -> None:
     store = open_store(url)
     plan = plan_prune([store], PrunePolicy(keep_compilers=(keep,), current=keep))
     print(f"planned {len(plan.items)}", flush=True)
-    plan.execute([store], workers=1, force=True)
+    execute_plan(plan, [store], workers=1, force=True)
     print("done", flush=True)
 
 

@@ -16,9 +16,7 @@ import pytest
 
 from neffcache.entry import EntryState
 from neffcache.layouts.base import TEMP_MARKER
-from neffcache.prune import PrunePolicy, Reason, plan_prune
-from neffcache.prune_exec import PHASE_PAUSE_ENV
-from neffcache.prune_remove import JOURNAL_DIR
+from neffcache.prune import JOURNAL_DIR, PHASE_PAUSE_ENV, PrunePolicy, Reason, execute_plan, plan_prune
 from neffcache.scan import scan
 from neffcache.stores.base import Store
 from neffcache.verify import CheckStatus, check_entry
@@ -85,14 +83,14 @@ def test_sigkill_mid_prune_then_rerun(fs_store: Store) -> None:
         # Half-removed entries read as uncommitted: the compiler rule takes those of an old
         # toolchain itself; elsewhere the journal marks them `interrupted`.
         interrupted_seen += sum(1 for i in rerun.items if i.state == "UNCOMMITTED" or i.reason is Reason.INTERRUPTED)
-        result = rerun.execute([store], force=True)
+        result = execute_plan(rerun, [store], force=True)
         assert not result.skipped, result.skipped[:3]
         after = scan(store)
         assert [e.path for e in after.entries] == [keep]
         assert after.uncommitted == ()
         # A kill inside a write (a lease, a journal) leaves a temp file: garbage for --garbage.
         assert all(TEMP_MARKER in g.path for g in after.garbage), after.garbage
-        plan_prune([store], PrunePolicy(garbage=True, grace=0)).execute([store], force=True)
+        execute_plan(plan_prune([store], PrunePolicy(garbage=True, grace=0)), [store], force=True)
         assert scan(store).garbage == ()
         assert list(store.iter_files(JOURNAL_DIR)) == []
         store.delete([f.path for f in store.iter_files(keep)])
@@ -112,7 +110,7 @@ def test_prune_racing_publishers_loses_nothing_published_after_the_plan(fs_store
     publishers = [spawn("publish", store.url, "--keys", str(keys), "--stop", str(stop), "--tag", str(n))
                   for n in range(2)]
     time.sleep(0.3)  # let them start and find every entry present
-    result = plan.execute([store], workers=2, force=True)
+    result = execute_plan(plan, [store], workers=2, force=True)
     time.sleep(0.3)
     stop.touch()
     published: set[str] = set()

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from neffcache.errors import ConfigError, RefusedPlan
-from neffcache.prune import PrunePolicy, plan_prune
+from neffcache.prune import PrunePolicy, execute_plan, plan_prune
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
 from neffcache.toolchain import Toolchain
@@ -83,8 +83,8 @@ def test_a_plan_that_empties_a_store_needs_force(kind: str, tmp_path: Path, requ
     _entries(store, 1, TC_OLD, 2048, "p")
     plan = plan_prune([store], PrunePolicy(keep_compilers=(NEW,), current=NEW))
     with pytest.raises(RefusedPlan):
-        plan.execute([store])
-    assert plan.execute([store], force=True).removed
+        execute_plan(plan, [store])
+    assert execute_plan(plan, [store], force=True).removed
 
 
 def test_removing_every_entry_of_the_newest_toolchain_is_refused(tmp_path: Path) -> None:

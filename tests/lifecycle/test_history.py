@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from neffcache.history import HISTORY_DIR, MAX_ITEMS, ActionItem, read_history, record
-from neffcache.prune import PrunePolicy, Reason, plan_prune
+from neffcache.prune import PrunePolicy, Reason, execute_plan, plan_prune
 from neffcache.scan import load_entry, scan
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
@@ -91,7 +91,7 @@ def test_quarantine_retention_removes_only_expired_quarantine(store: Store) -> N
     expired = [i for i in plan.items if i.reason is Reason.QUARANTINE_EXPIRED]
     assert expired and plan.guards == ()
     assert {i.path.split("/")[2] for i in expired} == {"20000101T000000Z", local_stamp}
-    plan.execute([store])
+    execute_plan(plan, [store])
     left = {f.path.split("/")[2] for f in store.iter_files(QUARANTINE_DIR)}
     assert len(left) == 1 and left.pop().endswith("Z")  # the one quarantined just now stays
     assert scan(store).entries == ()
@@ -107,7 +107,7 @@ def test_history_retention(fs_store: Store) -> None:
     record(fs_store, "prune", "recent", [ActionItem("b", "age", 1)])
     plan = plan_prune([fs_store], PrunePolicy(garbage=True))
     assert [i.reason for i in plan.items] == [Reason.HISTORY_EXPIRED]
-    plan.execute([fs_store])
+    execute_plan(plan, [fs_store])
     assert [a.why for a in read_history(fs_store)] == ["--garbage", "recent"]
 
 

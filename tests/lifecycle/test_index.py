@@ -16,7 +16,7 @@ from neffcache.cli.main import cli
 from neffcache.errors import ConfigError
 from neffcache.index import IndexClient, open_index
 from neffcache.index.records import entry_record
-from neffcache.prune import PrunePolicy, Reason, plan_prune
+from neffcache.prune import PrunePolicy, Reason, execute_plan, plan_prune
 from neffcache.reconcile import plan_reconcile
 from neffcache.scan import load_entry, scan
 from neffcache.stores.local import LocalStore
@@ -71,7 +71,7 @@ def test_prune_reports_evictions_to_the_index(index: IndexClient, tmp_path: Path
     register(index, store, old, new)
     plan = plan_prune([store], PrunePolicy(keep_compilers=(NEW,), current=NEW), index=index)
     assert [i.path for i in plan.items] == [old]
-    plan.execute([store], index=index, force=True)
+    execute_plan(plan, [store], index=index, force=True)
     assert index.lookup(old) is None  # its only location was evicted: the record went with it
     found = index.lookup(new)
     assert found is not None and found["stores"] == [store.url]
@@ -90,7 +90,7 @@ def test_age_counts_hits_the_index_recorded(index: IndexClient, tmp_path: Path) 
     assert [(i.path, i.basis.value if i.basis else None) for i in plan.items] == [(cold, "created")]
     without = plan_prune([store], PrunePolicy(older_than=30 * 86400))
     assert {i.path for i in without.items} == {hit, cold}  # no index: only the files' dates
-    assert [i.path for i in plan.execute([store], index=index, force=True).removed] == [cold]
+    assert [i.path for i in execute_plan(plan, [store], index=index, force=True).removed] == [cold]
 
 
 def test_plan_from_the_index_rows(index: IndexClient, tmp_path: Path) -> None:
@@ -101,7 +101,7 @@ def test_plan_from_the_index_rows(index: IndexClient, tmp_path: Path) -> None:
     time.sleep(1.05)  # without a listing, "committed before the plan" is judged to the second
     plan = plan_prune([store], PrunePolicy(keep_compilers=(NEW,), current=NEW), index=index, source="index")
     assert sorted(i.path for i in plan.items) == sorted(old) and all(i.files == () for i in plan.items)
-    result = plan.execute([store], index=index, force=True)
+    result = execute_plan(plan, [store], index=index, force=True)
     assert sorted(i.path for i in result.removed) == sorted(old[:2])
     assert [(s.path, s.why) for s in result.skipped] == [(old[2], "gone already")]
     assert scan(store).entries == ()
@@ -154,4 +154,4 @@ def test_interrupted_reason_stays_visible_in_json(index: IndexClient, tmp_path: 
     path = runtime_a(store, b"g", version=NEW, state="FAILED")
     plan = plan_prune([store], PrunePolicy(failed=True), index=index)
     assert plan.to_json()["by_reason"] == {Reason.FAILED.value: {"items": 1, "bytes": plan.expected_freed_size}}
-    assert [i.path for i in plan.execute([store], index=index, force=True).removed] == [path]
+    assert [i.path for i in execute_plan(plan, [store], index=index, force=True).removed] == [path]

@@ -9,7 +9,7 @@ import pytest
 
 from neffcache.entry import EntryState
 from neffcache.lease import LeaseRecord, lease_path, read_lease
-from neffcache.prune import ItemKind, PrunePolicy, Reason, plan_prune
+from neffcache.prune import ItemKind, PrunePolicy, Reason, execute_plan, plan_prune
 from neffcache.scan import load_entry, scan
 from neffcache.stamps import record_use, stamp_path
 from neffcache.stores.base import Store
@@ -55,7 +55,7 @@ def test_compiler_bump_both_layouts_and_runtime_written(store: Store) -> None:
     assert set(plan.by_toolchain()) == {f"neuronxcc-{OLD} (target not recorded)", f"neuronxcc-{OLD} trn2 lnc=2",
                                         f"neuronxcc-{LEGACY} (target not recorded)"}
     assert any("unknown toolchain" in n for n in plan.notes)
-    result = plan.execute([store], force=True)
+    result = execute_plan(plan, [store], force=True)
     assert {i.path for i in result.removed} == old and not result.skipped
     assert result.freed_bytes == plan.expected_freed_size
     assert paths(store) == new | {unknown}
@@ -70,7 +70,7 @@ def test_keep_last_counts_each_target(store: Store) -> None:
     trn2_new = published_a(store, "MODULE_1+abb26765", TC_NEW)
     plan = plan_prune([store], PrunePolicy(keep_last=1))
     assert [i.path for i in plan.items] == [trn2_old]  # trn1's only (newest) version stays
-    plan.execute([store], force=True)
+    execute_plan(plan, [store], force=True)
     assert paths(store) == {trn1_old, trn2_new}
 
 
@@ -79,7 +79,7 @@ def test_failed_entries(store: Store) -> None:
     ok = runtime_a(store, b"good", version=NEW)
     plan = plan_prune([store], PrunePolicy(failed=True))
     assert [(i.path, i.reason, i.state) for i in plan.items] == [(failed, Reason.FAILED, "FAILED")]
-    plan.execute([store], force=True)
+    execute_plan(plan, [store], force=True)
     assert paths(store) == {ok}
 
 
@@ -95,7 +95,7 @@ def test_age_by_stamp_or_created_time(store: Store) -> None:
     assert any("no last-use record" in n for n in plan.notes)
     assert not plan_prune([store], PrunePolicy(older_than=31 * 86400), now=future(30)).items
     # Executed now, the stamp is seconds old: the hit grace period keeps `used` whatever the plan said.
-    result = plan.execute([store], force=True)
+    result = execute_plan(plan, [store], force=True)
     assert [i.path for i in result.removed] == [unused]
     assert [(s.path, s.why.split(" ago")[0]) for s in result.skipped] == [(used, "used 0m")]
     assert paths(store) == {used}
@@ -116,7 +116,7 @@ def test_size_budget_lru(store: Store) -> None:
     assert [i.path for i in plan.items] == [entries[1]]  # least recently used first
     (b,) = plan.budgets
     assert b.met and b.size_before == sum(sizes.values()) and b.size_after <= budget
-    assert plan.execute([store], force=True).freed_bytes == sizes[entries[1]]
+    assert execute_plan(plan, [store], force=True).freed_bytes == sizes[entries[1]]
     assert paths(store) == {entries[0], entries[2]}
     # A budget only removing a recently used entry could meet is reported as not met, not forced.
     tight = plan_prune([store], PrunePolicy(max_size={"*": 1}))
@@ -134,7 +134,7 @@ def test_stale_leases(store: Store) -> None:
     plan = plan_prune([store], PrunePolicy(stale_locks=True))
     assert [(i.kind, i.path) for i in plan.items] == [(ItemKind.LEASE, lease_path("compile:g1"))]
     assert "expired" in plan.items[0].detail
-    plan.execute([store], force=True)
+    execute_plan(plan, [store], force=True)
     assert read_lease(store, "compile:g1") is None
     assert read_lease(store, "compile:g2") == live
 
@@ -148,9 +148,9 @@ def test_runtime_locks(store: Store) -> None:
     later = plan_prune([store], PrunePolicy(stale_locks=True), now=time.time() + 7 * 3600)
     assert [(i.kind, i.path) for i in later.items] == [(ItemKind.LOCK, lock)]
     # Executed now the lock is young again, so the execution keeps it...
-    assert later.execute([store], force=True).skipped
+    assert execute_plan(later, [store], force=True).skipped
     # ...and with --lock-age 0 every lock without a lease or holder is stale.
-    plan_prune([store], PrunePolicy(stale_locks=True, lock_age=0)).execute([store], force=True)
+    execute_plan(plan_prune([store], PrunePolicy(stale_locks=True, lock_age=0)), [store], force=True)
     entry = load_entry(store, locked)
     assert entry is not None and entry.state is EntryState.EMPTY and store.stat(lock) is None
 
@@ -175,7 +175,7 @@ def test_garbage(store: Store) -> None:
     # Files neffcache did not write are foreign, inside a namespace or not: shown, kept.
     (foreign,) = plan.foreign
     assert (foreign.files, foreign.bytes, set(foreign.paths)) == (2, 20, {orphan, outside})
-    result = plan.execute([store], force=True)
+    result = execute_plan(plan, [store], force=True)
     assert not result.skipped
     report = scan(store)
     assert [e.path for e in report.entries] == [keep]
@@ -196,7 +196,7 @@ def test_abandoned_multipart_uploads(s3_endpoint: str) -> None:
     assert not plan_prune([store], PrunePolicy(garbage=True, grace=age + 3600)).items
     plan = plan_prune([store], PrunePolicy(garbage=True, grace=max(age - 3600, 0)))
     assert [(i.kind, i.token) for i in plan.items] == [(ItemKind.UPLOAD, up["UploadId"])]
-    plan.execute([store], force=True)
+    execute_plan(plan, [store], force=True)
     assert client.list_multipart_uploads(Bucket=BUCKET).get("Uploads", []) == []
     store.close()
 
@@ -214,7 +214,7 @@ def test_tiers_get_their_own_budget(fs_store: Store, tmp_path: object) -> None:
                                                    hit_grace=0))
     assert set(plan.by_store()) == {fs_store.url}
     assert {b.store: b.met for b in plan.budgets} == {fs_store.url: True, big.url: True}
-    plan.execute([fs_store, big], force=True)
+    execute_plan(plan, [fs_store, big], force=True)
     assert scan(fs_store).size <= size // 2 and len(scan(big).entries) == 3
 
 
@@ -224,5 +224,5 @@ def test_stale_locked_entry_of_an_old_toolchain_goes_whole(store: Store) -> None
     assert not live.items and {p.path for p in live.protected} >= {locked}  # the lock is fresh
     plan = plan_prune([store], PrunePolicy(keep_compilers=(NEW,), current=NEW, stale_locks=True, lock_age=0))
     assert [(i.kind, i.path) for i in plan.items] == [(ItemKind.ENTRY, locked)]  # its lock goes with it
-    result = plan.execute([store], force=True)
+    result = execute_plan(plan, [store], force=True)
     assert not result.skipped and list(store.iter_files(locked)) == []

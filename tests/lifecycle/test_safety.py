@@ -12,8 +12,7 @@ from click.testing import CliRunner
 
 from neffcache.cli.main import cli
 from neffcache.lease import LeaseRecord, acquire, lease_path
-from neffcache.prune import ItemKind, PrunePolicy, Reason, plan_prune
-from neffcache.prune_remove import JOURNAL_DIR
+from neffcache.prune import JOURNAL_DIR, ItemKind, PrunePolicy, Reason, execute_plan, plan_prune
 from neffcache.publish import publish_lease_name
 from neffcache.scan import load_entry, scan
 from neffcache.stamps import record_use
@@ -90,7 +89,7 @@ def test_live_lease_protects_at_plan_and_at_execution(fs_store: Store) -> None:
     assert [i.path for i in plan.items] == [held_later]
     assert [(p.path, "live lease" in p.why) for p in plan.protected] == [(held_at_plan, True)]
     later = acquire(store, publish_lease_name(held_later), ttl=60)
-    result = plan.execute([store], force=True)
+    result = execute_plan(plan, [store], force=True)
     assert not result.removed and "live lease" in result.skipped[0].why
     later.release()
     lease.release()
@@ -105,7 +104,7 @@ def test_entry_republished_after_the_plan_is_kept(store: Store) -> None:
     store.delete([f.path for f in store.iter_files(path)])
     time.sleep(1.05 if store.scheme == "s3" else 0.01)
     published_a(store, "MODULE_1+abb26765", TC_OLD)
-    result = plan.execute([store], force=True)
+    result = execute_plan(plan, [store], force=True)
     assert not result.removed and "changed since the plan" in result.skipped[0].why
     entry = load_entry(store, path)
     assert entry is not None and check_entry(store, entry).status is CheckStatus.OK
@@ -116,7 +115,7 @@ def test_use_after_the_plan_keeps_the_entry(fs_store: Store) -> None:
     plan = plan_prune([fs_store], PrunePolicy(older_than=86400, hit_grace=0), now=future(2))
     assert [i.path for i in plan.items] == [path]
     record_use(fs_store, [path])
-    result = plan.execute([fs_store], force=True)
+    result = execute_plan(plan, [fs_store], force=True)
     assert [s.why for s in result.skipped] == ["used since the plan was made"]
 
 
@@ -125,7 +124,7 @@ def test_interrupted_prune_is_finished(store: Store) -> None:
     plan = plan_prune([store], PrunePolicy(failed=True))  # any rule: finishing old work comes with it
     interrupted = [i for i in plan.items if i.reason is Reason.INTERRUPTED]
     assert [(i.path, i.kind, i.state) for i in interrupted] == [(half, ItemKind.ENTRY, "UNCOMMITTED")]
-    result = plan.execute([store], force=True)
+    result = execute_plan(plan, [store], force=True)
     assert half in {i.path for i in result.removed}
     assert list(store.iter_files(half)) == [] and list(store.iter_files(JOURNAL_DIR)) == []
 
@@ -157,7 +156,7 @@ def test_prune_group_lease_excludes_publishers(tmp_path: Path, monkeypatch: pyte
     from tests.lifecycle.procs import publish_key
 
     store = LocalStore(tmp_path / "c")
-    assert publishing.prune_uses_group_leases(store)
+    assert store.single_writer
     key = "MODULE_7+abb26765"
     path = f"{get_layout('neuronxcc').namespace_for(TC_NEW).path}/{key}"
     monkeypatch.setattr(publishing, "PRUNE_GROUP_WAIT", 0.1)
@@ -179,7 +178,7 @@ def test_publish_lease_left_behind_is_taken_over(fs_store: Store) -> None:
     plan = plan_prune([fs_store], PrunePolicy(keep_compilers=(NEW,), current=NEW))
     name = publish_lease_name(path)
     fs_store.put_file(lease_path(name), LeaseRecord(name, "h:1", "t", "h", 1, 0.0, 1.0).to_bytes())
-    result = plan.execute([fs_store], force=True)
+    result = execute_plan(plan, [fs_store], force=True)
     assert [i.path for i in result.removed] == [path] and not result.skipped
     assert list(fs_store.iter_files(path)) == []
     assert [f.path for f in fs_store.iter_files(".neffcache/leases")] == []

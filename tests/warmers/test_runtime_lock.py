@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from neffcache.prune_sweep import held_file_locks
+from neffcache.prune.sweep import held_file_locks
 from neffcache.warmers.runtime_lock import RuntimeLock, lock_age
 
 

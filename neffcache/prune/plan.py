@@ -1,18 +1,18 @@
-"""Pruning caches: what no current toolchain can use, what nobody used, what breaks budgets,
+"""Planning a prune: what no current toolchain can use, what nobody used, what breaks budgets,
 failed compiles, stale locks and garbage — always as a plan first.
 
 ::
 
-    from neffcache.prune import PrunePolicy, plan_prune
+    from neffcache.prune import PrunePolicy, execute_plan, plan_prune
 
     plan = plan_prune([store], PrunePolicy(keep_compilers=("2.27.5334.0+f702b353",), garbage=True))
     print(plan.expected_freed_size, plan.by_toolchain())
-    result = plan.execute([store])          # re-checks every item right before removing it
+    result = execute_plan(plan, [store])    # re-checks every item right before removing it
 
 :func:`plan_prune` only reads: one listing per store (``scan``), the lease directory, the
 last-use stamps, and — when an index is configured — the index's last hits. The rules live in
-:mod:`neffcache.prune_rules` (entries) and :mod:`neffcache.prune_sweep` (locks, garbage);
-execution in :mod:`neffcache.prune_exec`. The safety rules hold at execution time, not only
+:mod:`neffcache.prune.rules` (entries) and :mod:`neffcache.prune.sweep` (locks, garbage);
+execution in :mod:`neffcache.prune.execute`. The safety rules hold at execution time, not only
 at planning time: an entry with a live lease, one published after the plan was made, one
 changed since, or one used within the hit grace period (age and size reasons) is skipped.
 """
@@ -23,6 +23,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from neffcache.entry import Entry, EntryState, FileInfo
@@ -30,31 +31,13 @@ from neffcache.errors import ConfigError, CorruptEntry, EntryNotFound, IndexServ
 from neffcache.layouts import LAYOUTS
 from neffcache.layouts.base import DEFAULT_LAYOUT
 from neffcache.manifest import read_manifest
-from neffcache.prune_exec import PruneResult, Skipped, execute
-from neffcache.prune_guard import Guard, check_keep_filters, guard_plan
-from neffcache.prune_plan import (
-    ALL_STORES,
-    Basis,
-    Budget,
-    Foreign,
-    ItemKind,
-    Protected,
-    PruneItem,
-    PrunePlan,
-    PrunePolicy,
-    Reason,
-)
-from neffcache.prune_remove import delete_order, read_journals
-from neffcache.prune_rules import (
-    Candidate,
-    created_time,
-    entry_item,
-    index_usage,
-    prefetched,
-    select_entries,
-    version_key,
-)
-from neffcache.prune_sweep import (
+from neffcache.prune.candidates import Candidate, created_time, entry_item, index_usage, prefetched
+from neffcache.prune.guard import check_keep_filters, guard_plan
+from neffcache.prune.model import ALL_STORES, Basis, Foreign, ItemKind, Kept, PruneItem, PrunePlan, PrunePolicy, Reason
+from neffcache.prune.remove import read_journals
+from neffcache.prune.rules import select_entries
+from neffcache.prune.sweep import (
+    LeaseFile,
     LockJudge,
     live_holders,
     read_leases,
@@ -146,9 +129,9 @@ def _index_candidates(index: Index, url: str) -> list[Candidate]:
 
 
 def _interrupted(store: Store, journals: Mapping[str, Mapping[str, list[str]]],
-                 candidates: Mapping[str, Candidate], plan_taken: set[str]) -> list[PruneItem | Protected]:
+                 candidates: Mapping[str, Candidate], plan_taken: set[str]) -> list[PruneItem | Kept]:
     """Entries a killed execution had started on: files left are a strict part of what it removed."""
-    out: list[PruneItem | Protected] = []
+    out: list[PruneItem | Kept] = []
     for journal, entries in journals.items():
         for path, files in entries.items():
             c = candidates.get(path)
@@ -157,7 +140,7 @@ def _interrupted(store: Store, journals: Mapping[str, Mapping[str, list[str]]],
             left = {f.path for f in c.files}
             if left and left < set(files):
                 if c.lease_holder:
-                    out.append(Protected(store.url, path, Reason.INTERRUPTED, f"being published by {c.lease_holder}"))
+                    out.append(Kept(store.url, path, Reason.INTERRUPTED, f"being published by {c.lease_holder}"))
                 else:
                     plan_id = journal.rsplit("/", 1)[-1].split("-", 1)[0]
                     detail = f"left half-removed by an interrupted prune ({plan_id})"
@@ -172,13 +155,32 @@ def _bind(progress: Callable[[str, int], None] | None, url: str) -> Callable[[in
     return lambda n: progress(url, n)
 
 
-def plan_prune(stores: Sequence[Store], policy: PrunePolicy, *, index: Index | None = None, source: str = "store",
-               now: float | None = None, progress: Callable[[str, int], None] | None = None) -> PrunePlan:
-    """Build the plan for ``stores`` (tiers, fastest first). Reads only; changes nothing.
+@dataclass
+class _Draft:
+    """What the plan collects while it goes through the stores."""
 
-    ``source="index"`` takes the entries from the index server instead of listing the stores
-    (a bucket with millions of keys); garbage and stale locks need a listing and are refused.
-    """
+    candidates: list[Candidate] = field(default_factory=list)
+    items: list[PruneItem] = field(default_factory=list)
+    extra: list[PruneItem] = field(default_factory=list)  # loose items: files, locks, leases, uploads
+    protected: list[Kept] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    journals: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    foreign: list[Foreign] = field(default_factory=list)
+
+
+@dataclass
+class _Listed:
+    """One listed store, as the second pass (interrupted entries, garbage) needs it."""
+
+    store: Store
+    report: ScanReport
+    stamps: dict[str, FileInfo]
+    live: dict[str, str]
+    candidates: dict[str, Candidate]
+    journals: dict[str, dict[str, list[str]]]
+
+
+def _check_request(stores: Sequence[Store], policy: PrunePolicy, index: Index | None, source: str) -> None:
     if not policy.anything:
         raise ConfigError("nothing to prune: choose --keep-compiler/--keep-last, --older-than, --max-size, "
                           "--failed, --stale-locks or --garbage")
@@ -191,79 +193,94 @@ def plan_prune(stores: Sequence[Store], policy: PrunePolicy, *, index: Index | N
     unknown = set(policy.max_size) - {s.url for s in stores} - {ALL_STORES}
     if unknown:
         raise ConfigError(f"--max-size names {', '.join(sorted(unknown))}, which is not among the --store URLs")
+
+
+def _usage(store: Store, policy: PrunePolicy, index: Index | None, draft: _Draft) -> dict[str, float]:
+    if not (policy.older_than is not None or policy.max_size) or index is None or not index.enabled:
+        return {}
+    try:
+        return index_usage(index, store.url)
+    except IndexServerError as exc:
+        draft.notes.append(f"index unreachable ({exc}): last use from stamps only")
+        return {}
+
+
+def _list_store(store: Store, policy: PrunePolicy, index: Index | None, now: float, draft: _Draft,
+                progress: Callable[[int], None] | None) -> _Listed:
+    """One store's listing: its candidates, stale locks and what the second pass needs."""
+    report = scan(store, progress=progress)
+    draft.notes.extend(f"{store.url}: {w}" for w in report.warnings[:20])
+    if report.foreign:
+        draft.foreign.append(Foreign(store.url, len(report.foreign), report.foreign_size,
+                                     tuple(f.path for f in report.foreign[:FOREIGN_SHOWN])))
+    leases: list[LeaseFile] = read_leases(store)
+    live = live_holders(leases, now)
+    judge = LockJudge(store, policy, now, live)
+    needs_usage = policy.older_than is not None or bool(policy.max_size)
+    stamps = stamp_files(store) if needs_usage or policy.garbage else {}
+    usage = _usage(store, policy, index, draft)
+    toolchains = _manifest_toolchains(store, report.entries) if policy.prunes_compilers else {}
+    mine = {e.path: _candidate(store, e, stamps, usage, live, judge, toolchains)
+            for e in (*report.entries, *report.uncommitted)}
+    draft.candidates.extend(mine.values())
+    found = read_journals(store)
+    draft.journals[store.url] = tuple(found)
+    if policy.stale_locks:
+        swept = sweep_locks(store, report, leases, judge, now, policy)
+        draft.extra.extend(swept.items)
+        draft.protected.extend(swept.protected)
+    return _Listed(store, report, stamps, live, mine, found)
+
+
+def _finish_store(listed: _Listed, policy: PrunePolicy, now: float, draft: _Draft) -> None:
+    """One store's second pass, once the rules chose: interrupted entries and garbage."""
+    store = listed.store
+    taken = {i.path for i in draft.items if i.store == store.url}
+    for got in _interrupted(store, listed.journals, listed.candidates, taken):
+        if isinstance(got, PruneItem):
+            draft.items.append(got)
+        else:
+            draft.protected.append(got)
+    if policy.garbage:
+        swept, uncommitted = sweep_garbage(store, listed.report, listed.stamps, listed.live, now, policy, taken)
+        draft.items.extend(entry_item(listed.candidates[e.path], Reason.GARBAGE, "uncommitted write (no commit "
+                                      "marker), older than the grace period") for e in uncommitted)
+        draft.extra.extend(swept.items)
+        draft.protected.extend(swept.protected)
+        draft.notes.extend(swept.notes)
+        draft.extra.extend(sweep_retention(store, now, policy))
+
+
+def plan_prune(stores: Sequence[Store], policy: PrunePolicy, *, index: Index | None = None, source: str = "store",
+               now: float | None = None, progress: Callable[[str, int], None] | None = None) -> PrunePlan:
+    """Build the plan for ``stores`` (tiers, fastest first). Reads only; changes nothing.
+
+    ``source="index"`` takes the entries from the index server instead of listing the stores
+    (a bucket with millions of keys); garbage and stale locks need a listing and are refused.
+    """
+    _check_request(stores, policy, index, source)
     started = time.monotonic()
     now = time.time() if now is None else now
-    needs_usage = policy.older_than is not None or bool(policy.max_size)
-    candidates: list[Candidate] = []
-    extra: list[PruneItem] = []
-    protected: list[Protected] = []
-    notes: list[str] = []
-    journals: dict[str, tuple[str, ...]] = {}
-    foreign: list[Foreign] = []
-    listed: list[tuple[Store, ScanReport, dict[str, FileInfo], dict[str, str], dict[str, Candidate],
-                       dict[str, dict[str, list[str]]]]] = []
+    draft = _Draft()
+    listed: list[_Listed] = []
     for store in stores:
         if source == "index":
             assert index is not None
-            candidates.extend(_index_candidates(index, store.url))
-            continue
-        report = scan(store, progress=_bind(progress, store.url))
-        notes.extend(f"{store.url}: {w}" for w in report.warnings[:20])
-        if report.foreign:
-            foreign.append(Foreign(store.url, len(report.foreign), report.foreign_size,
-                                   tuple(f.path for f in report.foreign[:FOREIGN_SHOWN])))
-        leases = read_leases(store)
-        live = live_holders(leases, now)
-        judge = LockJudge(store, policy, now, live)
-        stamps = stamp_files(store) if needs_usage or policy.garbage else {}
-        usage: dict[str, float] = {}
-        if needs_usage and index is not None and index.enabled:
-            try:
-                usage = index_usage(index, store.url)
-            except IndexServerError as exc:
-                notes.append(f"index unreachable ({exc}): last use from stamps only")
-        toolchains = _manifest_toolchains(store, report.entries) if policy.prunes_compilers else {}
-        mine = {e.path: _candidate(store, e, stamps, usage, live, judge, toolchains)
-                for e in (*report.entries, *report.uncommitted)}
-        candidates.extend(mine.values())
-        found = read_journals(store)
-        journals[store.url] = tuple(found)
-        if policy.stale_locks:
-            swept = sweep_locks(store, report, leases, judge, now, policy)
-            extra.extend(swept.items)
-            protected.extend(swept.protected)
-        listed.append((store, report, stamps, live, mine, found))
-    check_keep_filters(candidates, policy)
-    selection = select_entries(candidates, policy, now, stores=[s.url for s in stores])
-    items: list[PruneItem] = list(selection.items)
-    protected.extend(selection.protected)
-    notes.extend(selection.notes)
-    for store, report, stamps, live, mine, found in listed:
-        taken = {i.path for i in items if i.store == store.url}
-        for got in _interrupted(store, found, mine, taken):
-            if isinstance(got, PruneItem):
-                items.append(got)
-            else:
-                protected.append(got)
-        if policy.garbage:
-            swept, uncommitted = sweep_garbage(store, report, stamps, live, now, policy, taken)
-            items.extend(entry_item(mine[e.path], Reason.GARBAGE, "uncommitted write (no commit marker), "
-                                    "older than the grace period") for e in uncommitted)
-            extra.extend(swept.items)
-            protected.extend(swept.protected)
-            notes.extend(swept.notes)
-            extra.extend(sweep_retention(store, now, policy))
+            draft.candidates.extend(_index_candidates(index, store.url))
+        else:
+            listed.append(_list_store(store, policy, index, now, draft, _bind(progress, store.url)))
+    check_keep_filters(draft.candidates, policy)
+    selection = select_entries(draft.candidates, policy, now, stores=[s.url for s in stores])
+    draft.items.extend(selection.items)
+    draft.protected.extend(selection.protected)
+    draft.notes.extend(selection.notes)
+    for one in listed:
+        _finish_store(one, policy, now, draft)
     # A lock inside an entry that goes anyway goes with it, as part of the entry.
-    gone = {(i.store, i.path) for i in items if i.kind is ItemKind.ENTRY}
-    items.extend(i for i in extra if i.kind is not ItemKind.LOCK or (i.store, i.path.rpartition("/")[0]) not in gone)
+    gone = {(i.store, i.path) for i in draft.items if i.kind is ItemKind.ENTRY}
+    items = [*draft.items, *(i for i in draft.extra
+                             if i.kind is not ItemKind.LOCK or (i.store, i.path.rpartition("/")[0]) not in gone)]
     return PrunePlan(stores=tuple(s.url for s in stores), items=tuple(items), created_at=now, policy=policy,
-                     protected=tuple(protected), budgets=tuple(selection.budgets), notes=tuple(notes),
-                     seconds=time.monotonic() - started, journals=journals, foreign=tuple(foreign),
-                     guards=tuple(guard_plan(candidates, items, policy)))
-
-
-__all__ = [
-    "ALL_STORES", "CURRENT", "Basis", "Budget", "Foreign", "Guard", "ItemKind", "Protected", "PruneItem", "PrunePlan",
-    "PrunePolicy", "PruneResult", "Reason", "Skipped", "delete_order", "execute", "plan_prune",
-    "resolve_keep_compilers", "version_key",
-]
+                     protected=tuple(draft.protected), budgets=tuple(selection.budgets), notes=tuple(draft.notes),
+                     seconds=time.monotonic() - started, journals=draft.journals, foreign=tuple(draft.foreign),
+                     guards=tuple(guard_plan(draft.candidates, items, policy)))

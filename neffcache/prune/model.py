@@ -1,10 +1,12 @@
-"""What a prune will do, frozen before anything is touched (huggingface_hub's DeleteCacheStrategy).
+"""The prune model, as data: the policy, the reasons, the items, the plan and its result.
 
 A :class:`PrunePlan` lists every item it would remove with its reason, size, toolchain and
-store (tier), the totals per reason, per toolchain and per tier, and what it deliberately kept
-(live leases, recent hits, locks of running compiles). Building one changes nothing;
-:meth:`PrunePlan.execute` is the only way to act on it, and execution re-checks every item
-right before removing it (see :mod:`neffcache.prune_exec`).
+store (tier), the totals per reason, per toolchain and per tier, what it deliberately kept
+(live leases, recent hits, locks of running compiles) and the guard rails it trips. Building
+one changes nothing (:func:`neffcache.prune.plan.plan_prune`);
+:func:`neffcache.prune.execute.execute_plan` is the only way to act on it, and execution
+re-checks every item right before removing it. Everything here is a value: this module
+imports nothing else of the package.
 """
 
 from __future__ import annotations
@@ -15,18 +17,11 @@ import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from neffcache.entry import FileInfo
 from neffcache.errors import ConfigError
 from neffcache.toolchain import validate_version
-
-if TYPE_CHECKING:
-    from neffcache.index import Index
-    from neffcache.prune_exec import PruneResult
-    from neffcache.prune_guard import Guard
-    from neffcache.stores.base import Store
-
 
 DAY = 86400.0
 ALL_STORES = "*"
@@ -60,7 +55,7 @@ class PrunePolicy:
     # A runtime's compile lock (no neffcache lease; the runtime never refreshes it) older than
     # this is taken as the leftover of a killed compile. Longer than the longest compile.
     lock_age: float = 6 * 3600.0
-    # A plan removing more than this share of a store's entry bytes needs force (prune_guard).
+    # A plan removing more than this share of a store's entry bytes needs force (guard.py).
     max_share: float = 0.5
     # What --keep-compiler current resolved to: exempt from the "keep filter matches nothing" error.
     current: str | None = None
@@ -162,13 +157,46 @@ class PruneItem:
 
 
 @dataclass(frozen=True)
-class Protected:
-    """An entry a rule selected but a safety rule kept."""
+class Kept:
+    """An item a rule selected but that stays, and why: kept by a safety rule when planning
+    (a live lease, a recent hit, a running compile), skipped by the re-check when executing
+    (changed since the plan, gone already), or failed when its removal was attempted."""
 
     store: str
     path: str
     reason: Reason
     why: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"store": self.store, "path": self.path, "reason": self.reason.value, "why": self.why}
+
+
+class Rule(enum.StrEnum):
+    """The guard rails a plan may trip (see :mod:`neffcache.prune.guard`)."""
+
+    EMPTIES_STORE = "empties-store"
+    EMPTIES_NEWEST = "empties-newest-toolchain"
+    MAX_SHARE = "max-share"
+
+
+@dataclass(frozen=True)
+class Guard:
+    """One rule a plan trips on one store, with its numbers."""
+
+    store: str
+    rule: str
+    message: str
+    entries: int  # entries the plan removes (that the rule counts)
+    of_entries: int  # entries the rule counts in the store (or the toolchain)
+    bytes: int
+    of_bytes: int
+    toolchain: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"store": self.store, "rule": self.rule, "message": self.message, "entries": self.entries,
+                "of_entries": self.of_entries, "bytes": self.bytes, "of_bytes": self.of_bytes,
+                "share": round(self.bytes / self.of_bytes, 4) if self.of_bytes else None,
+                "toolchain": self.toolchain}
 
 
 @dataclass(frozen=True)
@@ -214,14 +242,14 @@ class Foreign:
 
 @dataclass(frozen=True)
 class PrunePlan:
-    """An immutable list of what to remove, and why. ``execute()`` acts on it."""
+    """An immutable list of what to remove, and why. ``execute_plan`` acts on it."""
 
     stores: tuple[str, ...]
     items: tuple[PruneItem, ...]
     created_at: float = field(default_factory=time.time)
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
     policy: PrunePolicy = field(default_factory=PrunePolicy)
-    protected: tuple[Protected, ...] = ()
+    protected: tuple[Kept, ...] = ()
     budgets: tuple[Budget, ...] = ()
     notes: tuple[str, ...] = ()
     seconds: float = 0.0
@@ -229,7 +257,7 @@ class PrunePlan:
     # execution removes them once their entries are done.
     journals: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     foreign: tuple[Foreign, ...] = ()  # per listed store with foreign files: kept, never removed
-    # The guard rails this plan trips (prune_guard): executing it then needs force=True.
+    # The guard rails this plan trips (guard.py): executing it then needs force=True.
     guards: tuple[Guard, ...] = ()
 
     @property
@@ -252,16 +280,6 @@ class PrunePlan:
     def for_store(self, url: str) -> list[PruneItem]:
         return [item for item in self.items if item.store == url]
 
-    def execute(self, stores: Mapping[str, Store] | Iterable[Store], *, index: Index | None = None,
-                workers: int = 4, progress: Callable[[int, int], None] | None = None, force: bool = False,
-                command: str | None = None) -> PruneResult:
-        """Remove the items, each re-checked right before; see :func:`neffcache.prune_exec.execute`.
-        A plan with :attr:`guards` is refused (RefusedPlan) unless ``force``."""
-        from neffcache.prune_exec import execute
-
-        return execute(self, stores, index=index, workers=workers, progress=progress, force=force,
-                       command=command)
-
     def to_json(self, *, items: bool = True) -> dict[str, Any]:
         def groups(data: dict[str, Group]) -> dict[str, dict[str, int]]:
             return {k: {"items": g.items, "bytes": g.bytes} for k, g in data.items()}
@@ -274,8 +292,7 @@ class PrunePlan:
             "by_store": groups(self.by_store()),
             "budgets": [{"store": b.store, "limit": b.limit, "size_before": b.size_before,
                          "size_after": b.size_after, "met": b.met} for b in self.budgets],
-            "protected": [{"store": p.store, "path": p.path, "reason": p.reason.value, "why": p.why}
-                          for p in self.protected],
+            "protected": [p.to_json() for p in self.protected],
             "notes": list(self.notes), "seconds": round(self.seconds, 3),
             "foreign": [{"store": f.store, "files": f.files, "bytes": f.bytes, "paths": list(f.paths)}
                         for f in self.foreign],
@@ -283,4 +300,37 @@ class PrunePlan:
         }
         if items:
             out["items"] = [item.to_json() for item in self.items]
+        return out
+
+
+@dataclass(frozen=True)
+class PruneResult:
+    plan_id: str
+    removed: tuple[PruneItem, ...]
+    skipped: tuple[Kept, ...]
+    seconds: float
+    # Items whose removal failed (an undeletable file, a name no store path may have): the rest
+    # were done; ``why`` says what stopped these. A failed entry may be left half-removed, which
+    # reads as uncommitted (never served); the next ``prune --garbage`` finds it again.
+    failed: tuple[Kept, ...] = ()
+
+    @property
+    def freed_bytes(self) -> int:
+        return sum(item.size for item in self.removed)
+
+    def to_json(self, *, items: bool = True) -> dict[str, Any]:
+        by_reason: dict[str, dict[str, int]] = {}
+        for item in self.removed:
+            slot = by_reason.setdefault(item.reason.value, {"items": 0, "bytes": 0})
+            slot["items"] += 1
+            slot["bytes"] += item.size
+        out: dict[str, Any] = {
+            "plan": self.plan_id, "freed_bytes": self.freed_bytes, "removed": len(self.removed),
+            "removed_entries": sum(1 for i in self.removed if i.kind is ItemKind.ENTRY),
+            "by_reason": by_reason, "skipped": [s.to_json() for s in self.skipped],
+            "failed": [s.to_json() for s in self.failed], "seconds": round(self.seconds, 3),
+        }
+        if items:
+            out["removed_items"] = [{"store": i.store, "path": i.path, "reason": i.reason.value, "bytes": i.size}
+                                    for i in self.removed]
         return out

@@ -1,79 +1,21 @@
 """The rules that choose entries to prune: toolchain, age, size budget, failed.
 
-Rules see :class:`Candidate` records, not store listings, so the same rules run on a scan of a
-store or on the index server's rows. Each entry gets at most one reason, the first rule that
-selects it in the order compiler, failed, age, size; the size budget runs last because it
-depends on what the other rules leave behind. Last use read from the index
-(:func:`index_usage`) is one of the rules' inputs, next to the stores' own stamps.
+Rules see :class:`~neffcache.prune.candidates.Candidate` records, not store listings, so the
+same rules run on a scan of a store or on the index server's rows. Each entry gets at most one
+reason, the first rule that selects it in the order compiler, failed, age, size; the size
+budget runs last because it depends on what the other rules leave behind.
 """
 
 from __future__ import annotations
 
-import re
-import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from queue import Queue
-from typing import TYPE_CHECKING, Any, TypeVar
 
-from neffcache.entry import Entry, EntryState, FileInfo
-from neffcache.prune_plan import Basis, Budget, ItemKind, Protected, PruneItem, PrunePolicy, Reason, ago
-
-if TYPE_CHECKING:
-    from neffcache.index import Index
-
-T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """One entry of one store, as the rules see it."""
-
-    store: str
-    path: str
-    layout: str
-    compiler_version: str | None
-    target: str | None
-    lnc: int | None
-    state: EntryState
-    size: int
-    created: float  # when it was committed to this store (the commit marker's mtime)
-    last_used: float | None = None  # the newest of its stamp and its index record
-    basis: Basis = Basis.CREATED
-    committed: bool = True
-    files: tuple[FileInfo, ...] = ()  # empty for candidates from the index (no listing)
-    stale_locks: bool = False  # LOCKED only by locks the stale-lock rule would remove
-    lease_holder: str | None = None  # owner of a live publish lease on it, if any
-
-    @property
-    def used(self) -> float:
-        return self.last_used if self.last_used is not None else self.created
-
-    @property
-    def toolchain(self) -> str:
-        return toolchain_label(self.compiler_version, self.target, self.lnc)
-
-
-def toolchain_label(version: str | None, target: str | None, lnc: int | None) -> str:
-    if not version:
-        return "(unknown toolchain)"
-    where = f"{target} lnc={lnc}" if target else "(target not recorded)"
-    return f"neuronxcc-{version} {where}"
-
-
-def created_time(entry: Entry) -> float:
-    marker = entry.files.get(entry.marker_name)
-    return marker.mtime if marker is not None else entry.mtime
-
-
-def version_key(version: str) -> tuple[Any, ...]:
-    """Order compiler versions numerically: 2.9 < 2.10, 2.27.5334.0+f702b353 by its release part."""
-    release, _, local = version.partition("+")
-    parts = tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"[.\-_]", release))
-    return (parts, local)
-
+from neffcache.entry import EntryState
+from neffcache.prune.candidates import Candidate, entry_item, version_key
+from neffcache.prune.model import Basis, Budget, Kept, PruneItem, PrunePolicy, Reason, ago
 
 Group = tuple[str | None, int | None]  # (target, lnc); None where the root has no target directory
 
@@ -94,17 +36,10 @@ def kept_versions(candidates: Iterable[Candidate], policy: PrunePolicy) -> dict[
     return kept
 
 
-def entry_item(c: Candidate, reason: Reason, detail: str) -> PruneItem:
-    with_use = reason in (Reason.AGE, Reason.SIZE)
-    return PruneItem(c.store, c.path, ItemKind.ENTRY, reason, c.size, detail, c.toolchain, c.layout,
-                     c.state.value if c.committed else "UNCOMMITTED", c.files,
-                     c.last_used if with_use else None, c.basis if with_use else None)
-
-
 @dataclass
 class Selection:
     items: list[PruneItem] = field(default_factory=list)
-    protected: list[Protected] = field(default_factory=list)
+    protected: list[Kept] = field(default_factory=list)
     budgets: list[Budget] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -126,7 +61,7 @@ def select_entries(candidates: Sequence[Candidate], policy: PrunePolicy, now: fl
         elif reason in (Reason.AGE, Reason.SIZE) and c.last_used is not None and now - c.last_used < policy.hit_grace:
             why = f"used {ago(now - c.last_used)} ago, within the {ago(policy.hit_grace)} grace period"
         if why:
-            out.protected.append(Protected(c.store, c.path, reason, why))
+            out.protected.append(Kept(c.store, c.path, reason, why))
         return why is not None
 
     def take(c: Candidate, reason: Reason, detail: str) -> None:
@@ -172,7 +107,8 @@ def select_entries(candidates: Sequence[Candidate], policy: PrunePolicy, now: fl
 
 
 def _budgets(committed: Sequence[Candidate], policy: PrunePolicy, now: float, stores: Sequence[str],
-             chosen: set[tuple[str, str]], take: Any, out: Selection) -> None:
+             chosen: set[tuple[str, str]], take: Callable[[Candidate, Reason, str], None],
+             out: Selection) -> None:
     by_store: dict[str, list[Candidate]] = defaultdict(list)
     for c in committed:
         by_store[c.store].append(c)
@@ -196,36 +132,3 @@ def _budgets(committed: Sequence[Candidate], policy: PrunePolicy, now: float, st
         if size > limit:
             out.notes.append(f"{store}: the budget of {limit} B cannot be met ({size} B stay): the rest is "
                              "protected (recent use, live lease or running compile)")
-
-
-def prefetched(rows: Iterator[T], depth: int = 4000) -> Iterator[T]:
-    """``rows`` read ahead by a thread: the next index page is on its way while this one is used."""
-    queue: Queue[tuple[bool, Any]] = Queue(maxsize=depth)
-
-    def pump() -> None:
-        try:
-            for row in rows:
-                queue.put((True, row))
-        except BaseException as exc:  # handed to the consumer, raised there
-            queue.put((False, exc))
-            return
-        queue.put((False, None))
-
-    threading.Thread(target=pump, name="neffcache-index-pages", daemon=True).start()
-    while True:
-        ok, item = queue.get()
-        if ok:
-            yield item
-        elif item is None:
-            return
-        else:
-            raise item
-
-
-def index_usage(index: Index | None, store_url: str) -> dict[str, float]:
-    """Entry path -> last hit the index recorded for entries of ``store_url`` (raises when down)."""
-    if index is None or not index.enabled:
-        return {}
-    return {row["path"]: float(row["last_used"])
-            for row in prefetched(index.find_entries(store=store_url, page_size=1000))
-            if row.get("last_used") is not None}

@@ -43,12 +43,11 @@ from neffcache.history import HISTORY_DAYS, expired_records
 from neffcache.layouts import get_layout
 from neffcache.layouts.base import TEMP_MARKER
 from neffcache.lease import LEASE_DIR, LeaseRecord
-from neffcache.prune_plan import ItemKind, Protected, PruneItem, PrunePolicy, Reason, ago
+from neffcache.prune.model import ItemKind, Kept, PruneItem, PrunePolicy, Reason, ago
 from neffcache.publish import publish_lease_name
 from neffcache.scan import ScanReport
 from neffcache.stamps import STAMP_DIR
 from neffcache.stores.base import CONTROL_DIR, Store
-from neffcache.stores.local import LocalStore
 from neffcache.verify import QUARANTINE_DIR
 
 STAGING_DIR = f"{CONTROL_DIR}/staging"
@@ -120,7 +119,7 @@ class LockJudge:
         self.policy = policy
         self.now = now
         self.live = live
-        self.local = isinstance(store, LocalStore)  # a filesystem: /proc/locks can see its locks
+        self.local = store.local_root is not None  # a filesystem here: /proc/locks can see its locks
         self.held = held_file_locks() if self.local else set()
 
     def why_live(self, entry_path: str, lock: FileInfo) -> str | None:
@@ -152,7 +151,7 @@ class LockJudge:
 @dataclass
 class Sweep:
     items: list[PruneItem] = field(default_factory=list)
-    protected: list[Protected] = field(default_factory=list)
+    protected: list[Kept] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
 
@@ -185,7 +184,7 @@ def sweep_locks(store: Store, report: ScanReport, leases: list[LeaseFile], judge
                     f"runtime compile lock {ago(now - lock.mtime)} old, no lease, no process holds it",
                     layout=entry.layout, state=entry.state.value, files=(lock,)))
             else:
-                out.protected.append(Protected(store.url, lock.path, Reason.STALE_LOCK, live_why))
+                out.protected.append(Kept(store.url, lock.path, Reason.STALE_LOCK, live_why))
     return out
 
 
@@ -214,17 +213,15 @@ def sweep_garbage(store: Store, report: ScanReport, stamps: Mapping[str, FileInf
             continue
         holder = live.get(publish_lease_name(entry.path))
         if holder:
-            out.protected.append(Protected(store.url, entry.path, Reason.GARBAGE, f"being published by {holder}"))
+            out.protected.append(Kept(store.url, entry.path, Reason.GARBAGE, f"being published by {holder}"))
         elif now - entry.mtime <= policy.grace:
             young += 1
         else:
             uncommitted.append(entry)
-    lister = getattr(store, "incomplete_uploads", None)
-    if lister is not None:
-        for up in lister(policy.grace):
-            out.items.append(PruneItem(store.url, up.path, ItemKind.UPLOAD, Reason.GARBAGE, 0,
-                                       f"multipart upload started {ago(now - up.initiated)} ago, never completed",
-                                       token=up.upload_id, last_used=up.initiated))
+    for up in store.incomplete_uploads(policy.grace):
+        out.items.append(PruneItem(store.url, up.path, ItemKind.UPLOAD, Reason.GARBAGE, 0,
+                                   f"multipart upload started {ago(now - up.initiated)} ago, never completed",
+                                   token=up.upload_id, last_used=up.initiated))
     if young:
         out.notes.append(f"{store.url}: {young} temp files or uncommitted writes younger than the "
                          f"{ago(policy.grace)} grace period kept (they may be in flight)")

@@ -6,7 +6,7 @@ of every entry of the current compiler, and ``--yes`` emptied the cache. Two che
 - a **keep filter that matches nothing** (a ``--keep-compiler`` version no entry of any store
   has) is a configuration error naming the versions present: :func:`check_keep_filters`;
 - a **plan that removes** every entry of a store, every entry of the newest toolchain of a
-  store (per target and LNC, newest by :func:`neffcache.prune_rules.version_key`), or more
+  store (per target and LNC, newest by :func:`neffcache.prune.candidates.version_key`), or more
   than ``max_share`` of a store's entry bytes carries a :class:`Guard` per rule it trips, and
   its execution is refused (:class:`neffcache.errors.RefusedPlan`) unless forced.
 
@@ -19,44 +19,16 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any
 
 from neffcache.entry import EntryState
-from neffcache.errors import ConfigError
-from neffcache.prune_plan import ItemKind, PruneItem, PrunePolicy
-from neffcache.prune_rules import Candidate, toolchain_label, version_key
+from neffcache.errors import ConfigError, RefusedPlan
+from neffcache.prune.candidates import Candidate, toolchain_label, version_key
+from neffcache.prune.model import Guard, ItemKind, PruneItem, PrunePlan, PrunePolicy, Rule
 
 # Half a percentage point: removing an old toolchain after a re-warm removes about half of the
 # bytes, and the same graphs' manifests differ by a few bytes between compilers (times, floats):
 # 50.01% is still "half", and the message shows whole percents.
 SHARE_SLACK = 0.005
-
-
-class Rule:
-    EMPTIES_STORE = "empties-store"
-    EMPTIES_NEWEST = "empties-newest-toolchain"
-    MAX_SHARE = "max-share"
-
-
-@dataclass(frozen=True)
-class Guard:
-    """One rule a plan trips on one store, with its numbers."""
-
-    store: str
-    rule: str
-    message: str
-    entries: int  # entries the plan removes (that the rule counts)
-    of_entries: int  # entries the rule counts in the store (or the toolchain)
-    bytes: int
-    of_bytes: int
-    toolchain: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"store": self.store, "rule": self.rule, "message": self.message, "entries": self.entries,
-                "of_entries": self.of_entries, "bytes": self.bytes, "of_bytes": self.of_bytes,
-                "share": round(self.bytes / self.of_bytes, 4) if self.of_bytes else None,
-                "toolchain": self.toolchain}
 
 
 def check_keep_filters(candidates: Iterable[Candidate], policy: PrunePolicy) -> None:
@@ -123,3 +95,10 @@ def _newest(store: str, mine: Sequence[Candidate], removed: set[tuple[str, str]]
                              f"({len(of_newest)} entries)", len(of_newest), len(of_newest),
                              sum(c.size for c in of_newest), sum(c.size for c in of_newest), label))
     return out
+
+
+def refusal(plan: PrunePlan) -> RefusedPlan:
+    """The error that refuses to execute ``plan`` because of its guards."""
+    why = "; ".join(g.message for g in plan.guards)
+    return RefusedPlan(f"the plan {why}: this looks like a mistake. Nothing was changed; check the plan "
+                       "and add --force to --yes to carry it out", plan.guards)

@@ -1,0 +1,111 @@
+"""What the rules see: one :class:`Candidate` per entry of a store, from a listing or from the
+index server's rows, and the index's record of last use.
+
+The same rules (:mod:`neffcache.prune.rules`) run on candidates of either source, so nothing
+here lists a store: the plan builds candidates from its scan (:mod:`neffcache.prune.plan`).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from queue import Queue
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from neffcache.entry import Entry, EntryState, FileInfo
+from neffcache.prune.model import Basis, ItemKind, PruneItem, Reason
+
+if TYPE_CHECKING:
+    from neffcache.index import Index
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One entry of one store, as the rules see it."""
+
+    store: str
+    path: str
+    layout: str
+    compiler_version: str | None
+    target: str | None
+    lnc: int | None
+    state: EntryState
+    size: int
+    created: float  # when it was committed to this store (the commit marker's mtime)
+    last_used: float | None = None  # the newest of its stamp and its index record
+    basis: Basis = Basis.CREATED
+    committed: bool = True
+    files: tuple[FileInfo, ...] = ()  # empty for candidates from the index (no listing)
+    stale_locks: bool = False  # LOCKED only by locks the stale-lock rule would remove
+    lease_holder: str | None = None  # owner of a live publish lease on it, if any
+
+    @property
+    def used(self) -> float:
+        return self.last_used if self.last_used is not None else self.created
+
+    @property
+    def toolchain(self) -> str:
+        return toolchain_label(self.compiler_version, self.target, self.lnc)
+
+
+def toolchain_label(version: str | None, target: str | None, lnc: int | None) -> str:
+    if not version:
+        return "(unknown toolchain)"
+    where = f"{target} lnc={lnc}" if target else "(target not recorded)"
+    return f"neuronxcc-{version} {where}"
+
+
+def created_time(entry: Entry) -> float:
+    marker = entry.files.get(entry.marker_name)
+    return marker.mtime if marker is not None else entry.mtime
+
+
+def version_key(version: str) -> tuple[Any, ...]:
+    """Order compiler versions numerically: 2.9 < 2.10, 2.27.5334.0+f702b353 by its release part."""
+    release, _, local = version.partition("+")
+    parts = tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"[.\-_]", release))
+    return (parts, local)
+
+
+def entry_item(c: Candidate, reason: Reason, detail: str) -> PruneItem:
+    with_use = reason in (Reason.AGE, Reason.SIZE)
+    return PruneItem(c.store, c.path, ItemKind.ENTRY, reason, c.size, detail, c.toolchain, c.layout,
+                     c.state.value if c.committed else "UNCOMMITTED", c.files,
+                     c.last_used if with_use else None, c.basis if with_use else None)
+
+
+def prefetched(rows: Iterator[T], depth: int = 4000) -> Iterator[T]:
+    """``rows`` read ahead by a thread: the next index page is on its way while this one is used."""
+    queue: Queue[tuple[bool, Any]] = Queue(maxsize=depth)
+
+    def pump() -> None:
+        try:
+            for row in rows:
+                queue.put((True, row))
+        except BaseException as exc:  # handed to the consumer, raised there
+            queue.put((False, exc))
+            return
+        queue.put((False, None))
+
+    threading.Thread(target=pump, name="neffcache-index-pages", daemon=True).start()
+    while True:
+        ok, item = queue.get()
+        if ok:
+            yield item
+        elif item is None:
+            return
+        else:
+            raise item
+
+
+def index_usage(index: Index | None, store_url: str) -> dict[str, float]:
+    """Entry path -> last hit the index recorded for entries of ``store_url`` (raises when down)."""
+    if index is None or not index.enabled:
+        return {}
+    return {row["path"]: float(row["last_used"])
+            for row in prefetched(index.find_entries(store=store_url, page_size=1000))
+            if row.get("last_used") is not None}

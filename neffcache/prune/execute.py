@@ -1,0 +1,188 @@
+"""Executing a prune plan: :func:`execute_plan`, one :class:`~neffcache.prune.run.StoreRun` per store.
+
+Per store, under the store-wide ``prune`` lease (two executions never interleave), entries go
+in chunks. For each entry of a chunk: exclude publishers (so none writes into it while it is
+half-removed: a publisher that finds the marker gone asks for its lease first), list its files
+again and compare them with what the plan saw (anything republished, written to or locked
+since is skipped), and re-read its last-use stamp for age and size reasons. Publishers are
+excluded by each entry's publish lease, or — on a store only this host writes
+(``Store.single_writer``) — by the lease of the chunk's prune group
+(:func:`neffcache.publish.prune_group_lease`, which publishers
+check after taking their own), taken once per chunk, and each entry's publish lease only
+looked for: a live one skips the entry, a stale one is taken over as before.
+Then the chunk's journal is written (``.neffcache/prune/<plan>-<n>.json``: the files about to
+go), and the files are removed in phases across the chunk — see :func:`delete_order` — so at
+every instant each entry reads either as it was or as absent (uncommitted), never as a
+different entry. A prune killed at any point leaves at most journaled, uncommitted remains,
+which the next plan lists as ``interrupted`` and its execution finishes.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+from neffcache.errors import ConfigError, IndexServerError
+from neffcache.history import ActionItem
+from neffcache.history import record as record_action
+from neffcache.lease import held
+from neffcache.prune.candidates import index_usage
+from neffcache.prune.guard import refusal
+from neffcache.prune.model import ItemKind, PruneItem, PrunePlan, PruneResult, Reason, ago
+from neffcache.prune.run import StoreRun
+from neffcache.publish import prune_group_lease
+from neffcache.stores.base import Store
+
+if TYPE_CHECKING:
+    from neffcache.index import Index
+
+log = logging.getLogger(__name__)
+PRUNE_LEASE = "prune"
+CHUNK = 256
+
+
+def describe(plan: PrunePlan) -> str:
+    """The policy in the words of the prune command's flags, for the action journal."""
+    p = plan.policy
+    parts = [f"--keep-compiler {v}" for v in p.keep_compilers]
+    if p.keep_last is not None:
+        parts.append(f"--keep-last {p.keep_last}")
+    if p.older_than is not None:
+        parts.append(f"--older-than {ago(p.older_than)}")
+    parts.extend(f"--max-size {store}={limit}" for store, limit in p.max_size.items())
+    parts.extend(f"--{name.replace('_', '-')}" for name in ("failed", "stale_locks", "garbage") if getattr(p, name))
+    return " ".join(parts)
+
+
+def _journal(plan: PrunePlan, run: StoreRun, command: str | None) -> None:
+    if not run.removed:
+        return
+    items = [ActionItem(i.path, i.reason.value, i.size, i.detail) for i in run.removed]
+    details = {"plan": plan.id, "policy": plan.policy.to_json(), "skipped": len(run.skipped),
+               "failed": len(run.failed), "forced": [g.rule for g in plan.guards if g.store == run.store.url]}
+    record_action(run.store, "prune", describe(plan), items, details=details, command=command)
+
+
+def execute_plan(plan: PrunePlan, stores: Mapping[str, Store] | Iterable[Store], *, index: Index | None = None,
+            workers: int = 4, progress: Callable[[int, int], None] | None = None, force: bool = False,
+            command: str | None = None) -> PruneResult:
+    """Carry out ``plan`` on ``stores`` (matched by URL). Ctrl-C stops after the chunks in hand.
+
+    A plan that trips the guard rails (``plan.guards``) raises RefusedPlan and changes nothing
+    unless ``force``. What each store's run removed is recorded in its action journal
+    (:mod:`neffcache.history`; ``command`` defaults to this process's command line), also
+    when interrupted.
+    """
+    if plan.guards and not force:
+        raise refusal(plan)
+    by_url = dict(stores) if isinstance(stores, Mapping) else {s.url: s for s in stores}
+    missing = [url for url in plan.stores if plan.for_store(url) and url not in by_url]
+    if missing:
+        raise ConfigError(f"the plan is for {', '.join(missing)}, which was not given")
+    started = time.monotonic()
+    stop = threading.Event()
+    runs: list[StoreRun] = []
+    total = len(plan.items)
+    interrupted = False
+    try:
+        for url in plan.stores:
+            items = plan.for_store(url)
+            store = by_url.get(url)
+            if store is None or not (items or plan.journals.get(url)):
+                continue
+            store.check_writable()
+            try:
+                usage = index_usage(index, url) if any(i.reason in (Reason.AGE, Reason.SIZE) for i in items) else {}
+            except IndexServerError as exc:
+                log.warning("index unreachable (%s): re-checking last use by stamps only", exc)
+                usage = {}
+            run = StoreRun(plan, store, index, usage, stop)
+            runs.append(run)
+            with held(store, PRUNE_LEASE, ttl=120.0):
+                try:
+                    _run_store(run, items, workers, progress, lambda: sum(r.done for r in runs), total)
+                finally:
+                    _journal(plan, run, command)
+                store.discard(list(plan.journals.get(url, ())), prune_dirs=True)
+    except KeyboardInterrupt:
+        stop.set()
+        interrupted = True
+        raise
+    finally:
+        if index is not None and index.enabled:
+            index.flush()
+        if interrupted:
+            log.warning("prune interrupted: rerun it to finish (the journal lists what was in progress)")
+    removed = tuple(i for r in runs for i in r.removed)
+    skipped = tuple(s for r in runs for s in r.skipped)
+    failed = tuple(s for r in runs for s in r.failed)
+    return PruneResult(plan.id, removed, skipped, time.monotonic() - started, failed)
+
+
+def _group_tasks(entries: list[PruneItem]) -> list[list[tuple[list[PruneItem], tuple[str, ...]]]]:
+    """Tasks (chunks run one after another) such that no two tasks share a prune group, so the
+    workers never wait for each other's group leases: a group of more than a chunk is a task of
+    its own, in chunks; smaller groups are packed together into chunks of several groups."""
+    groups: dict[str, list[PruneItem]] = {}
+    for item in entries:
+        groups.setdefault(prune_group_lease(item.path), []).append(item)
+    tasks: list[list[tuple[list[PruneItem], tuple[str, ...]]]] = []
+    packed: list[PruneItem] = []
+    names: list[str] = []
+    for name, members in groups.items():
+        if len(members) > CHUNK:
+            tasks.append([(members[i:i + CHUNK], (name,)) for i in range(0, len(members), CHUNK)])
+            continue
+        if len(packed) + len(members) > CHUNK:
+            tasks.append([(packed, tuple(names))])
+            packed, names = [], []
+        packed.extend(members)
+        names.append(name)
+    if packed:
+        tasks.append([(packed, tuple(names))])
+    return tasks
+
+
+def _run_store(run: StoreRun, items: list[PruneItem], workers: int,
+               progress: Callable[[int, int], None] | None, done: Callable[[], int], total: int) -> None:
+    entries = [i for i in items if i.kind is ItemKind.ENTRY]
+    # A task: chunks run one after another, each under its own journal (and group lease).
+    tasks: list[list[tuple[list[PruneItem], tuple[str, ...]]]]
+    if run.store.single_writer:
+        tasks = _group_tasks(entries)
+    else:
+        tasks = [[(entries[i:i + CHUNK], ())] for i in range(0, len(entries), CHUNK)]
+    numbers = iter(range(sum(len(t) for t in tasks)))
+    numbers_lock = threading.Lock()
+
+    def one(task: list[tuple[list[PruneItem], tuple[str, ...]]]) -> None:
+        for chunk, groups in task:
+            if run.stop.is_set():
+                return
+            with numbers_lock:
+                number = next(numbers)
+            run.entries(chunk, number, groups)
+            if progress is not None:
+                progress(done(), total)
+
+    with ThreadPoolExecutor(max(1, workers)) as pool:
+        try:
+            for _ in pool.map(one, tasks):
+                pass
+        except BaseException:
+            run.stop.set()  # let the chunks in hand finish; start no more
+            raise
+    # Chunks running side by side each saw the others' entries in a shared directory: now that
+    # all are done, remove what they left empty (namespace and shard directories).
+    run.store.remove_empty_dirs({i.path.rpartition("/")[0] for i in run.removed if i.kind is ItemKind.ENTRY},
+                                control=True)
+    # Loose items after the entries: an orphan stamp or lease may belong to an entry above.
+    for item in items:
+        if item.kind is not ItemKind.ENTRY and not run.stop.is_set():
+            run.loose(item)
+    if progress is not None:
+        progress(done(), total)
