@@ -1,4 +1,4 @@
-"""The ``neffcache`` command: a click group; every command lives in a module of its issue."""
+"""The ``neffcache`` command: a click group; each module holds the commands of one noun."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The instance catalog: which compile target and LNC an instance type implies.
 
-From NEURON_FACTS.md §5. The compiler's ``--lnc`` must match the runtime's
+From docs/runtimes.md, "Instance catalog". The compiler's ``--lnc`` must match the runtime's
 ``NEURON_LOGICAL_NC_CONFIG``, so the default LNC is part of the toolchain a NEFF is valid for.
 """
 

@@ -1,5 +1,5 @@
 """Layout B and C caches laid out as TorchNeuron's native backend and vLLM-Neuron write them,
-byte for byte, without neffcache (NEURON_FACTS.md §1). Independent of neffcache.layouts on
+byte for byte, without neffcache (docs/runtimes.md, "Layout B"). Independent of neffcache.layouts on
 purpose: the layouts are checked against these, not against themselves."""
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ VERSION = "2.21.33363.0+82129205"
 
 
 def flags_file(flags: str, version: str = VERSION, target: str = "trn2") -> tuple[str, bytes]:
-    """The flags file libneuronxla of ``version`` writes (NEURON_FACTS.md §1): <= 2.14 the flag
+    """The flags file libneuronxla of ``version`` writes (docs/runtimes.md, "Layout A"): <= 2.14 the flag
     string in compile_flags.txt; 2.15-2.20 a JSON list; from 2.21 the list led by --target."""
     era = tuple(int(part) for part in version.split("+", maxsplit=1)[0].split(".")[:2])
     if era <= (2, 14):

@@ -2,7 +2,7 @@
 
 Neither runtime reports its cache activity any other way, so its log lines are the interface.
 What a line says is a runtime fact and lives in the runtime's layout
-(:meth:`~neffcache.layouts.Layout.parse_log_line`, NEURON_FACTS.md §2); this module asks every
+(:meth:`~neffcache.layouts.Layout.parse_log_line`, docs/runtimes.md); this module asks every
 layout, maps what they found to entries, and counts. Extra patterns (``--pattern KIND=REGEX``)
 cover wording that drifts between releases; a pattern names what it found with a ``path``
 group (a file in the cache), an ``entry`` group (the entry's name in its namespace) or a

@@ -5,7 +5,8 @@ see half a batch; a crash leaves at most a ``.tmp-*`` file that is swept later).
 a batch by renaming it, so two processes sharing the spool rarely send the same batch; if they do,
 or if a process dies after the server answered but before it deleted the file, the resend is
 harmless because the server skips event ids it has and entry registration is an upsert. Claims
-by renaming work on the network filesystems where flock does not (see DESIGN.md).
+by renaming work on the network filesystems where flock does not (neffcache/stores/local.py
+says why flock is never trusted).
 """
 
 from __future__ import annotations

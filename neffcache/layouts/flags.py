@@ -2,7 +2,7 @@
 
 libneuronxla names an entry ``MODULE_<graph_hash>+<flags_hash>`` where ``flags_hash`` is
 ``md5(bytes of the entry's flags file)[:8]`` (recomputed from real MODULE names and the flags
-shown beside them, NEURON_FACTS.md §1). What the file holds changed twice::
+shown beside them, docs/runtimes.md, "Layout A"). What the file holds changed twice::
 
     era      compiler     file                  content (the bytes hashed)
     TEXT     <= 2.14      compile_flags.txt     the flag string

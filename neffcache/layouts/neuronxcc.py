@@ -60,7 +60,7 @@ KEY_PREFIX = "MODULE_"
 _ROOT_LOCK_RE = re.compile(r"^(?:(?:" + "|".join(TARGETS) + r")-lnc[12]/)?lock$")
 
 
-# The runtime's log lines (NEURON_FACTS.md §2). An entry is named by the MODULE_<g>+<f> in a
+# The runtime's log lines (docs/runtimes.md, "Layout A"). An entry is named by the MODULE_<g>+<f> in a
 # path: a cache path (.../MODULE_<g>+<f>/model.neff) or a work-directory file name
 # (/tmp/<user>/neuroncc_compile_workdir/<uuid>/model.MODULE_<g>+<f>.hlo_module.pb; NxD:
 # /tmp/nxd_model/<model>/_tp0_bk0/...; before 2024 the command was a Python list and the

@@ -9,7 +9,7 @@
         hlo/<k0k1>/<k2k3>/<key>.hlo              TORCH_NEURONX_HLO_CACHE_DIR: the HLO, to recompile
         hlo/<k0k1>/<k2k3>/<key>.flags.json
 
-Keys (NEURON_FACTS.md §1): the runtime names a NEFF by a 128-bit XXH3 hash, **32 hex**, of the
+Keys (docs/runtimes.md, "Layout B"): the runtime names a NEFF by a 128-bit XXH3 hash, **32 hex**, of the
 op's base key, ``_<target>_<lnc>_<opt>_<flags>`` and the IR bytes; neffcache's own API
 (:func:`neffcache.keys.cache_key`) uses 64 hex. Both are accepted (32 to 64 hex): neffcache
 reads the keys the runtime wrote and never computes the runtime's.

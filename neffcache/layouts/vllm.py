@@ -8,7 +8,7 @@
         .compilation_complete    written last: the commit marker
         neffcache.json           neffcache's manifest (entries it published or adopted)
 
-Namespaces (NEURON_FACTS.md §1): neffcache manages ``<root>/<target>-lnc<N>/vllm-<version>/``
+Namespaces (docs/runtimes.md, "Layout C"): neffcache manages ``<root>/<target>-lnc<N>/vllm-<version>/``
 and hands vLLM that directory as ``VLLM_CACHE_ROOT`` (``neffcache env``), so an entry lives at
 ``<target>-lnc<N>/vllm-<version>/neuron/compile_cache/<hash>/``. Whether vLLM's ``<hash>``
 covers the compiler version is not known: like layout B, neffcache versions the directory. A

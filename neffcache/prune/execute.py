@@ -9,7 +9,7 @@ excluded by each entry's publish lease, or — on a store only this host writes
 (``Store.single_writer``) — by the lease of the chunk's prune group
 (:func:`neffcache.publish.prune_group_lease`, which publishers
 check after taking their own), taken once per chunk, and each entry's publish lease only
-looked for: a live one skips the entry, a stale one is taken over as before.
+looked for: a live one skips the entry, a stale one is taken over (neffcache/lease.py's takeover).
 Then the chunk's journal is written (``.neffcache/prune/<plan>-<n>.json``: the files about to
 go), and the files are removed in phases across the chunk — see :func:`delete_order` — so at
 every instant each entry reads either as it was or as absent (uncommitted), never as a

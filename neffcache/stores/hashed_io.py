@@ -1,6 +1,6 @@
 """Moving bytes with their digest taken in the same read, and writes that are never short.
 
-The rule this serves (DESIGN.md, "publish exactly what was verified"): the bytes that are
+The rule this serves ("publish exactly what was verified", README.md "Trust it"): the bytes that are
 hashed are the bytes that are written or sent. A file hashed in one read and copied in a
 second can change in between, and the copy is then published under a manifest that does not
 describe it. So every copy here hashes the very buffer it writes or sends, and the caller

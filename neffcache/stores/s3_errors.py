@@ -14,7 +14,8 @@ from botocore import exceptions as bx
 from neffcache.errors import AccessDenied, EntryNotFound, StoreError, StoreUnavailable
 
 # Errors worth another attempt after botocore's own retries gave up: throttling, 5xx, and
-# the connection dropping under us (the complaint in NEURON_FACTS.md §6 is SlowDown).
+# the connection dropping under us (operators report SlowDown throttling on PutObject during
+# distributed runs: docs/runtimes.md, "What operators run into").
 TRANSIENT_CODES = frozenset({
     "SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "RequestTimeTooSkewed",
     "Throttling", "ThrottlingException", "ConditionalRequestConflict", "500", "502", "503", "504",

@@ -5,7 +5,7 @@ executable from PATH. This module is that executable's stand-in (install it with
 :func:`neffcache.testing.shim.install_compiler_shim`). It is not a compiler: the NEFF it
 writes is a deterministic function of its inputs (see :mod:`neffcache.testing.neff`).
 
-CLI (NEURON_FACTS.md §3)::
+CLI (docs/runtimes.md, "The compiler")::
 
     neuronx-cc --version
     neuronx-cc compile <model.hlo_module.pb> --framework XLA --target {inf2,trn1,trn1n,trn2,trn3}

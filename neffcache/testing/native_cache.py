@@ -1,6 +1,6 @@
 """SIMULATED TorchNeuron native NEFF cache (layout B, the ``native`` backend).
 
-Per NEURON_FACTS.md §1-2 (from a public source copy of the native backend; partly unverified)::
+Per docs/runtimes.md, "Layout B" (from a public source copy of the native backend; partly unverified)::
 
     $TORCH_NEURONX_NEFF_CACHE_DIR/<k[0:2]>/<k[2:4]>/<k>.neff        written as <k>.neff.tmp.XXXXXX + rename
     $TORCH_NEURONX_HLO_CACHE_DIR/<k[0:2]>/<k[2:4]>/<k>.hlo  and  <k>.flags.json   (simulation's choice)

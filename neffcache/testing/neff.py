@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from neffcache.testing.hlo import filler
 
 NEFF_MAGIC = b"NEFFSIM1\n"
-# Real NEFFs range from 144 kB to 17.5 MB for the graphs we simulate (NEURON_FACTS.md §3).
+# Real NEFFs range from 144 kB to 17.5 MB for the graphs we simulate (docs/runtimes.md, "Sizes").
 MIN_NEFF_BYTES = 144 * 1024
 MAX_NEFF_BYTES = 20 * 1024 * 1024
 

@@ -1,6 +1,6 @@
 """SIMULATED libneuronxla compile cache (layout A, the torch-xla ``xla`` backend).
 
-What a torch-xla run does with each graph, per NEURON_FACTS.md §1-2::
+What a torch-xla run does with each graph, per docs/runtimes.md, "Layout A"::
 
     <root>/lock
     <root>/neuronxcc-<version>/MODULE_<graph_hash>+<flags_hash>/

@@ -11,7 +11,7 @@ from neffcache.stores import open_store
 from neffcache.stores.base import Store
 from tests.stores.conftest import BUCKET, aws_env, moto_server, s3_endpoint
 
-__all__ = ["aws_env", "moto_server", "s3_endpoint"]  # the S3 engineer's fixtures, reused here
+__all__ = ["aws_env", "moto_server", "s3_endpoint"]  # tests/stores' S3 fixtures, reused here
 
 KINDS = ["local", "shared", pytest.param("s3", marks=pytest.mark.s3)]
 

@@ -1,4 +1,4 @@
-"""The runtimes' log lines (NEURON_FACTS.md §2) read through the layouts, as events on entries."""
+"""The runtimes' log lines (docs/runtimes.md) read through the layouts, as events on entries."""
 
 from __future__ import annotations
 
@@ -144,7 +144,7 @@ def test_pattern_reads_groups() -> None:
 
 
 def test_real_layout_a_line_forms() -> None:
-    """Every libneuronxla line form of NEURON_FACTS.md §2, through whichever parser layout A has
+    """Every libneuronxla line form of docs/runtimes.md "Layout A", through whichever parser layout A has
     (the transitional one in warmers/_legacy_lines.py until the layout's own lands)."""
     stamp = "2026-01-01 10:00:00.000000:  42  "
     wd = f"{WORKDIR}/model.{MODULE}"
