@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import click
 
 from neffcache import errors as e
-from neffcache.index.client import ReportCounts
+from neffcache.index.reports import ReportCounts
 
 if TYPE_CHECKING:
     from neffcache.index import Index

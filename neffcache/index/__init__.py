@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from neffcache.index.client import FlushReport, IndexClient, ReportCounts
+from neffcache.index.client import IndexClient
 from neffcache.index.null import NullIndex
 from neffcache.index.records import (
     EVENT_KINDS,
@@ -37,6 +37,7 @@ from neffcache.index.records import (
     new_event_id,
     new_owner,
 )
+from neffcache.index.reports import FlushReport, ReportCounts
 from neffcache.index.spool import Spool
 
 ENV_URL = "NEFFCACHE_INDEX_URL"

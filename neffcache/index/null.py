@@ -9,8 +9,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from neffcache.errors import IndexServerError
-from neffcache.index.client import FlushReport, ReportCounts
 from neffcache.index.records import EntryRecord, Event, EventKind, Lease
+from neffcache.index.reports import FlushReport, ReportCounts
 
 
 class NullIndex:
