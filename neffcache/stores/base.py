@@ -57,6 +57,9 @@ from neffcache.stores.hashed_io import PIECE, check_bytes, copy_hashed, hash_fil
 
 Source = Path | bytes
 CONTROL_DIR = ".neffcache"  # leases, stamps, quarantine: never part of a layout
+# In the name of every file a store writes before it is complete (temp files, staging dirs):
+# scans count such names as garbage, layouts leave them out of an entry, prune removes them.
+TEMP_MARKER = ".neffcache-tmp-"
 
 
 class DirListing(NamedTuple):
