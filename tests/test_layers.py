@@ -39,13 +39,15 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # How each runtime arranges entries under a root: every runtime fact (file names, markers,
     # states, flags) lives here, read through a Store.
     ("layouts", ("neffcache.layouts.*",)),
-    # What one process tells the others: lease files, last-use stamps, the prune history, and
-    # the index client (events, catalog records, the spool). Each module is the single home of
-    # its file names and formats. The index is a reporter the operations above call, so it sits
-    # below them and imports none of them.
-    ("coordination", ("neffcache.lease", "neffcache.stamps", "neffcache.history", "neffcache.index.*")),
-    # Operations on one store: scanning it, publishing an entry (with the publish and
-    # prune-group leases), copying entries in (ingest), verifying digests, NeffCache.get/put.
+    # What one process tells the others: lease files, the publish and prune-group leases that
+    # keep an entry's writers apart, last-use stamps, the prune history, and the index client
+    # (events, catalog records, the spool). Each module is the single home of its file names
+    # and formats. The index is a reporter the operations above call (verify, sync, prune), so
+    # it sits below them and imports none of them.
+    ("coordination", ("neffcache.lease", "neffcache.write_leases", "neffcache.stamps", "neffcache.history",
+                      "neffcache.index.*")),
+    # Operations on one store: scanning it, publishing an entry, copying entries in (ingest),
+    # verifying digests, NeffCache.get/put.
     ("one-store operations", ("neffcache.scan", "neffcache.publish", "neffcache.ingest", "neffcache.verify",
                               "neffcache.cache")),
     # Operations between stores (or a store and the index): push/pull, tier chains,
