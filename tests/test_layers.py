@@ -165,6 +165,13 @@ def test_the_library_imports_only_downward() -> None:
     assert not problems, "the library imports upward:\n" + "\n".join(problems)
 
 
+def test_the_simulated_toolchain_imports_only_the_library() -> None:
+    problems = [f"{imp}" for imp in _all_imports()
+                if _within(imp.module, "neffcache.testing")
+                and not _is_library(imp.target) and not _within(imp.target, "neffcache.testing")]
+    assert not problems, "neffcache.testing imports beyond the library:\n" + "\n".join(problems)
+
+
 def test_warmers_import_the_library_not_the_cli_or_server() -> None:
     problems = [f"{imp}" for imp in _all_imports()
                 if _within(imp.module, "neffcache.warmers")
