@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from neffcache.entry import Entry, EntryState, FileInfo, Namespace
 from neffcache.errors import CorruptEntry, EntryNotFound
 from neffcache.layouts import LAYOUTS, Located, locate
-from neffcache.layouts.base import TEMP_MARKER, Layout
+from neffcache.layouts.base import Layout
 from neffcache.manifest import Manifest, read_manifest
-from neffcache.stores.base import CONTROL_DIR, DirListing, Store
+from neffcache.stores.base import CONTROL_DIR, TEMP_MARKER, DirListing, Store
 
 log = logging.getLogger(__name__)
 Progress = Callable[[int], None]

@@ -49,10 +49,11 @@ from neffcache.keys import safe_relpath
 from neffcache.layouts import get_layout
 from neffcache.layouts.base import Located
 from neffcache.manifest import Manifest, read_manifest
-from neffcache.publish import PublishStatus, exclusive_write
+from neffcache.publish import PublishStatus
 from neffcache.scan import load_entry, scan
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
+from neffcache.write_leases import exclusive_write
 
 log = logging.getLogger(__name__)
 SyncProgress = Callable[[int, int, int], None]  # (entries done, entries to do, bytes copied)

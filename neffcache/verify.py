@@ -24,9 +24,9 @@ from neffcache.history import record as record_action
 from neffcache.index import Index
 from neffcache.ingest import digest_of
 from neffcache.lease import read_lease
-from neffcache.publish import publish_lease_name
 from neffcache.scan import scan
 from neffcache.stores.base import CONTROL_DIR, Store
+from neffcache.write_leases import publish_lease_name
 
 log = logging.getLogger(__name__)
 QUARANTINE_DIR = f"{CONTROL_DIR}/quarantine"

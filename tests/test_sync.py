@@ -15,7 +15,7 @@ from neffcache.errors import ConfigError
 from neffcache.ingest import build_manifest
 from neffcache.layouts import get_layout
 from neffcache.lease import Lease, try_acquire
-from neffcache.publish import publish, publish_lease_name
+from neffcache.publish import publish
 from neffcache.scan import scan
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
@@ -23,6 +23,7 @@ from neffcache.stores.local import LocalStore
 from neffcache.sync import SyncReport, pull, push, sync
 from neffcache.toolchain import Toolchain
 from neffcache.verify import CheckStatus, verify
+from neffcache.write_leases import publish_lease_name
 from tests.contract.suite import TC, publish_a
 from tests.runtime_caches import write_neuronxcc_entry
 

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from neffcache.entry import Entry, EntryState, FileInfo, Namespace
 from neffcache.instances import TARGETS
 from neffcache.manifest import Manifest
+from neffcache.stores.base import TEMP_MARKER
 from neffcache.toolchain import Toolchain
 
-TEMP_MARKER = ".neffcache-tmp-"
 # The layout of caches most fleets have today (libneuronxla's): the default where none is named.
 DEFAULT_LAYOUT = "neuronxcc"
 # The layout NeffCache.get/put keep entries in, keyed by neffcache's own key function.

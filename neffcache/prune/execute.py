@@ -7,7 +7,7 @@ again and compare them with what the plan saw (anything republished, written to 
 since is skipped), and re-read its last-use stamp for age and size reasons. Publishers are
 excluded by each entry's publish lease, or — on a store only this host writes
 (``Store.single_writer``) — by the lease of the chunk's prune group
-(:func:`neffcache.publish.prune_group_lease`, which publishers
+(:func:`neffcache.write_leases.prune_group_lease`, which publishers
 check after taking their own), taken once per chunk, and each entry's publish lease only
 looked for: a live one skips the entry, a stale one is taken over (neffcache/lease.py's takeover).
 Then the chunk's journal is written (``.neffcache/prune/<plan>-<n>.json``: the files about to
@@ -34,8 +34,8 @@ from neffcache.prune.candidates import index_usage
 from neffcache.prune.guard import refusal
 from neffcache.prune.model import ItemKind, PruneItem, PrunePlan, PruneResult, Reason, ago
 from neffcache.prune.run import StoreRun
-from neffcache.publish import prune_group_lease
 from neffcache.stores.base import Store
+from neffcache.write_leases import prune_group_lease
 
 if TYPE_CHECKING:
     from neffcache.index import Index

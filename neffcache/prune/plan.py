@@ -46,10 +46,10 @@ from neffcache.prune.sweep import (
     sweep_locks,
     sweep_retention,
 )
-from neffcache.publish import publish_lease_name
 from neffcache.scan import ScanReport, scan
 from neffcache.stores.base import Store
 from neffcache.toolchain import Toolchain, compiler_version
+from neffcache.write_leases import publish_lease_name
 
 if TYPE_CHECKING:
     from neffcache.index import Index

@@ -21,10 +21,10 @@ from neffcache.lease import Lease, LeaseRecord, lease_path, try_acquire
 from neffcache.prune.model import ItemKind, Kept, PruneItem, PrunePlan, Reason, ago
 from neffcache.prune.remove import JOURNAL_DIR, delete_order
 from neffcache.prune.sweep import LockJudge, lease_stale
-from neffcache.publish import PUBLISH_LEASE_TTL, prune_group_lease, publish_lease_name
 from neffcache.scan import load_entry
 from neffcache.stamps import stamp_path
 from neffcache.stores.base import IncompleteUpload, Store
+from neffcache.write_leases import PUBLISH_LEASE_TTL, prune_group_lease, publish_lease_name
 
 if TYPE_CHECKING:
     from neffcache.index import Index

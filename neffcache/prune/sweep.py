@@ -41,14 +41,13 @@ from neffcache.entry import Entry, FileInfo
 from neffcache.errors import EntryNotFound
 from neffcache.history import HISTORY_DAYS, expired_records
 from neffcache.layouts import get_layout
-from neffcache.layouts.base import TEMP_MARKER
 from neffcache.lease import LEASE_DIR, LeaseRecord
 from neffcache.prune.model import ItemKind, Kept, PruneItem, PrunePolicy, Reason, ago
-from neffcache.publish import publish_lease_name
 from neffcache.scan import ScanReport
 from neffcache.stamps import STAMP_DIR
-from neffcache.stores.base import CONTROL_DIR, Store
+from neffcache.stores.base import CONTROL_DIR, TEMP_MARKER, Store
 from neffcache.verify import QUARANTINE_DIR
+from neffcache.write_leases import publish_lease_name
 
 STAGING_DIR = f"{CONTROL_DIR}/staging"
 

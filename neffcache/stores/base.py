@@ -34,7 +34,7 @@ nothing outside ``stores/`` asks which class a store is (tests/test_store_interf
   (a runtime can be pointed at it; ``/proc/locks`` sees locks on its files), else None.
 - ``single_writer`` says only this host writes the store (a local, unshared directory): a name
   another process created a moment ago is then never hidden by a stale cache, which prune's
-  group leases rely on (:func:`neffcache.publish.prune_group_lease`).
+  group leases rely on (:func:`neffcache.write_leases.prune_group_lease`).
 - ``created`` says whether opening the store made it (a typo'd path; push and pull say so).
 """
 
@@ -57,6 +57,9 @@ from neffcache.stores.hashed_io import PIECE, check_bytes, copy_hashed, hash_fil
 
 Source = Path | bytes
 CONTROL_DIR = ".neffcache"  # leases, stamps, quarantine: never part of a layout
+# In the name of every file a store writes before it is complete (temp files, staging dirs):
+# scans count such names as garbage, layouts leave them out of an entry, prune removes them.
+TEMP_MARKER = ".neffcache-tmp-"
 
 
 class DirListing(NamedTuple):

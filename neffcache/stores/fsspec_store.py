@@ -41,8 +41,7 @@ from fsspec.registry import known_implementations
 from neffcache.entry import FileInfo
 from neffcache.errors import AccessDenied, ConfigError, EntryNotFound, InvalidURL, StoreError, StoreUnavailable
 from neffcache.keys import safe_relpath
-from neffcache.layouts.base import TEMP_MARKER
-from neffcache.stores.base import Source, Store
+from neffcache.stores.base import TEMP_MARKER, Source, Store
 
 log = logging.getLogger(__name__)
 

@@ -47,8 +47,7 @@ from typing import BinaryIO
 from neffcache.entry import FileInfo
 from neffcache.errors import AccessDenied, EntryNotFound, StoreError, StoreUnavailable, UnsafePath
 from neffcache.keys import safe_relpath
-from neffcache.layouts.base import TEMP_MARKER
-from neffcache.stores.base import CONTROL_DIR, DirListing, Source, Store
+from neffcache.stores.base import CONTROL_DIR, TEMP_MARKER, DirListing, Source, Store
 from neffcache.stores.safepath import DIR_FLAGS, SafeRoot, copy_fd, write_all
 
 log = logging.getLogger(__name__)

@@ -13,11 +13,11 @@ from click.testing import CliRunner
 from neffcache.cli.main import cli
 from neffcache.lease import LeaseRecord, acquire, lease_path
 from neffcache.prune import JOURNAL_DIR, ItemKind, PrunePolicy, Reason, execute_plan, plan_prune
-from neffcache.publish import publish_lease_name
 from neffcache.scan import load_entry, scan
 from neffcache.stamps import record_use
 from neffcache.stores.base import Store
 from neffcache.verify import CheckStatus, check_entry
+from neffcache.write_leases import publish_lease_name
 from tests.lifecycle.helpers import (
     NEW,
     OLD,
@@ -151,6 +151,7 @@ def test_prune_group_lease_excludes_publishers(tmp_path: Path, monkeypatch: pyte
     """On a store one host writes, a prune holds its chunk's group lease instead of each entry's
     publish lease: a publisher of an entry in that group waits for it (and gives up as BUSY)."""
     from neffcache import publish as publishing
+    from neffcache import write_leases
     from neffcache.layouts import get_layout
     from neffcache.stores.local import LocalStore
     from tests.lifecycle.procs import publish_key
@@ -159,14 +160,14 @@ def test_prune_group_lease_excludes_publishers(tmp_path: Path, monkeypatch: pyte
     assert store.single_writer
     key = "MODULE_7+abb26765"
     path = f"{get_layout('neuronxcc').namespace_for(TC_NEW).path}/{key}"
-    monkeypatch.setattr(publishing, "PRUNE_GROUP_WAIT", 0.1)
-    group = acquire(store, publishing.prune_group_lease(path), ttl=60)
+    monkeypatch.setattr(write_leases, "PRUNE_GROUP_WAIT", 0.1)
+    group = acquire(store, write_leases.prune_group_lease(path), ttl=60)
     assert publish_key(store, key) is publishing.PublishStatus.BUSY
     assert load_entry(store, path) is None
     group.release()
     assert publish_key(store, key) is publishing.PublishStatus.PUBLISHED
     # A prune killed while it held the group leaves the lease behind: publishers go on.
-    stale = publishing.prune_group_lease(f"{path[:-1]}x")
+    stale = write_leases.prune_group_lease(f"{path[:-1]}x")
     store.put_file(lease_path(stale), LeaseRecord(stale, "h:1", "t", "h", 1, 0.0, 1.0).to_bytes())
     assert publish_key(store, f"{key[:-1]}x") is publishing.PublishStatus.PUBLISHED
 
