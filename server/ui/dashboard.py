@@ -16,7 +16,7 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from neffcache import __version__
+from neffcache import __version__, units
 from neffcache.server.api.deps import TOKEN_COOKIE, BearerDep, StateDep, check_access, presented_token
 from neffcache.server.api.routes.common import QText
 from neffcache.server.api.routes.stats import build_query
@@ -32,11 +32,8 @@ _STATE_CLASS = {"SUCCESS": "ok", "FAILED": "bad", "LOCKED": "warn", "EMPTY": "mu
 
 
 def human_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
-        n /= 1024
-    return f"{n:,.1f} PiB"
+    """Sizes in the CLI's units (neffcache.units: decimal kB/MB/GB), with thousands separators."""
+    return units.human_bytes(n, grouped=True)
 
 
 def hours(h: float) -> str:
