@@ -16,13 +16,14 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from neffcache import __version__, units
+from neffcache import __version__
 from neffcache.server.api.deps import TOKEN_COOKIE, BearerDep, StateDep, check_access, presented_token
 from neffcache.server.api.routes.common import QText
 from neffcache.server.api.routes.stats import build_query
 from neffcache.server.services import leases as lease_table
 from neffcache.server.services.stats import GroupBy, StatsOut, compute_stats
 from neffcache.server.ui.charts import Line, hbars, line_chart, stacked_bars
+from neffcache.units import human_bytes as decimal_bytes
 
 router = APIRouter(include_in_schema=False)
 TEMPLATES_DIR = Path(__file__).with_name("templates")
@@ -33,7 +34,7 @@ _STATE_CLASS = {"SUCCESS": "ok", "FAILED": "bad", "LOCKED": "warn", "EMPTY": "mu
 
 def human_bytes(n: float) -> str:
     """Sizes in the CLI's units (neffcache.units: decimal kB/MB/GB), with thousands separators."""
-    return units.human_bytes(n, grouped=True)
+    return decimal_bytes(n, grouped=True)
 
 
 def hours(h: float) -> str:
