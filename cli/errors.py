@@ -18,24 +18,41 @@ from neffcache.index.reports import ReportCounts
 if TYPE_CHECKING:
     from neffcache.index import Index
 
-# Every exit code the CLI uses, in one place:
-#   0 ok                          7 the index server failed
-#   1 some entries failed (below) 8 the database schema is behind (`db status --check`)
-#   2 usage or configuration      9 a destructive plan refused by the guard rails (below)
-#   3 the compiler                10 `doctor`: the worst finding is a warning
-#   4 a store (unreachable, denied, unsafe path, I/O)   11 `doctor`: something is a problem
-#   5 a corrupt entry, or a source that changed mid-copy 12 no space at the destination
-#   6 busy (a lease another process holds)             130 interrupted
+# Every exit code the CLI uses, in one place (the names below; commands use only these):
+#   0 OK                                   7 INDEX_FAILED: the index server failed
+#   1 SOME_ENTRIES_FAILED (below)          8 DB_SCHEMA_BEHIND (`db status --check`)
+#   2 USAGE: usage or configuration        9 REFUSED: a destructive plan refused by the guard rails
+#   3 COMPILER: the compiler               10 DOCTOR_WARNINGS: the worst finding is a warning
+#   4 STORE: a store (unreachable, denied, unsafe path, I/O)   11 DOCTOR_PROBLEMS: something is a problem
+#   5 CORRUPT: a corrupt entry, or a source that changed mid-copy   12 NO_SPACE at the destination
+#   6 BUSY: a lease another process holds  130 INTERRUPTED (Ctrl-C)
+#   128 + N: stopped by signal N (`warm`, `rewarm`: SIGTERM gives 143), see :func:`killed_by`
+#   `run` exits with its workload's own exit code.
+OK = 0
+USAGE = 2
+COMPILER = 3
+STORE = 4
+CORRUPT = 5
+BUSY = 6
+INDEX_FAILED = 7
 DB_SCHEMA_BEHIND = 8
 DOCTOR_WARNINGS = 10
 DOCTOR_PROBLEMS = 11
 NO_SPACE = 12
+INTERRUPTED = 130
+_SIGNAL_BASE = 128
+
+
+def killed_by(signum: int) -> int:
+    """The shell's exit code of a process stopped by signal ``signum``."""
+    return _SIGNAL_BASE + signum
+
 
 # Exit codes of commands that work through many entries and finish what they can: one bad
 # entry (a bad name, an unreadable or undeletable file, a crafted manifest, a broken lease) is
 # reported against that entry and the rest are done, then the command exits with this code.
 # It is the code push, pull and warm always used for "some entries failed"; verify keeps its
-# own 5 for corrupt entries left in place (the more specific news), and 1 otherwise.
+# own CORRUPT for corrupt entries left in place (the more specific news), and 1 otherwise.
 SOME_ENTRIES_FAILED = 1
 
 # A destructive plan the guard rails stopped (it would empty a store or its newest toolchain, or
@@ -44,26 +61,26 @@ REFUSED = 9
 
 # (error class, exit code, prefix); the first matching row wins, so subclasses come first.
 ERROR_TABLE: list[tuple[type[BaseException], int, str]] = [
-    (e.UnknownInstanceType, 2, "unknown instance type"),
-    (e.InvalidURL, 2, "bad store URL"),
-    (e.ConfigError, 2, "configuration error"),
-    (e.InvalidKey, 2, "invalid key"),
-    (e.CompilerNotFound, 3, "compiler not found"),
-    (e.ToolchainError, 3, "compiler error"),
-    (e.UnsafePath, 4, "unsafe path"),
-    (e.AccessDenied, 4, "access denied"),
-    (e.StoreUnavailable, 4, "store unavailable"),
-    (e.ReadOnlyStore, 4, "read-only store"),
-    (e.EntryNotFound, 4, "not found"),
+    (e.UnknownInstanceType, USAGE, "unknown instance type"),
+    (e.InvalidURL, USAGE, "bad store URL"),
+    (e.ConfigError, USAGE, "configuration error"),
+    (e.InvalidKey, USAGE, "invalid key"),
+    (e.CompilerNotFound, COMPILER, "compiler not found"),
+    (e.ToolchainError, COMPILER, "compiler error"),
+    (e.UnsafePath, STORE, "unsafe path"),
+    (e.AccessDenied, STORE, "access denied"),
+    (e.StoreUnavailable, STORE, "store unavailable"),
+    (e.ReadOnlyStore, STORE, "read-only store"),
+    (e.EntryNotFound, STORE, "not found"),
     (e.NoSpace, NO_SPACE, "no space"),
-    (e.StoreError, 4, "store error"),
-    (e.CorruptEntry, 5, "corrupt entry"),
-    (e.SourceChanged, 5, "source changed"),
-    (e.LeaseHeld, 6, "busy"),
+    (e.StoreError, STORE, "store error"),
+    (e.CorruptEntry, CORRUPT, "corrupt entry"),
+    (e.SourceChanged, CORRUPT, "source changed"),
+    (e.LeaseHeld, BUSY, "busy"),
     (e.RefusedPlan, REFUSED, "refused"),
-    (e.IndexServerError, 7, "index server error"),
-    (e.NeffcacheError, 1, "error"),
-    (OSError, 4, "I/O error"),
+    (e.IndexServerError, INDEX_FAILED, "index server error"),
+    (e.NeffcacheError, SOME_ENTRIES_FAILED, "error"),
+    (OSError, STORE, "I/O error"),
 ]
 
 
@@ -128,7 +145,7 @@ def report(exc: BaseException) -> int:
             message = str(exc) or type(exc).__name__
             line = message if message.startswith(prefix) else f"{prefix}: {message}"
             click.echo(f"neffcache: {line}", err=True)
-            if code == 1 and not debug_enabled():
+            if code == SOME_ENTRIES_FAILED and not debug_enabled():
                 click.echo("(set NEFFCACHE_DEBUG=1 for a traceback)", err=True)
             return code
     raise exc
@@ -139,7 +156,7 @@ def run_guarded(main: click.Group, args: list[str] | None = None) -> None:
         main.main(args=args, prog_name="neffcache", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("neffcache: interrupted", err=True)
-        sys.exit(130)
+        sys.exit(INTERRUPTED)
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
@@ -147,6 +164,6 @@ def run_guarded(main: click.Group, args: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         click.echo("neffcache: interrupted; the cache is consistent (rerun to finish)", err=True)
-        sys.exit(130)
+        sys.exit(INTERRUPTED)
     except (e.NeffcacheError, OSError) as exc:
         sys.exit(report(exc))

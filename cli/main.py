@@ -1,4 +1,4 @@
-"""The ``neffcache`` command: a click group; each module holds the commands of one noun."""
+"""The ``neffcache`` command: a click group; commands live in one module per noun they act on."""
 
 from __future__ import annotations
 
@@ -13,13 +13,14 @@ from .errors import run_guarded
 
 # Each module exposes COMMANDS: list[click.Command].
 COMMAND_MODULES = (
-    "neffcache.cli.cache_cmds",
-    "neffcache.cli.sync_cmds",
-    "neffcache.cli.server_cmds",
-    "neffcache.cli.warm_cmds",
-    "neffcache.cli.prune_cmds",
-    "neffcache.cli.demo_cmd",
-    "neffcache.cli.doctor_cmd",
+    "neffcache.cli.cache",  # one cache root: scan, show, verify, env, config
+    "neffcache.cli.sync",  # between stores: push, pull
+    "neffcache.cli.warm",  # compiling: warm, rewarm, run
+    "neffcache.cli.prune",  # cleaning: prune, reconcile
+    "neffcache.cli.index",  # a running index server: stats, flush
+    "neffcache.cli.server",  # the index server itself: serve, token, db
+    "neffcache.cli.doctor",
+    "neffcache.cli.demo",
 )
 
 EPILOG = """\b

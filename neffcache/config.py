@@ -22,6 +22,7 @@ from typing import Any
 
 from neffcache.errors import ConfigError
 from neffcache.layouts.base import DEFAULT_LAYOUT
+from neffcache.toolchain import Toolchain, resolve_toolchain
 
 ENV_PREFIX = "NEFFCACHE_"
 
@@ -132,3 +133,13 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
         if value is not None and value not in ((), {}):
             values[name] = _coerce(name, value, f"--{name.replace('_', '-')}")
     return Settings(**values, sources=tuple(sources))
+
+
+def job_toolchain(settings: Settings, lnc: int | None = None) -> Toolchain:
+    """The toolchain of the jobs ``settings`` describe: their instance type (required: a
+    ConfigError names the flag and the variable) with the named compiler version, else the
+    version of the named or installed ``neuronx-cc``; ``lnc`` overrides the instance's."""
+    if not settings.instance:
+        raise ConfigError("name the instance type the NEFFs are for: --instance trn2.48xlarge (or NEFFCACHE_INSTANCE)")
+    return resolve_toolchain(settings.instance, compiler=settings.compiler,
+                             compiler_version_override=settings.compiler_version, lnc=lnc)

@@ -64,12 +64,16 @@ def _shared(path: str, shared: bool | None) -> bool:
 
 
 def open_store(url: str, *, shared: bool | None = None, read_only: bool = False, create: bool = True,
-               endpoint_url: str | None = None, **options: Any) -> Store:
+               endpoint_url: str | None = None, max_concurrency: int | None = None, **options: Any) -> Store:
     """The store for ``url``. ``shared`` forces shared-mount mode for a local path.
-    ``endpoint_url`` (an S3-compatible endpoint) goes to ``s3://`` stores and is ignored by the
-    others, so a command can pass the one it was given to every store it opens."""
-    if endpoint_url and url.strip().lower().startswith("s3://"):
-        options["endpoint_url"] = endpoint_url
+    ``endpoint_url`` (an S3-compatible endpoint) and ``max_concurrency`` (requests in flight)
+    go to ``s3://`` stores and are ignored by the others, so a command can pass the ones it was
+    given to every store it opens."""
+    if isinstance(url, str) and url.strip().lower().startswith("s3://"):
+        if endpoint_url:
+            options["endpoint_url"] = endpoint_url
+        if max_concurrency is not None:
+            options["max_concurrency"] = max_concurrency
     if not isinstance(url, str) or not url.strip():
         raise InvalidURL(str(url), "empty")
     url = url.strip()

@@ -23,6 +23,7 @@ from neffcache.server.api.routes.stats import build_query
 from neffcache.server.services import leases as lease_table
 from neffcache.server.services.stats import GroupBy, StatsOut, compute_stats
 from neffcache.server.ui.charts import Line, hbars, line_chart, stacked_bars
+from neffcache.units import human_bytes as decimal_bytes
 
 router = APIRouter(include_in_schema=False)
 TEMPLATES_DIR = Path(__file__).with_name("templates")
@@ -32,11 +33,8 @@ _STATE_CLASS = {"SUCCESS": "ok", "FAILED": "bad", "LOCKED": "warn", "EMPTY": "mu
 
 
 def human_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
-        n /= 1024
-    return f"{n:,.1f} PiB"
+    """Sizes in the CLI's units (neffcache.units: decimal kB/MB/GB), with thousands separators."""
+    return decimal_bytes(n, grouped=True)
 
 
 def hours(h: float) -> str:

@@ -12,10 +12,11 @@ import pytest
 from click.testing import CliRunner
 
 from neffcache.cli.main import cli
-from neffcache.cli.prune_cmds import budgets, parse_duration, parse_size
+from neffcache.cli.prune import budgets
 from neffcache.scan import scan
 from neffcache.stores import open_store
 from neffcache.testing.shim import install_compiler_shim
+from neffcache.units import parse_duration, parse_size
 from tests.lifecycle.helpers import NEW, OLD, listing
 from tests.simulation import Sim
 

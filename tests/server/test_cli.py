@@ -15,7 +15,10 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
-from neffcache.cli.server_cmds import COMMANDS, stats_cmd, token_group
+from neffcache.cli import index as index_cli
+from neffcache.cli import server as server_cli
+from neffcache.cli.index import stats_cmd
+from neffcache.cli.server import token_group
 from neffcache.errors import ConfigError
 from tests.server.conftest import LiveServer, Tokens, free_port
 from tests.server.factories import entry, event
@@ -23,7 +26,7 @@ from tests.server.factories import entry, event
 
 def _all_commands() -> list[click.Command]:
     out: list[click.Command] = []
-    for command in COMMANDS:
+    for command in [*server_cli.COMMANDS, *index_cli.COMMANDS]:
         out.append(command)
         if isinstance(command, click.Group):
             out += list(command.commands.values())
@@ -152,7 +155,7 @@ def test_serve_with_workers_answers_without_delayed_ack_stalls(tmp_path: Path) -
 
 
 def test_db_status_and_upgrade(db_url: str) -> None:
-    from neffcache.cli.server_cmds import db_group
+    from neffcache.cli.server import db_group
 
     runner = CliRunner()
     before = runner.invoke(db_group, ["status", "--database-url", db_url, "--check", "--json"])

@@ -27,6 +27,7 @@ LIBRARY = {
     "neffcache.index.records": "what clients send: the records the server validates and stores",
     "neffcache.keys": "safe_relpath: the one check that an entry path from outside stays relative",
     "neffcache.toolchain": "Toolchain: the one definition of a valid compiler version, target and LNC",
+    "neffcache.units": "human_bytes: sizes in the one unit system the CLI prints too",
 }
 # ``from neffcache import __version__`` (API title, dashboard footer): the package root's value.
 ROOT_NAMES = {"__version__"}

@@ -12,10 +12,10 @@ from typing import Any, TypeVar
 
 import click
 
-from neffcache.config import Settings, load_settings
-from neffcache.errors import ConfigError
-from neffcache.toolchain import Toolchain, find_compiler, resolve_toolchain
+from neffcache.config import Settings, job_toolchain, load_settings
 from neffcache.toolchain import compiler_version as installed_version
+from neffcache.toolchain import find_compiler
+from neffcache.units import human_bytes
 from neffcache.warm_logs import expired_runs, remove_runs, warm_log_home
 from neffcache.warmers.children import Children, Interrupted, stop_on_signals
 from neffcache.warmers.logscan import compile_patterns
@@ -26,7 +26,7 @@ from neffcache.warmers.rewarm import Rewarmer, RewarmRequest
 from neffcache.warmers.warm import Warmer, WarmRequest
 from neffcache.warmers.wrap import RunRequest, run_job
 
-from .errors import announce_index
+from .errors import SOME_ENTRIES_FAILED, announce_index, killed_by
 from .options import (
     chosen_layouts,
     endpoint_option,
@@ -38,7 +38,7 @@ from .options import (
     toolchain_options,
     watch_index,
 )
-from .output import human_bytes, json_option, render, table
+from .output import json_option, render, table
 
 F = TypeVar("F", bound=Callable[..., Any])
 PASS_THROUGH = {"ignore_unknown_options": True, "allow_interspersed_args": False}
@@ -90,14 +90,6 @@ def _placement(settings: Settings, tags: dict[str, str], job: str) -> Placement:
     return placement
 
 
-def _toolchain(settings: Settings, lnc: int | None) -> tuple[Toolchain, Path]:
-    if not settings.instance:
-        raise ConfigError("name the instance type the NEFFs are for: --instance trn2.48xlarge (or NEFFCACHE_INSTANCE)")
-    compiler = find_compiler(settings.compiler)
-    return resolve_toolchain(settings.instance, compiler=compiler,
-                             compiler_version_override=settings.compiler_version, lnc=lnc), compiler
-
-
 def _progress(quiet: bool) -> Callable[[str], None]:
     return (lambda message: None) if quiet else (lambda message: click.echo(message, err=True))
 
@@ -134,13 +126,13 @@ def _finish(report: WarmReport, placement: Placement, as_json: bool, allow_failu
     render(as_json, report.to_json(), lambda: report_text(report))
     announce_index(placement.index)
     if not report.ok and not allow_failures:
-        sys.exit(1)
+        sys.exit(SOME_ENTRIES_FAILED)
 
 
 def _interrupted(command: str, exc: Interrupted) -> None:
     click.echo(f"neffcache {command}: {exc.args[0]}: stopped every child process group; "
                "the cache is consistent (only whole entries were published): rerun to finish", err=True)
-    sys.exit(128 + exc.signum)
+    sys.exit(killed_by(exc.signum))
 
 
 @click.command("warm", context_settings=PASS_THROUGH)
@@ -192,14 +184,17 @@ def warm_cmd(instance: str | None, lnc: int | None, compiler_version: str | None
     buckets = build_buckets(bucket_flags, matrix_file)  # a typo in the matrix fails before anything runs
     settings = _settings(stores, instance=instance, compiler=compiler, compiler_version=compiler_version,
                          index_url=index_url, token=token)
-    toolchain, exe = _toolchain(settings, lnc)
+    toolchain = job_toolchain(settings, lnc)
+    exe = find_compiler(settings.compiler)
     all_tags = {**settings.tags, **tags}
     if log_dir is None:  # the runs' logs under the cache home are kept warm_log_days (neffcache.warm_logs)
         remove_runs(expired_runs(warm_log_home(), settings.warm_log_days))
     logs = log_dir or warm_log_home() / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-    request = WarmRequest(command, settings.instance or "", toolchain, exe, buckets, compile_patterns(patterns),
-                          logs.absolute(), Shard.parse(shard), _parallel(settings, parallel), two_phase, timeout,
-                          compile_timeout, compile_memory, retry_failed, not no_prefetch, all_tags)
+    request = WarmRequest(command=command, instance=settings.instance or "", toolchain=toolchain, compiler=exe,
+                          buckets=buckets, patterns=compile_patterns(patterns), log_dir=logs.absolute(),
+                          shard=Shard.parse(shard), parallel=_parallel(settings, parallel), two_phase=two_phase,
+                          timeout=timeout, compile_timeout=compile_timeout, compile_memory_mb=compile_memory,
+                          retry_failed=retry_failed, prefetch=not no_prefetch, tags=all_tags)
     placement = _placement(settings, all_tags, "warm")
     children = Children()
     try:
@@ -253,9 +248,10 @@ def rewarm_cmd(from_version: str, instance: str | None, lnc: int | None, compile
     exe = find_compiler(settings.compiler)
     new_version = settings.compiler_version or installed_version(exe)
     all_tags = {**settings.tags, **tags}
-    request = RewarmRequest(from_version, new_version, exe, instance, lnc,
-                            chosen_layouts(layout), Shard.parse(shard),
-                            _parallel(settings, parallel), compile_timeout, compile_memory, retry_failed, all_tags)
+    request = RewarmRequest(from_version=from_version, to_version=new_version, compiler=exe, instance=instance,
+                            lnc=lnc, layouts=chosen_layouts(layout), shard=Shard.parse(shard),
+                            parallel=_parallel(settings, parallel), compile_timeout=compile_timeout,
+                            compile_memory_mb=compile_memory, retry_failed=retry_failed, tags=all_tags)
     placement = _placement(settings, all_tags, "rewarm")
     children = Children()
     try:
@@ -305,16 +301,15 @@ def run_cmd(instance: str | None, lnc: int | None, compiler_version: str | None,
     """
     settings = _settings(stores, instance=instance, compiler=compiler, compiler_version=compiler_version,
                          index_url=index_url, token=token)
-    if not settings.instance:
-        raise ConfigError("name the instance type: --instance trn2.48xlarge (or NEFFCACHE_INSTANCE)")
-    toolchain = resolve_toolchain(settings.instance, compiler=settings.compiler,
-                                  compiler_version_override=settings.compiler_version, lnc=lnc)
+    toolchain = job_toolchain(settings, lnc)
     all_tags = {**settings.tags, **tags}
     parsed_prefetch = dict(t.split("=", 1) for t in prefetch_tags if "=" in t)
     if len(parsed_prefetch) != len(prefetch_tags):
         raise click.BadParameter("expected KEY=VALUE", param_hint="--prefetch-tag")
-    request = RunRequest(command, toolchain, compile_patterns(patterns, defaults=not no_default_patterns),
-                         prefetch or bool(prefetch_tags), parsed_prefetch, all_tags, not no_publish)
+    request = RunRequest(command=command, toolchain=toolchain,
+                         patterns=compile_patterns(patterns, defaults=not no_default_patterns),
+                         prefetch=prefetch or bool(prefetch_tags), prefetch_tags=parsed_prefetch, tags=all_tags,
+                         publish=not no_publish)
     placement = _placement(settings, all_tags, "run")
     try:
         result = run_job(request, placement)

@@ -9,17 +9,17 @@ from collections import Counter
 
 import click
 
-from neffcache.config import load_settings
+from neffcache.config import job_toolchain, load_settings
 from neffcache.entry import EntryState
-from neffcache.errors import ConfigError, EntryNotFound
+from neffcache.errors import EntryNotFound
 from neffcache.jobenv import job_env, render_env
 from neffcache.keys import safe_relpath
 from neffcache.scan import ScanReport, load_entry, scan
 from neffcache.stores import open_store
-from neffcache.toolchain import resolve_toolchain
+from neffcache.units import human_bytes
 from neffcache.verify import CheckStatus, VerifyReport, verify
 
-from .errors import SOME_ENTRIES_FAILED, announce_index
+from .errors import CORRUPT, SOME_ENTRIES_FAILED, announce_index
 from .options import (
     chosen_layouts,
     endpoint_option,
@@ -29,7 +29,7 @@ from .options import (
     store_options,
     toolchain_options,
 )
-from .output import human_bytes, json_option, progress, render, table
+from .output import json_option, progress, render, table
 
 STATES = [s.value for s in EntryState]
 
@@ -172,7 +172,7 @@ def verify_cmd(store_url: str, fix: bool, index_url: str | None, token: str | No
     render(as_json, data, lambda: _verify_text(report))
     announce_index(index)
     if any(c.quarantined_to is None for c in report.corrupt):
-        sys.exit(5)
+        sys.exit(CORRUPT)
     if report.failed:
         sys.exit(SOME_ENTRIES_FAILED)
 
@@ -196,10 +196,7 @@ def env_cmd(instance: str | None, lnc: int | None, compiler_version: str | None,
     """
     settings = load_settings(instance=instance, compiler=compiler, compiler_version=compiler_version,
                              stores=(store_url,) if store_url else ())
-    if not settings.instance:
-        raise ConfigError("name the instance type: --instance trn2.48xlarge (or NEFFCACHE_INSTANCE)")
-    toolchain = resolve_toolchain(settings.instance, compiler=settings.compiler,
-                                  compiler_version_override=settings.compiler_version, lnc=lnc)
+    toolchain = job_toolchain(settings, lnc)
     env, notes = job_env(settings.local_store, toolchain, chosen_layouts(layout))
     if shell == "json" or as_json:
         render(True, {"toolchain": toolchain.to_json(), "env": env, "notes": notes}, str)

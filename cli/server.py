@@ -1,14 +1,13 @@
-"""CLI commands of the index server: ``serve``, ``token create|list|revoke``, ``db``, ``stats``.
+"""Commands that run or administer the index server: ``serve``, ``token create|list|revoke``, ``db``.
 
-``serve``, ``token`` and ``db`` work on the database without a running server, through
+They work on the database without a running server, through
 :class:`neffcache.server.services.admin.IndexAdmin` (``token`` is how the first token of a fresh
-server is made); ``stats`` asks a running index over HTTP like every other client.
+server is made); ``stats`` and ``flush`` (cli/index.py) ask a running index over HTTP.
 The server extras are imported inside the commands so the CLI works without them installed.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import sys
 import time
@@ -18,13 +17,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from neffcache.config import load_settings
 from neffcache.errors import ConfigError
-from neffcache.index import FlushReport, IndexClient, WaitingSpool, spool_dir_for, waiting_spools
 
 from .errors import DB_SCHEMA_BEHIND
-from .options import index_options, open_settings_index
-from .output import emit_json, human_bytes, json_option, render, table
+from .output import emit_json, json_option, render, table
 
 if TYPE_CHECKING:
     from neffcache.server.config import Settings
@@ -221,74 +217,6 @@ def _when(ts: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.gmtime(ts)) if ts else "-"
 
 
-def _pct(rate: float | None) -> str:
-    return "-" if rate is None else f"{rate * 100:.1f}%"
-
-
-def _stats_text(data: dict[str, Any]) -> str:
-    t = data["totals"]
-    window = data["window"]
-    span = (window["end"] - window["start"]) / 3600
-    filters = ", ".join(f"{k}={v}" for k, v in data["filters"].items()) or "all"
-    sizes = data["size_by_toolchain"]
-    out = [
-        f"index stats, last {span:.0f} h ({filters})",
-        f"  hit rate        {_pct(t['hit_rate'])}  ({t['hits']:,} hits, {t['misses']:,} misses)",
-        f"  compiles        {t['compiles']:,}  ({t['compile_hours']:,.1f} compile hours, {t['errors']:,} errors)",
-        f"  hours saved     {t['saved_hours']:,.1f}",
-        f"  cache size      {human_bytes(sum(s['bytes'] for s in sizes))} in "
-        f"{sum(data['entries_by_state'].values()):,} entries",
-        "  entries         " + ", ".join(f"{k} {v:,}" for k, v in data["entries_by_state"].items() if v),
-        f"  leases held     {data['leases_active']}",
-    ]
-    if data["groups"]:
-        # Errors and evictions too: a group with only those (prune's evicts carry no model)
-        # would otherwise be a row of zeros.
-        out += ["", table([[g["name"], _pct(g["hit_rate"]), g["hits"], g["misses"], g["compiles"],
-                            f"{g['saved_hours']:,.1f}", g["errors"], g["evictions"]] for g in data["groups"]],
-                          [data["group_by"], "hit rate", "hits", "misses", "compiles", "saved h", "errors",
-                           "evicted"])]
-    if sizes:
-        out += ["", table([[s["toolchain"], s["entries"], human_bytes(s["bytes"])] for s in sizes],
-                          ["toolchain", "entries", "size"])]
-    if data["top_misses"]:
-        out += ["", table([[m["graph"], m["toolchain"], m["misses"]] for m in data["top_misses"]],
-                          ["most missed graph", "toolchain", "misses"])]
-    return "\n".join(out)
-
-
-@click.command("stats")
-@click.option("--index-url", metavar="URL", help="The index server (NEFFCACHE_INDEX_URL).")
-@click.option("--token", metavar="TOKEN", help="A read token (NEFFCACHE_TOKEN).")
-@click.option("--window", default="7d", show_default=True, help="How far back: 24h, 7d, 2w, or seconds.")
-@click.option("--group-by", type=click.Choice(["team", "model", "instance_type", "toolchain"]), default="team",
-              show_default=True)
-@click.option("--team", help="Only this team.")
-@click.option("--model", help="Only this model.")
-@json_option
-def stats_cmd(index_url: str | None, token: str | None, window: str, group_by: str, team: str | None,
-              model: str | None, as_json: bool) -> None:
-    """Show the index's view of the cache: hit rate, compile hours saved, sizes, top misses.
-
-    \b
-    Example:
-      neffcache stats --window 24h --group-by model
-      neffcache stats --team search --json | jq .totals.hit_rate
-    """
-    settings = load_settings(index_url=index_url, token=token)
-    if not settings.index_url:
-        raise ConfigError("no index server configured: pass --index-url or set NEFFCACHE_INDEX_URL")
-    index = open_settings_index(settings)
-    try:
-        data = index.stats(window=window, group_by=group_by, team=team, model=model)
-    finally:
-        index.close()
-    if as_json:
-        emit_json(data)
-    else:
-        click.echo(_stats_text(data))
-
-
 @click.group("db")
 def db_group() -> None:
     """The index server's database schema: see where it stands, upgrade it ahead of a rollout.
@@ -350,82 +278,4 @@ def db_upgrade_cmd(database_url: str | None, data_dir: Path | None, as_json: boo
                     else "nothing to do: ") + _schema_text(state))
 
 
-def _flush_text(url: str, before: int, report: FlushReport, problem: str | None) -> str:
-    out = [f"index {url}: {before} spooled batches; delivered {report.delivered_entries} entries and "
-           f"{report.delivered_events} events ({report.duplicate_events} already there)"]
-    if report.rejected:
-        out.append(f"{report.rejected} batches refused by the index, kept aside in the spool's rejected/ directory")
-    if report.pending_batches:
-        out.append(f"{report.pending_batches} batches still waiting: {problem or report.error or 'index unreachable'}")
-    return "\n".join(out)
-
-
-def _others_text(others: list[WaitingSpool]) -> str:
-    """Spools this flush does not deliver: reports of commands run with another --index-url."""
-    out = []
-    for spool in others:
-        what = (f"{spool.reports} report{'' if spool.reports == 1 else 's'} in {spool.batches} "
-                f"batch{'' if spool.batches == 1 else 'es'}")
-        if spool.url:
-            out.append(f"also waiting: {what} for {spool.url} (deliver: neffcache flush --index-url {spool.url})")
-        else:
-            out.append(f"also waiting: {what} in {spool.directory} for an index this neffcache cannot name "
-                       "(spooled by an older release): neffcache flush --index-url URL delivers them")
-    return "\n".join(out)
-
-
-def _others_json(others: list[WaitingSpool]) -> list[dict[str, object]]:
-    return [{"url": o.url, "spool": str(o.directory), "batches": o.batches, "reports": o.reports} for o in others]
-
-
-@click.command("flush")
-@index_options
-@json_option
-def flush_cmd(index_url: str | None, token: str | None, as_json: bool) -> None:
-    """Deliver the reports spooled while the index server was unreachable.
-
-    Every command that talks to the index delivers its spool in the background, so this is
-    rarely needed: use it to see what is waiting, or to empty the spool before a host goes
-    away. Resending is safe (the index counts each event once). Spools waiting for another
-    index URL (a command run with another --index-url) are listed with the command that
-    delivers them. Exits 7 when batches are still waiting because the index cannot be reached
-    or refuses the token.
-
-    \b
-    Example:
-      neffcache flush --index-url http://neffcache-index:8080 --json
-    """
-    settings = load_settings(index_url=index_url, token=token)
-    root = Path(settings.spool_dir) if settings.spool_dir else None
-    mine = spool_dir_for(settings.index_url, root) if settings.index_url else None
-    others = [s for s in waiting_spools(root) if s.directory != mine]
-    if not settings.index_url:
-        if others:
-            render(as_json, {"index": None, "others": _others_json(others)}, lambda: _others_text(others))
-        raise ConfigError("no index server configured: pass --index-url or set NEFFCACHE_INDEX_URL"
-                          + (" (spools waiting are listed above)" if others and not as_json else ""))
-    index = open_settings_index(settings)
-    assert isinstance(index, IndexClient)
-    index.on_problem = None  # this command's own lines say it
-    problem: str | None = None
-    try:
-        before = len(index.spool.pending())
-        try:
-            report = index.deliver()
-        finally:
-            problem = index.counts().problem
-    finally:
-        index.close()
-    data = {"index": settings.index_url, "spool": str(index.spool.directory), "pending_before": before,
-            **dataclasses.asdict(report), "problem": problem, "others": _others_json(others)}
-
-    def text() -> str:
-        out = _flush_text(settings.index_url or "", before, report, problem)
-        return out + ("\n" + _others_text(others) if others else "")
-
-    render(as_json, data, text)
-    if report.pending_batches and report.error:
-        sys.exit(7)
-
-
-COMMANDS: list[click.Command] = [serve_cmd, token_group, db_group, stats_cmd, flush_cmd]
+COMMANDS: list[click.Command] = [serve_cmd, token_group, db_group]

@@ -16,10 +16,11 @@ from neffcache.manifest import Manifest
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
 from neffcache.sync import COPYABLE_STATES, SyncReport, sync
+from neffcache.units import human_bytes
 
 from .errors import SOME_ENTRIES_FAILED, announce_index
 from .options import _parse_tags, endpoint_option, index_options, open_settings_index, store_options
-from .output import human_bytes, json_option, progress, render
+from .output import json_option, progress, render
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -51,8 +52,7 @@ def sync_options(f: F) -> F:
 
 
 def _open(url: str, options: dict[str, Any], parallel: int, **kwargs: Any) -> Store:
-    extra: dict[str, Any] = {"max_concurrency": parallel} if url.lower().startswith("s3://") else {}
-    return open_store(url, **kwargs, **options, **extra)
+    return open_store(url, **kwargs, **options, max_concurrency=parallel)
 
 
 def _text(verb: str, report: SyncReport) -> str:

@@ -9,7 +9,7 @@ import click
 from neffcache.config import load_settings
 from neffcache.doctor import DoctorRequest, Finding, Level, diagnose
 
-from .errors import DOCTOR_PROBLEMS, DOCTOR_WARNINGS
+from .errors import DOCTOR_PROBLEMS, DOCTOR_WARNINGS, OK
 from .options import endpoint_option, index_options, store_option, store_options
 from .output import json_option, render
 
@@ -59,7 +59,7 @@ def doctor_cmd(instance: str | None, lnc: int | None, compiler: str | None, stor
     counts = report.to_json()["counts"]
     if not as_json:
         click.echo(f"{counts['ok']} ok, {counts['warning']} warning(s), {counts['problem']} problem(s)", err=True)
-    sys.exit({Level.OK: 0, Level.WARNING: DOCTOR_WARNINGS, Level.PROBLEM: DOCTOR_PROBLEMS}[report.worst])
+    sys.exit({Level.OK: OK, Level.WARNING: DOCTOR_WARNINGS, Level.PROBLEM: DOCTOR_PROBLEMS}[report.worst])
 
 
 COMMANDS = [doctor_cmd]

@@ -31,7 +31,7 @@ import click
 from neffcache.toolchain import find_compiler
 from neffcache.warmers.report import WarmReport
 
-from .warm_cmds import report_text
+from .warm import report_text
 
 INSTANCE = "trn2.48xlarge"
 OLD_VERSION = "2.27.5334.0+f702b353"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import sys
 import time
 from collections import Counter
@@ -28,34 +27,12 @@ from neffcache.prune import (
 from neffcache.reconcile import ReconcilePlan, plan_reconcile
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
+from neffcache.units import human_bytes, parse_duration, parse_size
 from neffcache.warm_logs import WarmLogRun, expired_runs, remove_runs, warm_log_home
 
 from .errors import SOME_ENTRIES_FAILED, announce_index
 from .options import endpoint_option, open_settings_index, store_option, store_options
-from .output import human_bytes, json_option, progress, render, table
-
-_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
-          "t": 10**12, "tb": 10**12, "p": 10**15, "pb": 10**15, "kib": 2**10, "mib": 2**20, "gib": 2**30,
-          "tib": 2**40, "pib": 2**50}
-_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_NUMBER = re.compile(r"^\s*(?P<n>[0-9]+(?:\.[0-9]+)?)\s*(?P<unit>[A-Za-z]*)\s*$")
-
-
-def parse_size(text: str) -> int:
-    """500G, 1.5T, 200MB, 64GiB, 1000 (bytes). Decimal units, as `neffcache scan` prints sizes."""
-    match = _NUMBER.match(text)
-    if not match or match.group("unit").lower() not in _UNITS:
-        raise ValueError(f"{text!r} is not a size (e.g. 500G, 1.5T, 64GiB)")
-    return int(float(match.group("n")) * _UNITS[match.group("unit").lower()])
-
-
-def parse_duration(text: str) -> float:
-    """30d, 12h, 90m, 2w, 3600s (a bare number is seconds)."""
-    match = _NUMBER.match(text)
-    unit = match.group("unit").lower() if match else ""
-    if not match or (unit and unit not in _SECONDS):
-        raise ValueError(f"{text!r} is not a duration (e.g. 30d, 12h, 90m)")
-    return float(match.group("n")) * _SECONDS.get(unit, 1)
+from .output import json_option, progress, render, table
 
 
 def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
@@ -238,33 +215,55 @@ def prune_cmd(stores: tuple[str, ...], keep_compilers: tuple[str, ...], keep_las
     """
     settings = load_settings(compiler=compiler, compiler_version=compiler_version)
     given = _urls(stores, settings)
+    _check_flags(history=history, since=since, force=force, yes=yes,
+                 rules=bool(keep_compilers or keep_last or older_than or max_sizes or failed or stale_locks
+                            or garbage or yes))
     if history:
-        if keep_compilers or keep_last or older_than or max_sizes or failed or stale_locks or garbage or yes:
-            raise ConfigError("--history lists past actions: it takes --store, --since and --json only")
         _history(given, since, as_json)
         return
-    if since is not None:
-        raise ConfigError("--since goes with --history")
-    if force and not yes:
-        raise ConfigError("--force goes with --yes (without --yes prune only prints the plan)")
-    current = None
-    if CURRENT in keep_compilers:
-        current = resolve_keep_compilers((CURRENT,), compiler=settings.compiler,
-                                         compiler_version_override=settings.compiler_version)[0]
-    keep = resolve_keep_compilers(keep_compilers, compiler_version_override=current)
+    current, keep = _keep_compilers(keep_compilers, settings)
     opened = _stores(given, read_only=not yes)
     policy = PrunePolicy(keep_compilers=keep, keep_last=keep_last, older_than=older_than,
                          max_size=budgets(max_sizes, given, opened), failed=failed, stale_locks=stale_locks,
                          garbage=garbage, grace=grace, hit_grace=hit_grace, lock_age=lock_age,
                          max_share=settings.prune_max_share if max_share is None else max_share, current=current,
                          quarantine_days=settings.quarantine_days)
-    old_logs = expired_runs(days=settings.warm_log_days) if garbage else []
+    _prune(opened, policy, settings, source=source, use_index=use_index, show_items=show_items, workers=workers,
+           yes=yes, force=force, as_json=as_json)
+
+
+def _check_flags(*, history: bool, since: float | None, force: bool, yes: bool, rules: bool) -> None:
+    """Refuse combinations of flags that do not go together, before any store is opened."""
+    if history:
+        if rules:
+            raise ConfigError("--history lists past actions: it takes --store, --since and --json only")
+        return
+    if since is not None:
+        raise ConfigError("--since goes with --history")
+    if force and not yes:
+        raise ConfigError("--force goes with --yes (without --yes prune only prints the plan)")
+
+
+def _keep_compilers(given: tuple[str, ...], settings: Settings) -> tuple[str | None, tuple[str, ...]]:
+    """The installed compiler's version when 'current' is named, and the versions to keep."""
+    current = None
+    if CURRENT in given:
+        current = resolve_keep_compilers((CURRENT,), compiler=settings.compiler,
+                                         compiler_version_override=settings.compiler_version)[0]
+    return current, resolve_keep_compilers(given, compiler_version_override=current)
+
+
+def _prune(opened: list[Store], policy: PrunePolicy, settings: Settings, *, source: str, use_index: bool,
+           show_items: bool, workers: int, yes: bool, force: bool, as_json: bool) -> None:
+    """Plan, print the plan, and with ``yes`` carry it out; closes the stores and the index."""
+    old_logs = expired_runs(days=settings.warm_log_days) if policy.garbage else []
     index = _index(settings, use_index)
     try:
         with progress("listing", enabled=not as_json) as bar:
             plan = plan_prune(opened, policy, index=index, source=source,
                               progress=lambda url, n: bar.update(n, detail=f"files of {url}"))
-        logs = {"runs": len(old_logs), "bytes": sum(r.size for r in old_logs), "days": settings.warm_log_days}
+        logs: dict[str, int | float] = {"runs": len(old_logs), "bytes": sum(r.size for r in old_logs),
+                                        "days": settings.warm_log_days}
         if not yes:
             render(as_json, {"plan": plan.to_json(), "executed": False, "warm_logs": logs},
                    lambda: _plan_text(plan, show_items, False)
