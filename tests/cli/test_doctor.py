@@ -12,13 +12,12 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from neffcache.doctor import Level, _skew_finding
-from tests.server.conftest import ServerProcess, Tokens, free_port, prepare_database
+from tests.server.conftest import ServerProcess, Tokens, free_port
 from tests.simulation import Sim, make_sim
 from tests.stores.conftest import aws_env, moto_server, s3_endpoint  # noqa: F401 - fixtures
 from tests.stores.moto_server import S3TestServer
@@ -40,18 +39,6 @@ def levels(report: dict[str, object]) -> dict[str, str]:
 
 
 @pytest.fixture
-def index(tmp_path: Path) -> Iterator[tuple[str, Tokens]]:
-    db_url = f"sqlite:///{tmp_path / 'index.db'}"
-    tokens = prepare_database(db_url)
-    server = ServerProcess(db_url, free_port(), tmp_path / "server.log")
-    try:
-        server.wait_ready()
-        yield server.url, tokens
-    finally:
-        server.stop()
-
-
-@pytest.fixture
 def sim(tmp_path: Path) -> Sim:
     made = make_sim(tmp_path)
     # The simulation points NEURON_COMPILE_CACHE_URL at an unmanaged directory: a healthy job
@@ -60,8 +47,10 @@ def sim(tmp_path: Path) -> Sim:
     return made
 
 
-def test_a_healthy_setup_passes(sim: Sim, tmp_path: Path, index: tuple[str, Tokens], s3_endpoint: str) -> None:  # noqa: F811
-    url, tokens = index
+def test_a_healthy_setup_passes(sim: Sim, tmp_path: Path, index: tuple[ServerProcess, Tokens],
+                                s3_endpoint: str) -> None:  # noqa: F811
+    server, tokens = index
+    url = server.url
     store = tmp_path / "store"
     store.mkdir()
     code, report = doctor(sim, "--instance", "trn2.48xlarge", "--store", str(store), "--store", f"s3://{BUCKET}/cache",
@@ -132,8 +121,9 @@ def test_an_index_that_is_down_is_a_warning(sim: Sim, tmp_path: Path) -> None:
     assert levels(report)["index"] == "warning"
 
 
-def test_tokens_that_cannot_write_are_found(sim: Sim, tmp_path: Path, index: tuple[str, Tokens]) -> None:
-    url, tokens = index
+def test_tokens_that_cannot_write_are_found(sim: Sim, tmp_path: Path, index: tuple[ServerProcess, Tokens]) -> None:
+    server, tokens = index
+    url = server.url
     store = tmp_path / "store"
     store.mkdir()
     code, report = doctor(sim, "--instance", "trn2.48xlarge", "--store", str(store), "--index-url", url,

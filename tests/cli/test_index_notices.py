@@ -12,14 +12,11 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from neffcache.stores.local import LocalStore
 from tests.contract.suite import publish_a
-from tests.server.conftest import ServerProcess, Tokens, free_port, prepare_database
+from tests.server.conftest import ServerProcess, Tokens, free_port
 from tests.simulation import Sim
 
 CLI = [sys.executable, "-m", "neffcache.cli.main"]
@@ -45,18 +42,6 @@ def source(tmp_path: Path, entries: int = 3) -> LocalStore:
     for i in range(entries):
         publish_a(src, key=f"MODULE_{i}+abb26765")
     return src
-
-
-@pytest.fixture
-def index(tmp_path: Path) -> Iterator[tuple[ServerProcess, Tokens]]:
-    db_url = f"sqlite:///{tmp_path / 'index.db'}"
-    tokens = prepare_database(db_url)
-    server = ServerProcess(db_url, free_port(), tmp_path / "server.log")
-    try:
-        server.wait_ready()
-        yield server, tokens
-    finally:
-        server.stop()
 
 
 def test_push_to_a_down_index_says_how_many_wait_why_and_how_to_deliver(tmp_path: Path) -> None:
