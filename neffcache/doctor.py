@@ -40,6 +40,7 @@ from neffcache.stores import open_store
 from neffcache.stores.base import CONTROL_DIR, Store
 from neffcache.stores.mounts import filesystem_type, is_network_filesystem
 from neffcache.toolchain import Toolchain, compiler_version, find_compiler
+from neffcache.units import human_bytes
 
 DOCTOR_DIR = f"{CONTROL_DIR}/doctor"
 # Leases last minutes (publish 300 s, compile leases longer): a skew of a good part of that
@@ -229,7 +230,7 @@ def _filesystem(store: Store, check: str) -> list[Finding]:
         usage = shutil.disk_usage(local)
     except OSError:
         return found
-    free = f"{usage.free / 1024**3:.1f} GiB free of {usage.total / 1024**3:.1f} GiB"
+    free = f"{human_bytes(usage.free)} free of {human_bytes(usage.total)}"
     if usage.free < FREE_WARNING_BYTES or usage.free < usage.total * FREE_WARNING_SHARE:
         found.append(Finding(f"{check} space", Level.WARNING, free,
                              "prune it (neffcache prune --max-size SIZE) or grow the volume: NEFFs reach "
