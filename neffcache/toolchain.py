@@ -20,6 +20,10 @@ COMPILER_NAME = "neuronx-cc"
 _VERSION_LINE = re.compile(r"NeuronX Compiler version\s+(?P<version>[0-9][0-9A-Za-z.+_-]*)")
 # Versions become directory names (neuronxcc-<ver>), so they may not carry separators.
 _SAFE_VERSION = re.compile(r"^[0-9][0-9A-Za-z.+_-]*$")
+# The layouts' names (neffcache.layouts.LAYOUTS, in its order) as a plain value: the index
+# server validates the names clients send against it, and ships without the layouts.
+# neffcache.layouts refuses to import if its registry says otherwise.
+LAYOUT_NAMES: tuple[str, ...] = ("neuronxcc", "torchneuron", "vllm")
 
 
 def validate_version(version: str) -> str:
@@ -45,6 +49,13 @@ class Toolchain:
     def target_dir(self) -> str:
         """The namespace directory neffcache adds so trn1 and trn2 NEFFs never mix."""
         return f"{self.target}-lnc{self.lnc}"
+
+    @property
+    def namespace_dir(self) -> str:
+        """This toolchain's namespace directory in the default layout (``trn2-lnc2/neuronxcc-<ver>``):
+        the index server labels charts with it so they read like the paths in a store
+        (tests/test_layout_knowledge.py checks it against the layout)."""
+        return f"{self.target_dir}/neuronxcc-{self.compiler_version}"
 
     @property
     def label(self) -> str:

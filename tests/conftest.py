@@ -8,7 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.simulation import Sim, make_sim
+# The store contract suite lives in the package (neffcache.testing.store_contract): pytest
+# rewrites its asserts only if told before the first import.
+pytest.register_assert_rewrite("neffcache.testing.store_contract")
+
+from tests.simulation import Sim, make_sim  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

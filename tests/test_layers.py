@@ -1,10 +1,11 @@
 """The library's import graph: layers import only downward, and there is no cycle.
 
 Every module of ``neffcache/`` (the library; ``neffcache.testing`` is a simulated runtime
-beside it) belongs to one layer of ``LAYERS`` and imports only from its own layer and the
-layers below. The parts beside the library have their own rules: the library never imports
-them (nor ``neffcache.testing``); ``neffcache.warmers`` may import the library, not the CLI or
-the server; ``neffcache.cli`` may import anything, but reaches the server only through its
+beside it, with the store contract suite in ``neffcache.testing.store_contract``) belongs to
+one layer of ``LAYERS`` and imports only from its own layer and the layers below. The parts
+beside the library have their own rules: the library never imports them (nor
+``neffcache.testing``); ``neffcache.warmers`` may import the library, not the CLI or the
+server; ``neffcache.cli`` may import anything, but reaches the server only through its
 facade (``SERVER_FACADE``). The server's own layers are checked by tests/server/test_layers.py.
 
 This reads every module's AST (imports inside functions and ``TYPE_CHECKING`` blocks count
@@ -170,6 +171,17 @@ def test_the_simulated_toolchain_imports_only_the_library() -> None:
                 if _within(imp.module, "neffcache.testing")
                 and not _is_library(imp.target) and not _within(imp.target, "neffcache.testing")]
     assert not problems, "neffcache.testing imports beyond the library:\n" + "\n".join(problems)
+
+
+def test_the_simulated_runtime_imports_no_store_or_layout() -> None:
+    """The simulation writes what a real runtime writes, by itself: were it to ask the layouts or
+    stores, tests of those would check the code against itself. The store contract suite beside
+    it tests the stores, so it imports them."""
+    problems = [f"{imp}" for imp in _all_imports()
+                if _within(imp.module, "neffcache.testing")
+                and not _within(imp.module, "neffcache.testing.store_contract")
+                and (_within(imp.target, "neffcache.stores") or _within(imp.target, "neffcache.layouts"))]
+    assert not problems, "the simulated runtime imports stores or layouts:\n" + "\n".join(problems)
 
 
 def test_warmers_import_the_library_not_the_cli_or_server() -> None:

@@ -12,7 +12,12 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-from neffcache.layouts import LAYOUTS
+import pytest
+
+from neffcache.instances import TARGETS
+from neffcache.layouts import LAYOUTS, get_layout
+from neffcache.layouts.base import DEFAULT_LAYOUT
+from neffcache.toolchain import LAYOUT_NAMES, Toolchain
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("neffcache", "cli", "server", "warmers")
@@ -23,6 +28,10 @@ RUNTIME_NAMES = (
     "model.neff", "model.done", "model.log", "hlo_module.pb", "compile_flags", ".compilation_complete",
     "MODULE_", "[NEFF_CACHE]", "NEURON_CC_WRAPPER",
 )
+# The one copy of a layout fact outside the layouts, as a value the index server (which ships
+# without the layouts) may import: (file, name assigned). neffcache.layouts refuses to import
+# if its registry differs, and the tests below hold the copies to the layouts.
+DECLARED = {("neffcache/toolchain.py", "LAYOUT_NAMES")}
 LAYOUT_MODULES = tuple(f"neffcache.layouts.{m}" for m in ("neuronxcc", "torchneuron", "vllm"))
 
 @dataclass(frozen=True)
@@ -57,6 +66,17 @@ def _docstrings(tree: ast.AST) -> set[int]:
     return out
 
 
+def _declared(tree: ast.AST, rel: str) -> set[int]:
+    """ids of the Constant nodes inside an assignment DECLARED allows in this file."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and (rel, t.id) in DECLARED for t in targets):
+                out |= {id(c) for c in ast.walk(node) if isinstance(c, ast.Constant)}
+    return out
+
+
 def _layout_names() -> set[str]:
     return set(LAYOUTS) | {"neuronxcc", "torchneuron"}
 
@@ -64,7 +84,7 @@ def _layout_names() -> set[str]:
 def findings_in(path: Path, rel: str | None = None) -> list[Finding]:
     rel = rel or path.relative_to(REPO).as_posix()
     tree = ast.parse(path.read_text(), filename=rel)
-    docs = _docstrings(tree)
+    docs = _docstrings(tree) | _declared(tree, rel)
     layouts = _layout_names()
     out: list[Finding] = []
     for node in ast.walk(tree):
@@ -121,3 +141,21 @@ def test_the_check_finds_what_it_looks_for(tmp_path: Path) -> None:
     found = findings_in(sample, "neffcache/sample.py")
     assert [(f.line, f.what.split(" ")[0]) for f in found] == [
         (2, "import"), (5, "comparison"), (6, "runtime"), (7, "runtime"), (8, "runtime"), (9, "layout")]
+
+
+def test_layout_names_are_the_registry() -> None:
+    assert tuple(LAYOUTS) == LAYOUT_NAMES
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("lnc", [1, 2])
+def test_toolchain_namespace_dir_is_the_default_layouts(target: str, lnc: int) -> None:
+    toolchain = Toolchain("2.27.5334.0+f702b353", target, lnc)
+    assert toolchain.namespace_dir == get_layout(DEFAULT_LAYOUT).namespace_for(toolchain).path
+
+
+def test_only_a_declared_assignment_may_spell_layout_names(tmp_path: Path) -> None:
+    sample = tmp_path / "toolchain.py"
+    sample.write_text('LAYOUT_NAMES = ("neuronxcc", "torchneuron")\nOTHER = ("neuronxcc",)\n')
+    assert [f.line for f in findings_in(sample, "neffcache/toolchain.py")] == [2]
+    assert [f.line for f in findings_in(sample, "neffcache/elsewhere.py")] == [1, 2]

@@ -21,10 +21,10 @@ from neffcache.stores import open_store
 from neffcache.stores.base import Store
 from neffcache.stores.local import LocalStore
 from neffcache.sync import SyncReport, pull, push, sync
+from neffcache.testing.store_contract import TC, publish_a
 from neffcache.toolchain import Toolchain
 from neffcache.verify import CheckStatus, verify
 from neffcache.write_leases import publish_lease_name
-from tests.contract.suite import TC, publish_a
 from tests.runtime_caches import write_neuronxcc_entry
 
 TRN1 = Toolchain("2.27.5334.0+f702b353", "trn1", 1)

@@ -17,9 +17,9 @@ from neffcache.stores import open_store
 from neffcache.stores.base import Store
 from neffcache.stores.fsspec_store import FsspecStore
 from neffcache.stores.local import LocalStore
+from neffcache.testing.store_contract import TC, publish_a
 from neffcache.tiers import Tier, Tiers
 from neffcache.verify import CheckStatus, verify
-from tests.contract.suite import TC, publish_a
 
 
 @pytest.fixture

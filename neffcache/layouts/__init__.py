@@ -7,10 +7,15 @@ from neffcache.layouts.base import EntryNames, EntryPlan, Layout, Located, LogLi
 from neffcache.layouts.neuronxcc import NeuronxccLayout
 from neffcache.layouts.torchneuron import TorchNeuronLayout
 from neffcache.layouts.vllm import VllmLayout
+from neffcache.toolchain import LAYOUT_NAMES
 
 LAYOUTS: dict[str, Layout] = {
     layout.name: layout for layout in (NeuronxccLayout(), TorchNeuronLayout(), VllmLayout())
 }
+# One list of names: the index server (which has no layouts) validates against LAYOUT_NAMES.
+if tuple(LAYOUTS) != LAYOUT_NAMES:
+    raise ImportError(f"the layout registry {tuple(LAYOUTS)} differs from neffcache.toolchain.LAYOUT_NAMES "
+                      f"{LAYOUT_NAMES}: change both")
 
 
 def get_layout(name: str) -> Layout:

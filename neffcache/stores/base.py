@@ -4,7 +4,7 @@ Everything bigger (scan, publish, verify, transfer, prune) is built once on top 
 its own module, so a new backend is a page of code (fsspec's habit). Paths are always
 store-relative POSIX paths that went through :func:`neffcache.keys.safe_relpath`.
 
-The primitives' contract (tests/contract/ checks every backend against it):
+The primitives' contract (neffcache.testing.store_contract checks every backend against it):
 
 - ``put_file`` makes a file visible only whole: a reader sees the old state or the complete
   new file, never a prefix. With ``exclusive=True`` it never replaces an existing file and

@@ -14,6 +14,10 @@ package provides stand-ins with the real interfaces:
 It simulates the *runtime*, independently of neffcache's layouts and stores (it must not
 import them, or tests of those would check the code against itself).
 
+Beside the simulation, :mod:`.store_contract` is the store contract suite every backend's
+tests run (fsspec's habit of shipping its abstract tests); it imports pytest and the library,
+and only tests import it.
+
 This ``__init__`` imports nothing: the compiler stand-in starts hundreds of times in
 benchmarks and must stay cheap to import.
 """

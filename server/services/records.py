@@ -15,9 +15,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 
 from neffcache.errors import ConfigError
 from neffcache.keys import safe_relpath
-from neffcache.layouts import LAYOUTS, get_layout
-from neffcache.layouts.base import DEFAULT_LAYOUT
-from neffcache.toolchain import Toolchain
+from neffcache.toolchain import LAYOUT_NAMES, Toolchain
 
 _PRINTABLE = r"^[^\x00-\x1f\x7f]*$"
 Label = Annotated[str, StringConstraints(max_length=256, pattern=_PRINTABLE)]
@@ -49,8 +47,8 @@ def _namespace(value: str) -> str:
 RelPath = Annotated[str, StringConstraints(min_length=1, max_length=1024), AfterValidator(_relpath)]
 Namespace = Annotated[str, StringConstraints(max_length=512), AfterValidator(_namespace)]
 def _layout(value: str) -> str:
-    if value not in LAYOUTS:
-        raise ValueError(f"unknown layout {value!r}; known: {', '.join(LAYOUTS)}")
+    if value not in LAYOUT_NAMES:
+        raise ValueError(f"unknown layout {value!r}; known: {', '.join(LAYOUT_NAMES)}")
     return value
 
 
@@ -83,7 +81,7 @@ class ToolchainIn(Strict):
     @property
     def label(self) -> str:
         # The same string as the namespace directory, so charts and paths read alike.
-        return f"{self.target}-lnc{self.lnc}/{get_layout(DEFAULT_LAYOUT).version_dir(self.compiler_version)}"
+        return Toolchain(self.compiler_version, self.target, self.lnc).namespace_dir
 
 
 def toolchain_label(toolchain: ToolchainIn | None) -> str:

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from neffcache.cli.main import cli
 from neffcache.config import load_settings
 from neffcache.errors import ConfigError
-from tests.contract.suite import publish_a
+from neffcache.testing.store_contract import publish_a
 from tests.runtime_caches import write_neuronxcc_entry
 
 VERSION = "2.27.5334.0+f702b353"

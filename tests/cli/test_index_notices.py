@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from neffcache.stores.local import LocalStore
-from tests.contract.suite import publish_a
+from neffcache.testing.store_contract import publish_a
 from tests.server.conftest import ServerProcess, Tokens, free_port
 from tests.simulation import Sim
 

@@ -18,7 +18,7 @@ from neffcache.errors import readable_expiry
 from neffcache.lease import acquire
 from neffcache.prune import PRUNE_LEASE
 from neffcache.stores.local import LocalStore
-from tests.contract.suite import publish_a
+from neffcache.testing.store_contract import publish_a
 
 CLI = [sys.executable, "-m", "neffcache.cli.main"]
 

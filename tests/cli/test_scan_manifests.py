@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from neffcache.cli.main import cli
 from neffcache.stores.local import LocalStore
-from tests.contract.suite import publish_a
+from neffcache.testing.store_contract import publish_a
 
 
 def scan(*args: str) -> tuple[int, str]:

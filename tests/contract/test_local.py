@@ -10,7 +10,7 @@ import pytest
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
 from neffcache.stores.local import LocalStore
-from tests.contract.suite import ReadOnlyContract, StoreContract, publish_a
+from neffcache.testing.store_contract import ReadOnlyContract, StoreContract, publish_a
 
 
 class TestLocalStore(StoreContract, ReadOnlyContract):

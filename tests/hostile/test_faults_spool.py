@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from neffcache.stores.local import LocalStore
-from tests.contract.suite import publish_a
+from neffcache.testing.store_contract import publish_a
 from tests.hostile.trees import json_of, neffcache
 from tests.server.conftest import ServerProcess, free_port, prepare_database
 

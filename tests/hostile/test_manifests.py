@@ -15,8 +15,8 @@ from neffcache.errors import CorruptEntry
 from neffcache.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, Manifest, json_depth
 from neffcache.scan import load_entry, scan
 from neffcache.stores.local import LocalStore
+from neffcache.testing.store_contract import publish_a
 from neffcache.verify import verify
-from tests.contract.suite import publish_a
 
 GOOD: dict[str, Any] = {
     "schema": 1, "layout": "neuronxcc", "key": "MODULE_1+abb26765",
@@ -132,7 +132,7 @@ def test_publish_records_the_marker_it_writes_itself(tmp_path: Path) -> None:
     from neffcache.ingest import build_manifest
     from neffcache.layouts import get_layout
     from neffcache.publish import publish
-    from tests.contract.suite import TC
+    from neffcache.testing.store_contract import TC
 
     store = LocalStore(tmp_path / "c")
     files = {"model.hlo_module.pb": b"HLO", "compile_flags.json": b"[]", "model.neff": b"NEFF" * 10}

@@ -19,8 +19,8 @@ from neffcache.ingest import build_manifest
 from neffcache.layouts import get_layout
 from neffcache.publish import publish
 from neffcache.stores.local import LocalStore
+from neffcache.testing.store_contract import TC, publish_a
 from neffcache.toolchain import Toolchain
-from tests.contract.suite import TC, publish_a
 from tests.hostile.sentinel import fingerprint, make_sentinel
 
 NS = f"trn2-lnc2/neuronxcc-{TC.compiler_version}"

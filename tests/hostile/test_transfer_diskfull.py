@@ -23,7 +23,7 @@ import pytest
 from neffcache.stores.local import LocalStore
 from neffcache.stores.s3 import S3Store
 from neffcache.sync import push
-from tests.contract.suite import publish_a
+from neffcache.testing.store_contract import publish_a
 from tests.stores.conftest import BUCKET, aws_env, moto_server, s3_endpoint  # noqa: F401 - fixtures
 
 LIMIT = 1 << 20  # the destination "fills up" at 1 MiB per file

@@ -24,7 +24,7 @@ from neffcache.scan import load_entry
 from neffcache.stores.local import LocalStore
 from neffcache.stores.s3 import S3Store
 from neffcache.sync import SyncReport, pull, push
-from tests.contract.suite import publish_a
+from neffcache.testing.store_contract import publish_a
 from tests.stores.conftest import BUCKET, aws_env, moto_server, s3_endpoint  # noqa: F401 - fixtures
 from tests.stores.faultproxy import FaultProxy
 

@@ -15,7 +15,7 @@ import pytest
 from neffcache.entry import EntryState
 from neffcache.scan import scan
 from neffcache.stores.local import LocalStore
-from tests.contract.suite import publish_a
+from neffcache.testing.store_contract import publish_a
 
 
 def _cli_without_dac(*args: str) -> subprocess.CompletedProcess[str]:

@@ -13,7 +13,7 @@ from typing import Any
 
 from neffcache.manifest import MANIFEST_NAME
 from neffcache.stores.base import Store
-from tests.contract.suite import publish_a
+from neffcache.testing.store_contract import publish_a
 
 # name -> how its manifest is spoiled (None: a good entry)
 CRAFTED: dict[str, bytes | None] = {

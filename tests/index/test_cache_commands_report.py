@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 
 from neffcache.stores.local import LocalStore
-from tests.contract.suite import publish_a
+from neffcache.testing.store_contract import publish_a
 from tests.server.conftest import ServerProcess, Tokens, free_port, prepare_database
 
 

@@ -33,14 +33,8 @@ LIBRARY = {
 ROOT_NAMES = {"__version__"}
 
 # Imports the rules refuse that wait for the library to move a value (the integrator removes an
-# entry when its import is gone; a stale entry fails the test so the list only shrinks):
-# records.py validates layout names against the layouts' registry and labels a toolchain with
-# its namespace directory (``trn2-lnc2/neuronxcc-<ver>``); both need a value in a module the
-# server may import (neffcache.index.records or the toolchain), not neffcache.layouts.
-PENDING = {
-    ("services/records.py", "neffcache.layouts"),
-    ("services/records.py", "neffcache.layouts.base"),
-}
+# entry when its import is gone; a stale entry fails the test so the list only shrinks).
+PENDING: set[tuple[str, str]] = set()
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from neffcache.cli.main import cli
 from neffcache.stores.local import LocalStore
 from neffcache.stores.s3 import S3Store
-from tests.contract.suite import publish_a
+from neffcache.testing.store_contract import publish_a
 from tests.simulation import Sim
 from tests.stores.conftest import BUCKET
 

@@ -11,7 +11,7 @@ from neffcache.errors import ConfigError, InvalidURL
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
 from neffcache.stores.fsspec_store import FsspecStore
-from tests.contract.suite import ReadOnlyContract, StoreContract
+from neffcache.testing.store_contract import ReadOnlyContract, StoreContract
 
 
 def _memory_url() -> str:

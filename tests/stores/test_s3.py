@@ -15,7 +15,7 @@ from neffcache.scan import scan
 from neffcache.stores import open_store, s3, s3_list
 from neffcache.stores.s3 import S3Store
 from neffcache.sync import push
-from tests.contract.suite import publish_a
+from neffcache.testing.store_contract import publish_a
 from tests.stores.conftest import BUCKET
 from tests.stores.faultproxy import FaultProxy
 

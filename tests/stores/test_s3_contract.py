@@ -9,7 +9,7 @@ import pytest
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
 from neffcache.stores.s3 import S3Store
-from tests.contract.suite import ReadOnlyContract, StoreContract
+from neffcache.testing.store_contract import ReadOnlyContract, StoreContract
 from tests.stores.conftest import BUCKET
 
 pytestmark = pytest.mark.s3  # needs moto's server

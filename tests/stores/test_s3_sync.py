@@ -20,8 +20,8 @@ from neffcache.scan import scan
 from neffcache.stores.local import LocalStore
 from neffcache.stores.s3 import S3Store
 from neffcache.sync import pull, push
+from neffcache.testing.store_contract import publish_a
 from neffcache.verify import CheckStatus, verify
-from tests.contract.suite import publish_a
 from tests.runtime_caches import write_neuronxcc_entry
 from tests.stores.conftest import BUCKET
 from tests.stores.faultproxy import FaultProxy
