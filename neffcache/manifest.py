@@ -131,36 +131,8 @@ class Manifest:
         minor = _int(data.get("minor", 0))
         if minor is None or minor < 0:
             raise _Bad(f"'minor' must be a non-negative integer, not {_show(data.get('minor'))}")
-        files_raw = data.get("files")
-        if not isinstance(files_raw, dict) or not files_raw:
-            raise _Bad("'files' must be a non-empty object")
-        if len(files_raw) > MAX_FILES:
-            raise _Bad(f"{len(files_raw)} files, above the limit of {MAX_FILES}")
-        files: dict[str, FileDigest] = {}
-        for name, digest in files_raw.items():
-            try:
-                rel = safe_relpath(name)
-            except InvalidKey as exc:
-                raise _Bad(f"file name {_show(name)}: {exc.reason}") from None
-            if not isinstance(digest, dict):
-                raise _Bad(f"files[{name!r}] must be an object")
-            sha, size = digest.get("sha256"), _int(digest.get("size"))
-            if not isinstance(sha, str) or not _SHA256_RE.match(sha):
-                raise _Bad(f"files[{name!r}].sha256 must be 64 lowercase hex digits, not {_show(sha)}")
-            if size is None or not 0 <= size <= MAX_FILE_SIZE:
-                raise _Bad(f"files[{name!r}].size must be an integer in 0..{MAX_FILE_SIZE}, "
-                           f"not {_show(digest.get('size'))}")
-            files[rel] = FileDigest(sha, size)
-        tc = data.get("toolchain")
-        toolchain: Toolchain | None = None
-        if tc is not None:
-            if not isinstance(tc, dict) or not all(isinstance(v, str | int) and not isinstance(v, bool)
-                                                   and len(str(v)) <= MAX_TEXT for v in tc.values()):
-                raise _Bad(f"'toolchain' must be an object of short strings, not {_show(tc)}")
-            try:
-                toolchain = Toolchain.from_json(tc)
-            except ValueError as exc:  # ConfigError included
-                raise _Bad(f"toolchain: {exc}") from None
+        files = _files_from_json(data.get("files"))
+        toolchain = _toolchain_from_json(data.get("toolchain"))
         flags = data.get("flags", [])
         if not isinstance(flags, list) or len(flags) > MAX_FLAGS or not all(
                 isinstance(f, str) and len(f) <= MAX_FLAG_LEN for f in flags):
@@ -204,6 +176,43 @@ class Manifest:
 
 class _Bad(ValueError):
     """One reason a manifest is malformed (becomes a CorruptEntry problem)."""
+
+
+def _files_from_json(files_raw: Any) -> dict[str, FileDigest]:
+    """A manifest's ``files``: each name a safe relative path, each digest a SHA-256 and a size."""
+    if not isinstance(files_raw, dict) or not files_raw:
+        raise _Bad("'files' must be a non-empty object")
+    if len(files_raw) > MAX_FILES:
+        raise _Bad(f"{len(files_raw)} files, above the limit of {MAX_FILES}")
+    files: dict[str, FileDigest] = {}
+    for name, digest in files_raw.items():
+        try:
+            rel = safe_relpath(name)
+        except InvalidKey as exc:
+            raise _Bad(f"file name {_show(name)}: {exc.reason}") from None
+        if not isinstance(digest, dict):
+            raise _Bad(f"files[{name!r}] must be an object")
+        sha, size = digest.get("sha256"), _int(digest.get("size"))
+        if not isinstance(sha, str) or not _SHA256_RE.match(sha):
+            raise _Bad(f"files[{name!r}].sha256 must be 64 lowercase hex digits, not {_show(sha)}")
+        if size is None or not 0 <= size <= MAX_FILE_SIZE:
+            raise _Bad(f"files[{name!r}].size must be an integer in 0..{MAX_FILE_SIZE}, "
+                       f"not {_show(digest.get('size'))}")
+        files[rel] = FileDigest(sha, size)
+    return files
+
+
+def _toolchain_from_json(tc: Any) -> Toolchain | None:
+    """A manifest's ``toolchain``: absent, or an object of short strings Toolchain accepts."""
+    if tc is None:
+        return None
+    if not isinstance(tc, dict) or not all(isinstance(v, str | int) and not isinstance(v, bool)
+                                           and len(str(v)) <= MAX_TEXT for v in tc.values()):
+        raise _Bad(f"'toolchain' must be an object of short strings, not {_show(tc)}")
+    try:
+        return Toolchain.from_json(tc)
+    except ValueError as exc:  # ConfigError included
+        raise _Bad(f"toolchain: {exc}") from None
 
 
 def _int(value: Any) -> int | None:

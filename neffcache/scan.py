@@ -170,14 +170,7 @@ def group_dirs(listings: Iterable[DirListing], progress: Progress | None = None,
         in_control = directory == CONTROL_DIR or directory.startswith(CONTROL_PREFIX)
         # Names hold no "/": a marker found in the joined names lies within one name.
         if TEMP_MARKER in "/".join(names):
-            kept_names: list[str] = []
-            kept_files: list[FileInfo] = []
-            for name, info in zip(names, files, strict=True):
-                if TEMP_MARKER in name:
-                    garbage.append(info)
-                else:
-                    kept_names.append(name)
-                    kept_files.append(info)
+            kept_names, kept_files = _without_temp_files(names, files, garbage)
             if not in_control:
                 names, files = kept_names, kept_files
         if in_control:
@@ -188,30 +181,56 @@ def group_dirs(listings: Iterable[DirListing], progress: Progress | None = None,
         if directory in entry_dirs:
             group = entry_dirs[directory]
         else:
-            found = next((got for lay in dir_layouts if (got := lay.locate_dir(directory, namespaces))), None)
-            group = entry_dirs[directory] = _Group(found) if found is not None else None
-            if group is not None:
-                # A listing's problem may have made the entry's group already.
-                group = entry_dirs[directory] = groups.setdefault(group.located.path, group)
+            group = entry_dirs[directory] = _entry_dir_group(directory, dir_layouts, namespaces, groups)
         if group is not None:
             group.files.update(zip(names, files, strict=True))
-            continue
-        for info in files:
-            located = None
-            for layout in layouts:
-                located = layout.locate(info.path)
-                if located is not None:
-                    break
-            if located is None:
-                # Not an entry's, not a temp name of ours: another tool's or unknown. Kept.
-                if not any(lay.is_runtime_file(info.path) for lay in layouts):
-                    unclaimed.append(info)
-                continue
-            other = groups.get(located.path)
-            if other is None:
-                other = groups[located.path] = _Group(located)
-            other.files[located.name] = info
+        else:
+            _group_each_file(files, layouts, groups, unclaimed)
     return groups, garbage, control
+
+
+def _without_temp_files(names: list[str], files: list[FileInfo],
+                        garbage: list[FileInfo]) -> tuple[list[str], list[FileInfo]]:
+    """A listing's names and files without our temp files, which go to ``garbage``."""
+    kept_names: list[str] = []
+    kept_files: list[FileInfo] = []
+    for name, info in zip(names, files, strict=True):
+        if TEMP_MARKER in name:
+            garbage.append(info)
+        else:
+            kept_names.append(name)
+            kept_files.append(info)
+    return kept_names, kept_files
+
+
+def _entry_dir_group(directory: str, dir_layouts: list[Layout], namespaces: dict[str, Namespace | None],
+                     groups: dict[str, _Group]) -> _Group | None:
+    """The group of the entry ``directory`` is, for a layout whose entries are directories."""
+    found = next((got for lay in dir_layouts if (got := lay.locate_dir(directory, namespaces))), None)
+    if found is None:
+        return None
+    # A listing's problem may have made the entry's group already.
+    return groups.setdefault(found.path, _Group(found))
+
+
+def _group_each_file(files: list[FileInfo], layouts: list[Layout], groups: dict[str, _Group],
+                     unclaimed: list[FileInfo]) -> None:
+    """Place files one by one (layouts whose entries are files, or a directory no layout knows)."""
+    for info in files:
+        located = None
+        for layout in layouts:
+            located = layout.locate(info.path)
+            if located is not None:
+                break
+        if located is None:
+            # Not an entry's, not a temp name of ours: another tool's or unknown. Kept.
+            if not any(lay.is_runtime_file(info.path) for lay in layouts):
+                unclaimed.append(info)
+            continue
+        other = groups.get(located.path)
+        if other is None:
+            other = groups[located.path] = _Group(located)
+        other.files[located.name] = info
 
 
 def _place_problems(directory: str, problems: tuple[tuple[str, str], ...], groups: dict[str, _Group],

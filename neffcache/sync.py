@@ -25,10 +25,8 @@ import logging
 import re
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
 from typing import Any
 
 from neffcache.entry import Entry, EntryState
@@ -45,7 +43,6 @@ from neffcache.errors import (
     StoreUnavailable,
 )
 from neffcache.ingest import fetch_file, transfer
-from neffcache.keys import safe_relpath
 from neffcache.layouts import get_layout
 from neffcache.layouts.base import Located
 from neffcache.manifest import Manifest, read_manifest
@@ -53,129 +50,19 @@ from neffcache.publish import PublishStatus
 from neffcache.scan import load_entry, scan
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
+from neffcache.sync_report import COPYABLE_STATES, EntryFilter, EntryOutcome, SyncProgress, SyncReport, Tally
 from neffcache.write_leases import exclusive_write
 
+# The report's names are imported from here too (the CLI, tiers, the tests).
+__all__ = ["COPYABLE_STATES", "FATAL", "EntryFilter", "EntryOutcome", "OnCopied", "SyncProgress", "SyncReport",
+           "pull", "push", "sync"]
+
 log = logging.getLogger(__name__)
-SyncProgress = Callable[[int, int, int], None]  # (entries done, entries to do, bytes copied)
 OnCopied = Callable[[Entry, Manifest | None], None]
-COPYABLE_STATES = frozenset({EntryState.SUCCESS, EntryState.FAILED, EntryState.EMPTY})
 FATAL = (StoreUnavailable, AccessDenied, ReadOnlyStore, NoSpace)
 _FEW_PATHS = 256  # explicit entry lists up to this size are looked up, not listed
 # A name keys.safe_relpath refuses: a character outside its set, an empty, "." or ".." part.
 _FOREIGN_NAME_RE = re.compile(r"[^A-Za-z0-9_.+=@,/-]|(?:^|/)\.{0,2}(?:/|$)")
-
-
-@dataclass(frozen=True)
-class EntryFilter:
-    """Which source entries to copy. Empty tuples mean "any"."""
-
-    namespaces: tuple[str, ...] = ()  # namespace paths, or a leading part (trn2-lnc2)
-    compiler_versions: tuple[str, ...] = ()
-    targets: tuple[str, ...] = ()
-    states: frozenset[EntryState] = frozenset({EntryState.SUCCESS})
-    tags: Mapping[str, str] = field(default_factory=dict)  # all must match the manifest's
-    paths: frozenset[str] | None = None  # exactly these entries
-
-    def __post_init__(self) -> None:
-        bad = self.states - COPYABLE_STATES
-        if bad:
-            raise ConfigError(f"entries in state {', '.join(sorted(bad))} cannot be copied; "
-                              f"choose from {', '.join(sorted(COPYABLE_STATES))}")
-        for ns in self.namespaces:
-            safe_relpath(ns)
-
-    def matches(self, entry: Entry) -> bool:
-        ns = entry.namespace
-        if self.paths is not None and entry.path not in self.paths:
-            return False
-        if self.namespaces and not any(ns.path == n.strip("/") or ns.path.startswith(n.strip("/") + "/")
-                                       for n in self.namespaces):
-            return False
-        if self.compiler_versions and ns.compiler_version not in self.compiler_versions:
-            return False
-        if self.targets and ns.target not in self.targets:
-            return False
-        return entry.state in self.states
-
-    def matches_tags(self, manifest: Manifest | None) -> bool:
-        if not self.tags:
-            return True
-        return manifest is not None and all(manifest.tags.get(k) == v for k, v in self.tags.items())
-
-
-@dataclass(frozen=True)
-class EntryOutcome:
-    path: str
-    reason: str = ""
-    bytes: int = 0
-
-
-@dataclass(frozen=True)
-class SyncReport:
-    src: str
-    dst: str
-    copied: tuple[EntryOutcome, ...]
-    skipped: tuple[EntryOutcome, ...]
-    failed: tuple[EntryOutcome, ...]
-    filtered: int  # source entries the filters left out
-    bytes: int
-    seconds: float
-    # Source files that are no entry's (another tool's, unknown, or a name no store path may
-    # have such as "notes (1).txt"): never copied, left where they are, reported.
-    foreign: tuple[str, ...] = ()
-    created_destination: bool = False  # DST did not exist: opening it made it (say so: a typo?)
-
-    @property
-    def ok(self) -> bool:
-        return not self.failed
-
-    def skipped_reasons(self) -> dict[str, int]:
-        return dict(Counter(s.reason for s in self.skipped))
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "src": self.src,
-            "dst": self.dst,
-            "copied": len(self.copied),
-            "skipped": len(self.skipped),
-            "failed": len(self.failed),
-            "filtered": self.filtered,
-            "bytes": self.bytes,
-            "seconds": round(self.seconds, 3),
-            "skipped_reasons": self.skipped_reasons(),
-            "failures": [{"path": f.path, "reason": f.reason} for f in self.failed],
-            "copied_paths": [c.path for c in self.copied],
-            "foreign": {"files": len(self.foreign), "paths": list(self.foreign[:100])},
-            "created_destination": self.created_destination,
-        }
-
-
-class _Tally:
-    """Outcomes from worker threads, and the progress callback."""
-
-    def __init__(self, total: int, progress: SyncProgress | None) -> None:
-        self.lock = threading.Lock()
-        self.copied: list[EntryOutcome] = []
-        self.skipped: list[EntryOutcome] = []
-        self.failed: list[EntryOutcome] = []
-        self.filtered = 0
-        self.bytes = 0
-        self.done = 0
-        self.total = total
-        self.progress = progress
-
-    def add(self, kind: str, outcome: EntryOutcome | None) -> None:
-        with self.lock:
-            if outcome is None:
-                self.filtered += 1
-            else:
-                getattr(self, kind).append(outcome)
-                if kind == "copied":
-                    self.bytes += outcome.bytes
-            self.done += 1
-            done, total, size = self.done, self.total, self.bytes
-        if self.progress is not None:
-            self.progress(done, total, size)
 
 
 def _list(store: Store, flt: EntryFilter) -> tuple[list[Entry], list[str]]:
@@ -290,7 +177,7 @@ def _copy_one(src: Store, dst: Store, entry: Entry, flt: EntryFilter,
     return "busy", EntryOutcome(entry.path, "busy")
 
 
-def _run(src: Store, dst: Store, todo: list[Entry], flt: EntryFilter, tally: _Tally, parallel: int,
+def _run(src: Store, dst: Store, todo: list[Entry], flt: EntryFilter, tally: Tally, parallel: int,
          busy_wait: float, on_copied: OnCopied | None) -> None:
     busy: list[Entry] = []
     stop = threading.Event()
@@ -363,50 +250,61 @@ def sync(src: Store | str, dst: Store | str, *, namespaces: Collection[str] = ()
                       frozenset(paths) if paths is not None else None)
     opened: list[Store] = []
     try:
-        if isinstance(src, str):
-            src = open_store(src, read_only=True, create=False, **dict(store_options or {}))
-            opened.append(src)
-        if isinstance(dst, str):
-            dst = open_store(dst, **dict(store_options or {}))
-            opened.append(dst)
-        if src.url == dst.url:
-            raise ConfigError(f"source and destination are the same store ({src.url})")
-        dst.check_writable()
+        src, dst = _open_pair(src, dst, dict(store_options or {}), opened)
         with ThreadPoolExecutor(2) as listing:
             src_future = listing.submit(_list, src, flt)
             dst_future = listing.submit(_list, dst, flt)
             (src_entries, foreign), (dst_entries, _) = src_future.result(), dst_future.result()
-        there = {e.path: e for e in dst_entries}
-        todo: list[Entry] = []
-        pre_skipped: list[EntryOutcome] = []
-        filtered = 0
-        for entry in src_entries:
-            if not flt.matches(entry):
-                filtered += 1
-                continue
-            reason = _skip_reason(entry, there.get(entry.path))
-            if reason is None:
-                clean, bad = _without_foreign(entry)
-                foreign.extend(bad)  # a load_entry listing keeps them in the entry
-                todo.append(clean)
-            else:
-                pre_skipped.append(EntryOutcome(entry.path, reason))
-        tally = _Tally(len(todo), progress)
-        tally.skipped.extend(pre_skipped)
-        tally.filtered = filtered
+        tally = _plan(src_entries, {e.path: e for e in dst_entries}, flt, foreign, progress)
         if progress is not None:
-            progress(0, len(todo), 0)
-        # Big entries first: they dominate the wall time, small ones fill the gaps at the end.
-        todo.sort(key=lambda e: e.size, reverse=True)
-        _run(src, dst, todo, flt, tally, parallel, busy_wait, on_copied)
-        return SyncReport(src.url, dst.url, tuple(sorted(tally.copied, key=lambda o: o.path)),
-                          tuple(sorted(tally.skipped, key=lambda o: o.path)),
-                          tuple(sorted(tally.failed, key=lambda o: o.path)),
-                          tally.filtered, tally.bytes, time.monotonic() - started, tuple(sorted(foreign)),
-                          dst.created)
+            progress(0, tally.total, 0)
+        _run(src, dst, tally.todo, flt, tally, parallel, busy_wait, on_copied)
+        return tally.report(src.url, dst.url, time.monotonic() - started, foreign, dst.created)
     finally:
         for store in opened:
             store.close()
+
+
+def _open_pair(src: Store | str, dst: Store | str, options: dict[str, Any],
+               opened: list[Store]) -> tuple[Store, Store]:
+    """Open the stores given by URL (into ``opened``, for the caller to close), and refuse a
+    pair that cannot be synced: the same store twice, a read-only destination."""
+    if isinstance(src, str):
+        src = open_store(src, read_only=True, create=False, **options)
+        opened.append(src)
+    if isinstance(dst, str):
+        dst = open_store(dst, **options)
+        opened.append(dst)
+    if src.url == dst.url:
+        raise ConfigError(f"source and destination are the same store ({src.url})")
+    dst.check_writable()
+    return src, dst
+
+
+def _plan(src_entries: list[Entry], there: dict[str, Entry], flt: EntryFilter, foreign: list[str],
+          progress: SyncProgress | None) -> Tally:
+    """Decide, per source entry: filtered out, skipped (DST has it, or it cannot be copied), or
+    to copy. Foreign files found in the entries to copy are added to ``foreign``."""
+    todo: list[Entry] = []
+    pre_skipped: list[EntryOutcome] = []
+    filtered = 0
+    for entry in src_entries:
+        if not flt.matches(entry):
+            filtered += 1
+            continue
+        reason = _skip_reason(entry, there.get(entry.path))
+        if reason is None:
+            clean, bad = _without_foreign(entry)
+            foreign.extend(bad)  # a load_entry listing keeps them in the entry
+            todo.append(clean)
+        else:
+            pre_skipped.append(EntryOutcome(entry.path, reason))
+    # Big entries first: they dominate the wall time, small ones fill the gaps at the end.
+    todo.sort(key=lambda e: e.size, reverse=True)
+    tally = Tally(len(todo), progress, todo)
+    tally.skipped.extend(pre_skipped)
+    tally.filtered = filtered
+    return tally
 
 
 # The same operation either way round; two names so call sites read as what they do.

@@ -165,39 +165,44 @@ def verify(store: Store, *, prefix: str = "", fix: bool = False, workers: int = 
     with ThreadPoolExecutor(max_workers=workers) as pool:
         checks = list(pool.map(one, candidates))
     if fix:
-        by_path = {e.path: e for e in candidates}
-        fixed = []
-        stamp = quarantine_stamp()
-        for check in checks:
-            entry = by_path[check.path]
-            if check.status is not CheckStatus.CORRUPT:
-                fixed.append(check)
-                continue
-            try:
-                live = read_lease(store, publish_lease_name(entry.path))
-                if live is not None and not live.expired():
-                    fixed.append(check)
-                    continue
-                moved = quarantine(store, entry, stamp=stamp, why=None)
-            except StoreUnavailable:
-                raise
-            except (InvalidKey, OSError) as exc:
-                # An undeletable file, a name no store path may have: this entry stays (its
-                # marker may have moved already, so it serves nothing); the others go on.
-                log.warning("cannot quarantine %s: %s", entry.path, exc)
-                fixed.append(dataclasses.replace(check, error=f"cannot quarantine: {exc}"))
-                continue
-            fixed.append(EntryCheck(check.path, check.status, check.problems, moved))
-        checks = fixed
-        moved_items = [ActionItem(c.path, "corrupt", by_path[c.path].size,
-                                  f"moved to {c.quarantined_to}: {'; '.join(c.problems)}"[:1000])
-                       for c in checks if c.quarantined_to is not None]
-        if moved_items:
-            record_action(store, "quarantine", "verify --fix: files do not match their manifest", moved_items,
-                          details={"checked": len(checks)})
+        checks = _quarantine_corrupt(store, {e.path: e for e in candidates}, checks)
     if index is not None and index.enabled:
         _report(index, store, {e.path: e for e in candidates}, checks)
     return VerifyReport(store.url, tuple(checks), time.monotonic() - started)
+
+def _quarantine_corrupt(store: Store, by_path: dict[str, Entry], checks: list[EntryCheck]) -> list[EntryCheck]:
+    """``verify --fix``: move each CORRUPT entry no one is publishing to quarantine, record the
+    moves in the prune history, and return the checks with where each entry went."""
+    fixed = []
+    stamp = quarantine_stamp()
+    for check in checks:
+        entry = by_path[check.path]
+        if check.status is not CheckStatus.CORRUPT:
+            fixed.append(check)
+            continue
+        try:
+            live = read_lease(store, publish_lease_name(entry.path))
+            if live is not None and not live.expired():
+                fixed.append(check)
+                continue
+            moved = quarantine(store, entry, stamp=stamp, why=None)
+        except StoreUnavailable:
+            raise
+        except (InvalidKey, OSError) as exc:
+            # An undeletable file, a name no store path may have: this entry stays (its
+            # marker may have moved already, so it serves nothing); the others go on.
+            log.warning("cannot quarantine %s: %s", entry.path, exc)
+            fixed.append(dataclasses.replace(check, error=f"cannot quarantine: {exc}"))
+            continue
+        fixed.append(EntryCheck(check.path, check.status, check.problems, moved))
+    moved_items = [ActionItem(c.path, "corrupt", by_path[c.path].size,
+                              f"moved to {c.quarantined_to}: {'; '.join(c.problems)}"[:1000])
+                   for c in fixed if c.quarantined_to is not None]
+    if moved_items:
+        record_action(store, "quarantine", "verify --fix: files do not match their manifest", moved_items,
+                      details={"checked": len(fixed)})
+    return fixed
+
 
 
 def _report(index: Index, store: Store, entries: dict[str, Entry], checks: list[EntryCheck]) -> None:

@@ -53,7 +53,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                               "neffcache.cache")),
     # Operations between stores (or a store and the index): push/pull, tier chains,
     # reconciling the index with a store, and prune (its own order: tests/test_prune_package.py).
-    ("between-store operations", ("neffcache.sync", "neffcache.tiers", "neffcache.reconcile",
+    ("between-store operations", ("neffcache.sync", "neffcache.sync_report", "neffcache.tiers", "neffcache.reconcile",
                                   "neffcache.prune.*")),
     # What the CLI and the warmers start from: user settings, the job environment a runtime is
     # pointed at, the doctor's checks, the warm logs kept on disk.

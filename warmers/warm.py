@@ -39,7 +39,7 @@ from neffcache.toolchain import Toolchain
 
 from .children import Children, wait_all
 from .compiling import CompileJob, CompileOutcome, CompilePool, record_outcome
-from .logscan import Pattern
+from .logscan import LogEvent, Pattern
 from .matrix import Bucket, Shard, shard_buckets
 from .memory import MemoryGate
 from .placement import Placement
@@ -252,6 +252,17 @@ class Warmer:
             row.compile_seconds += seconds[path] or 0.0
             row.bytes += entry.size
         row.compiled += sum(counter.unnamed("compile").values())
+        self._record_failures(run, row, unfinished, native_only=native_only)
+        row.graphs = row.hits + row.compiled + row.failed
+        if not counter.events and not run.mentioned and row.status == "ok":
+            self.report.notes.append(f"bucket {bucket.name}: no cache log lines recognised; if the runtime "
+                                     "logs differently, add --pattern KIND=REGEX")
+
+
+    def _record_failures(self, run: WorkloadRun, row: GroupReport, unfinished: list[LogEvent], *,
+                         native_only: bool) -> None:
+        """Name each failed graph in the bucket's row and report it to the index."""
+        placement, counter = self.placement, run.counter
         for event in counter.failure_lines():
             if native_only:
                 continue
@@ -268,10 +279,6 @@ class Warmer:
             placement.event("error", event.entry, self._ns_at(event.namespace), message=said[-4000:])
         if row.failed:
             row.worsen("failed")
-        row.graphs = row.hits + row.compiled + row.failed
-        if not counter.events and not run.mentioned and row.status == "ok":
-            self.report.notes.append(f"bucket {bucket.name}: no cache log lines recognised; if the runtime "
-                                     "logs differently, add --pattern KIND=REGEX")
 
     def _compile_seconds(self, run: WorkloadRun, path: str) -> float | None:
         """From the lines (compile call to success/failure), else the honest bound from its files."""

@@ -16,15 +16,17 @@ cannot change: the client stops delivering for the rest of the process) nor sile
 :attr:`IndexClient.on_problem` is called once, from the sender thread, while the command still
 runs, and :meth:`IndexClient.counts` carries the reason (``problem``, ``token_refused``) that
 the CLI prints in its last line. ``neffcache flush`` with a refused token fails (exit 7).
+
+This module holds the reports (buffer, spool, sender thread) and is the one class callers use;
+the questions and the HTTP request they share are :mod:`neffcache.index.queries`, sending a batch
+and a spool round is :mod:`neffcache.index.delivery`, the fork and exit hooks are
+:mod:`neffcache.index.process_hooks`.
 """
 
 from __future__ import annotations
 
 import atexit
-import functools
 import logging
-import os
-import random
 import threading
 import time
 import weakref
@@ -36,15 +38,15 @@ import httpx
 
 from neffcache import __version__
 from neffcache.errors import IndexServerError
+from neffcache.index.delivery import KEEP_STATUS, Rejected, deliver_spooled, send_batch
+from neffcache.index.process_hooks import at_exit, track_forks
+from neffcache.index.queries import IndexQueries
 from neffcache.index.records import EntryRecord, Event, EventKind, Lease, new_owner
 from neffcache.index.reports import FlushReport, ReportCounts, describe_failure
 from neffcache.index.spool import Spool
 
 log = logging.getLogger(__name__)
-_RETRY_STATUS = frozenset({429, 502, 503, 504})
-_KEEP_STATUS = frozenset({401, 403, 404, 405, 408, 409})  # config or deployment problems: keep, retry later
 _AUTH_STATUS = frozenset({401, 403})  # the token: no retry in this process can fix it
-_PATHS = {"entries": "/v1/entries", "events": "/v1/events"}
 _MAX_BUFFERED = 100_000  # events kept in memory when even the spool cannot be written
 
 
@@ -72,8 +74,6 @@ class IndexClient:
     ) -> None:
         self.url = url.rstrip("/")
         self.spool = Spool(spool_dir, url=self.url)
-        self.retries = retries
-        self.backoff = backoff
         self.batch_size = batch_size
         self.flush_interval = flush_interval
         self.down_cooldown = down_cooldown
@@ -84,6 +84,7 @@ class IndexClient:
             headers["Authorization"] = f"Bearer {token}"
         self._http = httpx.Client(base_url=self.url, headers=headers, transport=transport,
                                   timeout=httpx.Timeout(timeout, connect=connect_timeout))
+        self.queries = IndexQueries(self._http, self.url, owner=self.owner, retries=retries, backoff=backoff)
         self._init_threading()
         self._events: list[dict[str, Any]] = []
         self._entries: list[dict[str, Any]] = []
@@ -100,15 +101,14 @@ class IndexClient:
         self.on_problem: Callable[[str], None] | None = None
         # At interpreter exit, put what is still buffered on disk (no network): the next process
         # that talks to this index delivers it.
-        self._exit_hook = functools.partial(_call_weak, weakref.WeakMethod(self._at_exit))
-        atexit.register(self._exit_hook)
+        self._exit_hook = at_exit(self._at_exit)
 
     def _init_threading(self) -> None:
         self._lock = threading.RLock()  # the buffers; never held across network calls
         self._send_lock = threading.Lock()
         self._wake = threading.Event()
         self._sender: threading.Thread | None = None
-        _CLIENTS.add(self)
+        track_forks(self)
 
     def _at_exit(self) -> None:
         # Let a delivery in flight finish (briefly), so its batch is not left claimed for the
@@ -120,7 +120,7 @@ class IndexClient:
             sender.join(timeout=5)
         self._spill()
 
-    def _after_fork_in_child(self) -> None:
+    def after_fork_in_child(self) -> None:
         # The parent's sender thread does not exist here; the child starts its own when needed.
         # Buffered events were copied into the child too: if both spool them, the server's
         # idempotence by event id counts them once.
@@ -170,7 +170,7 @@ class IndexClient:
         if exc.status in _AUTH_STATUS:
             self._token_refused = True
             self._down_until = float("inf")
-        elif exc.status is None or exc.status >= 500 or exc.status in _KEEP_STATUS:
+        elif exc.status is None or exc.status >= 500 or exc.status in KEEP_STATUS:
             self._down_until = time.monotonic() + self.down_cooldown
 
     def _maybe_flush(self) -> None:
@@ -266,8 +266,8 @@ class IndexClient:
                     if not batch:
                         break
                     try:
-                        self._send_batch(kind, batch, counts, attempts)
-                    except _Rejected as exc:
+                        send_batch(self.queries, kind, batch, counts, attempts)
+                    except Rejected as exc:
                         log.warning("index refused %d %s it could not spool (%s): lost", len(exc.items or batch),
                                     kind, exc)
                         with self._lock:
@@ -298,29 +298,10 @@ class IndexClient:
         if not self._send_lock.acquire(blocking=False):
             return FlushReport(pending_batches=len(self.spool.pending()), error="another thread is delivering")
         try:
-            self.spool.recover_stale()
-            for path in self.spool.pending():
-                claimed = self.spool.claim(path)
-                if claimed is None:
-                    continue
-                batch = self.spool.read(claimed)
-                if batch is None:
-                    counts["rejected"] += 1
-                    continue
-                try:
-                    self._send_batch(batch.kind, batch.items, counts, attempts)
-                except _Rejected as exc:
-                    log.warning("index refused a spooled %s batch (%s); kept in %s", batch.kind, exc,
-                                self.spool.rejected_dir)
-                    self.spool.reject(claimed, str(exc), exc.items)
-                    counts["rejected"] += 1
-                    continue
-                except IndexServerError as exc:
-                    self.spool.unclaim(claimed)
-                    error = str(exc)
-                    self._delivery_failed(exc)
-                    break
-                self.spool.done(claimed)
+            failure = deliver_spooled(self.spool, self.queries, counts, attempts)
+            if failure is not None:
+                error = str(failure)
+                self._delivery_failed(failure)
             else:
                 self._down_until = 0.0
                 self._problem = None
@@ -330,26 +311,6 @@ class IndexClient:
             self._tally["delivered"] += counts["events"] + counts["duplicates"] + counts["entries"]
         return FlushReport(counts["events"], counts["duplicates"], counts["entries"], counts["rejected"],
                            len(self.spool.pending()), error)
-
-    def _send_batch(self, kind: str, items: list[dict[str, Any]], counts: dict[str, int],
-                    attempts: int | None) -> None:
-        try:
-            body = self._request("POST", _PATHS[kind], json=items, attempts=attempts)
-        except IndexServerError as exc:
-            if exc.status is None or exc.status in _RETRY_STATUS or exc.status in _KEEP_STATUS or exc.status >= 500:
-                raise
-            bad = _bad_indexes(exc, len(items))
-            if not bad or len(bad) == len(items):
-                raise _Rejected(str(exc), None) from None
-            # Drop only the items the server named as invalid; the rest of the batch is good.
-            good = [item for i, item in enumerate(items) if i not in bad]
-            self._send_batch(kind, good, counts, attempts)
-            raise _Rejected(str(exc), [items[i] for i in sorted(bad)]) from None
-        if kind == "events":
-            counts["events"] += int(body.get("accepted", 0))
-            counts["duplicates"] += int(body.get("duplicates", 0))
-        else:
-            counts["entries"] += int(body.get("registered", 0))
 
     def close(self) -> None:
         """Flush (spooling whatever cannot be delivered) and release the connection pool."""
@@ -378,151 +339,35 @@ class IndexClient:
         self.close()
 
     # ------------------------------------------------------------------ questions: may raise
+    # Asked by :class:`~neffcache.index.queries.IndexQueries`, over this client's connection pool.
     def lookup(self, path: str) -> dict[str, Any] | None:
         """The index's record of one entry, or None if it has none."""
-        try:
-            found: dict[str, Any] = self._request("GET", f"/v1/entries/{path}")
-        except IndexServerError as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return found
+        return self.queries.lookup(path)
 
     def find_entries(self, *, page_size: int = 500, **filters: Any) -> Iterator[dict[str, Any]]:
-        """Every entry matching ``filters`` (key, namespace, toolchain, compiler_version, target,
-        lnc, state=[...], store, tag=["team=x"], unused_since), following pages."""
-        params: dict[str, Any] = {k: v for k, v in filters.items() if v is not None}
-        params["limit"] = page_size
-        while True:
-            page = self._request("GET", "/v1/entries", params=params)
-            yield from page["entries"]
-            if page.get("next_cursor") is None:
-                return
-            params["cursor"] = page["next_cursor"]
+        """Every entry matching ``filters``, following pages (see :meth:`IndexQueries.find_entries`)."""
+        return self.queries.find_entries(page_size=page_size, **filters)
 
     def forget(self, path: str, store: str | None = None) -> dict[str, Any] | None:
         """Tell the index ``store`` no longer holds ``path`` (every store if None)."""
-        try:
-            result: dict[str, Any] = self._request(
-                "DELETE", f"/v1/entries/{path}", params={"store": store} if store else None)
-        except IndexServerError as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return result
+        return self.queries.forget(path, store)
 
     def stats(self, window: str = "7d", group_by: str = "team", **filters: str | None) -> dict[str, Any]:
-        params = {"window": window, "group_by": group_by, **{k: v for k, v in filters.items() if v}}
-        stats: dict[str, Any] = self._request("GET", "/v1/stats", params=params)
-        return stats
+        return self.queries.stats(window, group_by, **filters)
 
     def acquire(self, name: str, ttl: float = 600.0) -> Lease:
-        """Try to take a compile lease; check ``.held``. Raises IndexServerError if the index is down
-        (callers fall back to lease files)."""
-        body = self._request("POST", "/v1/leases/acquire", json={"name": name, "owner": self.owner, "ttl": ttl})
-        return Lease.from_json(self.owner, body)
+        """Try to take a compile lease; check ``.held``. Raises IndexServerError if the index is down."""
+        return self.queries.acquire(name, ttl)
 
     def renew(self, lease: Lease, ttl: float = 600.0) -> Lease:
-        try:
-            body = self._request("POST", "/v1/leases/renew", json={"name": lease.name, "owner": lease.owner,
-                                                                   "ttl": ttl})
-        except IndexServerError as exc:
-            if exc.status in (404, 409):
-                return Lease(lease.name, lease.owner, False, None, None, None)
-            raise
-        return Lease.from_json(lease.owner, body)
+        return self.queries.renew(lease, ttl)
 
     def release(self, lease: Lease) -> bool:
-        """Give the lease back; False if it was not ours any more (expired and taken over)."""
-        try:
-            self._request("POST", "/v1/leases/release", json={"name": lease.name, "owner": lease.owner})
-        except IndexServerError as exc:
-            if exc.status in (404, 409):
-                return False
-            raise
-        return True
+        """Give the lease back; False if it was not ours any more."""
+        return self.queries.release(lease)
 
     def healthy(self) -> bool:
-        try:
-            self._request("GET", "/readyz", attempts=1)
-        except IndexServerError:
-            return False
-        return True
-
-    def _request(self, method: str, path: str, *, json: Any = None, params: Mapping[str, Any] | None = None,
-                 attempts: int | None = None) -> Any:
-        tries = (attempts if attempts is not None else self.retries + 1)
-        for attempt in range(1, tries + 1):
-            try:
-                response = self._http.request(method, path, json=json, params=params)
-            except httpx.TransportError as exc:
-                if attempt == tries:
-                    raise IndexServerError(f"index {self.url} unreachable: {exc}") from exc
-                self._sleep(attempt, None)
-                continue
-            if response.status_code in _RETRY_STATUS and attempt < tries:
-                self._sleep(attempt, response.headers.get("Retry-After"))
-                continue
-            if response.status_code >= 400:
-                raise IndexServerError(
-                    f"index {self.url}: {method} {path} -> {response.status_code}: {_detail(response)}",
-                    status=response.status_code) from _ErrorBody(response)
-            return response.json() if response.content else None
-        raise AssertionError("unreachable")
-
-    def _sleep(self, attempt: int, retry_after: str | None) -> None:
-        delay = self.backoff * 2 ** (attempt - 1) * (0.5 + random.random())
-        if retry_after and retry_after.isdigit():
-            delay = max(delay, min(5.0, float(retry_after)))
-        time.sleep(delay)
-
-
-class _Rejected(Exception):
-    def __init__(self, message: str, items: list[dict[str, Any]] | None) -> None:
-        super().__init__(message)
-        self.items = items
-
-
-class _ErrorBody(Exception):
-    """Carries the server's structured error as the ``__cause__`` of an IndexServerError."""
-
-    def __init__(self, response: httpx.Response) -> None:
-        super().__init__(response.status_code)
-        try:
-            self.body: Any = response.json()
-        except ValueError:
-            self.body = None
-
-
-def _detail(response: httpx.Response) -> str:
-    try:
-        data = response.json()
-    except ValueError:
-        return response.text[:300] or response.reason_phrase
-    detail = data.get("detail") if isinstance(data, dict) else None
-    return str(detail)[:500] if detail else response.reason_phrase
-
-
-def _bad_indexes(exc: IndexServerError, count: int) -> set[int]:
-    cause = exc.__cause__
-    body = cause.body if isinstance(cause, _ErrorBody) else None
-    bad: set[int] = set()
-    for error in (body or {}).get("errors", []) if isinstance(body, dict) else []:
-        loc = error.get("loc") or []
-        if len(loc) >= 2 and loc[0] == "body" and isinstance(loc[1], int) and 0 <= loc[1] < count:
-            bad.add(loc[1])
-    return bad
-
-
-_CLIENTS: weakref.WeakSet[IndexClient] = weakref.WeakSet()
-
-
-def _after_fork() -> None:
-    for client in list(_CLIENTS):
-        client._after_fork_in_child()
-
-
-os.register_at_fork(after_in_child=_after_fork)
+        return self.queries.healthy()
 
 
 def _sender_loop(ref: weakref.ref[IndexClient]) -> None:
@@ -545,11 +390,3 @@ def _sender_loop(ref: weakref.ref[IndexClient]) -> None:
             log.warning("index sender round failed", exc_info=True)
         del client
 
-
-def _call_weak(ref: weakref.WeakMethod[Any]) -> None:
-    method = ref()
-    if method is not None:
-        try:
-            method()
-        except OSError:
-            log.warning("could not spool buffered index reports at exit", exc_info=True)

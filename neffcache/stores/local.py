@@ -28,6 +28,11 @@ returned only after the same walk found no link on the way (an in-root file link
 its target's path). What is left is the window between that check and the caller's open; reads
 this store does itself (``open_read``, ``get_file``, ``put_file`` from a file below the root,
 such as a staging file) go through descriptors and have none.
+
+The store is the interface and its error mapping; the work is done by three modules beside it:
+:mod:`~neffcache.stores.local_listing` (the walk a scan runs), :mod:`~neffcache.stores.local_write`
+(temp name, rename, ``link(2)``, shared modes) and :mod:`~neffcache.stores.safepath` (the
+descriptor walk, and the descriptor cache of batch deletes).
 """
 
 from __future__ import annotations
@@ -40,7 +45,6 @@ import re
 import secrets
 import shutil
 from collections.abc import Iterable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import BinaryIO
 
@@ -48,141 +52,21 @@ from neffcache.entry import FileInfo
 from neffcache.errors import AccessDenied, EntryNotFound, StoreError, StoreUnavailable, UnsafePath
 from neffcache.keys import safe_relpath
 from neffcache.stores.base import CONTROL_DIR, TEMP_MARKER, DirListing, Source, Store
-from neffcache.stores.safepath import DIR_FLAGS, SafeRoot, copy_fd, write_all
+from neffcache.stores.local_listing import list_threaded, walk
+from neffcache.stores.local_write import SHARED_DIR_MODE, publish_temp, temp_name, write_temp
+from neffcache.stores.safepath import (
+    DIR_FLAGS,
+    BatchDirs,
+    SafeRoot,
+    copy_fd,
+    lexists,
+)
 
 log = logging.getLogger(__name__)
-
-SHARED_FILE_MODE = 0o664
-SHARED_DIR_MODE = 0o2775
-
-
-def _dir_problem(safe: SafeRoot, fd: int, name: str, exc: OSError) -> str | None:
-    """Why a subdirectory could not be opened, or None when it just went away meanwhile."""
-    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-        return "a symlinked directory (not followed)" if safe.is_link(fd, name) else None
-    return f"unreadable directory ({exc.strerror or exc})"
-
-
-def _list_fd(safe: SafeRoot, fd: int, rel: str) -> tuple[list[str], DirListing | None]:
-    """List one open directory: (its subdirectory names, its files and problems)."""
-    prefix = rel + "/" if rel else ""
-    subdirs: list[str] = []
-    names: list[str] = []
-    files: list[FileInfo] = []
-    problems: list[tuple[str, str]] = []
-    add_dir, add_name, add_file, new = subdirs.append, names.append, files.append, tuple.__new__
-    with os.scandir(fd) as it:
-        for item in it:
-            # d_type answers is_dir/is_file without a syscall: stat regular files only.
-            try:
-                if item.is_dir(follow_symlinks=False):
-                    add_dir(item.name)
-                    continue
-                if item.is_file(follow_symlinks=False):
-                    st = item.stat(follow_symlinks=False)
-                    if st.st_mode & 0o170000 != 0o100000:  # no longer a regular file
-                        continue
-                elif item.is_symlink():
-                    try:
-                        st = safe.resolve_listed_link(fd, rel, item.name)
-                    except UnsafePath as exc:
-                        problems.append((item.name, exc.reason))
-                        continue
-                else:
-                    continue  # sockets, FIFOs, devices: nothing a cache holds
-            except (FileNotFoundError, NotADirectoryError):
-                continue  # removed while we listed: a concurrent prune or publish
-            name = item.name
-            add_name(name)
-            # tuple.__new__ skips the NamedTuple's Python-level __new__: this runs once per
-            # file, hundreds of thousands of times a scan.
-            add_file(new(FileInfo, (prefix + name, st.st_size, st.st_mtime)))
-    if files or problems:
-        return subdirs, DirListing(rel, names, files, tuple(problems))
-    return subdirs, None
-
-
-def _list_rels(safe: SafeRoot, directories: list[str]) -> tuple[list[str], list[DirListing]]:
-    """List a batch of directories by path, each opened by a walk from the root (threads)."""
-    subdirs: list[str] = []
-    listings: list[DirListing] = []
-    for rel in directories:
-        try:
-            fd = safe.open_dir(rel)
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        except UnsafePath as exc:
-            head, _, name = rel.rpartition("/")
-            listings.append(DirListing(head, [], [], ((name, exc.reason),)))
-            continue
-        except OSError as exc:
-            head, _, name = rel.rpartition("/")
-            listings.append(DirListing(head, [], [], ((name, f"unreadable directory ({exc.strerror})"),)))
-            continue
-        try:
-            names, listing = _list_fd(safe, fd, rel)
-        except OSError as exc:
-            head, _, name = rel.rpartition("/")
-            listings.append(DirListing(head, [], [], ((name, f"unreadable directory ({exc.strerror})"),)))
-            continue
-        finally:
-            os.close(fd)
-        prefix = rel + "/" if rel else ""
-        subdirs.extend(prefix + n for n in names)
-        if listing is not None:
-            listings.append(listing)
-    return subdirs, listings
-
 
 # What safe_relpath would refuse or rewrite: absolute, "..", empty components, backslashes,
 # control characters, an empty path.
 _SUSPECT = re.compile(r"^/|^$|\.\.|//|\\|[\x00-\x1f\x7f]|(^|/)\.(/|$)")
-
-
-def temp_name(name: str) -> str:
-    return f".{name}{TEMP_MARKER}{secrets.token_hex(6)}"
-
-
-class _Dirs:
-    """Directory descriptors of one batch operation: each ancestor is walked to once (a prune
-    of 100k entries opens each namespace directory once, not once per file)."""
-
-    LIMIT = 256  # descriptors held at most; the cache starts over beyond
-
-    def __init__(self, safe: SafeRoot) -> None:
-        self.safe = safe
-        self.fds: dict[str, int] = {}
-
-    def __enter__(self) -> _Dirs:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def open(self, rel: str) -> int:
-        """The directory's descriptor, owned by the cache (do not close it)."""
-        fd = self.fds.get(rel)
-        if fd is not None:
-            return fd
-        if rel:
-            head = rel.rpartition("/")[0]
-            fd = self.safe.open_dir(rel, base=(self.open(head), head))
-        else:
-            fd = self.safe.open_root()
-        if len(self.fds) >= self.LIMIT:
-            self.close()
-        self.fds[rel] = fd
-        return fd
-
-    def forget(self, rel: str) -> None:
-        fd = self.fds.pop(rel, None)
-        if fd is not None:
-            os.close(fd)
-
-    def close(self) -> None:
-        fds, self.fds = self.fds, {}
-        for fd in fds.values():
-            os.close(fd)
 
 
 class LocalStore(Store):
@@ -270,69 +154,9 @@ class LocalStore(Store):
         except PermissionError as exc:
             raise AccessDenied(f"cannot list {self.root / start}: {exc.strerror}", store=self.url) from exc
         if self.list_workers <= 1:
-            yield from self._walk(fd, start)
-            return
-        try:
-            subdirs, listing = _list_fd(self._safe, fd, start)
-        finally:
-            os.close(fd)
-        if listing is not None:
-            yield listing
-        prefix_ = start + "/" if start else ""
-        pending = [prefix_ + n for n in subdirs]
-        # On Lustre/NFS every stat is a round trip to a metadata server: list many directories
-        # at once. Batches keep the per-task overhead small next to the syscalls.
-        with ThreadPoolExecutor(self.list_workers, thread_name_prefix="neffcache-list") as pool:
-            running: set[Future[tuple[list[str], list[DirListing]]]] = set()
-            while pending or running:
-                while pending and len(running) < self.list_workers * 2:
-                    size = max(1, min(64, len(pending) // self.list_workers))
-                    batch, pending = pending[:size], pending[size:]
-                    running.add(pool.submit(_list_rels, self._safe, batch))
-                done, running = wait(running, return_when=FIRST_COMPLETED)
-                for future in done:
-                    more, listings = future.result()
-                    pending.extend(more)
-                    yield from listings
-
-    def _walk(self, fd: int, start: str) -> Iterator[DirListing]:
-        """Depth first from the open directory ``fd``, each subdirectory opened relative to its
-        parent: no path is resolved twice, and at most one descriptor per level is held."""
-        frames: list[tuple[int, str, Iterator[str]]] = [(fd, start, iter(()))]
-        try:
-            subdirs, listing = _list_fd(self._safe, fd, start)
-            frames[0] = (fd, start, iter(subdirs))
-            if listing is not None:
-                yield listing
-            while frames:
-                pfd, prel, names = frames[-1]
-                name = next(names, None)
-                if name is None:
-                    frames.pop()
-                    os.close(pfd)
-                    continue
-                rel = f"{prel}/{name}" if prel else name
-                try:
-                    cfd = os.open(name, DIR_FLAGS, dir_fd=pfd)
-                except FileNotFoundError:
-                    continue
-                except OSError as exc:
-                    reason = _dir_problem(self._safe, pfd, name, exc)
-                    if reason is not None:
-                        yield DirListing(prel, [], [], ((name, reason),))
-                    continue
-                try:
-                    subdirs, listing = _list_fd(self._safe, cfd, rel)
-                except OSError as exc:
-                    os.close(cfd)
-                    yield DirListing(prel, [], [], ((name, f"unreadable directory ({exc.strerror})"),))
-                    continue
-                frames.append((cfd, rel, iter(subdirs)))
-                if listing is not None:
-                    yield listing
-        finally:
-            for frame in frames:
-                os.close(frame[0])
+            yield from walk(self._safe, fd, start)
+        else:
+            yield from list_threaded(self._safe, fd, start, self.list_workers)
 
     def stat(self, path: str) -> FileInfo | None:
         rel = safe_relpath(path)
@@ -377,12 +201,6 @@ class LocalStore(Store):
         with self._safe.parent(rel) as (fd, name):
             return os.open(name, flags | os.O_NOFOLLOW, 0o644, dir_fd=fd)
 
-    def _open_source(self, source: Path) -> int:
-        rel = self._safe.under(source)
-        if rel is None:
-            return os.open(source, os.O_RDONLY | os.O_CLOEXEC)
-        return self._safe.open_file(rel)
-
     def _put_file(self, path: str, source: Source, *, exclusive: bool, move: bool) -> bool:
         rel = safe_relpath(path)
         head, _, name = rel.rpartition("/")
@@ -390,17 +208,17 @@ class LocalStore(Store):
             for attempt in range(3):
                 fd = self._safe.open_dir(head, create=True)
                 try:
-                    if exclusive and _lexists(fd, name):
+                    if exclusive and lexists(fd, name):
                         return False  # cheap early answer; link(2) below is the real arbiter
                     tmp = temp_name(name)
                     try:
-                        self._write_temp(fd, tmp, source, move=move)
+                        write_temp(self._safe, fd, tmp, source, move=move, shared=self.shared)
                     except FileNotFoundError:
                         # A concurrent prune removed the (then empty) directory: make it again.
                         if attempt == 2 or (isinstance(source, Path) and not source.exists()):
                             raise
                         continue
-                    return self._publish_temp(fd, tmp, name, exclusive=exclusive)
+                    return publish_temp(fd, tmp, name, exclusive=exclusive)
                 finally:
                     os.close(fd)
         except UnsafePath:
@@ -413,80 +231,6 @@ class LocalStore(Store):
             message = f"cannot write {self.root / rel}: {exc.strerror or exc}"
             raise StoreError(message, store=self.url, path=path) from exc
         raise AssertionError("unreachable")  # pragma: no cover
-
-    @staticmethod
-    def _publish_temp(fd: int, tmp: str, name: str, *, exclusive: bool) -> bool:
-        try:
-            if exclusive:
-                try:
-                    # follow_symlinks=False: link the temp file itself (it is one, O_NOFOLLOW made it).
-                    os.link(tmp, name, src_dir_fd=fd, dst_dir_fd=fd, follow_symlinks=False)
-                except FileExistsError:
-                    return False
-                finally:
-                    _unlink_quietly(fd, tmp)
-            else:
-                # rename(2) replaces a name that is a symlink by the file; it never writes through it.
-                os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
-        except BaseException:
-            _unlink_quietly(fd, tmp)  # Ctrl-C mid-way too: leave no temp file behind
-            raise
-        return True
-
-    def _write_temp(self, fd: int, tmp: str, source: Source, *, move: bool) -> None:
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        try:
-            if isinstance(source, bytes):
-                out = os.open(tmp, flags, 0o644, dir_fd=fd)
-                try:
-                    write_all(out, source)
-                    self._finish(out)
-                finally:
-                    os.close(out)
-                return
-            if move and self._move_in(fd, tmp, source):
-                if self.shared:
-                    out = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-                    try:
-                        self._finish(out)
-                    finally:
-                        os.close(out)
-                return
-            src = self._open_source(source)
-            try:
-                out = os.open(tmp, flags, 0o644, dir_fd=fd)
-                try:
-                    copy_fd(src, out)
-                    self._finish(out)
-                finally:
-                    os.close(out)
-            finally:
-                os.close(src)
-        except BaseException:
-            _unlink_quietly(fd, tmp)  # Ctrl-C mid-copy: leave no temp file behind
-            raise
-
-    def _move_in(self, fd: int, tmp: str, source: Path) -> bool:
-        """Rename ``source`` to ``tmp`` (False: another filesystem, copy instead)."""
-        rel = self._safe.under(source)
-        try:
-            if rel is None:
-                os.rename(source, tmp, dst_dir_fd=fd)
-            else:
-                with self._safe.parent(rel) as (sfd, sname):
-                    os.rename(sname, tmp, src_dir_fd=sfd, dst_dir_fd=fd)
-        except OSError as exc:
-            if exc.errno != errno.EXDEV:
-                raise
-            return False
-        return True
-
-    def _finish(self, fd: int) -> None:
-        if self.shared:
-            os.fchmod(fd, SHARED_FILE_MODE)
-            # A host that crashes (not just a killed process) after the rename must not leave
-            # every other host a NEFF whose blocks never reached the servers: flush first.
-            os.fsync(fd)
 
     def _delete(self, paths: list[str]) -> int:
         return self.unlink_many([safe_relpath(p) for p in paths])
@@ -522,7 +266,7 @@ class LocalStore(Store):
         for path in paths:
             head, _, name = path.rpartition("/")
             by_dir.setdefault(head, []).append(name)
-        with _Dirs(self._safe) as dirs:
+        with BatchDirs(self._safe) as dirs:
             for head, names in by_dir.items():
                 try:
                     fd = dirs.open(head)
@@ -551,7 +295,7 @@ class LocalStore(Store):
         """Remove each directory and its parents while they are empty; never the root, never
         through a symlink (rmdir of a link fails), and ``.neffcache/`` only with ``control``."""
         full: set[str] = set()  # found not empty: every entry of a namespace shares one parent
-        with _Dirs(self._safe) as dirs:
+        with BatchDirs(self._safe) as dirs:
             for directory in sorted(set(directories), key=lambda p: p.count("/"), reverse=True):
                 rel = directory
                 while rel and rel not in full:
@@ -612,16 +356,3 @@ class LocalStore(Store):
                     shutil.rmtree(name, dir_fd=fd, ignore_errors=True)
             except OSError as exc:
                 log.warning("left staging directory %s/%s in %s: %s", base, name, self.url, exc)
-
-
-def _lexists(fd: int, name: str) -> bool:
-    try:
-        os.stat(name, dir_fd=fd, follow_symlinks=False)
-    except (FileNotFoundError, NotADirectoryError):
-        return False
-    return True
-
-
-def _unlink_quietly(fd: int, name: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(name, dir_fd=fd)

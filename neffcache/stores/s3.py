@@ -29,11 +29,8 @@ import hashlib
 import io
 import logging
 import os
-import posixpath
 import re
 import threading
-import time
-from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -53,7 +50,7 @@ from neffcache.stores.base import IncompleteUpload, Source, Store
 from neffcache.stores.budget import TRANSFER_BUDGET
 from neffcache.stores.hashed_io import check_bytes
 from neffcache.stores.s3_errors import error_code, is_transient, retry_attempts, translate
-from neffcache.stores.s3_list import ParallelLister
+from neffcache.stores.s3_list import ParallelLister, existing_keys, list_uploads
 from neffcache.stores.s3_throttle import ThrottleGate
 from neffcache.stores.s3_transfer import (
     ExpectedError,
@@ -343,33 +340,9 @@ class S3Store(Store):
         return errors
 
     def _existing(self, keys: list[str]) -> set[str]:
-        """Which of ``keys`` exist: one listing per parent directory (S3 will not tell us)."""
-        wanted = set(keys)
-        parents: dict[str, list[str]] = defaultdict(list)
-        for key in keys:
-            parents[key.rsplit("/", 1)[0] + "/" if "/" in key else ""].append(key)
-        if len(parents) > LIST_PARENTS_LIMIT:
-            # A big prune: one parallel listing of what the keys have in common is cheaper.
-            common = posixpath.commonpath([p.rstrip("/") for p in parents])
-            common = common + "/" if common else ""
-            lister = ParallelLister(lambda **kw: self._call("list_objects_v2", **kw), self.pool,
-                                    self.max_concurrency)
-            return {item.key for item in lister.iter_keys(common) if item.key in wanted}
-
-        def listed(parent: str) -> set[str]:
-            found: set[str] = set()
-            token: str | None = None
-            while True:
-                kwargs: dict[str, Any] = {"Prefix": parent, "Delimiter": "/"}
-                if token:
-                    kwargs["ContinuationToken"] = token
-                page = self._call("list_objects_v2", **kwargs)
-                found.update(o["Key"] for o in page.get("Contents", ()) if o["Key"] in wanted)
-                token = page.get("NextContinuationToken")
-                if not page.get("IsTruncated") or not token:
-                    return found
-
-        return set().union(*self._map(listed, sorted(parents)))
+        """Which of ``keys`` exist (S3 will not tell us on delete)."""
+        return existing_keys(lambda **kw: self._call("list_objects_v2", **kw), self._map, lambda: self.pool,
+                             self.max_concurrency, keys, parents_limit=LIST_PARENTS_LIMIT)
 
     # -- extras -------------------------------------------------------------------------------
     def move(self, src: str, dst: str) -> None:
@@ -392,19 +365,8 @@ class S3Store(Store):
 
     def incomplete_uploads(self, older_than: float | None = None) -> list[IncompleteUpload]:
         """Multipart uploads under the prefix never completed (started ``older_than`` s ago)."""
-        out: list[IncompleteUpload] = []
-        kwargs: dict[str, Any] = {"Prefix": self._dir_key("")}
-        cutoff = time.time() - older_than if older_than is not None else None
-        while True:
-            page = self._call("list_multipart_uploads", **kwargs)
-            for up in page.get("Uploads", ()):
-                started = up["Initiated"].timestamp()
-                if cutoff is None or started <= cutoff:
-                    out.append(IncompleteUpload(self._rel(up["Key"]), up["UploadId"], started))
-            if not page.get("IsTruncated"):
-                return out
-            kwargs["KeyMarker"] = page.get("NextKeyMarker", "")
-            kwargs["UploadIdMarker"] = page.get("NextUploadIdMarker", "")
+        return [IncompleteUpload(self._rel(key), upload_id, started) for key, upload_id, started in
+                list_uploads(lambda **kw: self._call("list_multipart_uploads", **kw), self._dir_key(""), older_than)]
 
     def abort_uploads(self, uploads: Iterable[IncompleteUpload]) -> int:
         self.check_writable()

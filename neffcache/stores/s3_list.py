@@ -1,4 +1,4 @@
-"""Listing a large S3 prefix in parallel.
+"""Listing S3: a large prefix in parallel, which of some keys exist, unfinished multipart uploads.
 
 ListObjectsV2 returns 1000 keys per request, strictly one page after the other, so a flat
 listing of a 100k-entry cache (half a million keys) is hundreds of sequential round trips.
@@ -18,12 +18,19 @@ The walk below splits the key space instead, without listing anything twice:
 S3 returns keys in UTF-8 byte order, which for ``str`` is code-point order, so the ranges
 are exact: every key below the prefix is yielded by exactly one task. No task waits on
 another (the caller's thread submits the follow-up work), so sharing the pool cannot deadlock.
+
+S3 does not say which keys a DeleteObjects removed: :func:`existing_keys` finds out by listing
+their parent "directories" first (or, for a prune spanning thousands, their common prefix with
+the walk above). :func:`list_uploads` pages through the multipart uploads never completed.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+import posixpath
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
 from dataclasses import dataclass
 from typing import Any
@@ -145,3 +152,56 @@ class ParallelLister:
                 if item.key >= lo and "/" in item.key[len(prefix):]:
                     out.append(item)
         return out
+
+
+def existing_keys(list_page: ListPage,
+                  map_: Callable[[Callable[[str], set[str]], Sequence[str]], list[set[str]]],
+                  pool: Callable[[], Executor], max_concurrency: int, keys: list[str], *,
+                  parents_limit: int) -> set[str]:
+    """Which of ``keys`` exist: one listing per parent directory, or, past ``parents_limit``
+    parents, one parallel listing of their common prefix (a big prune). ``list_page`` is ListObjectsV2, ``map_`` runs a
+    function over items on the store's pool."""
+    wanted = set(keys)
+    parents: dict[str, list[str]] = defaultdict(list)
+    for key in keys:
+        parents[key.rsplit("/", 1)[0] + "/" if "/" in key else ""].append(key)
+    if len(parents) > parents_limit:
+        # A big prune: one parallel listing of what the keys have in common is cheaper.
+        common = posixpath.commonpath([p.rstrip("/") for p in parents])
+        common = common + "/" if common else ""
+        lister = ParallelLister(list_page, pool(), max_concurrency)
+        return {item.key for item in lister.iter_keys(common) if item.key in wanted}
+
+    def listed(parent: str) -> set[str]:
+        found: set[str] = set()
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"Prefix": parent, "Delimiter": "/"}
+            if token:
+                kwargs["ContinuationToken"] = token
+            page = list_page(**kwargs)
+            found.update(o["Key"] for o in page.get("Contents", ()) if o["Key"] in wanted)
+            token = page.get("NextContinuationToken")
+            if not page.get("IsTruncated") or not token:
+                return found
+
+    return set().union(*map_(listed, sorted(parents)))
+
+
+def list_uploads(list_page: ListPage, prefix: str,
+                 older_than: float | None) -> list[tuple[str, str, float]]:
+    """(key, upload id, start time) of the multipart uploads under ``prefix`` never completed,
+    started ``older_than`` seconds ago or earlier. ``list_page`` is ListMultipartUploads."""
+    out: list[tuple[str, str, float]] = []
+    kwargs: dict[str, Any] = {"Prefix": prefix}
+    cutoff = time.time() - older_than if older_than is not None else None
+    while True:
+        page = list_page(**kwargs)
+        for up in page.get("Uploads", ()):
+            started = up["Initiated"].timestamp()
+            if cutoff is None or started <= cutoff:
+                out.append((up["Key"], up["UploadId"], started))
+        if not page.get("IsTruncated"):
+            return out
+        kwargs["KeyMarker"] = page.get("NextKeyMarker", "")
+        kwargs["UploadIdMarker"] = page.get("NextUploadIdMarker", "")

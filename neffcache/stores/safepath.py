@@ -243,3 +243,60 @@ class SafeRoot:
         full = os.path.abspath(path)
         prefix = self.root.rstrip("/") + "/"
         return full[len(prefix):] if full.startswith(prefix) and len(full) > len(prefix) else None
+
+
+class BatchDirs:
+    """Directory descriptors of one batch operation: each ancestor is walked to once (a prune
+    of 100k entries opens each namespace directory once, not once per file)."""
+
+    LIMIT = 256  # descriptors held at most; the cache starts over beyond
+
+    def __init__(self, safe: SafeRoot) -> None:
+        self.safe = safe
+        self.fds: dict[str, int] = {}
+
+    def __enter__(self) -> BatchDirs:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def open(self, rel: str) -> int:
+        """The directory's descriptor, owned by the cache (do not close it)."""
+        fd = self.fds.get(rel)
+        if fd is not None:
+            return fd
+        if rel:
+            head = rel.rpartition("/")[0]
+            fd = self.safe.open_dir(rel, base=(self.open(head), head))
+        else:
+            fd = self.safe.open_root()
+        if len(self.fds) >= self.LIMIT:
+            self.close()
+        self.fds[rel] = fd
+        return fd
+
+    def forget(self, rel: str) -> None:
+        fd = self.fds.pop(rel, None)
+        if fd is not None:
+            os.close(fd)
+
+    def close(self) -> None:
+        fds, self.fds = self.fds, {}
+        for fd in fds.values():
+            os.close(fd)
+
+
+def lexists(fd: int, name: str) -> bool:
+    """Whether ``name`` exists in the directory ``fd`` (a symlink counts, never followed)."""
+    try:
+        os.stat(name, dir_fd=fd, follow_symlinks=False)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    return True
+
+
+def unlink_quietly(fd: int, name: str) -> None:
+    """Unlink ``name`` in the directory ``fd`` if it is still there (a temp file being cleaned up)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(name, dir_fd=fd)

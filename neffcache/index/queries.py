@@ -1,0 +1,152 @@
+"""The index client's *questions*: the calls that need an answer, and the request they share.
+
+``lookup``, ``find_entries``, ``forget``, ``stats`` and the compile leases wait for the index,
+retry briefly (a 429 or 50x, a dropped connection, honouring ``Retry-After``) and raise
+:class:`~neffcache.errors.IndexServerError` when it cannot answer. The *reports* (events and
+entry registrations) go through the same :meth:`IndexQueries.request` but never raise to their
+caller: :class:`~neffcache.index.client.IndexClient` buffers and spools them, and
+:mod:`neffcache.index.delivery` sends the spool.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import httpx
+
+from neffcache.errors import IndexServerError
+from neffcache.index.records import Lease
+
+RETRY_STATUS = frozenset({429, 502, 503, 504})
+
+
+class IndexQueries:
+    """The questions to one index server, over the client's connection pool. Thread-safe."""
+
+    def __init__(self, http: httpx.Client, url: str, *, owner: str, retries: int, backoff: float) -> None:
+        self.http = http
+        self.url = url
+        self.owner = owner
+        self.retries = retries
+        self.backoff = backoff
+
+    def lookup(self, path: str) -> dict[str, Any] | None:
+        """The index's record of one entry, or None if it has none."""
+        try:
+            found: dict[str, Any] = self.request("GET", f"/v1/entries/{path}")
+        except IndexServerError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return found
+
+    def find_entries(self, *, page_size: int = 500, **filters: Any) -> Iterator[dict[str, Any]]:
+        """Every entry matching ``filters`` (key, namespace, toolchain, compiler_version, target,
+        lnc, state=[...], store, tag=["team=x"], unused_since), following pages."""
+        params: dict[str, Any] = {k: v for k, v in filters.items() if v is not None}
+        params["limit"] = page_size
+        while True:
+            page = self.request("GET", "/v1/entries", params=params)
+            yield from page["entries"]
+            if page.get("next_cursor") is None:
+                return
+            params["cursor"] = page["next_cursor"]
+
+    def forget(self, path: str, store: str | None = None) -> dict[str, Any] | None:
+        """Tell the index ``store`` no longer holds ``path`` (every store if None)."""
+        try:
+            result: dict[str, Any] = self.request(
+                "DELETE", f"/v1/entries/{path}", params={"store": store} if store else None)
+        except IndexServerError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return result
+
+    def stats(self, window: str = "7d", group_by: str = "team", **filters: str | None) -> dict[str, Any]:
+        params = {"window": window, "group_by": group_by, **{k: v for k, v in filters.items() if v}}
+        stats: dict[str, Any] = self.request("GET", "/v1/stats", params=params)
+        return stats
+
+    def acquire(self, name: str, ttl: float = 600.0) -> Lease:
+        """Try to take a compile lease; check ``.held``. Raises IndexServerError if the index is down
+        (callers fall back to lease files)."""
+        body = self.request("POST", "/v1/leases/acquire", json={"name": name, "owner": self.owner, "ttl": ttl})
+        return Lease.from_json(self.owner, body)
+
+    def renew(self, lease: Lease, ttl: float = 600.0) -> Lease:
+        try:
+            body = self.request("POST", "/v1/leases/renew", json={"name": lease.name, "owner": lease.owner,
+                                                                   "ttl": ttl})
+        except IndexServerError as exc:
+            if exc.status in (404, 409):
+                return Lease(lease.name, lease.owner, False, None, None, None)
+            raise
+        return Lease.from_json(lease.owner, body)
+
+    def release(self, lease: Lease) -> bool:
+        """Give the lease back; False if it was not ours any more (expired and taken over)."""
+        try:
+            self.request("POST", "/v1/leases/release", json={"name": lease.name, "owner": lease.owner})
+        except IndexServerError as exc:
+            if exc.status in (404, 409):
+                return False
+            raise
+        return True
+
+    def healthy(self) -> bool:
+        try:
+            self.request("GET", "/readyz", attempts=1)
+        except IndexServerError:
+            return False
+        return True
+
+    def request(self, method: str, path: str, *, json: Any = None, params: Mapping[str, Any] | None = None,
+                 attempts: int | None = None) -> Any:
+        tries = (attempts if attempts is not None else self.retries + 1)
+        for attempt in range(1, tries + 1):
+            try:
+                response = self.http.request(method, path, json=json, params=params)
+            except httpx.TransportError as exc:
+                if attempt == tries:
+                    raise IndexServerError(f"index {self.url} unreachable: {exc}") from exc
+                self._sleep(attempt, None)
+                continue
+            if response.status_code in RETRY_STATUS and attempt < tries:
+                self._sleep(attempt, response.headers.get("Retry-After"))
+                continue
+            if response.status_code >= 400:
+                raise IndexServerError(
+                    f"index {self.url}: {method} {path} -> {response.status_code}: {error_detail(response)}",
+                    status=response.status_code) from ErrorBody(response)
+            return response.json() if response.content else None
+        raise AssertionError("unreachable")
+
+    def _sleep(self, attempt: int, retry_after: str | None) -> None:
+        delay = self.backoff * 2 ** (attempt - 1) * (0.5 + random.random())
+        if retry_after and retry_after.isdigit():
+            delay = max(delay, min(5.0, float(retry_after)))
+        time.sleep(delay)
+
+
+class ErrorBody(Exception):
+    """Carries the server's structured error as the ``__cause__`` of an IndexServerError."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        super().__init__(response.status_code)
+        try:
+            self.body: Any = response.json()
+        except ValueError:
+            self.body = None
+
+
+def error_detail(response: httpx.Response) -> str:
+    try:
+        data = response.json()
+    except ValueError:
+        return response.text[:300] or response.reason_phrase
+    detail = data.get("detail") if isinstance(data, dict) else None
+    return str(detail)[:500] if detail else response.reason_phrase
