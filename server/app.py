@@ -97,6 +97,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Added last = outermost: the body limit runs before routing, metrics see every response.
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     app.add_middleware(RequestMetrics, metrics=metrics)
+    metrics.declare_ops(name for route in app.routes if (name := getattr(route, "name", None)))
     return app
 
 

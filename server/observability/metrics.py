@@ -157,6 +157,15 @@ class Metrics:
         self.registry.register(DatabaseCollector(db, teams=LabelBound(teams, top_n),
                                                  toolchains=LabelBound(toolchains, top_n)))
 
+    def declare_ops(self, ops: Iterable[str]) -> None:
+        """Export every route's request series at 0 from the start. Each worker process has its
+        own registry and a scrape reaches one of them: a worker that has not served a request
+        yet would otherwise export no request series at all, and the dashboard's panels and
+        alerts would go blank depending on which worker answered."""
+        for op in ops:
+            self.requests.labels(op, "ok")
+            self.latency.labels(op)
+
     def observe(self, op: str, status: int, seconds: float) -> None:
         self.requests.labels(op, result_of(status)).inc()
         self.latency.labels(op).observe(seconds)
