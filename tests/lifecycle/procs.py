@@ -33,9 +33,10 @@ def run_prune(url: str, keep: str) -> None:
     print("done", flush=True)
 
 
-def run_publish(url: str, keys: int, stop: Path, tag: str) -> None:
+def run_publish(url: str, keys: int, stop: Path, tag: str, rounds: Path | None = None) -> None:
     """Republish keys 0..keys-1 over and over (each is absent once prune took it) and one new key
-    per round, until ``stop`` exists; print every key this process published."""
+    per round, until ``stop`` exists; print every key this process published. ``rounds``: a file
+    that holds the number of finished rounds, so a test can wait for work instead of sleeping."""
     store = open_store(url)
     published: list[str] = []
     round_ = 0
@@ -48,6 +49,8 @@ def run_publish(url: str, keys: int, stop: Path, tag: str) -> None:
         if publish_key(store, new) is PublishStatus.PUBLISHED:
             published.append(new)
         round_ += 1
+        if rounds is not None:
+            rounds.write_text(str(round_))
     print(json.dumps(published), flush=True)
 
 
@@ -58,12 +61,13 @@ def main() -> None:
     parser.add_argument("--keep", default="")
     parser.add_argument("--keys", type=int, default=100)
     parser.add_argument("--stop", type=Path, default=Path("/nonexistent"))
+    parser.add_argument("--rounds", type=Path, default=None)
     parser.add_argument("--tag", default="1")
     args = parser.parse_args()
     if args.mode == "prune":
         run_prune(args.store, args.keep)
     else:
-        run_publish(args.store, args.keys, args.stop, args.tag)
+        run_publish(args.store, args.keys, args.stop, args.tag, args.rounds)
     sys.exit(0)
 
 

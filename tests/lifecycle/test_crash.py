@@ -97,6 +97,20 @@ def test_sigkill_mid_prune_then_rerun(fs_store: Store) -> None:
 
 
 @pytest.mark.slow
+def _rounds(path: Path) -> int:
+    try:
+        return int(path.read_text() or 0)
+    except (FileNotFoundError, ValueError):
+        return 0
+
+
+def wait_for_rounds(paths: list[Path], at_least: int, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while any(_rounds(p) < at_least for p in paths):
+        assert time.monotonic() < deadline, f"publishers did not reach round {at_least}: {[_rounds(p) for p in paths]}"
+        time.sleep(0.02)
+
+
 def test_prune_racing_publishers_loses_nothing_published_after_the_plan(fs_store: Store, tmp_path: Path) -> None:
     store = fs_store
     keys = 80
@@ -106,11 +120,14 @@ def test_prune_racing_publishers_loses_nothing_published_after_the_plan(fs_store
     plan = plan_prune([store], PrunePolicy(older_than=0, hit_grace=0), now=time.time() + 60)
     assert plan.entries == keys
     stop = tmp_path / "stop"
-    publishers = [spawn("publish", store.url, "--keys", str(keys), "--stop", str(stop), "--tag", str(n))
-                  for n in range(2)]
-    time.sleep(0.3)  # let them start and find every entry present
+    rounds = [tmp_path / f"rounds-{n}" for n in range(2)]
+    publishers = [spawn("publish", store.url, "--keys", str(keys), "--stop", str(stop), "--tag", str(n),
+                        "--rounds", str(rounds[n])) for n in range(2)]
+    wait_for_rounds(rounds, 1)  # both are running and found every entry present
     result = execute_plan(plan, [store], workers=2, force=True)
-    time.sleep(0.3)
+    # Rounds that started after the prune finished: each republishes what the prune took (no
+    # fixed sleep, which a loaded machine can outrun before any publish happened).
+    wait_for_rounds(rounds, max(_rounds(r) for r in rounds) + 2)
     stop.touch()
     published: set[str] = set()
     for proc in publishers:
