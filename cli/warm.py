@@ -129,6 +129,21 @@ def _finish(report: WarmReport, placement: Placement, as_json: bool, allow_failu
         sys.exit(SOME_ENTRIES_FAILED)
 
 
+def _drive(command: str, placement: Placement, start: Callable[[Children], WarmReport], as_json: bool,
+           allow_failures: bool) -> None:
+    """Run a compiling job (warm, rewarm) with its children stopped on a signal, close its
+    placement on every path, then render its report and exit by it."""
+    children = Children()
+    try:
+        with stop_on_signals(children):
+            report = start(children)
+    except Interrupted as exc:
+        _interrupted(command, exc)
+    finally:
+        placement.close()
+    _finish(report, placement, as_json, allow_failures)
+
+
 def _interrupted(command: str, exc: Interrupted) -> None:
     click.echo(f"neffcache {command}: {exc.args[0]}: stopped every child process group; "
                "the cache is consistent (only whole entries were published): rerun to finish", err=True)
@@ -196,15 +211,8 @@ def warm_cmd(instance: str | None, lnc: int | None, compiler_version: str | None
                           timeout=timeout, compile_timeout=compile_timeout, compile_memory_mb=compile_memory,
                           retry_failed=retry_failed, prefetch=not no_prefetch, tags=all_tags)
     placement = _placement(settings, all_tags, "warm")
-    children = Children()
-    try:
-        with stop_on_signals(children):
-            report = Warmer(request, placement, children, _progress(quiet)).run()
-    except Interrupted as exc:
-        _interrupted("warm", exc)
-    finally:
-        placement.close()
-    _finish(report, placement, as_json, allow_failures)
+    _drive("warm", placement, lambda children: Warmer(request, placement, children, _progress(quiet)).run(),
+           as_json, allow_failures)
 
 
 @click.command("rewarm")
@@ -253,15 +261,8 @@ def rewarm_cmd(from_version: str, instance: str | None, lnc: int | None, compile
                             parallel=_parallel(settings, parallel), compile_timeout=compile_timeout,
                             compile_memory_mb=compile_memory, retry_failed=retry_failed, tags=all_tags)
     placement = _placement(settings, all_tags, "rewarm")
-    children = Children()
-    try:
-        with stop_on_signals(children):
-            report = Rewarmer(request, placement, children, _progress(quiet)).run()
-    except Interrupted as exc:
-        _interrupted("rewarm", exc)
-    finally:
-        placement.close()
-    _finish(report, placement, as_json, allow_failures)
+    _drive("rewarm", placement, lambda children: Rewarmer(request, placement, children, _progress(quiet)).run(),
+           as_json, allow_failures)
 
 
 @click.command("run", context_settings=PASS_THROUGH)

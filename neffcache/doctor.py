@@ -34,12 +34,12 @@ from neffcache.errors import (
     StoreUnavailable,
     ToolchainError,
 )
-from neffcache.instances import TARGETS, lookup_instance
+from neffcache.instances import lookup_instance
 from neffcache.layouts import LAYOUTS
 from neffcache.stores import open_store
 from neffcache.stores.base import CONTROL_DIR, Store
 from neffcache.stores.mounts import filesystem_type, is_network_filesystem
-from neffcache.toolchain import Toolchain, compiler_version, find_compiler
+from neffcache.toolchain import TARGET_DIRS, Toolchain, compiler_version, find_compiler
 from neffcache.units import human_bytes
 
 DOCTOR_DIR = f"{CONTROL_DIR}/doctor"
@@ -348,8 +348,7 @@ def _wanted_env(req: DoctorRequest, toolchain: Toolchain | None) -> dict[str, st
 
 
 def _versioned(value: str) -> bool:
-    parts = value.rstrip("/").split("/")
-    return any(part in {f"{t}-lnc{n}" for t in TARGETS for n in (1, 2)} for part in parts)
+    return any(part in TARGET_DIRS for part in value.rstrip("/").split("/"))
 
 
 def _safe_host() -> str:

@@ -162,7 +162,7 @@ def group_dirs(listings: Iterable[DirListing], progress: Progress | None = None,
     for listing in listings:
         directory, names, files, problems = listing
         if problems:
-            _place_problems(directory, problems, groups, namespaces, warnings)
+            _place_problems(directory, problems, groups, namespaces, warnings, dir_layouts)
         if progress is not None:
             before, count = count, count + len(files)
             if count // 5000 != before // 5000:
@@ -206,22 +206,24 @@ def _without_temp_files(names: list[str], files: list[FileInfo],
 def _entry_dir_group(directory: str, dir_layouts: list[Layout], namespaces: dict[str, Namespace | None],
                      groups: dict[str, _Group]) -> _Group | None:
     """The group of the entry ``directory`` is, for a layout whose entries are directories."""
-    found = next((got for lay in dir_layouts if (got := lay.locate_dir(directory, namespaces))), None)
+    found = _locate_dir(directory, dir_layouts, namespaces)
     if found is None:
         return None
     # A listing's problem may have made the entry's group already.
     return groups.setdefault(found.path, _Group(found))
 
 
+def _locate_dir(directory: str, dir_layouts: list[Layout], namespaces: dict[str, Namespace | None]
+                ) -> Located | None:
+    """The entry whose directory is ``directory``, in whichever layout claims it."""
+    return next((got for lay in dir_layouts if (got := lay.locate_dir(directory, namespaces))), None)
+
+
 def _group_each_file(files: list[FileInfo], layouts: list[Layout], groups: dict[str, _Group],
                      unclaimed: list[FileInfo]) -> None:
     """Place files one by one (layouts whose entries are files, or a directory no layout knows)."""
     for info in files:
-        located = None
-        for layout in layouts:
-            located = layout.locate(info.path)
-            if located is not None:
-                break
+        located = locate(info.path)
         if located is None:
             # Not an entry's, not a temp name of ours: another tool's or unknown. Kept.
             if not any(lay.is_runtime_file(info.path) for lay in layouts):
@@ -234,13 +236,12 @@ def _group_each_file(files: list[FileInfo], layouts: list[Layout], groups: dict[
 
 
 def _place_problems(directory: str, problems: tuple[tuple[str, str], ...], groups: dict[str, _Group],
-                    namespaces: dict[str, Namespace | None], warnings: list[str] | None) -> None:
-    dir_layouts = [lay for lay in LAYOUTS.values() if lay.entry_is_dir]
+                    namespaces: dict[str, Namespace | None], warnings: list[str] | None,
+                    dir_layouts: list[Layout]) -> None:
     for name, reason in problems:
         path = f"{directory}/{name}" if directory else name
         # In an entry's directory, or the entry's directory itself, or (layout B) a file's entry.
-        found = (next((got for lay in dir_layouts if (got := lay.locate_dir(directory, namespaces))), None)
-                 or next((got for lay in dir_layouts if (got := lay.locate_dir(path, namespaces))), None)
+        found = (_locate_dir(directory, dir_layouts, namespaces) or _locate_dir(path, dir_layouts, namespaces)
                  or locate(path))
         if found is None:
             if warnings is not None:

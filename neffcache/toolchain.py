@@ -17,6 +17,15 @@ from neffcache.errors import CompilerNotFound, ConfigError, ToolchainError
 from neffcache.instances import TARGETS, lookup_instance
 
 COMPILER_NAME = "neuronx-cc"
+
+
+def target_dir(target: str, lnc: int) -> str:
+    """The namespace directory neffcache adds so trn1 and trn2 NEFFs never mix."""
+    return f"{target}-lnc{lnc}"
+
+
+# Every target directory a store may hold, in the catalog's order.
+TARGET_DIRS: tuple[str, ...] = tuple(target_dir(t, n) for t in TARGETS for n in (1, 2))
 _VERSION_LINE = re.compile(r"NeuronX Compiler version\s+(?P<version>[0-9][0-9A-Za-z.+_-]*)")
 # Versions become directory names (neuronxcc-<ver>), so they may not carry separators.
 _SAFE_VERSION = re.compile(r"^[0-9][0-9A-Za-z.+_-]*$")
@@ -48,7 +57,7 @@ class Toolchain:
     @property
     def target_dir(self) -> str:
         """The namespace directory neffcache adds so trn1 and trn2 NEFFs never mix."""
-        return f"{self.target}-lnc{self.lnc}"
+        return target_dir(self.target, self.lnc)
 
     @property
     def namespace_dir(self) -> str:

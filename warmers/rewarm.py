@@ -27,12 +27,12 @@ from pathlib import Path
 
 from neffcache.entry import Entry, EntryState, Namespace
 from neffcache.errors import ConfigError, EntryNotFound
-from neffcache.instances import TARGETS, lookup_instance
+from neffcache.instances import lookup_instance
 from neffcache.keys import cache_key
 from neffcache.layouts import LAYOUTS, get_layout
 from neffcache.scan import scan
 from neffcache.stores.base import Store
-from neffcache.toolchain import Toolchain
+from neffcache.toolchain import TARGET_DIRS, Toolchain, target_dir
 
 from .children import Children
 from .compiling import CompileJob, CompilePool, record_outcome
@@ -65,9 +65,9 @@ def source_prefixes(req: RewarmRequest) -> list[str]:
     """Where the old compiler's namespaces can be: under each target directory, or at the root."""
     if req.instance:
         row = lookup_instance(req.instance)
-        tdirs = [f"{row.target}-lnc{req.lnc or row.default_lnc}"]
+        tdirs = [target_dir(row.target, req.lnc or row.default_lnc)]
     else:
-        tdirs = [f"{t}-lnc{n}" for t in TARGETS for n in (1, 2)]
+        tdirs = list(TARGET_DIRS)
     out = []
     for layout in req.layouts:
         leaf = get_layout(layout).version_dir(req.from_version)
