@@ -19,8 +19,14 @@ from neffcache.toolchain import Toolchain
 
 KEY_SCHEMA = "neffcache-key-v1"
 _KEY_RE = re.compile(r"^[0-9a-f]{64}$")
-# One path component: printable, no separators, not "." or "..", no leading dash surprises.
-_COMPONENT_RE = re.compile(r"^[A-Za-z0-9_.+=@,-]+$")
+# The characters a path component may hold: printable, no separators.
+_COMPONENT_CHARS = "A-Za-z0-9_.+=@,-"
+_COMPONENT_RE = re.compile(f"^[{_COMPONENT_CHARS}]+$")
+# Finds something in exactly the paths safe_relpath refuses or rewrites: a character outside
+# the set (control characters, backslashes, ':' of a drive letter), an empty, "." or ".."
+# component (so a leading "/" too). One regex, for hot loops over paths that are nearly
+# always canonical already.
+_NOT_CANONICAL_RE = re.compile(f"[^/{_COMPONENT_CHARS}]|(?:^|/)\\.{{0,2}}(?:/|$)")
 _CONTROL_RE = re.compile(r"[\x00-\x1f]")
 
 
@@ -75,6 +81,11 @@ def check_key(key: str) -> str:
     if not _KEY_RE.match(key):
         raise InvalidKey(key, "expected 64 lowercase hex characters")
     return key
+
+
+def is_canonical_relpath(path: str) -> bool:
+    """True when ``safe_relpath(path)`` would return ``path`` itself (cheap: one regex)."""
+    return _NOT_CANONICAL_RE.search(path) is None
 
 
 def safe_relpath(path: str) -> str:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
@@ -43,6 +42,7 @@ from neffcache.errors import (
     StoreUnavailable,
 )
 from neffcache.ingest import fetch_file, transfer
+from neffcache.keys import is_canonical_relpath
 from neffcache.layouts import get_layout
 from neffcache.layouts.base import Located
 from neffcache.manifest import Manifest, read_manifest
@@ -61,8 +61,6 @@ log = logging.getLogger(__name__)
 OnCopied = Callable[[Entry, Manifest | None], None]
 FATAL = (StoreUnavailable, AccessDenied, ReadOnlyStore, NoSpace)
 _FEW_PATHS = 256  # explicit entry lists up to this size are looked up, not listed
-# A name keys.safe_relpath refuses: a character outside its set, an empty, "." or ".." part.
-_FOREIGN_NAME_RE = re.compile(r"[^A-Za-z0-9_.+=@,/-]|(?:^|/)\.{0,2}(?:/|$)")
 
 
 def _list(store: Store, flt: EntryFilter) -> tuple[list[Entry], list[str]]:
@@ -89,7 +87,7 @@ def _without_foreign(entry: Entry) -> tuple[Entry, list[str]]:
     (the layouts name theirs within the allowed characters), so it is foreign: reported and
     left alone, while the entry itself is copied like any other.
     """
-    bad = [name for name in entry.files if _FOREIGN_NAME_RE.search(name)]
+    bad = [name for name in entry.files if not is_canonical_relpath(name)]
     if not bad:
         return entry, []
     kept = {n: f for n, f in entry.files.items() if n not in bad}
