@@ -26,6 +26,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
+
 from neffcache.errors import (
     AccessDenied,
     CompilerNotFound,
@@ -35,6 +37,7 @@ from neffcache.errors import (
     ToolchainError,
 )
 from neffcache.instances import lookup_instance
+from neffcache.jobenv import job_env
 from neffcache.layouts import LAYOUTS
 from neffcache.stores import open_store
 from neffcache.stores.base import CONTROL_DIR, Store
@@ -244,8 +247,6 @@ def check_index(req: DoctorRequest, *, client: Any = None, clock: Callable[[], f
     """The index reachable, the token's scope, and the server's clock."""
     if not req.index_url:
         return [Finding("index", Level.OK, "no index server configured: reports stay local (optional)")]
-    import httpx
-
     headers = {"Authorization": f"Bearer {req.token}"} if req.token else {}
     http = client or httpx.Client(base_url=req.index_url.rstrip("/"), timeout=5.0)
     try:
@@ -339,8 +340,6 @@ def _wanted_env(req: DoctorRequest, toolchain: Toolchain | None) -> dict[str, st
     local = [s for s in req.stores if "://" not in s or s.startswith(("file://", "fsx://"))]
     if toolchain is None or not local:
         return {}
-    from neffcache.jobenv import job_env
-
     try:
         return job_env(local[0], toolchain, tuple(LAYOUTS))[0]
     except NeffcacheError:
