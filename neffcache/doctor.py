@@ -35,6 +35,7 @@ from neffcache.errors import (
     ReadOnlyStore,
     StoreUnavailable,
     ToolchainError,
+    UnsafePath,
 )
 from neffcache.instances import lookup_instance
 from neffcache.jobenv import job_env
@@ -148,6 +149,9 @@ def check_store(url: str, req: DoctorRequest, *, clock: Callable[[], float] = ti
         return [*_probe_write(store, check, clock), *_filesystem(store, check)]
     except StoreUnavailable as exc:
         return [Finding(check, Level.PROBLEM, f"unreachable: {exc}", "check the mount, network and credentials")]
+    except UnsafePath as exc:
+        return [Finding(check, Level.PROBLEM, f"unsafe: {exc}",
+                        "remove the symlink below the store root (neffcache never follows one)")]
     finally:
         store.close()
 

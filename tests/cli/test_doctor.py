@@ -86,6 +86,17 @@ def test_a_read_only_store_is_a_problem(sim: Sim, tmp_path: Path) -> None:
     assert problem["fix"]
 
 
+def test_a_symlinked_control_directory_is_a_problem_not_a_crash(sim: Sim, tmp_path: Path) -> None:
+    store, outside = tmp_path / "store", tmp_path / "outside"
+    store.mkdir()
+    outside.mkdir()
+    (store / ".neffcache").symlink_to(outside)
+    code, report = doctor(sim, "--instance", "trn2.48xlarge", "--store", str(store))
+    assert code == 11, report
+    assert levels(report)[f"store {store}"] == "problem"
+    assert list(outside.iterdir()) == []  # the test write did not land through the link
+
+
 def test_a_cache_dir_in_neuron_cc_flags_is_a_warning(sim: Sim, tmp_path: Path) -> None:
     store = tmp_path / "store"
     store.mkdir()
