@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 
 from bench.s3_bench import BIN, BUCKET, MotoProcess
-from neffcache.ingest import build_manifest
 from neffcache.layouts import get_layout
+from neffcache.operations.ingest import build_manifest
 from neffcache.toolchain import Toolchain
 
 TC = Toolchain("2.27.5334.0+f702b353", "trn2", 2)

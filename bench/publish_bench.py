@@ -17,8 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from bench.common import Timing, make_runtime_cache, print_ratio, sh, timed
-from neffcache.ingest import transfer
-from neffcache.scan import scan
+from neffcache.operations.ingest import transfer
+from neffcache.operations.scan import scan
 from neffcache.stores.local import LocalStore
 
 

@@ -37,8 +37,8 @@ from pathlib import Path
 import boto3
 
 from bench.common import make_runtime_cache
-from neffcache.ingest import transfer
-from neffcache.scan import scan
+from neffcache.operations.ingest import transfer
+from neffcache.operations.scan import scan
 from neffcache.stores.local import LocalStore
 
 BUCKET = "neffcache-bench"

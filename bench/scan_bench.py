@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from bench.common import VERSION, print_ratio
-from neffcache.scan import scan
+from neffcache.operations.scan import scan
 from neffcache.stores.local import LocalStore
 
 
@@ -36,7 +36,7 @@ def build(root: Path, entries: int, manifests: bool = False) -> None:
         entry.mkdir()
         extra = {}
         if manifests:  # as neffcache publishes them: one neffcache.json per entry
-            from neffcache.ingest import build_manifest
+            from neffcache.operations.ingest import build_manifest
             from neffcache.toolchain import Toolchain
 
             extra = {"neffcache.json": build_manifest("neuronxcc", f"MODULE_{i}+d41d8cd9", files,

@@ -9,15 +9,15 @@ from collections import Counter
 
 import click
 
-from neffcache.config import job_toolchain, load_settings
+from neffcache.application.config import job_toolchain, load_settings
+from neffcache.application.jobenv import job_env, render_env
 from neffcache.entry import EntryState
 from neffcache.errors import EntryNotFound
-from neffcache.jobenv import job_env, render_env
 from neffcache.keys import safe_relpath
-from neffcache.scan import ScanReport, load_entry, scan
+from neffcache.operations.scan import ScanReport, load_entry, scan
+from neffcache.operations.verify import CheckStatus, VerifyReport, verify
 from neffcache.stores import open_store
 from neffcache.units import human_bytes
-from neffcache.verify import CheckStatus, VerifyReport, verify
 
 from .errors import CORRUPT, SOME_ENTRIES_FAILED, announce_index
 from .options import (

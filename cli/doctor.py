@@ -6,8 +6,8 @@ import sys
 
 import click
 
-from neffcache.config import load_settings
-from neffcache.doctor import DoctorRequest, Finding, Level, diagnose
+from neffcache.application.config import load_settings
+from neffcache.application.doctor import DoctorRequest, Finding, Level, diagnose
 
 from .errors import DOCTOR_PROBLEMS, DOCTOR_WARNINGS, OK
 from .options import endpoint_option, index_options, store_option, store_options

@@ -123,7 +123,7 @@ def announce_index(index: Index | None) -> None:
 
 def _configured_index_url() -> str | None:
     """The index a plain ``neffcache flush`` would deliver to (no flags)."""
-    from neffcache.config import load_settings
+    from neffcache.application.config import load_settings
 
     try:
         url = load_settings().index_url

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from neffcache.config import load_settings
+from neffcache.application.config import load_settings
 from neffcache.errors import ConfigError
 from neffcache.index import FlushReport, IndexClient, WaitingSpool, spool_dir_for, waiting_spools
 from neffcache.units import human_bytes

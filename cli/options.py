@@ -11,7 +11,7 @@ import click
 from neffcache.layouts import LAYOUTS
 
 if TYPE_CHECKING:
-    from neffcache.config import Settings
+    from neffcache.application.config import Settings
     from neffcache.index import Index
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -81,7 +81,7 @@ def endpoint_url(settings: Settings | None = None) -> str | None:
     if flag:
         return str(flag)
     if settings is None:
-        from neffcache.config import load_settings
+        from neffcache.application.config import load_settings
 
         settings = load_settings()
     return settings.endpoint_url

@@ -9,9 +9,10 @@ from collections.abc import Sequence
 
 import click
 
-from neffcache.config import Settings, load_settings
+from neffcache.application.config import Settings, load_settings
+from neffcache.application.warm_logs import WarmLogRun, expired_runs, remove_runs, warm_log_home
+from neffcache.coordination.history import Action, read_history
 from neffcache.errors import ConfigError
-from neffcache.history import Action, read_history
 from neffcache.index import Index
 from neffcache.prune import (
     ALL_STORES,
@@ -24,11 +25,10 @@ from neffcache.prune import (
     refusal,
     resolve_keep_compilers,
 )
-from neffcache.reconcile import ReconcilePlan, plan_reconcile
+from neffcache.replication.reconcile import ReconcilePlan, plan_reconcile
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
 from neffcache.units import human_bytes, parse_duration, parse_size
-from neffcache.warm_logs import WarmLogRun, expired_runs, remove_runs, warm_log_home
 
 from .errors import SOME_ENTRIES_FAILED, announce_index
 from .options import endpoint_option, open_settings_index, store_option, store_options

@@ -8,14 +8,14 @@ from typing import Any, TypeVar
 
 import click
 
-from neffcache.config import load_settings
+from neffcache.application.config import load_settings
 from neffcache.entry import Entry
 from neffcache.index import IndexClient, entry_record
 from neffcache.instances import TARGETS
 from neffcache.manifest import Manifest
+from neffcache.replication.sync import COPYABLE_STATES, SyncReport, sync
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
-from neffcache.sync import COPYABLE_STATES, SyncReport, sync
 from neffcache.units import human_bytes
 
 from .errors import SOME_ENTRIES_FAILED, announce_index

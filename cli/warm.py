@@ -12,11 +12,11 @@ from typing import Any, TypeVar
 
 import click
 
-from neffcache.config import Settings, job_toolchain, load_settings
+from neffcache.application.config import Settings, job_toolchain, load_settings
+from neffcache.application.warm_logs import expired_runs, remove_runs, warm_log_home
 from neffcache.toolchain import compiler_version as installed_version
 from neffcache.toolchain import find_compiler
 from neffcache.units import human_bytes
-from neffcache.warm_logs import expired_runs, remove_runs, warm_log_home
 from neffcache.warmers.children import Children, Interrupted, stop_on_signals
 from neffcache.warmers.logscan import compile_patterns
 from neffcache.warmers.matrix import Shard, build_buckets
@@ -202,7 +202,7 @@ def warm_cmd(instance: str | None, lnc: int | None, compiler_version: str | None
     toolchain = job_toolchain(settings, lnc)
     exe = find_compiler(settings.compiler)
     all_tags = {**settings.tags, **tags}
-    if log_dir is None:  # the runs' logs under the cache home are kept warm_log_days (neffcache.warm_logs)
+    if log_dir is None:  # the runs' logs under the cache home are kept warm_log_days (neffcache.application.warm_logs)
         remove_runs(expired_runs(warm_log_home(), settings.warm_log_days))
     logs = log_dir or warm_log_home() / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     request = WarmRequest(command=command, instance=settings.instance or "", toolchain=toolchain, compiler=exe,

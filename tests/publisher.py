@@ -9,11 +9,11 @@ import sys
 import time
 from pathlib import Path
 
-from neffcache.cache import NeffCache
-from neffcache.ingest import build_manifest
+from neffcache.coordination.lease import acquire
 from neffcache.layouts import get_layout
-from neffcache.lease import acquire
-from neffcache.publish import publish
+from neffcache.operations.cache import NeffCache
+from neffcache.operations.ingest import build_manifest
+from neffcache.operations.publish import publish
 from neffcache.stores import open_store
 from neffcache.toolchain import Toolchain
 

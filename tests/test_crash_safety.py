@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from neffcache.coordination.lease import LeaseRecord, acquire, lease_path, read_lease, try_acquire
 from neffcache.entry import EntryState
-from neffcache.lease import LeaseRecord, acquire, lease_path, read_lease, try_acquire
-from neffcache.scan import scan
+from neffcache.operations.scan import scan
+from neffcache.operations.verify import CheckStatus, check_entry
 from neffcache.stores.local import LocalStore
-from neffcache.verify import CheckStatus, check_entry
 
 REPO = Path(__file__).resolve().parents[1]
 

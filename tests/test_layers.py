@@ -45,19 +45,16 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # (events, catalog records, the spool). Each module is the single home of its file names
     # and formats. The index is a reporter the operations above call (verify, sync, prune), so
     # it sits below them and imports none of them.
-    ("coordination", ("neffcache.lease", "neffcache.write_leases", "neffcache.stamps", "neffcache.history",
-                      "neffcache.index.*")),
+    ("coordination", ("neffcache.coordination.*", "neffcache.index.*")),
     # Operations on one store: scanning it, publishing an entry, copying entries in (ingest),
     # verifying digests, NeffCache.get/put.
-    ("one-store operations", ("neffcache.scan", "neffcache.publish", "neffcache.ingest", "neffcache.verify",
-                              "neffcache.cache")),
+    ("one-store operations", ("neffcache.operations.*",)),
     # Operations between stores (or a store and the index): push/pull, tier chains,
     # reconciling the index with a store, and prune (its own order: tests/test_prune_package.py).
-    ("between-store operations", ("neffcache.sync", "neffcache.sync_report", "neffcache.tiers", "neffcache.reconcile",
-                                  "neffcache.prune.*")),
+    ("between-store operations", ("neffcache.replication.*", "neffcache.prune.*")),
     # What the CLI and the warmers start from: user settings, the job environment a runtime is
     # pointed at, the doctor's checks, the warm logs kept on disk.
-    ("application", ("neffcache.config", "neffcache.jobenv", "neffcache.doctor", "neffcache.warm_logs")),
+    ("application", ("neffcache.application.*",)),
 )
 
 BESIDE_LIBRARY = ("neffcache.testing", "neffcache.cli", "neffcache.server", "neffcache.warmers")
@@ -262,7 +259,8 @@ def test_there_is_no_import_cycle() -> None:
     ("from .. import errors\n", "neffcache.errors"),
     ("from . import base\n", "neffcache.stores.base"),
     ("def f():\n    import neffcache.layouts.base\n", "neffcache.layouts.base"),
-    ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from neffcache.scan import Scan\n", "neffcache.scan"),
+    ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from neffcache.operations.scan import Scan\n",
+     "neffcache.operations.scan"),
     ("from neffcache.stores import base, local\n", "neffcache.stores.local"),
 ])
 def test_the_walker_resolves_every_import_form(source: str, expected: str) -> None:

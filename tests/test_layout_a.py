@@ -24,7 +24,7 @@ from neffcache.layouts.flags import (
     user_flags,
 )
 from neffcache.layouts.neuronxcc import NeuronxccLayout
-from neffcache.scan import scan
+from neffcache.operations.scan import scan
 from neffcache.stores.local import LocalStore
 
 _LAYOUT = get_layout("neuronxcc")

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from neffcache.entry import EntryState
 from neffcache.layouts import LogLine, get_layout
+from neffcache.operations.scan import scan
 from neffcache.prune import PrunePolicy, execute_plan, plan_prune
-from neffcache.scan import scan
 from neffcache.stores.local import LocalStore
 from neffcache.toolchain import Toolchain
 from tests.native_caches import VERSION, all_files, native_key, write_native_neff, write_native_temp

@@ -8,17 +8,17 @@ from pathlib import Path
 
 import pytest
 
+from neffcache.application.jobenv import job_env
 from neffcache.entry import EntryState
-from neffcache.jobenv import job_env
 from neffcache.layouts import get_layout
+from neffcache.operations.scan import scan
+from neffcache.operations.verify import CheckStatus, verify
 from neffcache.prune import PrunePolicy, execute_plan, plan_prune
-from neffcache.scan import scan
+from neffcache.replication.sync import sync
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
 from neffcache.stores.local import LocalStore
-from neffcache.sync import sync
 from neffcache.toolchain import Toolchain
-from neffcache.verify import CheckStatus, verify
 from tests.native_caches import VERSION, all_files, write_vllm_entry
 from tests.stores.conftest import BUCKET, aws_env, moto_server, s3_endpoint
 

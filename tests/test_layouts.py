@@ -8,7 +8,7 @@ from pathlib import Path
 from neffcache.entry import EntryState
 from neffcache.layouts import get_layout, locate
 from neffcache.layouts.torchneuron import shard
-from neffcache.scan import scan
+from neffcache.operations.scan import scan
 from neffcache.stores.local import LocalStore
 from neffcache.toolchain import Toolchain
 from tests.runtime_caches import VERSION, module_name, write_neuronxcc_entry
@@ -55,7 +55,7 @@ def test_corrupt_states(tmp_path: Path) -> None:
 
 
 def test_manifest_mismatch_is_corrupt(tmp_path: Path) -> None:
-    from neffcache.cache import NeffCache
+    from neffcache.operations.cache import NeffCache
 
     tc = Toolchain("2.27.5334.0+f702b353", "trn1", 1)
     store = LocalStore(tmp_path / "b")

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from neffcache.scan import ScanReport, scan
+from neffcache.operations.scan import ScanReport, scan
+from neffcache.replication.sync import pull, push
 from neffcache.stores import open_store
 from neffcache.stores.base import CONTROL_DIR, Store
 from neffcache.stores.local import LocalStore
-from neffcache.sync import pull, push
 from tests.runtime_caches import (
     ERA_JSON,
     ERA_TARGET,

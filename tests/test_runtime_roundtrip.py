@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import re
 
+from neffcache.application.jobenv import job_env
 from neffcache.entry import EntryState
-from neffcache.ingest import transfer
-from neffcache.jobenv import job_env
-from neffcache.scan import scan
+from neffcache.operations.ingest import transfer
+from neffcache.operations.scan import scan
+from neffcache.operations.verify import CheckStatus, verify
 from neffcache.stores.local import LocalStore
 from neffcache.toolchain import Toolchain, compiler_version
-from neffcache.verify import CheckStatus, verify
 from tests.simulation import Sim
 
 HIT = re.compile(r"Using a cached neff at |\[NEFF_CACHE\] Cache HIT")

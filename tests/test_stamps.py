@@ -3,7 +3,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from neffcache.stamps import last_used, record_use
+from neffcache.coordination.stamps import last_used, record_use
 from neffcache.stores.local import LocalStore
 
 

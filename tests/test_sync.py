@@ -10,21 +10,21 @@ import pytest
 from click.testing import CliRunner
 
 from neffcache.cli.main import cli
+from neffcache.coordination.lease import Lease, try_acquire
+from neffcache.coordination.write_leases import publish_lease_name
 from neffcache.entry import EntryState
 from neffcache.errors import ConfigError
-from neffcache.ingest import build_manifest
 from neffcache.layouts import get_layout
-from neffcache.lease import Lease, try_acquire
-from neffcache.publish import publish
-from neffcache.scan import scan
+from neffcache.operations.ingest import build_manifest
+from neffcache.operations.publish import publish
+from neffcache.operations.scan import scan
+from neffcache.operations.verify import CheckStatus, verify
+from neffcache.replication.sync import SyncReport, pull, push, sync
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
 from neffcache.stores.local import LocalStore
-from neffcache.sync import SyncReport, pull, push, sync
 from neffcache.testing.store_contract import TC, publish_a
 from neffcache.toolchain import Toolchain
-from neffcache.verify import CheckStatus, verify
-from neffcache.write_leases import publish_lease_name
 from tests.runtime_caches import write_neuronxcc_entry
 
 TRN1 = Toolchain("2.27.5334.0+f702b353", "trn1", 1)

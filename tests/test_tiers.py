@@ -9,17 +9,17 @@ from pathlib import Path
 import pytest
 
 from neffcache.entry import EntryState
-from neffcache.ingest import build_manifest
 from neffcache.layouts import get_layout
-from neffcache.publish import PublishStatus
-from neffcache.scan import load_entry, scan
+from neffcache.operations.ingest import build_manifest
+from neffcache.operations.publish import PublishStatus
+from neffcache.operations.scan import load_entry, scan
+from neffcache.operations.verify import CheckStatus, verify
+from neffcache.replication.tiers import Tier, Tiers
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
 from neffcache.stores.fsspec_store import FsspecStore
 from neffcache.stores.local import LocalStore
 from neffcache.testing.store_contract import TC, publish_a
-from neffcache.tiers import Tier, Tiers
-from neffcache.verify import CheckStatus, verify
 
 
 @pytest.fixture

@@ -32,13 +32,13 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from neffcache.coordination.lease import Lease, try_acquire
 from neffcache.entry import EntryState, Namespace
 from neffcache.errors import EntryNotFound
-from neffcache.ingest import build_manifest
 from neffcache.layouts import get_layout, locate
-from neffcache.lease import Lease, try_acquire
-from neffcache.publish import publish
-from neffcache.scan import load_entry
+from neffcache.operations.ingest import build_manifest
+from neffcache.operations.publish import publish
+from neffcache.operations.scan import load_entry
 from neffcache.stores.base import Source, Store
 from neffcache.toolchain import Toolchain
 

@@ -1,4 +1,4 @@
-"""Where a warm-up reads, writes, coordinates and reports, on top of :class:`~neffcache.tiers.Tiers`.
+"""Where a warm-up reads, writes, coordinates and reports, on top of :class:`~neffcache.replication.tiers.Tiers`.
 
 - the **work store**: the first tier, a local path (NVMe, FSx). The runtimes need a directory,
   so the workloads read and write here; when the first tier is remote, a local cache under
@@ -18,19 +18,19 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from neffcache.config import default_cache_home
+from neffcache.application.config import default_cache_home
+from neffcache.coordination.stamps import record_use
 from neffcache.entry import Entry, EntryState, Namespace
 from neffcache.errors import ConfigError, StoreError
 from neffcache.index import Index, open_index
 from neffcache.index.records import EventKind, entry_record
-from neffcache.ingest import build_manifest, read_flags, transferable_names
 from neffcache.layouts import get_layout
 from neffcache.manifest import Manifest
-from neffcache.publish import PublishStatus
-from neffcache.scan import load_entry
-from neffcache.stamps import record_use
+from neffcache.operations.ingest import build_manifest, read_flags, transferable_names
+from neffcache.operations.publish import PublishStatus
+from neffcache.operations.scan import load_entry
+from neffcache.replication.tiers import Tiers
 from neffcache.stores.base import Source, Store
-from neffcache.tiers import Tiers
 from neffcache.toolchain import Toolchain
 
 log = logging.getLogger(__name__)

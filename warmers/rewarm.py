@@ -30,7 +30,7 @@ from neffcache.errors import ConfigError, EntryNotFound
 from neffcache.instances import lookup_instance
 from neffcache.keys import cache_key
 from neffcache.layouts import LAYOUTS, get_layout
-from neffcache.scan import scan
+from neffcache.operations.scan import scan
 from neffcache.stores.base import Store
 from neffcache.toolchain import TARGET_DIRS, Toolchain, target_dir
 

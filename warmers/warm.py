@@ -30,11 +30,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from neffcache.application.jobenv import job_env
 from neffcache.entry import EntryState, Namespace
-from neffcache.ingest import read_flags
-from neffcache.jobenv import job_env
 from neffcache.layouts import LAYOUTS, get_layout
-from neffcache.scan import load_entry, scan
+from neffcache.operations.ingest import read_flags
+from neffcache.operations.scan import load_entry, scan
 from neffcache.toolchain import Toolchain
 
 from .children import Children, wait_all

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from neffcache.entry import EntryState, Namespace
 from neffcache.layouts import get_layout, locate
-from neffcache.scan import load_entry, scan
+from neffcache.operations.scan import load_entry, scan
 from neffcache.stores.base import Store
 
 from .children import Children, exit_status

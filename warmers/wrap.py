@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import IO, Any
 
+from neffcache.application.jobenv import job_env
 from neffcache.entry import Namespace
-from neffcache.jobenv import job_env
 from neffcache.layouts import LAYOUTS
 from neffcache.toolchain import Toolchain
 

@@ -7,9 +7,9 @@ again and compare them with what the plan saw (anything republished, written to 
 since is skipped), and re-read its last-use stamp for age and size reasons. Publishers are
 excluded by each entry's publish lease, or — on a store only this host writes
 (``Store.single_writer``) — by the lease of the chunk's prune group
-(:func:`neffcache.write_leases.prune_group_lease`, which publishers
+(:func:`neffcache.coordination.write_leases.prune_group_lease`, which publishers
 check after taking their own), taken once per chunk, and each entry's publish lease only
-looked for: a live one skips the entry, a stale one is taken over (neffcache/lease.py's takeover).
+looked for: a live one skips the entry, a stale one is taken over (neffcache/coordination/lease.py's takeover).
 Then the chunk's journal is written (``.neffcache/prune/<plan>-<n>.json``: the files about to
 go), and the files are removed in phases across the chunk — see :func:`delete_order` — so at
 every instant each entry reads either as it was or as absent (uncommitted), never as a
@@ -26,16 +26,16 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
+from neffcache.coordination.history import ActionItem
+from neffcache.coordination.history import record as record_action
+from neffcache.coordination.lease import held
+from neffcache.coordination.write_leases import prune_group_lease
 from neffcache.errors import ConfigError, IndexServerError
-from neffcache.history import ActionItem
-from neffcache.history import record as record_action
-from neffcache.lease import held
 from neffcache.prune.candidates import index_usage
 from neffcache.prune.guard import refusal
 from neffcache.prune.model import ItemKind, PruneItem, PrunePlan, PruneResult, Reason, ago
 from neffcache.prune.run import StoreRun
 from neffcache.stores.base import Store
-from neffcache.write_leases import prune_group_lease
 
 if TYPE_CHECKING:
     from neffcache.index import Index
@@ -74,7 +74,7 @@ def execute_plan(plan: PrunePlan, stores: Mapping[str, Store] | Iterable[Store],
 
     A plan that trips the guard rails (``plan.guards``) raises RefusedPlan and changes nothing
     unless ``force``. What each store's run removed is recorded in its action journal
-    (:mod:`neffcache.history`; ``command`` defaults to this process's command line), also
+    (:mod:`neffcache.coordination.history`; ``command`` defaults to this process's command line), also
     when interrupted.
     """
     if plan.guards and not force:

@@ -26,11 +26,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from neffcache.coordination.write_leases import publish_lease_name
 from neffcache.entry import Entry, EntryState, FileInfo
 from neffcache.errors import ConfigError, CorruptEntry, EntryNotFound, IndexServerError
 from neffcache.layouts import LAYOUTS
 from neffcache.layouts.base import DEFAULT_LAYOUT
 from neffcache.manifest import read_manifest
+from neffcache.operations.scan import ScanReport, scan
 from neffcache.prune.candidates import Candidate, created_time, entry_item, index_usage, prefetched
 from neffcache.prune.guard import check_keep_filters, guard_plan
 from neffcache.prune.model import ALL_STORES, Basis, Foreign, ItemKind, Kept, PruneItem, PrunePlan, PrunePolicy, Reason
@@ -46,10 +48,8 @@ from neffcache.prune.sweep import (
     sweep_locks,
     sweep_retention,
 )
-from neffcache.scan import ScanReport, scan
 from neffcache.stores.base import Store
 from neffcache.toolchain import Toolchain, compiler_version
-from neffcache.write_leases import publish_lease_name
 
 if TYPE_CHECKING:
     from neffcache.index import Index

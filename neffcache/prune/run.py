@@ -15,16 +15,16 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from neffcache.coordination.lease import Lease, LeaseRecord, lease_path, try_acquire
+from neffcache.coordination.stamps import stamp_path
+from neffcache.coordination.write_leases import PUBLISH_LEASE_TTL, prune_group_lease, publish_lease_name
 from neffcache.entry import Entry, EntryState, FileInfo
 from neffcache.errors import EntryNotFound, InvalidKey, ReadOnlyStore, StoreUnavailable
-from neffcache.lease import Lease, LeaseRecord, lease_path, try_acquire
+from neffcache.operations.scan import load_entry
 from neffcache.prune.model import ItemKind, Kept, PruneItem, PrunePlan, Reason, ago
 from neffcache.prune.remove import JOURNAL_DIR, delete_order
 from neffcache.prune.sweep import LockJudge, lease_stale
-from neffcache.scan import load_entry
-from neffcache.stamps import stamp_path
 from neffcache.stores.base import IncompleteUpload, Store
-from neffcache.write_leases import PUBLISH_LEASE_TTL, prune_group_lease, publish_lease_name
 
 if TYPE_CHECKING:
     from neffcache.index import Index
@@ -276,7 +276,7 @@ class StoreRun:
         return None
 
     def _lease(self, item: PruneItem) -> str | None:
-        # The takeover protocol of neffcache.lease: whoever creates the tombstone for this
+        # The takeover protocol of neffcache.coordination.lease: whoever creates the tombstone for this
         # token owns the stale lease; a host taking it over at this instant loses to us or wins.
         tombstone = f"{item.path}.taken-{item.token}"
         if not self.store.put_file(tombstone, b"", exclusive=True):

@@ -3,7 +3,7 @@
 The rules, and why they are sound:
 
 - **Lease files** (``.neffcache/leases/``) are stale when past their expiry or when their
-  holder ran on this host and its pid is gone — the same test :func:`neffcache.lease.try_acquire`
+  holder ran on this host and its pid is gone — the same test :func:`neffcache.coordination.lease.try_acquire`
   uses to take one over. Removal goes through the lease's takeover tombstone, so a host taking
   the lease over at the same instant and prune never both act on it.
 - **Runtime compile locks** (the lock files a layout names in an entry, :meth:`Layout.locks_of`;
@@ -37,17 +37,17 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from neffcache.coordination.history import HISTORY_DAYS, expired_records
+from neffcache.coordination.lease import LEASE_DIR, LeaseRecord
+from neffcache.coordination.stamps import STAMP_DIR
+from neffcache.coordination.write_leases import publish_lease_name
 from neffcache.entry import Entry, FileInfo
 from neffcache.errors import EntryNotFound
-from neffcache.history import HISTORY_DAYS, expired_records
 from neffcache.layouts import get_layout
-from neffcache.lease import LEASE_DIR, LeaseRecord
+from neffcache.operations.scan import ScanReport
+from neffcache.operations.verify import QUARANTINE_DIR
 from neffcache.prune.model import ItemKind, Kept, PruneItem, PrunePolicy, Reason, ago
-from neffcache.scan import ScanReport
-from neffcache.stamps import STAMP_DIR
 from neffcache.stores.base import CONTROL_DIR, TEMP_MARKER, Store
-from neffcache.verify import QUARANTINE_DIR
-from neffcache.write_leases import publish_lease_name
 
 STAGING_DIR = f"{CONTROL_DIR}/staging"
 
@@ -256,7 +256,7 @@ def sweep_retention(store: Store, now: float, policy: PrunePolicy) -> list[Prune
 
 
 def stamp_files(store: Store) -> dict[str, FileInfo]:
-    """Entry path -> its last-use stamp file, from one listing (as :func:`neffcache.stamps.last_used`)."""
+    """Entry path -> its last-use stamp file, from one listing (as :func:`neffcache.coordination.stamps.last_used`)."""
     out = {}
     for info in store.iter_files(STAMP_DIR):
         if info.path.endswith(_STAMP_SUFFIX):

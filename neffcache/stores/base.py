@@ -34,7 +34,7 @@ nothing outside ``stores/`` asks which class a store is (tests/test_store_interf
   (a runtime can be pointed at it; ``/proc/locks`` sees locks on its files), else None.
 - ``single_writer`` says only this host writes the store (a local, unshared directory): a name
   another process created a moment ago is then never hidden by a stale cache, which prune's
-  group leases rely on (:func:`neffcache.write_leases.prune_group_lease`).
+  group leases rely on (:func:`neffcache.coordination.write_leases.prune_group_lease`).
 - ``created`` says whether opening the store made it (a typo'd path; push and pull say so).
 """
 

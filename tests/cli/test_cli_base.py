@@ -11,8 +11,8 @@ import click
 import pytest
 from click.testing import CliRunner
 
+from neffcache.application.config import load_settings
 from neffcache.cli.main import cli
-from neffcache.config import load_settings
 from neffcache.errors import ConfigError
 from neffcache.testing.store_contract import publish_a
 from tests.runtime_caches import write_neuronxcc_entry

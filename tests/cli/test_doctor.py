@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from neffcache.doctor import Level, _skew_finding
+from neffcache.application.doctor import Level, _skew_finding
 from tests.server.conftest import ServerProcess, Tokens, free_port
 from tests.simulation import Sim, make_sim
 from tests.stores.conftest import aws_env, moto_server, s3_endpoint  # noqa: F401 - fixtures

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from neffcache.coordination.lease import acquire
 from neffcache.errors import readable_expiry
-from neffcache.lease import acquire
 from neffcache.prune import PRUNE_LEASE
 from neffcache.stores.local import LocalStore
 from neffcache.testing.store_contract import publish_a

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from neffcache import config as library_config
+from neffcache.application import config as library_config
 from neffcache.server.config import Settings as ServerSettings
 
 SERVER_PREFIX = "NEFFCACHE_SERVER_"

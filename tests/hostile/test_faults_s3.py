@@ -9,11 +9,11 @@ from pathlib import Path
 import boto3
 import pytest
 
-from neffcache.scan import scan
+from neffcache.operations.scan import scan
+from neffcache.operations.verify import verify
+from neffcache.replication.sync import pull
 from neffcache.stores.local import LocalStore
 from neffcache.stores.s3 import S3Store
-from neffcache.sync import pull
-from neffcache.verify import verify
 from tests.hostile.trees import BAD, GOOD, build_tree, json_of, neffcache
 from tests.stores.conftest import BUCKET, aws_env, moto_server, s3_endpoint  # noqa: F401 - fixtures
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from neffcache.lease import Lease, LeaseRecord, lease_path, read_lease, try_acquire
+from neffcache.coordination.lease import Lease, LeaseRecord, lease_path, read_lease, try_acquire
 from neffcache.prune import PrunePolicy, execute_plan, plan_prune
 from neffcache.stores.base import Store
 from neffcache.stores.local import LocalStore

@@ -13,10 +13,10 @@ import pytest
 
 from neffcache.errors import CorruptEntry
 from neffcache.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, Manifest, json_depth
-from neffcache.scan import load_entry, scan
+from neffcache.operations.scan import load_entry, scan
+from neffcache.operations.verify import verify
 from neffcache.stores.local import LocalStore
 from neffcache.testing.store_contract import publish_a
-from neffcache.verify import verify
 
 GOOD: dict[str, Any] = {
     "schema": 1, "layout": "neuronxcc", "key": "MODULE_1+abb26765",
@@ -129,9 +129,9 @@ def test_a_manifest_must_cover_the_payload(tmp_path: Path) -> None:
 
 def test_publish_records_the_marker_it_writes_itself(tmp_path: Path) -> None:
     """Writers that leave the 0-byte marker to publish (the warmers) still get it covered."""
-    from neffcache.ingest import build_manifest
     from neffcache.layouts import get_layout
-    from neffcache.publish import publish
+    from neffcache.operations.ingest import build_manifest
+    from neffcache.operations.publish import publish
     from neffcache.testing.store_contract import TC
 
     store = LocalStore(tmp_path / "c")

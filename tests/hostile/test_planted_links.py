@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from neffcache.ingest import build_manifest
 from neffcache.layouts import get_layout
-from neffcache.publish import publish
+from neffcache.operations.ingest import build_manifest
+from neffcache.operations.publish import publish
 from neffcache.stores.local import LocalStore
 from neffcache.testing.store_contract import TC, publish_a
 from neffcache.toolchain import Toolchain

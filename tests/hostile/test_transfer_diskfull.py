@@ -20,9 +20,9 @@ from pathlib import Path
 import boto3
 import pytest
 
+from neffcache.replication.sync import push
 from neffcache.stores.local import LocalStore
 from neffcache.stores.s3 import S3Store
-from neffcache.sync import push
 from neffcache.testing.store_contract import publish_a
 from tests.stores.conftest import BUCKET, aws_env, moto_server, s3_endpoint  # noqa: F401 - fixtures
 
@@ -95,7 +95,7 @@ TIERS_SCRIPT = """
 import json, sys
 from neffcache.stores import open_store
 from neffcache.stores.local import LocalStore
-from neffcache.tiers import Tiers
+from neffcache.replication.tiers import Tiers
 full, remote, endpoint, path = sys.argv[1:]
 options = {"endpoint_url": endpoint} if remote.startswith("s3://") else {}
 chain = Tiers([LocalStore(full), open_store(remote, **options)], quarantine_remote=True)

@@ -20,10 +20,10 @@ from pathlib import Path
 import boto3
 import pytest
 
-from neffcache.scan import load_entry
+from neffcache.operations.scan import load_entry
+from neffcache.replication.sync import SyncReport, pull, push
 from neffcache.stores.local import LocalStore
 from neffcache.stores.s3 import S3Store
-from neffcache.sync import SyncReport, pull, push
 from neffcache.testing.store_contract import publish_a
 from tests.stores.conftest import BUCKET, aws_env, moto_server, s3_endpoint  # noqa: F401 - fixtures
 from tests.stores.faultproxy import FaultProxy

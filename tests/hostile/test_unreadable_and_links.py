@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from neffcache.entry import EntryState
-from neffcache.scan import scan
+from neffcache.operations.scan import scan
 from neffcache.stores.local import LocalStore
 from neffcache.testing.store_contract import publish_a
 

@@ -7,12 +7,12 @@ import json
 import os
 import time
 
-from neffcache.cache import NeffCache
-from neffcache.ingest import build_manifest
 from neffcache.layouts import get_layout
 from neffcache.layouts.torchneuron import shard
 from neffcache.manifest import Manifest
-from neffcache.publish import PublishStatus, publish
+from neffcache.operations.cache import NeffCache
+from neffcache.operations.ingest import build_manifest
+from neffcache.operations.publish import PublishStatus, publish
 from neffcache.stores.base import Store
 from neffcache.stores.local import LocalStore
 from neffcache.toolchain import Toolchain

@@ -8,10 +8,10 @@ import os
 import sys
 from pathlib import Path
 
-from neffcache.ingest import build_manifest
 from neffcache.layouts import get_layout
+from neffcache.operations.ingest import build_manifest
+from neffcache.operations.publish import PublishStatus, publish
 from neffcache.prune import PrunePolicy, execute_plan, plan_prune
-from neffcache.publish import PublishStatus, publish
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
 from tests.lifecycle.helpers import TC_NEW

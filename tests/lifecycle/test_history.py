@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from neffcache.history import HISTORY_DIR, MAX_ITEMS, ActionItem, read_history, record
+from neffcache.application.warm_logs import expired_runs
+from neffcache.coordination.history import HISTORY_DIR, MAX_ITEMS, ActionItem, read_history, record
+from neffcache.operations.scan import load_entry, scan
+from neffcache.operations.verify import QUARANTINE_DIR, quarantine
 from neffcache.prune import PrunePolicy, Reason, execute_plan, plan_prune
-from neffcache.scan import load_entry, scan
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
-from neffcache.verify import QUARANTINE_DIR, quarantine
-from neffcache.warm_logs import expired_runs
 from tests.lifecycle.helpers import NEW, TC_NEW, TC_OLD, future, published_a
 from tests.lifecycle.test_cli import run_cli
 

@@ -7,13 +7,13 @@ import time
 import boto3
 import pytest
 
+from neffcache.coordination.lease import LeaseRecord, lease_path, read_lease
+from neffcache.coordination.stamps import record_use, stamp_path
 from neffcache.entry import EntryState
-from neffcache.lease import LeaseRecord, lease_path, read_lease
+from neffcache.operations.scan import load_entry, scan
+from neffcache.operations.verify import CheckStatus, verify
 from neffcache.prune import ItemKind, PrunePolicy, Reason, execute_plan, plan_prune
-from neffcache.scan import load_entry, scan
-from neffcache.stamps import record_use, stamp_path
 from neffcache.stores.base import Store
-from neffcache.verify import CheckStatus, verify
 from tests.lifecycle.helpers import (
     LEGACY,
     NEW,

@@ -11,13 +11,13 @@ import pytest
 from click.testing import CliRunner
 
 from neffcache.cli.main import cli
-from neffcache.lease import LeaseRecord, acquire, lease_path
+from neffcache.coordination.lease import LeaseRecord, acquire, lease_path
+from neffcache.coordination.stamps import record_use
+from neffcache.coordination.write_leases import publish_lease_name
+from neffcache.operations.scan import load_entry, scan
+from neffcache.operations.verify import CheckStatus, check_entry
 from neffcache.prune import JOURNAL_DIR, ItemKind, PrunePolicy, Reason, execute_plan, plan_prune
-from neffcache.scan import load_entry, scan
-from neffcache.stamps import record_use
 from neffcache.stores.base import Store
-from neffcache.verify import CheckStatus, check_entry
-from neffcache.write_leases import publish_lease_name
 from tests.lifecycle.helpers import (
     NEW,
     OLD,
@@ -150,9 +150,9 @@ def test_plan_json_and_totals(tmp_path: Path) -> None:
 def test_prune_group_lease_excludes_publishers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """On a store one host writes, a prune holds its chunk's group lease instead of each entry's
     publish lease: a publisher of an entry in that group waits for it (and gives up as BUSY)."""
-    from neffcache import publish as publishing
-    from neffcache import write_leases
+    from neffcache.coordination import write_leases
     from neffcache.layouts import get_layout
+    from neffcache.operations import publish as publishing
     from neffcache.stores.local import LocalStore
     from tests.lifecycle.procs import publish_key
 

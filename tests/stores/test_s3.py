@@ -11,10 +11,10 @@ import boto3
 import pytest
 
 from neffcache.errors import AccessDenied, EntryNotFound, InvalidURL, StoreUnavailable
-from neffcache.scan import scan
+from neffcache.operations.scan import scan
+from neffcache.replication.sync import push
 from neffcache.stores import open_store, s3, s3_list
 from neffcache.stores.s3 import S3Store
-from neffcache.sync import push
 from neffcache.testing.store_contract import publish_a
 from tests.stores.conftest import BUCKET
 from tests.stores.faultproxy import FaultProxy

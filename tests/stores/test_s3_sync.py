@@ -16,12 +16,12 @@ import boto3
 import pytest
 
 from neffcache.entry import EntryState
-from neffcache.scan import scan
+from neffcache.operations.scan import scan
+from neffcache.operations.verify import CheckStatus, verify
+from neffcache.replication.sync import pull, push
 from neffcache.stores.local import LocalStore
 from neffcache.stores.s3 import S3Store
-from neffcache.sync import pull, push
 from neffcache.testing.store_contract import publish_a
-from neffcache.verify import CheckStatus, verify
 from tests.runtime_caches import write_neuronxcc_entry
 from tests.stores.conftest import BUCKET
 from tests.stores.faultproxy import FaultProxy

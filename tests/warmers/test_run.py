@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from neffcache.stamps import last_used
+from neffcache.coordination.stamps import last_used
 from neffcache.stores import open_store
 from tests.warmers.conftest import INSTANCE, WORKLOAD, Cli, Index, healthy
 

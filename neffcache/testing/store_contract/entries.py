@@ -7,18 +7,18 @@ from pathlib import Path
 
 import pytest
 
-from neffcache.cache import NeffCache
 from neffcache.entry import EntryState
 from neffcache.errors import CorruptEntry
-from neffcache.ingest import build_manifest, transfer
 from neffcache.layouts import get_layout
-from neffcache.publish import PublishStatus, publish
-from neffcache.scan import load_entry, scan
+from neffcache.operations.cache import NeffCache
+from neffcache.operations.ingest import build_manifest, transfer
+from neffcache.operations.publish import PublishStatus, publish
+from neffcache.operations.scan import load_entry, scan
+from neffcache.operations.verify import CheckStatus, verify
 from neffcache.stores.base import Store
 from neffcache.stores.local import LocalStore
 from neffcache.testing.store_contract.sample import LAYOUT_A, TC, publish_a
 from neffcache.toolchain import Toolchain
-from neffcache.verify import CheckStatus, verify
 
 
 class EntryContract:

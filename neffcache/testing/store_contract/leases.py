@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from neffcache.lease import LeaseRecord, acquire, read_lease, try_acquire
+from neffcache.coordination.lease import LeaseRecord, acquire, read_lease, try_acquire
 from neffcache.stores.base import Store
 
 

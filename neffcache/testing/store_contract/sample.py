@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 
-from neffcache.ingest import build_manifest
 from neffcache.layouts import get_layout
-from neffcache.publish import publish
+from neffcache.operations.ingest import build_manifest
+from neffcache.operations.publish import publish
 from neffcache.stores.base import Store
 from neffcache.toolchain import Toolchain
 

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from neffcache.config import default_cache_home
+from neffcache.application.config import default_cache_home
 
 log = logging.getLogger(__name__)
 RUN_NAME = re.compile(r"^[0-9]{8}-[0-9]{6}-[0-9]+$")

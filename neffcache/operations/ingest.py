@@ -18,7 +18,7 @@ from neffcache.entry import Entry, EntryState
 from neffcache.errors import CorruptEntry, EntryNotFound, NoSpace, SourceChanged
 from neffcache.layouts import get_layout
 from neffcache.manifest import FileDigest, Manifest, sha256_bytes, sha256_file, sha256_stream
-from neffcache.publish import PublishResult, publish
+from neffcache.operations.publish import PublishResult, publish
 from neffcache.stores.base import Source, Store
 from neffcache.stores.hashed_io import is_no_space
 from neffcache.toolchain import Toolchain

@@ -27,7 +27,7 @@ from neffcache.entry import Entry
 from neffcache.errors import ConfigError, CorruptEntry, EntryNotFound, NeffcacheError
 from neffcache.index.records import EntryRecord, entry_record
 from neffcache.manifest import Manifest, read_manifest
-from neffcache.scan import scan
+from neffcache.operations.scan import scan
 from neffcache.stores.base import Store
 
 FIXES = ("both", "forget", "register")

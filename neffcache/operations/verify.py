@@ -2,7 +2,7 @@
 
 A quarantined entry is moved under ``.neffcache/quarantine/<UTC time>Z/`` with its commit
 marker first, so no reader can be served a NEFF whose bytes do not match what was published.
-Every quarantine is recorded in the store's action journal (:mod:`neffcache.history`), and
+Every quarantine is recorded in the store's action journal (:mod:`neffcache.coordination.history`), and
 quarantined files stay ``quarantine_days`` (``prune --garbage`` removes them after that).
 """
 
@@ -17,16 +17,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from neffcache.coordination.history import ActionItem
+from neffcache.coordination.history import record as record_action
+from neffcache.coordination.lease import read_lease
+from neffcache.coordination.write_leases import publish_lease_name
 from neffcache.entry import Entry, EntryState
 from neffcache.errors import EntryNotFound, InvalidKey, StoreUnavailable
-from neffcache.history import ActionItem
-from neffcache.history import record as record_action
 from neffcache.index import Index
-from neffcache.ingest import digest_of
-from neffcache.lease import read_lease
-from neffcache.scan import scan
+from neffcache.operations.ingest import digest_of
+from neffcache.operations.scan import scan
 from neffcache.stores.base import CONTROL_DIR, Store
-from neffcache.write_leases import publish_lease_name
 
 log = logging.getLogger(__name__)
 QUARANTINE_DIR = f"{CONTROL_DIR}/quarantine"

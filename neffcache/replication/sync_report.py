@@ -1,6 +1,6 @@
 """What a sync copies and what it reports: the entry filter, the outcomes, the report.
 
-:func:`neffcache.sync.sync` decides per source entry (filtered out, skipped, copied, failed)
+:func:`neffcache.replication.sync.sync` decides per source entry (filtered out, skipped, copied, failed)
 and copies on worker threads; the outcomes are collected in a :class:`Tally` under a lock and
 returned as one frozen :class:`SyncReport`, which the CLI renders and ``--json`` prints. Kept
 apart from the copying so the report's shape can be read (and rendered) without the machinery.

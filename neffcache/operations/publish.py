@@ -4,7 +4,7 @@ The order is what makes it safe to ``kill -9`` at any instant:
 
 1. take the entry's publish lease (so two publishers never interleave their files), then, on
    a store only this host writes, wait while a prune holds the entry's prune group (see
-   :mod:`neffcache.write_leases`);
+   :mod:`neffcache.coordination.write_leases`);
 2. write the manifest (``neffcache.json``: every file's sha256 and size) — from here on the
    layout reads the directory as *uncommitted*, never as an EMPTY entry a runtime would take;
 3. write the data files, each whole (temp name + rename, or a staged S3 object), each checked
@@ -28,11 +28,11 @@ import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
+from neffcache.coordination.write_leases import exclusive_write
 from neffcache.entry import Namespace
 from neffcache.layouts import get_layout
 from neffcache.manifest import FileDigest, Manifest, sha256_bytes, sha256_file
 from neffcache.stores.base import Source, Store
-from neffcache.write_leases import exclusive_write
 
 log = logging.getLogger(__name__)
 # A runtime lock younger than this means a job is compiling the entry right now.
@@ -75,7 +75,7 @@ def publish(
 ) -> PublishResult:
     """Publish ``files`` (names relative to the entry's base) with ``manifest`` into ``store``.
 
-    ``manifest`` must already describe ``files`` (see :func:`neffcache.ingest.build_manifest`).
+    ``manifest`` must already describe ``files`` (see :func:`neffcache.operations.ingest.build_manifest`).
     Every file the manifest lists is written with its digest as ``expect``: the store hashes
     the bytes it writes or sends and refuses a mismatch (SourceChanged, CorruptEntry) before
     the commit marker exists. ``verified`` names sources the caller hashed itself from the

@@ -5,7 +5,7 @@ Two lease names, one rule. A publisher holds the entry's *publish lease* while i
 same lease before it removes the entry, or, on a store one host writes, the lease of the
 entry's *prune group* (:func:`prune_group_lease`). Each side checks the other's lease after
 taking its own, so one of the two always sees the other. The names and the wait are here, in
-one module, because publish (neffcache.publish, neffcache.sync), verify and prune
+one module, because publish (neffcache.operations.publish, neffcache.replication.sync), verify and prune
 (neffcache.prune.run, .execute, .plan, .sweep) must agree on them exactly.
 """
 
@@ -17,7 +17,7 @@ import logging
 import time
 from collections.abc import Iterator
 
-from neffcache.lease import Lease, read_lease, try_acquire
+from neffcache.coordination.lease import Lease, read_lease, try_acquire
 from neffcache.stores.base import Store
 
 log = logging.getLogger(__name__)

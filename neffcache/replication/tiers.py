@@ -15,7 +15,7 @@ was skipped. What its callers need is entry-level, and that is the whole API:
 - the ``run`` wrapper prefetches a namespace before the job (:meth:`Tiers.prefetch`) and
   pushes the job's new local entries down afterwards (:meth:`Tiers.push_new`).
 
-Every pull from a lower tier goes through :func:`neffcache.ingest.transfer`: digests are
+Every pull from a lower tier goes through :func:`neffcache.operations.ingest.transfer`: digests are
 checked before the entry becomes visible above. A mismatch is reported (a :class:`TierProblem`
 of kind ``corrupt``) and never served; the remote copy is left alone unless
 ``quarantine_remote=True`` (another host may be reading it, and a bad local disk on *this*
@@ -36,14 +36,14 @@ from typing import Any
 
 from neffcache.entry import Entry, EntryState, Namespace
 from neffcache.errors import CorruptEntry, EntryNotFound, SourceChanged, StoreError, StoreUnavailable
-from neffcache.ingest import transfer
 from neffcache.manifest import Manifest
-from neffcache.publish import PublishResult, PublishStatus, publish
-from neffcache.scan import load_entry
+from neffcache.operations.ingest import transfer
+from neffcache.operations.publish import PublishResult, PublishStatus, publish
+from neffcache.operations.scan import load_entry
+from neffcache.operations.verify import CheckStatus, check_entry, quarantine
+from neffcache.replication.sync import SyncReport, sync
 from neffcache.stores import open_store
 from neffcache.stores.base import Source, Store
-from neffcache.sync import SyncReport, sync
-from neffcache.verify import CheckStatus, check_entry, quarantine
 
 log = logging.getLogger(__name__)
 # What "this tier is not working" looks like: unreachable, denied, or any store/OS failure.

@@ -4,7 +4,7 @@ What it promises:
 
 - *only what DST lacks*: both sides are listed once (one scan each, in parallel) and diffed
   by entry path; no per-entry HEAD on the destination;
-- *verified*: every SUCCESS entry goes through :func:`neffcache.ingest.transfer`, which checks
+- *verified*: every SUCCESS entry goes through :func:`neffcache.operations.ingest.transfer`, which checks
   the source files against the source manifest (or computes one for entries the runtimes
   wrote) before publishing; a digest mismatch is a failed entry and nothing lands;
 - *idempotent*: publishing is atomic and first-writer-wins, so a sync killed at any point
@@ -28,6 +28,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
+from neffcache.coordination.write_leases import exclusive_write
 from neffcache.entry import Entry, EntryState
 from neffcache.errors import (
     AccessDenied,
@@ -41,17 +42,23 @@ from neffcache.errors import (
     StoreError,
     StoreUnavailable,
 )
-from neffcache.ingest import fetch_file, transfer
 from neffcache.keys import is_canonical_relpath
 from neffcache.layouts import get_layout
 from neffcache.layouts.base import Located
 from neffcache.manifest import Manifest, read_manifest
-from neffcache.publish import PublishStatus
-from neffcache.scan import load_entry, scan
+from neffcache.operations.ingest import fetch_file, transfer
+from neffcache.operations.publish import PublishStatus
+from neffcache.operations.scan import load_entry, scan
+from neffcache.replication.sync_report import (
+    COPYABLE_STATES,
+    EntryFilter,
+    EntryOutcome,
+    SyncProgress,
+    SyncReport,
+    Tally,
+)
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
-from neffcache.sync_report import COPYABLE_STATES, EntryFilter, EntryOutcome, SyncProgress, SyncReport, Tally
-from neffcache.write_leases import exclusive_write
 
 # The report's names are imported from here too (the CLI, tiers, the tests).
 __all__ = ["COPYABLE_STATES", "FATAL", "EntryFilter", "EntryOutcome", "OnCopied", "SyncProgress", "SyncReport",

@@ -12,13 +12,13 @@ from pathlib import Path
 
 from neffcache.entry import Entry, EntryState
 from neffcache.errors import CorruptEntry
-from neffcache.ingest import build_manifest
 from neffcache.keys import cache_key, check_key
 from neffcache.layouts import get_layout
 from neffcache.layouts.base import KEYED_LAYOUT
 from neffcache.manifest import sha256_bytes
-from neffcache.publish import PublishResult, publish
-from neffcache.scan import load_entry
+from neffcache.operations.ingest import build_manifest
+from neffcache.operations.publish import PublishResult, publish
+from neffcache.operations.scan import load_entry
 from neffcache.stores import open_store
 from neffcache.stores.base import Source, Store
 from neffcache.toolchain import Toolchain

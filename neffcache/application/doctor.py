@@ -28,6 +28,7 @@ from typing import Any
 
 import httpx
 
+from neffcache.application.jobenv import job_env
 from neffcache.errors import (
     AccessDenied,
     CompilerNotFound,
@@ -38,7 +39,6 @@ from neffcache.errors import (
     UnsafePath,
 )
 from neffcache.instances import lookup_instance
-from neffcache.jobenv import job_env
 from neffcache.layouts import LAYOUTS
 from neffcache.stores import open_store
 from neffcache.stores.base import CONTROL_DIR, Store
