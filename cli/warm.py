@@ -21,7 +21,7 @@ from neffcache.warmers.children import Children, Interrupted, stop_on_signals
 from neffcache.warmers.logscan import compile_patterns
 from neffcache.warmers.matrix import Shard, build_buckets
 from neffcache.warmers.placement import Placement, open_placement
-from neffcache.warmers.report import WarmReport
+from neffcache.warmers.report import GroupStatus, WarmReport
 from neffcache.warmers.rewarm import Rewarmer, RewarmRequest
 from neffcache.warmers.warm import Warmer, WarmRequest
 from neffcache.warmers.wrap import RunRequest, run_job
@@ -111,7 +111,7 @@ def report_text(report: WarmReport) -> str:
     if report.failures:
         out.append("failures:")
         out.extend(f"  [{f.group}] {f.what}: {f.kind}: {f.reason}" for f in report.failures)
-    logs = [g.log for g in report.groups if g.log and g.status != "ok"]
+    logs = [g.log for g in report.groups if g.log and g.status is not GroupStatus.OK]
     if logs:
         out.append("workload logs: " + ", ".join(logs))
     extra = [f"prefetched {report.prefetched}"] if report.prefetched else []

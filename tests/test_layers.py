@@ -30,10 +30,12 @@ FOLDERS = {"neffcache": "neffcache", "neffcache.cli": "cli", "neffcache.server":
 # it; any other name is one module. A module imports its own layer and the layers below.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # Values: the error hierarchy, the instance catalog and toolchains, neffcache's key
-    # function, entries and their manifests, sizes and durations for people (units). Plain data
-    # and pure functions; no I/O but reading a manifest's bytes.
+    # function, entries and their manifests, sizes and durations for people (units), the names
+    # of the operations' outcomes. Plain data and pure functions; no I/O but reading a
+    # manifest's bytes.
     ("values", ("neffcache", "neffcache.errors", "neffcache.instances", "neffcache.toolchain",
-                "neffcache.keys", "neffcache.manifest", "neffcache.entry", "neffcache.units")),
+                "neffcache.keys", "neffcache.manifest", "neffcache.entry", "neffcache.units",
+                "neffcache.outcomes")),
     # Where bytes live: the Store interface, its backends and the URL registry. A store owns
     # every backend difference and its own file names (the control dir, the temp-name marker).
     ("stores", ("neffcache.stores.*",)),

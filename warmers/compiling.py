@@ -45,7 +45,7 @@ from neffcache.toolchain import Toolchain
 from .children import Children
 from .memory import MemoryGate
 from .placement import Placement
-from .report import WarmReport
+from .report import CompileStatus, FailureKind, GroupStatus, WarmReport
 from .runtime_lock import RuntimeLock, lock_age
 
 log = logging.getLogger(__name__)
@@ -76,7 +76,7 @@ class CompileJob:
 @dataclass(frozen=True)
 class CompileOutcome:
     job: CompileJob
-    status: str  # compiled | hit | failed | refused | timeout | interrupted
+    status: CompileStatus
     seconds: float = 0.0
     bytes: int = 0
     reason: str = ""
@@ -147,8 +147,11 @@ class CompilePool:
                     with self._lock:
                         idle = not self._queue
                     if self.children.stopping.is_set() or (idle and not deferred and self._closed.is_set()):
-                        outcomes.extend(CompileOutcome(j, "interrupted")
-                                        for j in [*self._queue, *(d[1] for d in deferred)])
+                        # Under the lock: add() may still append from another thread, and a
+                        # deque copied while it grows raises instead of copying.
+                        with self._lock:
+                            left = [*self._queue, *(d[1] for d in deferred)]
+                        outcomes.extend(CompileOutcome(j, CompileStatus.INTERRUPTED) for j in left)
                         break
                     time.sleep(0.05)  # nothing to run yet: more jobs, a deferred one, or the close
                     continue
@@ -174,12 +177,12 @@ class CompilePool:
     # -- one graph ------------------------------------------------------------------------
     def _one(self, job: CompileJob) -> CompileOutcome | None:
         if self.children.stopping.is_set():
-            return CompileOutcome(job, "interrupted")
+            return CompileOutcome(job, CompileStatus.INTERRUPTED)
         if self.placement.bring_to_work(job.path):
             return self._hit(job)
         refused = self._flags_refusal(job)
         if refused is not None:
-            return CompileOutcome(job, "refused", reason=refused)
+            return CompileOutcome(job, CompileStatus.REFUSED, reason=refused)
         got = try_acquire(self.placement.coordinator, f"compile:{job.path}", ttl=self.lease_ttl)
         if not isinstance(got, Lease):
             return None
@@ -190,7 +193,7 @@ class CompilePool:
                 return self._hit(job)
             reason = self._failed_before(job)
             if reason is not None:
-                return CompileOutcome(job, "failed", reason=reason)
+                return CompileOutcome(job, CompileStatus.FAILED, reason=reason)
             lock_path = self._runtime_lock_path(job)
             if lock_path is None:
                 return self._compile(job, holding_runtime_lock=False)
@@ -218,7 +221,7 @@ class CompilePool:
         age = lock_age(lock_path)
         if age is None or age < self.runtime_lock_patience:
             return None
-        return CompileOutcome(job, "failed", reason=(
+        return CompileOutcome(job, CompileStatus.FAILED, reason=(
             f"a runtime's compile lock {lock_path.name} has been there {age / 60:.0f} min: a runtime compiles "
             "this graph or died doing so; not compiled twice (neffcache prune removes stale locks)"))
 
@@ -243,7 +246,7 @@ class CompilePool:
     def _hit(self, job: CompileJob) -> CompileOutcome:
         self.placement.event("hit", job.path, job.namespace, tags=job.tags)
         self.placement.stamp([job.path])
-        return CompileOutcome(job, "hit")
+        return CompileOutcome(job, CompileStatus.HIT)
 
     def _failed_before(self, job: CompileJob) -> str | None:
         """The recorded failure that stands for this run, if any (layout A keeps failures)."""
@@ -284,17 +287,17 @@ class CompilePool:
             seconds = time.monotonic() - started
             output = (tmp / "compile.log").read_bytes()[-_TAIL:].decode(errors="replace")
             if self.children.stopping.is_set():
-                return CompileOutcome(job, "interrupted", seconds)
+                return CompileOutcome(job, CompileStatus.INTERRUPTED, seconds)
             if status is None:
                 reason = f"compile timed out after {self.timeout:g}s (killed)"
                 self._record_failure(job, hlo, f"neffcache: {reason}\n{output}")
-                return CompileOutcome(job, "timeout", seconds, reason=reason)
+                return CompileOutcome(job, CompileStatus.TIMEOUT, seconds, reason=reason)
             if status != 0 or not neff.exists() or neff.stat().st_size == 0:
                 reason = f"neuronx-cc exited {status}: {_summary(output)}"
                 self._record_failure(job, hlo, output or reason)
-                return CompileOutcome(job, "failed", seconds, reason=reason)
+                return CompileOutcome(job, CompileStatus.FAILED, seconds, reason=reason)
             size, tiers = self._publish(job, hlo, neff, seconds, holding_runtime_lock)
-        return CompileOutcome(job, "compiled", seconds, size, tiers=tiers)
+        return CompileOutcome(job, CompileStatus.COMPILED, seconds, size, tiers=tiers)
 
     def _files(self, job: CompileJob, hlo: Path, neff: Path | None) -> dict[str, Source]:
         layout = get_layout(job.namespace.layout)
@@ -354,21 +357,26 @@ def _summary(text: str) -> str:
 
 
 def record_outcome(report: WarmReport, outcome: CompileOutcome) -> None:
-    """Count one compile outcome into its group's row."""
+    """Count one compile outcome into its group's row. Not thread-safe: the caller holds
+    whatever lock guards ``report`` against its other writers."""
     row = report.group(outcome.job.group)
-    if outcome.status == "interrupted":
-        row.worsen("interrupted")
+    status = outcome.status
+    if status is CompileStatus.INTERRUPTED:
+        row.worsen(GroupStatus.INTERRUPTED)
         return
     row.graphs += 1
-    if outcome.status == "hit":
+    if status is CompileStatus.HIT:
         row.hits += 1
-    elif outcome.status == "compiled":
+    elif status is CompileStatus.COMPILED:
         row.compiled += 1
         row.compile_seconds += outcome.seconds
         row.bytes += outcome.bytes
         report.published += max(0, outcome.tiers - 1)
     else:
         row.failed += 1
-        row.worsen("failed")
-        kind = {"timeout": "timeout", "refused": "flags"}.get(outcome.status, "compile")
-        row.fail(outcome.job.path, kind, outcome.reason)
+        row.worsen(GroupStatus.FAILED)
+        row.fail(outcome.job.path, _FAILURE_KIND.get(status, FailureKind.COMPILE), outcome.reason)
+
+
+# The failure kind a report lists for a compile that did not succeed (anything else: COMPILE).
+_FAILURE_KIND = {CompileStatus.TIMEOUT: FailureKind.TIMEOUT, CompileStatus.REFUSED: FailureKind.FLAGS}

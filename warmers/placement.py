@@ -27,8 +27,8 @@ from neffcache.index.records import EventKind, entry_record
 from neffcache.layouts import get_layout
 from neffcache.manifest import Manifest
 from neffcache.operations.ingest import build_manifest, read_flags, transferable_names
-from neffcache.operations.publish import PublishStatus
 from neffcache.operations.scan import load_entry
+from neffcache.outcomes import PublishStatus
 from neffcache.replication.tiers import Tiers
 from neffcache.stores.base import Source, Store
 from neffcache.toolchain import Toolchain

@@ -1,20 +1,71 @@
-"""What a warm-up or re-warm did, per group (bucket, or source namespace) and in total."""
+"""What a warm-up or re-warm did, per group (bucket, or source namespace) and in total.
+
+The warm-ups' outcome vocabulary is here, as StrEnums whose values are the strings the
+reports always printed (so ``--json`` output is unchanged): a compile's
+:class:`CompileStatus`, a group's :class:`GroupStatus` and a failure's :class:`FailureKind`.
+They are not in :mod:`neffcache.outcomes` with the library's outcomes because only the
+warmers produce and read them; the library never returns a compile or a group.
+"""
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-# Group statuses, worst last: the total takes the worst of its groups.
-STATUSES = ("ok", "failed", "timeout", "crashed", "interrupted")
+
+class CompileStatus(enum.StrEnum):
+    """How one graph of the compile pool ended."""
+
+    COMPILED = "compiled"
+    HIT = "hit"  # a tier already held the entry
+    FAILED = "failed"
+    REFUSED = "refused"  # its flags file does not back its key: never compiled
+    TIMEOUT = "timeout"
+    INTERRUPTED = "interrupted"  # the run was stopping: not attempted, or stopped mid-compile
+
+
+class GroupStatus(enum.StrEnum):
+    """A group's status, in order of severity: the members are declared best first, and
+    :meth:`worst` of two is the later one. A group only ever gets worse (:meth:`GroupReport.worsen`),
+    so a crash reported after a failed graph is not hidden by it, nor the reverse."""
+
+    OK = "ok"
+    FAILED = "failed"  # some graphs failed; the workload itself ended
+    TIMEOUT = "timeout"
+    CRASHED = "crashed"
+    INTERRUPTED = "interrupted"
+
+    @property
+    def severity(self) -> int:
+        # The declaration order (an Enum iterates its members in it) is the severity order.
+        return _SEVERITY[self]
+
+    def worst(self, other: GroupStatus) -> GroupStatus:
+        return other if other.severity > self.severity else self
+
+
+_SEVERITY = {status: rank for rank, status in enumerate(GroupStatus)}
+
+
+class FailureKind(enum.StrEnum):
+    """What failed, for one line of a report's failures."""
+
+    COMPILE = "compile"  # the compiler rejected the graph (or its cached failure stands)
+    TIMEOUT = "timeout"  # a compile or the workload ran past its timeout
+    FLAGS = "flags"  # the flags file does not back the key: not compiled
+    CRASH = "crash"  # the workload died or could not start
 
 
 @dataclass
 class Failure:
     group: str
     what: str  # the entry path, or "workload"
-    kind: str  # compile | timeout | workload | crash
+    kind: FailureKind
     reason: str
+
+    def __post_init__(self) -> None:
+        self.kind = FailureKind(self.kind)  # a report read back from JSON holds the string
 
     def to_json(self) -> dict[str, str]:
         return {"group": self.group, "what": self.what, "kind": self.kind, "reason": self.reason}
@@ -23,7 +74,7 @@ class Failure:
 @dataclass
 class GroupReport:
     name: str
-    status: str = "ok"
+    status: GroupStatus = GroupStatus.OK
     graphs: int = 0
     hits: int = 0
     compiled: int = 0
@@ -35,12 +86,14 @@ class GroupReport:
     log: str | None = None
     failures: list[Failure] = field(default_factory=list)
 
-    def fail(self, what: str, kind: str, reason: str) -> None:
+    def __post_init__(self) -> None:
+        self.status = GroupStatus(self.status)  # a report read back from JSON holds the string
+
+    def fail(self, what: str, kind: FailureKind, reason: str) -> None:
         self.failures.append(Failure(self.name, what, kind, reason))
 
-    def worsen(self, status: str) -> None:
-        if STATUSES.index(status) > STATUSES.index(self.status):
-            self.status = status
+    def worsen(self, status: GroupStatus) -> None:
+        self.status = self.status.worst(status)
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "status": self.status, "graphs": self.graphs, "hits": self.hits,
@@ -82,7 +135,7 @@ class WarmReport:
 
     @property
     def ok(self) -> bool:
-        return not self.interrupted and not self.problems and all(g.status == "ok" for g in self.groups)
+        return not self.interrupted and not self.problems and all(g.status is GroupStatus.OK for g in self.groups)
 
     def totals(self) -> dict[str, Any]:
         return {

@@ -39,7 +39,7 @@ from .compiling import CompileJob, CompilePool, record_outcome
 from .matrix import Shard
 from .memory import MemoryGate
 from .placement import Placement
-from .report import WarmReport
+from .report import FailureKind, GroupStatus, WarmReport
 
 log = logging.getLogger(__name__)
 Progress = Callable[[str], None]
@@ -160,8 +160,8 @@ class Rewarmer:
                     row = self.report.group(group)
                     row.graphs += 1
                     row.failed += 1
-                    row.worsen("failed")
-                    row.fail(path, "flags", f"not recompiled: {exc}")
+                    row.worsen(GroupStatus.FAILED)
+                    row.fail(path, FailureKind.FLAGS, f"not recompiled: {exc}")
                 continue
             tags = {**(entry.manifest.tags if entry.manifest else {}), **self.req.tags}
             job = CompileJob(group, new_ns, key, store, entry.store_path(hlo_name), tuple(flags), toolchain, tags)

@@ -43,7 +43,7 @@ from .logscan import LogEvent, Pattern
 from .matrix import Bucket, Shard, shard_buckets
 from .memory import MemoryGate
 from .placement import Placement
-from .report import GroupReport, WarmReport
+from .report import FailureKind, GroupReport, GroupStatus, WarmReport
 from .watchdog import CompileWatchdog
 from .workload import WorkloadRun, clean_after_dead_workload, namespace_of, new_runtime_entries, run_workload
 
@@ -168,8 +168,12 @@ class Warmer:
                     wait_all(futures)
                 else:
                     closer = workers.submit(self._close_pool_after, futures)
-                    for outcome in self.pool.drain():
-                        record_outcome(self.report, outcome)
+                    outcomes = self.pool.drain()
+                    # Under the lock: when a stop ends the drain early, bucket threads are still
+                    # adding to report.published and creating rows.
+                    with self._lock:
+                        for outcome in outcomes:
+                            record_outcome(self.report, outcome)
                     wait_all([*futures, closer])
             finally:
                 if self.pool is not None:
@@ -193,7 +197,7 @@ class Warmer:
         row.status, row.exit_code, row.seconds, row.log = (run.group.status, run.group.exit_code,
                                                             run.group.seconds, run.group.log)
         row.failures.extend(run.group.failures)
-        if row.status in ("timeout", "crashed", "interrupted"):
+        if row.status in (GroupStatus.TIMEOUT, GroupStatus.CRASHED, GroupStatus.INTERRUPTED):
             clean_after_dead_workload(self.placement.work, run)
         if not self.children.stopping.is_set():
             # Two-phase: extracted graphs are compiled by our pool; only what the runtime itself
@@ -223,7 +227,7 @@ class Warmer:
         unnamed_hits = sum(counter.unnamed("hit").values()) if native_only else \
             sum(1 for e in counter.events if e.kind == "hit" and e.entry is None)
         unfinished = [e for e in counter.compiling() if not native_only or e.entry is None] \
-            if row.status == "failed" else []
+            if row.status is GroupStatus.FAILED else []
         row.hits = len(hits) + unnamed_hits
         unnamed_failed = 0 if native_only else sum(1 for e in counter.failure_lines() if e.entry is None)
         row.failed = len(failed) + unnamed_failed + len(unfinished)
@@ -254,7 +258,7 @@ class Warmer:
         row.compiled += sum(counter.unnamed("compile").values())
         self._record_failures(run, row, unfinished, native_only=native_only)
         row.graphs = row.hits + row.compiled + row.failed
-        if not counter.events and not run.mentioned and row.status == "ok":
+        if not counter.events and not run.mentioned and row.status is GroupStatus.OK:
             self.report.notes.append(f"bucket {bucket.name}: no cache log lines recognised; if the runtime "
                                      "logs differently, add --pattern KIND=REGEX")
 
@@ -268,17 +272,17 @@ class Warmer:
                 continue
             what = event.entry or "graph"
             if not any(f.what == what for f in row.failures):
-                row.fail(what, "compile", _excerpt(event.line))
+                row.fail(what, FailureKind.COMPILE, _excerpt(event.line))
             placement.event("error", event.entry, self._ns(event.entry), message=event.line[-4000:])
         for event in unfinished:
             # No failure line (TorchNeuron raises): the run exited non-zero while compiling it.
             what = event.entry or event.key or "graph"
             said = next((line for line in reversed(run.tail) if what in line and line is not event.line),
                         next((line for line in reversed(run.tail) if line.strip()), "no output")).strip()
-            row.fail(what, "compile", f"the runtime exited {row.exit_code} while compiling it: {said[:400]}")
+            row.fail(what, FailureKind.COMPILE, f"the runtime exited {row.exit_code} while compiling it: {said[:400]}")
             placement.event("error", event.entry, self._ns_at(event.namespace), message=said[-4000:])
         if row.failed:
-            row.worsen("failed")
+            row.worsen(GroupStatus.FAILED)
 
     def _compile_seconds(self, run: WorkloadRun, path: str) -> float | None:
         """From the lines (compile call to success/failure), else the honest bound from its files."""
@@ -306,7 +310,7 @@ class Warmer:
                 continue
             for failure in self.report.failures:
                 if failure.what == event.entry:
-                    failure.kind = "timeout"
+                    failure.kind = FailureKind.TIMEOUT
                     failure.reason = (f"compile killed after {killed.seconds:.0f}s "
                                       f"(--compile-timeout {watchdog.timeout:g}s); runtime said: {failure.reason}")
 
@@ -338,7 +342,9 @@ class Warmer:
                          if e.path not in self.claimed and e.state is EntryState.EMPTY
                          and e.mtime >= self.started - 1]
                 if fresh:
-                    self.pool.add(self._jobs_for(self.report.group(UNATTRIBUTED), fresh, dict(self.req.tags)))
+                    with self._lock:  # the row may be created while outcomes are recorded
+                        row = self.report.group(UNATTRIBUTED)
+                    self.pool.add(self._jobs_for(row, fresh, dict(self.req.tags)))
         finally:
             self.pool.close()
 
@@ -364,8 +370,9 @@ class Warmer:
                     if log_name else "failed"
                 row.graphs += 1
                 row.failed += 1
-                row.worsen("failed")
-                row.fail(path, "compile", f"cached failure (--retry-failed compiles it again): {_excerpt(text)}")
+                row.worsen(GroupStatus.FAILED)
+                row.fail(path, FailureKind.COMPILE,
+                         f"cached failure (--retry-failed compiles it again): {_excerpt(text)}")
             elif (hlo := layout.hlo_of(entry)) is not None:
                 jobs.append(CompileJob(row.name, entry.namespace, entry.key, work, entry.store_path(hlo),
                                        tuple(read_flags(work, entry)), self.req.toolchain, tags))
@@ -381,7 +388,7 @@ def _excerpt(line: str) -> str:
 
 def _row_line(row: GroupReport, verb: str) -> str:
     counts = f"{row.hits} hits, {row.compiled} compiled, {row.failed} failed" if verb == "done" else ""
-    status = "" if row.status == "ok" else f" [{row.status.upper()}]"
+    status = "" if row.status is GroupStatus.OK else f" [{row.status.upper()}]"
     return f"  bucket {row.name}: {verb} in {row.seconds:.1f}s{': ' + counts if counts else ''}{status}"
 
 

@@ -39,7 +39,7 @@ from neffcache.stores.base import Store
 
 from .children import Children, exit_status
 from .logscan import LogCounter, Pattern
-from .report import GroupReport
+from .report import FailureKind, GroupReport, GroupStatus
 
 log = logging.getLogger(__name__)
 # Any absolute path a line mentions: those under the root that a layout locates name entries
@@ -74,8 +74,8 @@ def run_workload(name: str, argv: Sequence[str], env: Mapping[str, str], *, chil
         try:
             proc = children.spawn(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         except OSError as exc:
-            group.worsen("crashed")
-            group.fail("workload", "crash", f"cannot start {argv[0]!r}: {exc.strerror or exc}")
+            group.worsen(GroupStatus.CRASHED)
+            group.fail("workload", FailureKind.CRASH, f"cannot start {argv[0]!r}: {exc.strerror or exc}")
             return run
         if live_groups is not None:
             live_groups.add(proc.pid)
@@ -113,24 +113,24 @@ def run_workload(name: str, argv: Sequence[str], env: Mapping[str, str], *, chil
 def _classify(run: WorkloadRun, status: int | None, timeout: float | None, children: Children) -> None:
     group, counter = run.group, run.counter
     if children.stopping.is_set():
-        group.worsen("interrupted")
+        group.worsen(GroupStatus.INTERRUPTED)
         group.exit_code = None if status is None else exit_status(status)
         return
     if status is None:
-        group.worsen("timeout")
-        group.fail("workload", "timeout", f"the workload ran past --timeout {timeout:g}s and was stopped "
+        group.worsen(GroupStatus.TIMEOUT)
+        group.fail("workload", FailureKind.TIMEOUT, f"the workload ran past --timeout {timeout:g}s and was stopped "
                                           f"(SIGTERM, then SIGKILL); see {group.log}")
         return
     group.exit_code = exit_status(status)
     if status == 0:
         return
     if counter.count("failure") or (status > 0 and unfinished(counter)):
-        group.worsen("failed")  # the graphs' own failures are listed by the caller
+        group.worsen(GroupStatus.FAILED)  # the graphs' own failures are listed by the caller
         return
-    group.worsen("crashed")
+    group.worsen(GroupStatus.CRASHED)
     how = f"was killed by {signal.Signals(-status).name}" if status < 0 else f"exited {status}"
     last = " | ".join(_clip(line) for line in run.tail[-2:] if line.strip()) or "no output"
-    group.fail("workload", "crash", f"the workload {how}: {last} (log: {group.log})")
+    group.fail("workload", FailureKind.CRASH, f"the workload {how}: {last} (log: {group.log})")
 
 
 def unfinished(counter: LogCounter) -> list[str]:

@@ -22,7 +22,6 @@ absent, or a killed publish could leave a directory a runtime reads as an EMPTY 
 
 from __future__ import annotations
 
-import enum
 import logging
 import time
 from collections.abc import Collection, Mapping
@@ -32,17 +31,12 @@ from neffcache.coordination.write_leases import exclusive_write
 from neffcache.entry import Namespace
 from neffcache.layouts import get_layout
 from neffcache.manifest import FileDigest, Manifest, sha256_bytes, sha256_file
+from neffcache.outcomes import PublishStatus
 from neffcache.stores.base import Source, Store
 
 log = logging.getLogger(__name__)
 # A runtime lock younger than this means a job is compiling the entry right now.
 RUNTIME_LOCK_FRESH_SECONDS = 3600.0
-
-
-class PublishStatus(enum.StrEnum):
-    PUBLISHED = "published"
-    EXISTS = "exists"  # someone else's healthy entry is there: losing the race is success
-    BUSY = "busy"  # another publisher or a compiling runtime holds it right now
 
 
 @dataclass(frozen=True)

@@ -47,8 +47,8 @@ from neffcache.layouts import get_layout
 from neffcache.layouts.base import Located
 from neffcache.manifest import Manifest, read_manifest
 from neffcache.operations.ingest import fetch_file, transfer
-from neffcache.operations.publish import PublishStatus
 from neffcache.operations.scan import load_entry, scan
+from neffcache.outcomes import PublishStatus, TransferOutcome
 from neffcache.replication.sync_report import (
     COPYABLE_STATES,
     EntryFilter,
@@ -150,36 +150,36 @@ def _copy_raw(src: Store, entry: Entry, dst: Store) -> int | None:
 
 
 def _copy_one(src: Store, dst: Store, entry: Entry, flt: EntryFilter,
-              on_copied: OnCopied | None = None) -> tuple[str, EntryOutcome | None]:
-    """("copied" | "skipped" | "failed" | "busy" | "filtered", outcome) for one entry."""
+              on_copied: OnCopied | None = None) -> tuple[TransferOutcome, EntryOutcome | None]:
+    """What became of one entry (never CANCELLED), with its outcome (None when FILTERED)."""
     try:
         if entry.state is not EntryState.SUCCESS:
             copied = _copy_raw(src, entry, dst)
             if copied is None:
-                return "busy", EntryOutcome(entry.path, "busy")
-            return "copied", EntryOutcome(entry.path, entry.state.value, copied)
+                return TransferOutcome.BUSY, EntryOutcome(entry.path, "busy")
+            return TransferOutcome.COPIED, EntryOutcome(entry.path, entry.state.value, copied)
         full = _with_manifest(src, entry)
         if not flt.matches_tags(full.manifest):
-            return "filtered", None
+            return TransferOutcome.FILTERED, None
         # Only entries the destination's listing lacked get here: skip the redundant lookups.
         result = transfer(src, full, dst, known_absent=True)
     except CorruptEntry as exc:
-        return "failed", EntryOutcome(entry.path, f"corrupt at the source: {'; '.join(exc.problems)}")
+        return TransferOutcome.FAILED, EntryOutcome(entry.path, f"corrupt at the source: {'; '.join(exc.problems)}")
     except SourceChanged as exc:
-        return "failed", EntryOutcome(entry.path, f"{exc}; nothing was committed (rerun to copy it)")
+        return TransferOutcome.FAILED, EntryOutcome(entry.path, f"{exc}; nothing was committed (rerun to copy it)")
     except EntryNotFound as exc:
-        return "failed", EntryOutcome(entry.path, f"vanished from the source while copying ({exc})")
+        return TransferOutcome.FAILED, EntryOutcome(entry.path, f"vanished from the source while copying ({exc})")
     except FATAL:
         raise
     except (StoreError, OSError) as exc:
-        return "failed", EntryOutcome(entry.path, f"{type(exc).__name__}: {exc}")
+        return TransferOutcome.FAILED, EntryOutcome(entry.path, f"{type(exc).__name__}: {exc}")
     if result.status is PublishStatus.PUBLISHED:
         if on_copied is not None:
             on_copied(full, result.manifest)
-        return "copied", EntryOutcome(entry.path, "", result.bytes or entry.size)
+        return TransferOutcome.COPIED, EntryOutcome(entry.path, "", result.bytes or entry.size)
     if result.status is PublishStatus.EXISTS:
-        return "skipped", EntryOutcome(entry.path, "exists")
-    return "busy", EntryOutcome(entry.path, "busy")
+        return TransferOutcome.SKIPPED, EntryOutcome(entry.path, "exists")
+    return TransferOutcome.BUSY, EntryOutcome(entry.path, "busy")
 
 
 def _run(src: Store, dst: Store, todo: list[Entry], flt: EntryFilter, tally: Tally, parallel: int,
@@ -187,9 +187,9 @@ def _run(src: Store, dst: Store, todo: list[Entry], flt: EntryFilter, tally: Tal
     busy: list[Entry] = []
     stop = threading.Event()
 
-    def one(entry: Entry) -> tuple[Entry, str, EntryOutcome | None]:
+    def one(entry: Entry) -> tuple[Entry, TransferOutcome, EntryOutcome | None]:
         if stop.is_set():
-            return entry, "cancelled", None
+            return entry, TransferOutcome.CANCELLED, None
         try:
             kind, outcome = _copy_one(src, dst, entry, flt, on_copied)
         except FATAL:
@@ -197,23 +197,24 @@ def _run(src: Store, dst: Store, todo: list[Entry], flt: EntryFilter, tally: Tal
         except InvalidKey as exc:
             # A file of the entry named outside what a store may hold ("notes (1).txt", a
             # control character): that entry cannot be copied faithfully, the rest can.
-            return entry, "failed", EntryOutcome(entry.path, f"bad file name: {exc}")
+            return entry, TransferOutcome.FAILED, EntryOutcome(entry.path, f"bad file name: {exc}")
         except Exception as exc:  # faults are per entry: report it, go on with the rest
             log.debug("%s failed", entry.path, exc_info=True)
-            return entry, "failed", EntryOutcome(entry.path, f"{type(exc).__name__}: {exc}")
+            return entry, TransferOutcome.FAILED, EntryOutcome(entry.path, f"{type(exc).__name__}: {exc}")
         return entry, kind, outcome
 
     def drain(entries: Iterable[Entry]) -> None:
         with ThreadPoolExecutor(max(1, parallel), thread_name_prefix="neffcache-sync") as pool:
-            pending: set[Future[tuple[Entry, str, EntryOutcome | None]]] = {pool.submit(one, e) for e in entries}
+            pending: set[Future[tuple[Entry, TransferOutcome, EntryOutcome | None]]] = {
+                pool.submit(one, e) for e in entries}
             try:
                 while pending:
                     done, pending = wait(pending, return_when=FIRST_COMPLETED)
                     for future in done:
                         entry, kind, outcome = future.result()
-                        if kind == "busy":
+                        if kind is TransferOutcome.BUSY:
                             busy.append(entry)
-                        elif kind != "cancelled":
+                        elif kind is not TransferOutcome.CANCELLED:
                             tally.add(kind, outcome)
             except BaseException:
                 # Ctrl-C or a fatal store error: start nothing new; running copies finish whole.
@@ -230,7 +231,8 @@ def _run(src: Store, dst: Store, todo: list[Entry], flt: EntryFilter, tally: Tal
         retry, busy = busy, []
         if time.monotonic() >= deadline:
             for entry in retry:
-                tally.add("failed", EntryOutcome(entry.path, "busy: another publisher holds its lease; rerun later"))
+                tally.add(TransferOutcome.FAILED,
+                          EntryOutcome(entry.path, "busy: another publisher holds its lease; rerun later"))
             return
         time.sleep(delay)
         delay = min(delay * 2, 5.0)

@@ -1,7 +1,8 @@
 """What a sync copies and what it reports: the entry filter, the outcomes, the report.
 
-:func:`neffcache.replication.sync.sync` decides per source entry (filtered out, skipped, copied, failed)
-and copies on worker threads; the outcomes are collected in a :class:`Tally` under a lock and
+:func:`neffcache.replication.sync.sync` decides per source entry (a
+:class:`~neffcache.outcomes.TransferOutcome`: filtered out, skipped, copied, failed) and
+copies on worker threads; the outcomes are collected in a :class:`Tally` under a lock and
 returned as one frozen :class:`SyncReport`, which the CLI renders and ``--json`` prints. Kept
 apart from the copying so the report's shape can be read (and rendered) without the machinery.
 """
@@ -17,9 +18,12 @@ from neffcache.entry import Entry, EntryState
 from neffcache.errors import ConfigError
 from neffcache.keys import safe_relpath
 from neffcache.manifest import Manifest
+from neffcache.outcomes import TransferOutcome
 
 SyncProgress = Callable[[int, int, int], None]  # (entries done, entries to do, bytes copied)
 COPYABLE_STATES = frozenset({EntryState.SUCCESS, EntryState.FAILED, EntryState.EMPTY})
+# The outcomes a report lists entry by entry (FILTERED is only counted).
+_COUNTED = frozenset({TransferOutcome.COPIED, TransferOutcome.SKIPPED, TransferOutcome.FAILED})
 
 
 @dataclass(frozen=True)
@@ -122,14 +126,23 @@ class Tally:
         self.total = total
         self.progress = progress
 
-    def add(self, kind: str, outcome: EntryOutcome | None) -> None:
+    def add(self, kind: TransferOutcome, outcome: EntryOutcome | None) -> None:
+        """Count one final outcome (COPIED, SKIPPED, FAILED with its outcome; FILTERED with
+        None). Called from worker threads: every counter changes under ``lock``, and the
+        progress callback gets a consistent snapshot taken under it."""
         with self.lock:
-            if outcome is None:
+            if kind is TransferOutcome.FILTERED:
                 self.filtered += 1
             else:
-                getattr(self, kind).append(outcome)
-                if kind == "copied":
+                # BUSY is retried and CANCELLED dropped by sync: neither ever gets here.
+                assert outcome is not None and kind in _COUNTED, f"{kind} is not a counted outcome"
+                if kind is TransferOutcome.COPIED:
+                    self.copied.append(outcome)
                     self.bytes += outcome.bytes
+                elif kind is TransferOutcome.SKIPPED:
+                    self.skipped.append(outcome)
+                else:
+                    self.failed.append(outcome)
             self.done += 1
             done, total, size = self.done, self.total, self.bytes
         if self.progress is not None:

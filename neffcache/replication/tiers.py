@@ -35,12 +35,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from neffcache.entry import Entry, EntryState, Namespace
-from neffcache.errors import CorruptEntry, EntryNotFound, SourceChanged, StoreError, StoreUnavailable
+from neffcache.errors import ConfigError, CorruptEntry, EntryNotFound, SourceChanged, StoreError, StoreUnavailable
 from neffcache.manifest import Manifest
 from neffcache.operations.ingest import transfer
-from neffcache.operations.publish import PublishResult, PublishStatus, publish
+from neffcache.operations.publish import PublishResult, publish
 from neffcache.operations.scan import load_entry
 from neffcache.operations.verify import CheckStatus, check_entry, quarantine
+from neffcache.outcomes import PublishStatus, TierOp, TierProblemKind
 from neffcache.replication.sync import SyncReport, sync
 from neffcache.stores import open_store
 from neffcache.stores.base import Source, Store
@@ -53,8 +54,8 @@ TIER_ERRORS = (StoreError, OSError)
 @dataclass(frozen=True)
 class TierProblem:
     tier: str
-    op: str  # open, get, promote, publish, prefetch, push
-    kind: str  # down (skipped for a while), corrupt (digests did not match), changed, busy
+    op: TierOp
+    kind: TierProblemKind
     message: str
     path: str | None = None
 
@@ -125,7 +126,7 @@ class Tiers:
     def __init__(self, tiers: Sequence[Tier | Store], *, down_for: float = 60.0, quarantine_remote: bool = False,
                  busy_wait: float = 30.0) -> None:
         if not tiers:
-            raise ValueError("a chain needs at least one tier")
+            raise ConfigError("a chain needs at least one tier")
         self.tiers = [t if isinstance(t, Tier) else Tier(t.url, t) for t in tiers]
         self.down_for = down_for
         self.quarantine_remote = quarantine_remote
@@ -145,7 +146,7 @@ class Tiers:
                 tiers.append(Tier(store.url, store))  # the store's own spelling: errors carry it
             except StoreUnavailable as exc:
                 tiers.append(Tier(url, None, float("inf"), str(exc)))
-                problems.append(TierProblem(url, "open", "down", str(exc)))
+                problems.append(TierProblem(url, TierOp.OPEN, TierProblemKind.DOWN, str(exc)))
                 log.warning("tier %s is down: %s", url, exc)
         chain = cls(tiers, **kwargs)
         chain._problems.items.extend(problems)
@@ -166,17 +167,18 @@ class Tiers:
         with self._problems.lock:
             return tuple(self._problems.items)
 
-    def _report(self, tier: Tier, op: str, kind: str, message: str, path: str | None) -> TierProblem:
+    def _report(self, tier: Tier, op: TierOp, kind: TierProblemKind, message: str, path: str | None
+                ) -> TierProblem:
         problem = TierProblem(tier.url, op, kind, message, path)
         with self._problems.lock:
             self._problems.items.append(problem)
         log.warning("tier %s: %s %s%s: %s", tier.url, op, kind, f" {path}" if path else "", message)
         return problem
 
-    def _down(self, tier: Tier, op: str, exc: BaseException, path: str | None = None) -> TierProblem:
+    def _down(self, tier: Tier, op: TierOp, exc: BaseException, path: str | None = None) -> TierProblem:
         tier.down_until = time.monotonic() + self.down_for
         tier.reason = str(exc)
-        return self._report(tier, op, "down", f"{type(exc).__name__}: {exc}", path)
+        return self._report(tier, op, TierProblemKind.DOWN, f"{type(exc).__name__}: {exc}", path)
 
     def _blame(self, exc: BaseException, *candidates: Tier) -> Tier:
         """Which tier an error came from (stores put their URL on the errors they raise)."""
@@ -194,7 +196,7 @@ class Tiers:
             try:
                 entry = load_entry(tier.store, path)
             except TIER_ERRORS as exc:
-                problems.append(self._down(tier, "get", exc, path))
+                problems.append(self._down(tier, TierOp.GET, exc, path))
                 continue
             if entry is None or entry.state is not EntryState.SUCCESS:
                 continue
@@ -215,7 +217,8 @@ class Tiers:
             try:
                 result = transfer(origin.store, local, target.store)
             except CorruptEntry as exc:
-                problems.append(self._report(origin, "promote", "corrupt", "; ".join(exc.problems), entry.path))
+                problems.append(self._report(origin, TierOp.PROMOTE, TierProblemKind.CORRUPT,
+                                             "; ".join(exc.problems), entry.path))
                 if promoted:
                     continue
                 if self.quarantine_remote and not source.store.read_only:
@@ -223,7 +226,7 @@ class Tiers:
                 return None
             except SourceChanged as exc:
                 # Rewritten while we read it: not corrupt, never quarantined; a miss for now.
-                problems.append(self._report(origin, "promote", "changed", str(exc), entry.path))
+                problems.append(self._report(origin, TierOp.PROMOTE, TierProblemKind.CHANGED, str(exc), entry.path))
                 if promoted:
                     continue
                 return None
@@ -233,13 +236,13 @@ class Tiers:
                 return None  # pruned under us: a miss in this tier
             except TIER_ERRORS as exc:
                 culprit = self._blame(exc, origin, target)
-                problems.append(self._down(culprit, "promote", exc, entry.path))
+                problems.append(self._down(culprit, TierOp.PROMOTE, exc, entry.path))
                 if culprit is source:
                     return None
                 continue
             if result.status is PublishStatus.BUSY and not self._await_commit(target, entry.path):
-                problems.append(self._report(target, "promote", "busy", "another process is publishing it",
-                                             entry.path))
+                problems.append(self._report(target, TierOp.PROMOTE, TierProblemKind.BUSY,
+                                             "another process is publishing it", entry.path))
                 continue
             fresh = load_entry(target.store, entry.path)
             if fresh is None or fresh.state is not EntryState.SUCCESS:
@@ -253,7 +256,8 @@ class Tiers:
             # where it lies, but only after hashing it there.
             check = check_entry(source.store, entry)
             if check.status is CheckStatus.CORRUPT:
-                problems.append(self._report(source, "get", "corrupt", "; ".join(check.problems), entry.path))
+                problems.append(self._report(source, TierOp.GET, TierProblemKind.CORRUPT,
+                                             "; ".join(check.problems), entry.path))
                 return None
             return TierHit(entry, source.store, source.url, (), tuple(problems))
         assert origin.store is not None and local is not entry
@@ -282,7 +286,7 @@ class Tiers:
             try:
                 results.append((tier.url, publish(tier.store, namespace, key, files, manifest)))
             except TIER_ERRORS as exc:
-                problems.append(self._down(tier, "publish", exc, key))
+                problems.append(self._down(tier, TierOp.PUBLISH, exc, key))
         return TierPublish(tuple(results), tuple(problems))
 
     # -- bulk ---------------------------------------------------------------------------------
@@ -298,7 +302,7 @@ class Tiers:
             try:
                 reports.append(sync(tier.store, local, **filters))
             except TIER_ERRORS as exc:
-                problems.append(self._down(self._blame(exc, tier, self.tiers[0]), "prefetch", exc))
+                problems.append(self._down(self._blame(exc, tier, self.tiers[0]), TierOp.PREFETCH, exc))
         return ChainReport(tuple(reports), tuple(problems))
 
     def push_new(self, **filters: Any) -> ChainReport:
@@ -313,7 +317,7 @@ class Tiers:
             try:
                 reports.append(sync(local, tier.store, **filters))
             except TIER_ERRORS as exc:
-                problems.append(self._down(self._blame(exc, tier, self.tiers[0]), "push", exc))
+                problems.append(self._down(self._blame(exc, tier, self.tiers[0]), TierOp.PUSH, exc))
         return ChainReport(tuple(reports), tuple(problems))
 
     def close(self) -> None:

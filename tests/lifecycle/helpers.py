@@ -12,7 +12,8 @@ from neffcache.layouts.torchneuron import shard
 from neffcache.manifest import Manifest
 from neffcache.operations.cache import NeffCache
 from neffcache.operations.ingest import build_manifest
-from neffcache.operations.publish import PublishStatus, publish
+from neffcache.operations.publish import publish
+from neffcache.outcomes import PublishStatus
 from neffcache.stores.base import Store
 from neffcache.stores.local import LocalStore
 from neffcache.toolchain import Toolchain

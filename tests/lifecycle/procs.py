@@ -10,7 +10,8 @@ from pathlib import Path
 
 from neffcache.layouts import get_layout
 from neffcache.operations.ingest import build_manifest
-from neffcache.operations.publish import PublishStatus, publish
+from neffcache.operations.publish import publish
+from neffcache.outcomes import PublishStatus
 from neffcache.prune import PrunePolicy, execute_plan, plan_prune
 from neffcache.stores import open_store
 from neffcache.stores.base import Store

@@ -152,7 +152,7 @@ def test_prune_group_lease_excludes_publishers(tmp_path: Path, monkeypatch: pyte
     publish lease: a publisher of an entry in that group waits for it (and gives up as BUSY)."""
     from neffcache.coordination import write_leases
     from neffcache.layouts import get_layout
-    from neffcache.operations import publish as publishing
+    from neffcache.outcomes import PublishStatus
     from neffcache.stores.local import LocalStore
     from tests.lifecycle.procs import publish_key
 
@@ -162,14 +162,14 @@ def test_prune_group_lease_excludes_publishers(tmp_path: Path, monkeypatch: pyte
     path = f"{get_layout('neuronxcc').namespace_for(TC_NEW).path}/{key}"
     monkeypatch.setattr(write_leases, "PRUNE_GROUP_WAIT", 0.1)
     group = acquire(store, write_leases.prune_group_lease(path), ttl=60)
-    assert publish_key(store, key) is publishing.PublishStatus.BUSY
+    assert publish_key(store, key) is PublishStatus.BUSY
     assert load_entry(store, path) is None
     group.release()
-    assert publish_key(store, key) is publishing.PublishStatus.PUBLISHED
+    assert publish_key(store, key) is PublishStatus.PUBLISHED
     # A prune killed while it held the group leaves the lease behind: publishers go on.
     stale = write_leases.prune_group_lease(f"{path[:-1]}x")
     store.put_file(lease_path(stale), LeaseRecord(stale, "h:1", "t", "h", 1, 0.0, 1.0).to_bytes())
-    assert publish_key(store, f"{key[:-1]}x") is publishing.PublishStatus.PUBLISHED
+    assert publish_key(store, f"{key[:-1]}x") is PublishStatus.PUBLISHED
 
 
 def test_publish_lease_left_behind_is_taken_over(fs_store: Store) -> None:
