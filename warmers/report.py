@@ -10,6 +10,9 @@ warmers produce and read them; the library never returns a compile or a group.
 from __future__ import annotations
 
 import enum
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -167,3 +170,26 @@ class WarmReport:
                 "totals": self.totals(), "prefetched": self.prefetched, "published": self.published,
                 "seconds": round(self.seconds, 3), "interrupted": self.interrupted, "notes": self.notes,
                 "problems": self.problems}
+
+
+@contextmanager
+def reporting(report: WarmReport, *, stop_children: Callable[[], None],
+              problem_notes: Callable[[], Iterable[str]]) -> Iterator[WarmReport]:
+    """Run a warm-up's body so that its report is complete however the body ends.
+
+    Ctrl-C marks the report interrupted (the caller renders it and exits 130); any other error
+    first stops every child (a store or index error: no workload or compiler may outlive us);
+    in every case the report gets its duration and the tiers' problems, so a partial report
+    never claims success it did not have."""
+    started = time.monotonic()
+    try:
+        yield report
+    except KeyboardInterrupt:
+        report.interrupted = True
+        raise
+    except Exception:
+        stop_children()
+        raise
+    finally:
+        report.seconds = time.monotonic() - started
+        report.problems.extend(problem_notes())

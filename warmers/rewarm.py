@@ -39,7 +39,7 @@ from .compiling import CompileJob, CompilePool, record_outcome
 from .matrix import Shard
 from .memory import MemoryGate
 from .placement import Placement
-from .report import FailureKind, GroupStatus, WarmReport
+from .report import FailureKind, GroupStatus, WarmReport, reporting
 
 log = logging.getLogger(__name__)
 Progress = Callable[[str], None]
@@ -97,32 +97,26 @@ class Rewarmer:
         self.started = time.time()
 
     def run(self) -> WarmReport:
-        started = time.monotonic()
-        try:
+        with reporting(self.report, stop_children=self.children.stop_all,
+                       problem_notes=self.placement.problem_notes):
             jobs = self._jobs()
             if jobs:
-                self.progress(f"recompiling {len(jobs)} graph(s) with neuronx-cc {self.req.to_version}, "
-                              f"up to {self.req.parallel} at a time")
-                pool = CompilePool(self.placement, self.req.compiler, self.children, parallel=self.req.parallel,
-                                   timeout=self.req.compile_timeout, memory=MemoryGate(self.req.compile_memory_mb),
-                                   retry_failed=self.req.retry_failed, started_at=self.started,
-                                   on_done=lambda o: self.progress(f"  {o.status:<9} {o.job.path}"
-                                                                   + (f": {o.reason}" if o.reason else "")))
-                for outcome in pool.run(jobs):
-                    record_outcome(self.report, outcome)
+                self._compile(jobs)
             elif not self.report.notes:
                 self.report.notes.append(f"no entries of neuronx-cc {self.req.from_version} in "
                                          f"{', '.join(s.url for s in self.placement.tiers)}")
-        except KeyboardInterrupt:
-            self.report.interrupted = True
-            raise
-        except Exception:
-            self.children.stop_all()  # a store or index error: no compiler may outlive us
-            raise
-        finally:
-            self.report.seconds = time.monotonic() - started
-            self.report.problems.extend(self.placement.problem_notes())
         return self.report
+
+    def _compile(self, jobs: list[CompileJob]) -> None:
+        self.progress(f"recompiling {len(jobs)} graph(s) with neuronx-cc {self.req.to_version}, "
+                      f"up to {self.req.parallel} at a time")
+        pool = CompilePool(self.placement, self.req.compiler, self.children, parallel=self.req.parallel,
+                           timeout=self.req.compile_timeout, memory=MemoryGate(self.req.compile_memory_mb),
+                           retry_failed=self.req.retry_failed, started_at=self.started,
+                           on_done=lambda o: self.progress(f"  {o.status:<9} {o.job.path}"
+                                                           + (f": {o.reason}" if o.reason else "")))
+        for outcome in pool.run(jobs):
+            record_outcome(self.report, outcome)
 
     def _sources(self) -> dict[str, tuple[Store, Entry]]:
         """The old toolchain's entries, each once, from the fastest tier holding it."""

@@ -43,7 +43,7 @@ from .logscan import LogEvent, Pattern
 from .matrix import Bucket, Shard, shard_buckets
 from .memory import MemoryGate
 from .placement import Placement
-from .report import FailureKind, GroupReport, GroupStatus, WarmReport
+from .report import FailureKind, GroupReport, GroupStatus, WarmReport, reporting
 from .watchdog import CompileWatchdog
 from .workload import WorkloadRun, clean_after_dead_workload, namespace_of, new_runtime_entries, run_workload
 
@@ -123,18 +123,9 @@ class Warmer:
         self.found: set[str] = set()  # entries found in namespaces whose lines name none
 
     def run(self) -> WarmReport:
-        started = time.monotonic()
-        try:
+        with reporting(self.report, stop_children=self.children.stop_all,
+                       problem_notes=self.placement.problem_notes):
             self._run()
-        except KeyboardInterrupt:
-            self.report.interrupted = True
-            raise
-        except Exception:
-            self.children.stop_all()  # a store or index error: no workload may outlive us
-            raise
-        finally:
-            self.report.seconds = time.monotonic() - started
-            self.report.problems.extend(self.placement.problem_notes())
         return self.report
 
     def _run(self) -> None:

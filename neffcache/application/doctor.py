@@ -303,13 +303,9 @@ def check_environment(req: DoctorRequest, toolchain: Toolchain | None) -> list[F
     """The cache variables a job would run with: overrides and unversioned directories."""
     env = req.environ
     found: list[Finding] = []
-    flags = env.get("NEURON_CC_FLAGS", "")
-    for flag in flags.split():
-        if flag.startswith("--cache_dir"):
-            found.append(Finding("env NEURON_CC_FLAGS", Level.WARNING,
-                                 f"{flag} in NEURON_CC_FLAGS overrides NEURON_COMPILE_CACHE_URL: libneuronxla "
-                                 "uses that directory, not the one neffcache manages",
-                                 "remove --cache_dir from NEURON_CC_FLAGS and use `neffcache env`"))
+    for layout in LAYOUTS.values():
+        found.extend(Finding(f"env {problem.variable}", Level.WARNING, problem.message, problem.fix)
+                     for problem in layout.env_problems(env))
     wanted = _wanted_env(req, toolchain)
     for name in sorted(_cache_variables()):
         value = env.get(name)

@@ -23,10 +23,12 @@ def runtime_root(store_url: str) -> tuple[str, bool]:
     raise ConfigError(f"the Neuron runtimes cannot read {parts.scheme}:// caches; use a local path, fsx:// or s3://")
 
 
-def job_env(store_url: str, toolchain: Toolchain, layouts: tuple[str, ...] | None = None
-            ) -> tuple[dict[str, str], list[str]]:
+def job_env(store_url: str, toolchain: Toolchain, layouts: tuple[str, ...] | None = None,
+            environ: Mapping[str, str] | None = None) -> tuple[dict[str, str], list[str]]:
     """(variables, notes) pointing every runtime (or those of ``layouts``) at ``toolchain``'s
-    namespace in the store; each layout adds what an operator should know (its notes)."""
+    namespace in the store; each layout adds what an operator should know (its notes) and what
+    in ``environ`` (default: this process's) would make its runtime ignore that namespace."""
+    environ = os.environ if environ is None else environ
     root, local = runtime_root(store_url)
     env: dict[str, str] = {}
     notes: list[str] = []
@@ -39,10 +41,8 @@ def job_env(store_url: str, toolchain: Toolchain, layouts: tuple[str, ...] | Non
         namespace = layout.namespace_for(toolchain)
         env.update(layout.job_env(root, namespace))
         notes.extend(layout.env_notes(root, namespace))
+        notes.extend(f"{problem.message}: {problem.fix}" for problem in layout.env_problems(environ))
     env["NEURON_LOGICAL_NC_CONFIG"] = str(toolchain.lnc)
-    flags = os.environ.get("NEURON_CC_FLAGS", "")
-    if "--cache_dir" in flags:
-        notes.append("NEURON_CC_FLAGS contains --cache_dir, which wins over NEURON_COMPILE_CACHE_URL: remove it")
     return env, notes
 
 

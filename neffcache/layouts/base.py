@@ -85,6 +85,17 @@ class LogLine:
     key: str | None = None  # a runtime key that is not a file name (layout B's readable op key)
 
 
+@dataclass(frozen=True)
+class EnvProblem:
+    """A variable in a job's environment that defeats this runtime's cache (``env``, ``doctor``).
+
+    ``variable``: the variable's name; ``message``: what goes wrong; ``fix``: what to do."""
+
+    variable: str
+    message: str
+    fix: str
+
+
 class Layout(ABC):
     """How one runtime arranges entries under a root: every runtime fact has its home here.
 
@@ -263,6 +274,11 @@ class Layout(ABC):
 
     def env_notes(self, root: str, namespace: Namespace) -> list[str]:
         """What an operator should know when pointing this runtime at ``namespace`` (``env``)."""
+        return []
+
+    def env_problems(self, environ: Mapping[str, str]) -> list[EnvProblem]:
+        """Settings in ``environ`` that would make this runtime ignore the cache neffcache manages
+        (layout A: ``--cache_dir`` in ``NEURON_CC_FLAGS``)."""
         return []
 
     def is_runtime_file(self, path: str) -> bool:

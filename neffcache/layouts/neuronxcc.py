@@ -33,6 +33,7 @@ from neffcache.layouts.base import (
     TARGET_DIR_RE,
     EntryNames,
     EntryPlan,
+    EnvProblem,
     Layout,
     Located,
     LogLine,
@@ -242,6 +243,15 @@ class NeuronxccLayout(Layout):
         # EMPTY entry a runtime would pick up) until the marker, strictly last, commits it.
         rank = {manifest: 0, HLO: 1, FLAGS_JSON: 2, FLAGS_TXT: 2, NEFF: 3, LOG: 3, marker: 9}
         return sorted(names, key=lambda n: (rank.get(n, 2), n))
+
+    def env_problems(self, environ: Mapping[str, str]) -> list[EnvProblem]:
+        # libneuronxla takes --cache_dir from NEURON_CC_FLAGS over NEURON_COMPILE_CACHE_URL
+        # (docs/runtimes.md, "Layout A"): the job would compile into a directory we never see.
+        return [EnvProblem("NEURON_CC_FLAGS",
+                           f"{flag} in NEURON_CC_FLAGS overrides NEURON_COMPILE_CACHE_URL: libneuronxla "
+                           "uses that directory, not the one neffcache manages",
+                           "remove --cache_dir from NEURON_CC_FLAGS and use `neffcache env`")
+                for flag in environ.get("NEURON_CC_FLAGS", "").split() if flag.startswith("--cache_dir")]
 
     def job_env(self, root: str, namespace: Namespace) -> dict[str, str]:
         # The runtime appends neuronxcc-<version> itself: hand it the directory above.

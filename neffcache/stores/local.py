@@ -43,6 +43,7 @@ import logging
 import os
 import secrets
 import shutil
+import stat
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -159,6 +160,10 @@ class LocalStore(Store):
         try:
             _, st = self._safe.stat(rel)
         except (FileNotFoundError, NotADirectoryError):
+            return None
+        # A directory (or a fifo, a socket) is not a file of the store: S3 and fsspec answer
+        # None for a "directory" too, so callers never mistake a prefix for an entry's file.
+        if not stat.S_ISREG(st.st_mode):
             return None
         return FileInfo(rel, st.st_size, st.st_mtime)
 

@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import overload
 
 HIT, COMPILED, FAILED, EXTRACTED = "hit", "compiled", "failed", "extracted"
 _POLL = 0.05
@@ -124,11 +125,24 @@ def wait_for_unlock(
     return True
 
 
-def env_seconds(name: str, default: float | None) -> float | None:
+@overload
+def env_float(name: str, default: float, *, error: type[Exception] = ..., what: str = ...) -> float: ...
+@overload
+def env_float(name: str, default: None, *, error: type[Exception] = ..., what: str = ...) -> float | None: ...
+def env_float(name: str, default: float | None, *, error: type[Exception] = ValueError,
+              what: str = "a number") -> float | None:
+    """The number in environment variable ``name``; ``default`` when it is unset or blank.
+
+    One parser for every ``NEFFSIM_*`` number, so the compiler and the workloads agree on what
+    a malformed value is: an ``error`` naming the variable, never a silent default."""
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default
     try:
         return float(raw)
     except ValueError:
-        raise ValueError(f"{name}={raw!r} is not a number of seconds") from None
+        raise error(f"{name}={raw!r} is not {what}") from None
+
+
+def env_seconds(name: str, default: float | None) -> float | None:
+    return env_float(name, default, what="a number of seconds")

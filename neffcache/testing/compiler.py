@@ -42,6 +42,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from neffcache.testing._files import append_line, atomic_write
+from neffcache.testing._runtime import env_float
 from neffcache.testing.hlo import read_hlo_header
 from neffcache.testing.neff import build_neff
 
@@ -175,16 +176,6 @@ def version_text(version: str) -> str:
     )
 
 
-def _env_float(name: str, default: float) -> float:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        return float(raw)
-    except ValueError:
-        raise UsageError(f"{name}={raw!r} is not a number") from None
-
-
 def _sleep(seconds: float) -> None:
     deadline = time.monotonic() + seconds
     while (left := deadline - time.monotonic()) > 0:
@@ -231,8 +222,8 @@ def compile_graph(req: CompileRequest, version: str) -> int:
 
     per_graph = header.get("compile_seconds")
     seconds = (float(per_graph) if isinstance(per_graph, (int, float))
-               else _env_float("NEFFSIM_COMPILE_SECONDS", 0.0))
-    memory_mb = _env_float("NEFFSIM_COMPILE_MEMORY_MB", 0.0)
+               else env_float("NEFFSIM_COMPILE_SECONDS", 0.0, error=UsageError))
+    memory_mb = env_float("NEFFSIM_COMPILE_MEMORY_MB", 0.0, error=UsageError)
     held = _touch_memory(memory_mb) if memory_mb > 0 else None
     if _matches("NEFFSIM_HANG_MATCH", graph):
         while True:  # like a compiler stuck in a pass: only a signal ends it
@@ -247,7 +238,7 @@ def compile_graph(req: CompileRequest, version: str) -> int:
             file=sys.stderr,
         )
         return 1
-    size = int(_env_float("NEFFSIM_NEFF_BYTES", -1))
+    size = int(env_float("NEFFSIM_NEFF_BYTES", -1, error=UsageError))
     neff = build_neff(hlo, compiler_version=version, target=req.target, lnc=req.lnc,
                       flags=req.codegen_flags, graph=graph, size=size if size >= 0 else None)
     try:

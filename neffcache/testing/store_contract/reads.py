@@ -28,6 +28,14 @@ class ReadContract:
             pass
         assert store.stat("no/such") is None
 
+    def test_stat_describes_files_only(self, store: Store) -> None:
+        """A directory (an S3 prefix) is not a file: ``stat`` of it is None on every backend."""
+        assert store.put_file("d/e/f.bin", b"x")
+        assert store.stat("d/e") is None
+        assert store.stat("d") is None
+        info = store.stat("d/e/f.bin")
+        assert info is not None and info.size == 1
+
     def test_open_read_streams_the_whole_file(self, store: Store) -> None:
         data = bytes(range(256)) * 1024
         assert store.put_file("r/stream.bin", data)
