@@ -63,7 +63,7 @@ class Toolchain:
     def namespace_dir(self) -> str:
         """This toolchain's namespace directory in the default layout (``trn2-lnc2/neuronxcc-<ver>``):
         the index server labels charts with it so they read like the paths in a store
-        (tests/test_layout_knowledge.py checks it against the layout)."""
+        (tests/layouts/test_knowledge_stays_in_layouts.py checks it against the layout)."""
         return f"{self.target_dir}/neuronxcc-{self.compiler_version}"
 
     @property

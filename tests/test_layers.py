@@ -52,7 +52,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # verifying digests, NeffCache.get/put.
     ("one-store operations", ("neffcache.operations.*",)),
     # Operations between stores (or a store and the index): push/pull, tier chains,
-    # reconciling the index with a store, and prune (its own order: tests/test_prune_package.py).
+    # reconciling the index with a store, and prune (its own order: tests/prune/test_package_order.py).
     ("between-store operations", ("neffcache.replication.*", "neffcache.prune.*")),
     # What the CLI and the warmers start from: user settings, the job environment a runtime is
     # pointed at, the doctor's checks, the warm logs kept on disk.

@@ -100,7 +100,7 @@ class Layout(ABC):
     """How one runtime arranges entries under a root: every runtime fact has its home here.
 
     Code outside ``neffcache/layouts/`` never names a runtime's files or tests a layout's name:
-    it asks the layout (a test in tests/test_layout_knowledge.py enforces it).
+    it asks the layout (a test in tests/layouts/test_knowledge_stays_in_layouts.py enforces it).
     """
 
     name: str

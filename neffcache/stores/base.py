@@ -18,7 +18,7 @@ The primitives' contract (neffcache.testing.store_contract checks every backend 
 - a destination that is full raises NoSpace, whatever the backend's own error.
 
 Every difference between backends that the code above needs is a method or property here, so
-nothing outside ``stores/`` asks which class a store is (tests/test_store_interface.py):
+nothing outside ``stores/`` asks which class a store is (tests/stores/test_interface.py):
 
 - ``move(src, dst)`` moves a file within the store: a rename where the backend has one, else
   copy and delete (the default). A missing ``src`` raises EntryNotFound.

@@ -20,7 +20,7 @@ from neffcache.operations.scan import load_entry, scan
 from neffcache.prune import PrunePolicy, Reason, execute_plan, plan_prune
 from neffcache.replication.reconcile import plan_reconcile
 from neffcache.stores.local import LocalStore
-from tests.lifecycle.helpers import NEW, TC_OLD, published_a, runtime_a
+from tests.prune.helpers import NEW, TC_OLD, published_a, runtime_a
 from tests.server.conftest import LiveServer, Tokens, make_tokens
 
 pytestmark = pytest.mark.slow

@@ -1,4 +1,4 @@
-"""Stores for the lifecycle tests: local, shared mount (fsx://) and S3 on moto's server over HTTP."""
+"""Stores for the prune tests: local, shared mount (fsx://) and S3 on moto's server over HTTP."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "neffcache" / "prune"
+PACKAGE = Path(__file__).resolve().parents[2] / "neffcache" / "prune"
 ORDER = ["model", "candidates", "rules", "sweep", "guard", "remove", "plan", "run", "execute"]
 
 

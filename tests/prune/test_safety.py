@@ -18,7 +18,7 @@ from neffcache.operations.scan import load_entry, scan
 from neffcache.operations.verify import CheckStatus, check_entry
 from neffcache.prune import JOURNAL_DIR, ItemKind, PrunePolicy, Reason, execute_plan, plan_prune
 from neffcache.stores.base import Store
-from tests.lifecycle.helpers import (
+from tests.prune.helpers import (
     NEW,
     OLD,
     TC_NEW,
@@ -154,7 +154,7 @@ def test_prune_group_lease_excludes_publishers(tmp_path: Path, monkeypatch: pyte
     from neffcache.layouts import get_layout
     from neffcache.outcomes import PublishStatus
     from neffcache.stores.local import LocalStore
-    from tests.lifecycle.procs import publish_key
+    from tests.prune.procs import publish_key
 
     store = LocalStore(tmp_path / "c")
     assert store.single_writer

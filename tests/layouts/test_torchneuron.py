@@ -12,7 +12,7 @@ from neffcache.operations.scan import scan
 from neffcache.prune import PrunePolicy, execute_plan, plan_prune
 from neffcache.stores.local import LocalStore
 from neffcache.toolchain import Toolchain
-from tests.native_caches import VERSION, all_files, native_key, write_native_neff, write_native_temp
+from tests.runtime_caches import VERSION, all_files, native_key, write_native_neff, write_native_temp
 
 OPS = ["aten::add_t0_(3, 3)_float32", "aten::mm_t0_(128, 64)_bf16", "aten::relu_t1_(8,)_float32"]
 TC = Toolchain(VERSION, "trn2", 2)

@@ -19,14 +19,14 @@ from neffcache.operations.scan import scan
 from neffcache.operations.verify import CheckStatus, check_entry
 from neffcache.prune import JOURNAL_DIR, PHASE_PAUSE_ENV, PrunePolicy, Reason, execute_plan, plan_prune
 from neffcache.stores.base import TEMP_MARKER, Store
-from tests.lifecycle.helpers import NEW, TC_OLD, published_a, runtime_a
-from tests.lifecycle.procs import publish_key
+from tests.prune.helpers import NEW, TC_OLD, published_a, runtime_a
+from tests.prune.procs import publish_key
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def spawn(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "tests.lifecycle.procs", *args], cwd=REPO,
+    return subprocess.Popen([sys.executable, "-m", "tests.prune.procs", *args], cwd=REPO,
                             stdout=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
 
 

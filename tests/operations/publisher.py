@@ -1,4 +1,4 @@
-"""A publishing process for crash and concurrency tests: ``python -m tests.publisher ...``."""
+"""A publishing process for crash and concurrency tests: ``python -m tests.operations.publisher ...``."""
 
 from __future__ import annotations
 

@@ -18,11 +18,11 @@ from neffcache.operations.scan import scan
 from neffcache.operations.verify import CheckStatus, check_entry
 from neffcache.stores.local import LocalStore
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def spawn(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "tests.publisher", *args], cwd=REPO,
+    return subprocess.Popen([sys.executable, "-m", "tests.operations.publisher", *args], cwd=REPO,
                             stdout=subprocess.PIPE, text=True)
 
 

@@ -1,4 +1,4 @@
-"""Processes for the crash and concurrency tests: ``python -m tests.lifecycle.procs prune|publish ...``."""
+"""Processes for the crash and concurrency tests: ``python -m tests.prune.procs prune|publish ...``."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from neffcache.outcomes import PublishStatus
 from neffcache.prune import PrunePolicy, execute_plan, plan_prune
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
-from tests.lifecycle.helpers import TC_NEW
+from tests.prune.helpers import TC_NEW
 
 
 def publish_key(store: Store, key: str) -> PublishStatus:

@@ -17,7 +17,7 @@ from neffcache.operations.scan import scan
 from neffcache.stores import open_store
 from neffcache.testing.shim import install_compiler_shim
 from neffcache.units import parse_duration, parse_size
-from tests.lifecycle.helpers import NEW, OLD, listing
+from tests.prune.helpers import NEW, OLD, listing
 from tests.simulation import Sim
 
 SUMMARY = "neffcache.testing.workload: graphs="
@@ -87,7 +87,7 @@ def test_budget_per_store(tmp_path: Path) -> None:
 
 
 def test_flags_output_and_errors(tmp_path: Path) -> None:
-    from tests.lifecycle.helpers import runtime_a
+    from tests.prune.helpers import runtime_a
 
     store = open_store(str(tmp_path / "c"))
     for i in range(3):

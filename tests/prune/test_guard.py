@@ -12,8 +12,8 @@ from neffcache.prune import PrunePolicy, execute_plan, plan_prune
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
 from neffcache.toolchain import Toolchain
-from tests.lifecycle.helpers import NEW, OLD, TC_NEW, TC_OLD, listing, published_a, runtime_a
-from tests.lifecycle.test_cli import run_cli
+from tests.prune.helpers import NEW, OLD, TC_NEW, TC_OLD, listing, published_a, runtime_a
+from tests.prune.test_cli import run_cli
 
 NEWER = "2.28.1001.0+0badc0de"
 
@@ -50,7 +50,7 @@ def test_partial_version_is_refused_and_nothing_changes(tmp_path: Path) -> None:
 @pytest.mark.parametrize("kind", ["local", pytest.param("s3", marks=pytest.mark.s3)])
 def test_a_plan_that_empties_a_store_needs_force(kind: str, tmp_path: Path, request: pytest.FixtureRequest,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests.lifecycle.conftest import make_store
+    from tests.prune.conftest import make_store
 
     store = make_store(kind, tmp_path, request)
     if kind == "s3":

@@ -19,7 +19,7 @@ from neffcache.layouts import LAYOUTS, get_layout
 from neffcache.layouts.base import DEFAULT_LAYOUT
 from neffcache.toolchain import LAYOUT_NAMES, Toolchain
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("neffcache", "cli", "server", "warmers")
 EXEMPT_DIRS = ("neffcache/layouts/", "neffcache/testing/")
 

@@ -1,4 +1,4 @@
-"""Caches for the lifecycle tests, written through the store API so every backend gets the same ones."""
+"""Caches for the prune tests, written through the store API so every backend gets the same ones."""
 
 from __future__ import annotations
 

@@ -16,8 +16,8 @@ from neffcache.operations.verify import QUARANTINE_DIR, quarantine
 from neffcache.prune import PrunePolicy, Reason, execute_plan, plan_prune
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
-from tests.lifecycle.helpers import NEW, TC_NEW, TC_OLD, future, published_a
-from tests.lifecycle.test_cli import run_cli
+from tests.prune.helpers import NEW, TC_NEW, TC_OLD, future, published_a
+from tests.prune.test_cli import run_cli
 
 
 def _cli_env(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:

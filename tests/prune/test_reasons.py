@@ -14,7 +14,7 @@ from neffcache.operations.scan import load_entry, scan
 from neffcache.operations.verify import CheckStatus, verify
 from neffcache.prune import ItemKind, PrunePolicy, Reason, execute_plan, plan_prune
 from neffcache.stores.base import Store
-from tests.lifecycle.helpers import (
+from tests.prune.helpers import (
     LEGACY,
     NEW,
     OLD,

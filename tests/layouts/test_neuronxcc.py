@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from neffcache.application.jobenv import job_env
 from neffcache.entry import EntryState, Namespace
-from neffcache.layouts import get_layout
+from neffcache.layouts import LAYOUTS, get_layout
 from neffcache.layouts.base import LogLine
 from neffcache.layouts.flags import (
     FLAGS_JSON,
@@ -26,6 +27,7 @@ from neffcache.layouts.flags import (
 from neffcache.layouts.neuronxcc import NeuronxccLayout
 from neffcache.operations.scan import scan
 from neffcache.stores.local import LocalStore
+from neffcache.toolchain import Toolchain
 
 _LAYOUT = get_layout("neuronxcc")
 assert isinstance(_LAYOUT, NeuronxccLayout)
@@ -215,3 +217,19 @@ def test_runtime_entries_of_every_era_scan_and_pass_the_flags_check(tmp_path: Pa
         assert name is not None and name == LAYOUT.names(entry.namespace, entry.key).flags
         assert LAYOUT.flags_problem(entry.key, store.read_bytes(entry.store_path(name))) is None
         assert LAYOUT.read_user_flags(name, store.read_bytes(entry.store_path(name))) == ["--model-type=transformer"]
+
+
+def test_a_cache_dir_in_neuron_cc_flags_is_layout_a_env_problem_for_env_and_doctor() -> None:
+    """libneuronxla takes ``--cache_dir`` over NEURON_COMPILE_CACHE_URL: both spellings are
+    named, other layouts see no problem, and ``job_env`` judges the environment it is given."""
+    environ = {"NEURON_CC_FLAGS": "-O1 --cache_dir=/scratch/a --cache_dir /scratch/b"}
+    problems = LAYOUTS["neuronxcc"].env_problems(environ)
+    assert [p.variable for p in problems] == ["NEURON_CC_FLAGS", "NEURON_CC_FLAGS"]
+    assert "--cache_dir=/scratch/a" in problems[0].message and "neffcache env" in problems[0].fix
+    assert all(layout.env_problems(environ) == [] for name, layout in LAYOUTS.items() if name != "neuronxcc")
+    assert LAYOUTS["neuronxcc"].env_problems({"NEURON_CC_FLAGS": "-O1"}) == []
+    tc = Toolchain("2.21.33363.0+82129205", "trn2", 2)
+    _, notes = job_env("/cache", tc, environ=environ)
+    assert sum("overrides NEURON_COMPILE_CACHE_URL" in n for n in notes) == 2
+    _, quiet = job_env("/cache", tc, environ={})
+    assert not any("NEURON_CC_FLAGS" in n for n in quiet)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 FOLDERS = ("neffcache", "cli", "server", "warmers")
 EXCLUDED = ("server/storage/migrations",)
 MAX_MODULE_LINES = 400

@@ -19,7 +19,7 @@ from neffcache.stores import open_store
 from neffcache.stores.base import Store
 from neffcache.stores.local import LocalStore
 from neffcache.toolchain import Toolchain
-from tests.native_caches import VERSION, all_files, write_vllm_entry
+from tests.runtime_caches import VERSION, all_files, write_vllm_entry
 from tests.stores.conftest import BUCKET, aws_env, moto_server, s3_endpoint
 
 __all__ = ["aws_env", "moto_server", "s3_endpoint"]

@@ -13,7 +13,7 @@ from pathlib import Path
 import neffcache.stores.base as base
 from neffcache.stores import fsspec_store, local, s3
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCANNED = ("neffcache", "cli", "warmers")
 EXEMPT = ROOT / "neffcache" / "stores"
 
