@@ -76,21 +76,18 @@ class WarmRequest:
 def workload_env(req: WarmRequest, root: str, notes: list[str]) -> dict[str, str]:
     """The compile-only contract, every layout's cache variables, the compiler first on PATH."""
     env = dict(req.base_env)
-    cache_vars, job_notes = job_env(root, req.toolchain)
-    notes.extend(n for n in job_notes if "--cache_dir" not in n)
+    for layout in LAYOUTS.values():  # e.g. layout A drops --cache_dir, which would win over the URL
+        changes, layout_notes = layout.compile_only_env(env, retry_failed=req.retry_failed)
+        notes.extend(layout_notes)
+        for name, value in changes.items():
+            if value is None:
+                env.pop(name, None)
+            else:
+                env[name] = value
+    cache_vars, job_notes = job_env(root, req.toolchain, environ=env)
+    notes.extend(job_notes)
     env.update(cache_vars)
     env.update({"TORCH_NEURONX_COMPILE_ONLY": "1", "NEURON_RT_FAKE_INSTANCE_TYPE": req.instance})
-    flags = shlex.split(env.get("NEURON_CC_FLAGS", ""))
-    # --cache_dir would win over NEURON_COMPILE_CACHE_URL and send NEFFs past the namespace.
-    kept = [f for i, f in enumerate(flags) if not f.startswith("--cache_dir")
-            and not (i and flags[i - 1] == "--cache_dir")]
-    if len(kept) != len(flags):
-        notes.append("removed --cache_dir from NEURON_CC_FLAGS: the warm-up writes to the namespace")
-    if req.retry_failed and "--retry_failed_compilation" not in kept:
-        kept.append("--retry_failed_compilation")
-    env["NEURON_CC_FLAGS"] = shlex.join(kept)
-    if not env["NEURON_CC_FLAGS"]:
-        del env["NEURON_CC_FLAGS"]
     if req.two_phase:
         env["NEURON_EXTRACT_GRAPHS_ONLY"] = "1"
     # The runtime runs `neuronx-cc` from PATH: make it the one we resolved the toolchain with.

@@ -276,6 +276,13 @@ class Layout(ABC):
         """What an operator should know when pointing this runtime at ``namespace`` (``env``)."""
         return []
 
+    def compile_only_env(self, environ: Mapping[str, str], *, retry_failed: bool
+                         ) -> tuple[dict[str, str | None], list[str]]:
+        """What a warm-up changes in a job's ``environ`` so this runtime compiles into the
+        namespace it is pointed at (``retry_failed``: and recompiles cached failures):
+        (variables to set, ``None`` for one to unset; notes for the report)."""
+        return {}, []
+
     def env_problems(self, environ: Mapping[str, str]) -> list[EnvProblem]:
         """Settings in ``environ`` that would make this runtime ignore the cache neffcache manages
         (layout A: ``--cache_dir`` in ``NEURON_CC_FLAGS``)."""

@@ -32,7 +32,9 @@ FLAGS_TXT = "compile_flags.txt"
 FLAGS_JSON = "compile_flags.json"
 TARGET_FLAG = "--target="
 # Options of the wrapper, not of the compiler: never in the flags file.
-WRAPPER_ONLY = ("--cache_dir", "--retry_failed_compilation")
+CACHE_DIR_FLAG = "--cache_dir"
+RETRY_FLAG = "--retry_failed_compilation"  # the wrapper recompiles a cached failure
+WRAPPER_ONLY = (CACHE_DIR_FLAG, RETRY_FLAG)
 SUFFIX_LEN = 8
 
 
@@ -86,6 +88,21 @@ def user_flags(flags: Sequence[str]) -> list[str]:
             skip_next = name == "--cache_dir" and "=" not in flag
             continue
         out.append(flag)
+    return out
+
+
+def without_cache_dir(flags: Sequence[str]) -> list[str]:
+    """``flags`` without ``--cache_dir=DIR`` or ``--cache_dir DIR`` (which would send the
+    runtime's NEFFs to a directory other than the namespace it is pointed at)."""
+    out: list[str] = []
+    skip_next = False
+    for flag in flags:
+        if skip_next:
+            skip_next = False
+        elif flag == CACHE_DIR_FLAG:
+            skip_next = True
+        elif not flag.startswith(CACHE_DIR_FLAG + "="):
+            out.append(flag)
     return out
 
 

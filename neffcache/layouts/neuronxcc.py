@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import posixpath
 import re
+import shlex
 from collections.abc import Mapping, Sequence
 
 from neffcache.entry import Entry, EntryState, FileInfo, Namespace
@@ -243,6 +244,17 @@ class NeuronxccLayout(Layout):
         # EMPTY entry a runtime would pick up) until the marker, strictly last, commits it.
         rank = {manifest: 0, HLO: 1, FLAGS_JSON: 2, FLAGS_TXT: 2, NEFF: 3, LOG: 3, marker: 9}
         return sorted(names, key=lambda n: (rank.get(n, 2), n))
+
+    def compile_only_env(self, environ: Mapping[str, str], *, retry_failed: bool
+                         ) -> tuple[dict[str, str | None], list[str]]:
+        flags = shlex.split(environ.get("NEURON_CC_FLAGS", ""))
+        kept = flagsfile.without_cache_dir(flags)
+        notes = []
+        if len(kept) != len(flags):
+            notes.append("removed --cache_dir from NEURON_CC_FLAGS: the warm-up writes to the namespace")
+        if retry_failed and flagsfile.RETRY_FLAG not in kept:
+            kept.append(flagsfile.RETRY_FLAG)
+        return {"NEURON_CC_FLAGS": shlex.join(kept) or None}, notes
 
     def env_problems(self, environ: Mapping[str, str]) -> list[EnvProblem]:
         # libneuronxla takes --cache_dir from NEURON_CC_FLAGS over NEURON_COMPILE_CACHE_URL

@@ -233,3 +233,17 @@ def test_a_cache_dir_in_neuron_cc_flags_is_layout_a_env_problem_for_env_and_doct
     assert sum("overrides NEURON_COMPILE_CACHE_URL" in n for n in notes) == 2
     _, quiet = job_env("/cache", tc, environ={})
     assert not any("NEURON_CC_FLAGS" in n for n in quiet)
+
+
+def test_a_warm_up_drops_cache_dir_in_both_spellings_and_adds_retry_once() -> None:
+    layout = LAYOUTS["neuronxcc"]
+    env = {"NEURON_CC_FLAGS": "-O1 --cache_dir=/a --cache_dir /b --model-type=transformer"}
+    changes, notes = layout.compile_only_env(env, retry_failed=True)
+    assert changes == {"NEURON_CC_FLAGS": "-O1 --model-type=transformer --retry_failed_compilation"}
+    assert notes and "--cache_dir" in notes[0]
+    again, _ = layout.compile_only_env({"NEURON_CC_FLAGS": changes["NEURON_CC_FLAGS"] or ""}, retry_failed=True)
+    assert again == changes  # idempotent: the retry flag is not added twice
+    assert layout.compile_only_env({"NEURON_CC_FLAGS": "--cache_dir=/a"}, retry_failed=False) == (
+        {"NEURON_CC_FLAGS": None}, ["removed --cache_dir from NEURON_CC_FLAGS: the warm-up writes to the namespace"])
+    assert all(other.compile_only_env(env, retry_failed=True) == ({}, [])
+               for name, other in LAYOUTS.items() if name != "neuronxcc")
