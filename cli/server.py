@@ -23,16 +23,16 @@ from .errors import DB_SCHEMA_BEHIND
 from .output import emit_json, json_option, render, table
 
 if TYPE_CHECKING:
-    from neffcache.server.config import Settings
+    from neffcache.server.config import ServerSettings
     from neffcache.server.services.admin import IndexAdmin, SchemaState
 
 DEFAULT_PORT = 8787
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _server_settings(database_url: str | None, data_dir: Path | None, **extra: Any) -> Settings:
+def _server_settings(database_url: str | None, data_dir: Path | None, **extra: Any) -> ServerSettings:
     try:
-        from neffcache.server.config import Settings
+        from neffcache.server.config import ServerSettings
     except ImportError as exc:  # pragma: no cover - depends on the installed extras
         raise ConfigError(f"the index server needs the server extras: pip install 'neffcache[server]' "
                           f"({exc})") from None
@@ -41,7 +41,7 @@ def _server_settings(database_url: str | None, data_dir: Path | None, **extra: A
         values["database_url"] = database_url
     if data_dir:
         values["data_dir"] = data_dir
-    return Settings(**values)
+    return ServerSettings(**values)
 
 
 def _database_options(f: Any) -> Any:
@@ -79,7 +79,7 @@ def _require_server_extras() -> None:
                           "pip install 'neffcache[server]'") from None
 
 
-def _open_admin(settings: Settings, *, upgrade: bool = True) -> IndexAdmin:
+def _open_admin(settings: ServerSettings, *, upgrade: bool = True) -> IndexAdmin:
     """The index database; ``upgrade`` migrates its schema to head first."""
     from neffcache.server.services.admin import IndexAdmin
 
@@ -103,7 +103,7 @@ def serve_cmd(host: str, port: int, database_url: str | None, data_dir: Path | N
 
     With no arguments it keeps an embedded SQLite database under ~/.local/share/neffcache/server;
     for several replicas point them all at one PostgreSQL with --database-url. The schema is
-    upgraded before the server starts. Settings also come from NEFFCACHE_SERVER_* variables
+    upgraded before the server starts. ServerSettings also come from NEFFCACHE_SERVER_* variables
     (NEFFCACHE_SERVER_ADMIN_TOKEN, NEFFCACHE_SERVER_MAX_BODY_BYTES, ...).
 
     \b

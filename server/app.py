@@ -24,7 +24,7 @@ from sqlalchemy.exc import OperationalError
 from neffcache import __version__
 from neffcache.server.api.deps import AppState, TokenCache
 from neffcache.server.api.routes import entries, events, health, leases, stats, tokens
-from neffcache.server.config import Settings
+from neffcache.server.config import ServerSettings
 from neffcache.server.observability.metrics import Metrics
 from neffcache.server.observability.middleware import BodyLimit, RequestMetrics
 from neffcache.server.storage.db import Database, migrate
@@ -64,9 +64,9 @@ def _install_handlers(app: FastAPI) -> None:
                             status_code=status.HTTP_503_SERVICE_UNAVAILABLE, headers={"Retry-After": "1"})
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(settings: ServerSettings | None = None) -> FastAPI:
     """Build an index server app. ``settings`` default to the ``NEFFCACHE_SERVER_*`` environment."""
-    settings = settings if settings is not None else Settings()
+    settings = settings if settings is not None else ServerSettings()
     db = Database(settings.resolved_database_url(), pool_size=settings.pool_size)
 
     @asynccontextmanager
@@ -118,7 +118,7 @@ def listening_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def worker_environment(settings: Settings) -> dict[str, str]:
+def worker_environment(settings: ServerSettings) -> dict[str, str]:
     """What a uvicorn worker needs in its environment to build the app ``settings`` describe:
     workers are separate processes that call :func:`create_app` with no arguments (``--factory``),
     so the settings reach them as ``NEFFCACHE_SERVER_*`` variables. The schema was upgraded
@@ -129,7 +129,7 @@ def worker_environment(settings: Settings) -> dict[str, str]:
     return env
 
 
-def serve(settings: Settings, sock: socket.socket, *, host: str, port: int, workers: int = 1,
+def serve(settings: ServerSettings, sock: socket.socket, *, host: str, port: int, workers: int = 1,
           log_level: str = "info") -> None:
     """Serve the index on ``sock`` (bound to ``host``:``port`` by :func:`listening_socket`) until
     interrupted, in this process or in ``workers`` processes; the schema must be at head."""

@@ -14,7 +14,7 @@ def default_data_dir() -> Path:
     return Path(base) / "neffcache" / "server"
 
 
-class Settings(BaseSettings):
+class ServerSettings(BaseSettings):
     """Everything the server needs; every field can come from ``NEFFCACHE_SERVER_<FIELD>``."""
 
     model_config = SettingsConfigDict(env_prefix="NEFFCACHE_SERVER_", extra="forbid")

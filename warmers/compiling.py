@@ -32,7 +32,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from neffcache.coordination.lease import Lease, try_acquire
+from neffcache.coordination.lease import StoreLease, try_acquire
 from neffcache.entry import EntryState, Namespace
 from neffcache.errors import EntryNotFound
 from neffcache.layouts import get_layout, locate
@@ -184,7 +184,7 @@ class CompilePool:
         if refused is not None:
             return CompileOutcome(job, CompileStatus.REFUSED, reason=refused)
         got = try_acquire(self.placement.coordinator, f"compile:{job.path}", ttl=self.lease_ttl)
-        if not isinstance(got, Lease):
+        if not isinstance(got, StoreLease):
             return None
         lease = got
         lease.keep_alive()

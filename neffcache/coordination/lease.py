@@ -137,7 +137,7 @@ class LeaseRecord:
         return cls(name, f"(invalid lease: {reason})", "torn", "", 0, 0.0, 0.0)
 
 
-class Lease:
+class StoreLease:
     """One acquired lease. Use :func:`acquire` to get one."""
 
     def __init__(self, store: Store, record: LeaseRecord, ttl: float) -> None:
@@ -188,7 +188,7 @@ class Lease:
         self._thread = threading.Thread(target=beat, name=f"lease:{self.record.name}", daemon=True)
         self._thread.start()
 
-    def __enter__(self) -> Lease:
+    def __enter__(self) -> StoreLease:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -218,7 +218,7 @@ def read_lease(store: Store, name: str) -> LeaseRecord | None:
 
 def try_acquire(
     store: Store, name: str, *, ttl: float = DEFAULT_TTL, owner: str | None = None
-) -> Lease | LeaseRecord:
+) -> StoreLease | LeaseRecord:
     """The lease, or the live record of whoever holds it."""
     path = lease_path(name)
     for _ in range(8):
@@ -226,7 +226,7 @@ def try_acquire(
         record = LeaseRecord(name, owner or default_owner(), secrets.token_hex(8), socket.gethostname(),
                              os.getpid(), now, now + ttl)
         if store.put_file(path, record.to_bytes(), exclusive=True):
-            return Lease(store, record, ttl)
+            return StoreLease(store, record, ttl)
         current = read_lease(store, name)
         if current is None:
             continue  # released between our attempt and our read: try again
@@ -240,7 +240,7 @@ def try_acquire(
             log.info("taking over stale lease %s from %s", name, current.owner)
             store.put_file(path, record.to_bytes())
             store.delete([_tombstone(name, current.token)])
-            return Lease(store, record, ttl)
+            return StoreLease(store, record, ttl)
         time.sleep(0.01)
     current = read_lease(store, name)
     if current is not None:
@@ -249,12 +249,12 @@ def try_acquire(
 
 
 def acquire(store: Store, name: str, *, ttl: float = DEFAULT_TTL, wait: float = 0.0,
-            poll: float = 0.2, owner: str | None = None) -> Lease:
+            poll: float = 0.2, owner: str | None = None) -> StoreLease:
     """Acquire ``name``, waiting up to ``wait`` seconds for a live holder; else LeaseHeld."""
     deadline = time.monotonic() + wait
     while True:
         got = try_acquire(store, name, ttl=ttl, owner=owner)
-        if isinstance(got, Lease):
+        if isinstance(got, StoreLease):
             return got
         if time.monotonic() >= deadline:
             raise LeaseHeld(name, got.owner, got.expires_at)
@@ -262,7 +262,7 @@ def acquire(store: Store, name: str, *, ttl: float = DEFAULT_TTL, wait: float = 
 
 
 @contextlib.contextmanager
-def held(store: Store, name: str, *, ttl: float = DEFAULT_TTL, wait: float = 0.0) -> Iterator[Lease]:
+def held(store: Store, name: str, *, ttl: float = DEFAULT_TTL, wait: float = 0.0) -> Iterator[StoreLease]:
     lease = acquire(store, name, ttl=ttl, wait=wait)
     lease.keep_alive()
     try:

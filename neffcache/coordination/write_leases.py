@@ -17,7 +17,7 @@ import logging
 import time
 from collections.abc import Iterator
 
-from neffcache.coordination.lease import Lease, read_lease, try_acquire
+from neffcache.coordination.lease import StoreLease, read_lease, try_acquire
 from neffcache.stores.base import Store
 
 log = logging.getLogger(__name__)
@@ -58,11 +58,11 @@ def _prune_group_free(store: Store, entry_path: str) -> bool:
 
 
 @contextlib.contextmanager
-def exclusive_write(store: Store, entry_path: str) -> Iterator[Lease | None]:
+def exclusive_write(store: Store, entry_path: str) -> Iterator[StoreLease | None]:
     """Hold ``entry_path``'s publish lease, kept alive, while writing the entry's files; None
     when another publisher holds it or a prune is removing the entry's group (busy: retry)."""
     got = try_acquire(store, publish_lease_name(entry_path), ttl=PUBLISH_LEASE_TTL)
-    if not isinstance(got, Lease):
+    if not isinstance(got, StoreLease):
         log.debug("%s is being published by %s", entry_path, got.owner)
         yield None
         return

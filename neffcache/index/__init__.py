@@ -32,7 +32,7 @@ from neffcache.index.records import (
     EntryRecord,
     Event,
     EventKind,
-    Lease,
+    IndexLease,
     entry_record,
     new_event_id,
     new_owner,
@@ -109,6 +109,6 @@ def open_index(url: str | None = None, token: str | None = None, *, spool_root: 
 
 __all__ = [
     "ENV_SPOOL", "ENV_TOKEN", "ENV_URL", "EVENT_KINDS", "EntryRecord", "Event", "EventKind", "FlushReport",
-    "Index", "IndexClient", "Lease", "NullIndex", "ReportCounts", "Spool", "WaitingSpool", "default_spool_root",
+    "Index", "IndexClient", "IndexLease", "NullIndex", "ReportCounts", "Spool", "WaitingSpool", "default_spool_root",
     "entry_record", "event_defaults", "new_event_id", "new_owner", "open_index", "spool_dir_for", "waiting_spools",
 ]

@@ -41,7 +41,7 @@ from neffcache.errors import IndexServerError
 from neffcache.index.delivery import KEEP_STATUS, Rejected, deliver_spooled, send_batch
 from neffcache.index.process_hooks import at_exit, track_forks
 from neffcache.index.queries import IndexQueries
-from neffcache.index.records import EntryRecord, Event, EventKind, Lease, new_owner
+from neffcache.index.records import EntryRecord, Event, EventKind, IndexLease, new_owner
 from neffcache.index.reports import FlushReport, ReportCounts, describe_failure
 from neffcache.index.spool import Spool
 
@@ -355,14 +355,14 @@ class IndexClient:
     def stats(self, window: str = "7d", group_by: str = "team", **filters: str | None) -> dict[str, Any]:
         return self.queries.stats(window, group_by, **filters)
 
-    def acquire(self, name: str, ttl: float = 600.0) -> Lease:
+    def acquire(self, name: str, ttl: float = 600.0) -> IndexLease:
         """Try to take a compile lease; check ``.held``. Raises IndexServerError if the index is down."""
         return self.queries.acquire(name, ttl)
 
-    def renew(self, lease: Lease, ttl: float = 600.0) -> Lease:
+    def renew(self, lease: IndexLease, ttl: float = 600.0) -> IndexLease:
         return self.queries.renew(lease, ttl)
 
-    def release(self, lease: Lease) -> bool:
+    def release(self, lease: IndexLease) -> bool:
         """Give the lease back; False if it was not ours any more."""
         return self.queries.release(lease)
 

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from neffcache.errors import IndexServerError
-from neffcache.index.records import EntryRecord, Event, EventKind, Lease
+from neffcache.index.records import EntryRecord, Event, EventKind, IndexLease
 from neffcache.index.reports import FlushReport, ReportCounts
 
 
@@ -61,13 +61,13 @@ class NullIndex:
     def stats(self, window: str = "7d", group_by: str = "team", **filters: str | None) -> dict[str, Any]:
         raise _not_configured()
 
-    def acquire(self, name: str, ttl: float = 600.0) -> Lease:
+    def acquire(self, name: str, ttl: float = 600.0) -> IndexLease:
         raise _not_configured()
 
-    def renew(self, lease: Lease, ttl: float = 600.0) -> Lease:
+    def renew(self, lease: IndexLease, ttl: float = 600.0) -> IndexLease:
         raise _not_configured()
 
-    def release(self, lease: Lease) -> bool:
+    def release(self, lease: IndexLease) -> bool:
         raise _not_configured()
 
     def healthy(self) -> bool:

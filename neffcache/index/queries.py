@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 
 from neffcache.errors import IndexServerError
-from neffcache.index.records import Lease
+from neffcache.index.records import IndexLease
 
 RETRY_STATUS = frozenset({429, 502, 503, 504})
 
@@ -71,23 +71,23 @@ class IndexQueries:
         stats: dict[str, Any] = self.request("GET", "/v1/stats", params=params)
         return stats
 
-    def acquire(self, name: str, ttl: float = 600.0) -> Lease:
+    def acquire(self, name: str, ttl: float = 600.0) -> IndexLease:
         """Try to take a compile lease; check ``.held``. Raises IndexServerError if the index is down
         (callers fall back to lease files)."""
         body = self.request("POST", "/v1/leases/acquire", json={"name": name, "owner": self.owner, "ttl": ttl})
-        return Lease.from_json(self.owner, body)
+        return IndexLease.from_json(self.owner, body)
 
-    def renew(self, lease: Lease, ttl: float = 600.0) -> Lease:
+    def renew(self, lease: IndexLease, ttl: float = 600.0) -> IndexLease:
         try:
             body = self.request("POST", "/v1/leases/renew", json={"name": lease.name, "owner": lease.owner,
                                                                    "ttl": ttl})
         except IndexServerError as exc:
             if exc.status in (404, 409):
-                return Lease(lease.name, lease.owner, False, None, None, None)
+                return IndexLease(lease.name, lease.owner, False, None, None, None)
             raise
-        return Lease.from_json(lease.owner, body)
+        return IndexLease.from_json(lease.owner, body)
 
-    def release(self, lease: Lease) -> bool:
+    def release(self, lease: IndexLease) -> bool:
         """Give the lease back; False if it was not ours any more (expired and taken over)."""
         try:
             self.request("POST", "/v1/leases/release", json={"name": lease.name, "owner": lease.owner})

@@ -133,7 +133,7 @@ class Event:
 
 
 @dataclass(frozen=True)
-class Lease:
+class IndexLease:
     """The answer to acquire/renew: ``held`` says whether ``owner`` (you) holds it now; otherwise
     ``holder`` holds it for ``expires_in`` more seconds."""
 
@@ -145,6 +145,6 @@ class Lease:
     expires_in: float | None
 
     @classmethod
-    def from_json(cls, owner: str, data: Mapping[str, Any]) -> Lease:
+    def from_json(cls, owner: str, data: Mapping[str, Any]) -> IndexLease:
         return cls(name=str(data["name"]), owner=owner, held=bool(data["held"]), holder=data.get("owner"),
                    expires_at=data.get("expires_at"), expires_in=data.get("expires_in"))

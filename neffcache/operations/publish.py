@@ -48,7 +48,9 @@ class PublishResult:
 
     @property
     def ok(self) -> bool:
-        return True
+        """The store holds a healthy entry at ``path`` now: published by this call or already
+        there. False for BUSY (another writer holds it): not there yet, look again."""
+        return self.status is not PublishStatus.BUSY
 
 
 def digest_source(source: Source) -> tuple[str, int]:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from neffcache.coordination.lease import Lease, LeaseRecord, lease_path, try_acquire
+from neffcache.coordination.lease import LeaseRecord, StoreLease, lease_path, try_acquire
 from neffcache.coordination.stamps import stamp_path
 from neffcache.coordination.write_leases import PUBLISH_LEASE_TTL, prune_group_lease, publish_lease_name
 from neffcache.entry import Entry, EntryState, FileInfo
@@ -118,8 +118,8 @@ class StoreRun:
         """Re-check and remove one chunk; ``groups``: the prune group leases its entries are in
         (none: each entry's publish lease instead)."""
         approved: list[tuple[PruneItem, Entry]] = []
-        leases: list[Lease] = []
-        group_leases: list[Lease] = []
+        leases: list[StoreLease] = []
+        group_leases: list[StoreLease] = []
         blocked: dict[str, str] = {}
         started = time.monotonic()
         try:
@@ -220,7 +220,7 @@ class StoreRun:
             removed.append((item, entry))
         return removed
 
-    def _release(self, leases: list[Lease], started: float) -> None:
+    def _release(self, leases: list[StoreLease], started: float) -> None:
         if not leases:
             return
         if time.monotonic() - started < PUBLISH_LEASE_TTL / 2:

@@ -314,6 +314,15 @@ def _plan(src_entries: list[Entry], there: dict[str, Entry], flt: EntryFilter, f
     return tally
 
 
-# The same operation either way round; two names so call sites read as what they do.
-push = sync
-pull = sync
+def push(local: Store | str, remote: Store | str, **options: Any) -> SyncReport:
+    """Share what this host compiled: ``local``'s entries that ``remote`` (a shared mount, a
+    bucket) lacks are published to it. :func:`sync` with the local store as the source; the
+    options are :func:`sync`'s."""
+    return sync(local, remote, **options)
+
+
+def pull(remote: Store | str, local: Store | str, **options: Any) -> SyncReport:
+    """Fill this host's cache before a job: ``remote``'s entries that ``local`` lacks are
+    published to it. :func:`sync` with the remote store as the source; the options are
+    :func:`sync`'s."""
+    return sync(remote, local, **options)

@@ -42,7 +42,7 @@ from neffcache.operations.publish import PublishResult, publish
 from neffcache.operations.scan import load_entry
 from neffcache.operations.verify import CheckStatus, check_entry, quarantine
 from neffcache.outcomes import PublishStatus, TierOp, TierProblemKind
-from neffcache.replication.sync import SyncReport, sync
+from neffcache.replication.sync import SyncReport, pull, push
 from neffcache.stores import open_store
 from neffcache.stores.base import Source, Store
 
@@ -300,7 +300,7 @@ class Tiers:
                 continue
             assert tier.store is not None
             try:
-                reports.append(sync(tier.store, local, **filters))
+                reports.append(pull(tier.store, local, **filters))
             except TIER_ERRORS as exc:
                 problems.append(self._down(self._blame(exc, tier, self.tiers[0]), TierOp.PREFETCH, exc))
         return ChainReport(tuple(reports), tuple(problems))
@@ -315,7 +315,7 @@ class Tiers:
                 continue
             assert tier.store is not None
             try:
-                reports.append(sync(local, tier.store, **filters))
+                reports.append(push(local, tier.store, **filters))
             except TIER_ERRORS as exc:
                 problems.append(self._down(self._blame(exc, tier, self.tiers[0]), TierOp.PUSH, exc))
         return ChainReport(tuple(reports), tuple(problems))

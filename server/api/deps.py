@@ -21,7 +21,7 @@ from fastapi import Depends, HTTPException, Request, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from neffcache.server.config import Settings
+from neffcache.server.config import ServerSettings
 from neffcache.server.observability.metrics import Metrics
 from neffcache.server.services import tokens
 from neffcache.server.storage.db import Database
@@ -86,7 +86,7 @@ class TokenCache:
 
 @dataclass
 class AppState:
-    settings: Settings
+    settings: ServerSettings
     db: Database
     metrics: Metrics
     token_cache: TokenCache

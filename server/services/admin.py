@@ -19,7 +19,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 
 from neffcache.errors import ConfigError, IndexServerError
-from neffcache.server.config import Settings
+from neffcache.server.config import ServerSettings
 from neffcache.server.services import tokens
 from neffcache.server.services.tokens import TokenInfo
 from neffcache.server.storage.db import Database, current_revision, head_revision, migrate
@@ -75,7 +75,7 @@ class IndexAdmin:
     ``with``). ``upgrade`` migrates the schema to head first, as every token command needs."""
 
     @_plain_errors
-    def __init__(self, settings: Settings, *, upgrade: bool = True) -> None:
+    def __init__(self, settings: ServerSettings, *, upgrade: bool = True) -> None:
         self._db = Database(settings.resolved_database_url(), pool_size=2)
         try:
             if upgrade:

@@ -11,7 +11,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from neffcache.application import config as library_config
-from neffcache.server.config import Settings as ServerSettings
+from neffcache.server.config import ServerSettings
 
 SERVER_PREFIX = "NEFFCACHE_SERVER_"
 

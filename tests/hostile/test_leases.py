@@ -1,4 +1,4 @@
-"""Lease files from outside: an invalid one is treated as expired (taken over, removed by
+"""StoreLease files from outside: an invalid one is treated as expired (taken over, removed by
 ``prune --stale-locks``) and reported; never a traceback, never an entry blocked forever."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from neffcache.coordination.lease import Lease, LeaseRecord, lease_path, read_lease, try_acquire
+from neffcache.coordination.lease import LeaseRecord, StoreLease, lease_path, read_lease, try_acquire
 from neffcache.prune import PrunePolicy, execute_plan, plan_prune
 from neffcache.stores.base import Store
 from neffcache.stores.local import LocalStore
@@ -71,7 +71,7 @@ def test_an_invalid_lease_is_taken_over_and_pruned(store: Store, name: str) -> N
     seen = read_lease(store, "entry-a")
     assert seen is not None and seen.expired() and "invalid lease" in seen.owner
     got = try_acquire(store, "entry-a", ttl=30)
-    assert isinstance(got, Lease), got  # taken over: not blocked forever, no traceback
+    assert isinstance(got, StoreLease), got  # taken over: not blocked forever, no traceback
     got.release()
     plan = plan_prune([store], PrunePolicy(stale_locks=True))
     stale = [i for i in plan.items if i.path == lease_path("entry-b")]

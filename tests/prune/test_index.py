@@ -28,9 +28,9 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 def live(tmp_path: Path) -> Iterator[tuple[LiveServer, Tokens]]:
-    from neffcache.server.config import Settings
+    from neffcache.server.config import ServerSettings
 
-    settings = Settings(data_dir=tmp_path / "data", database_url=f"sqlite:///{tmp_path / 'index.db'}",
+    settings = ServerSettings(data_dir=tmp_path / "data", database_url=f"sqlite:///{tmp_path / 'index.db'}",
                         admin_token="admin-secret-for-lifecycle-tests", token_cache_seconds=0.0)
     with LiveServer(settings) as server:
         yield server, make_tokens(server.db)

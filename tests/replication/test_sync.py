@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from neffcache.cli.main import cli
-from neffcache.coordination.lease import Lease, try_acquire
+from neffcache.coordination.lease import StoreLease, try_acquire
 from neffcache.coordination.write_leases import publish_lease_name
 from neffcache.entry import EntryState
 from neffcache.errors import ConfigError
@@ -122,7 +122,7 @@ def test_failed_entries_are_copied_under_the_publish_lease(tmp_path: Path, dst: 
     root = tmp_path / "neuron-compile-cache"
     failed = str(write_neuronxcc_entry(root, b"hlo-9", state="FAILED").relative_to(root))
     held = try_acquire(dst, publish_lease_name(failed), ttl=60)
-    assert isinstance(held, Lease)
+    assert isinstance(held, StoreLease)
     try:
         busy = pull(str(root), dst, states=["FAILED"], busy_wait=0.5)
         assert [(f.path, f.reason.split(":")[0]) for f in busy.failed] == [(failed, "busy")]

@@ -18,7 +18,7 @@ import pytest
 import uvicorn
 
 from neffcache.server.app import create_app
-from neffcache.server.config import Settings
+from neffcache.server.config import ServerSettings
 from neffcache.server.services.tokens import create_token
 from neffcache.server.storage.db import Database, migrate
 from tests.services import fresh_postgres_schema
@@ -47,7 +47,7 @@ def sqlite_url(tmp_path: Path) -> str:
 class LiveServer:
     """A real uvicorn server for one app, on an ephemeral port of 127.0.0.1, in a thread."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: ServerSettings) -> None:
         self.settings = settings
         self.app = create_app(settings)
         config = uvicorn.Config(self.app, host="127.0.0.1", port=0, log_config=None, log_level="warning",
@@ -100,7 +100,7 @@ def start_server(tmp_path: Path) -> Iterator[Callable[..., LiveServer]]:
     def start(database_url: str, **settings: Any) -> LiveServer:
         values: dict[str, Any] = {"data_dir": tmp_path / "data", "database_url": database_url,
                                   "admin_token": ADMIN_SECRET, "token_cache_seconds": 0.0, **settings}
-        live = LiveServer(Settings(**values)).__enter__()
+        live = LiveServer(ServerSettings(**values)).__enter__()
         started.append(live)
         return live
 

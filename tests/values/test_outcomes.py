@@ -82,3 +82,10 @@ def test_the_tally_counts_every_outcome_from_many_threads() -> None:
     report = tally.report("a", "b", 0.0, [], False)
     assert (len(report.copied), len(report.skipped), len(report.failed), report.filtered, report.bytes,
             tally.done) == (1000, 1000, 1000, 1000, 1000, 4000)
+
+
+def test_a_publish_result_is_ok_unless_another_writer_holds_the_entry() -> None:
+    from neffcache.operations.publish import PublishResult
+
+    assert PublishResult("a/b", PublishStatus.PUBLISHED).ok and PublishResult("a/b", PublishStatus.EXISTS).ok
+    assert not PublishResult("a/b", PublishStatus.BUSY).ok

@@ -15,7 +15,7 @@ import pytest
 
 from neffcache.entry import EntryState
 from neffcache.operations.scan import ScanReport, scan
-from neffcache.server.config import Settings
+from neffcache.server.config import ServerSettings
 from neffcache.stores import open_store
 from neffcache.testing.shim import install_compiler_shim
 from tests.server.conftest import LiveServer, Tokens, make_tokens
@@ -132,7 +132,7 @@ class Index:
 @pytest.fixture
 def index(tmp_path: Path, cli: Cli) -> Iterator[Index]:
     """A live index server (SQLite) the CLI subprocesses report to."""
-    settings = Settings(data_dir=tmp_path / "index", database_url=f"sqlite:///{tmp_path / 'index.db'}",
+    settings = ServerSettings(data_dir=tmp_path / "index", database_url=f"sqlite:///{tmp_path / 'index.db'}",
                         token_cache_seconds=0.0)
     with LiveServer(settings) as live:
         tokens = make_tokens(live.db)

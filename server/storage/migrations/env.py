@@ -9,7 +9,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Connection
 
-from neffcache.server.config import Settings
+from neffcache.server.config import ServerSettings
 from neffcache.server.storage.db import make_engine
 from neffcache.server.storage.models import Base
 
@@ -31,7 +31,7 @@ def run_migrations_online() -> None:
     if connection is not None:
         _run(connection)
         return
-    url = context.config.get_main_option("sqlalchemy.url") or Settings().resolved_database_url()
+    url = context.config.get_main_option("sqlalchemy.url") or ServerSettings().resolved_database_url()
     engine = make_engine(url)
     try:
         with engine.connect() as conn:
