@@ -29,6 +29,8 @@ from neffcache.index.client import IndexClient
 from neffcache.index.null import NullIndex
 from neffcache.index.records import (
     EVENT_KINDS,
+    MAX_LOOKUP_BATCH,
+    CompileSample,
     EntryRecord,
     Event,
     EventKind,
@@ -108,7 +110,9 @@ def open_index(url: str | None = None, token: str | None = None, *, spool_root: 
 
 
 __all__ = [
-    "ENV_SPOOL", "ENV_TOKEN", "ENV_URL", "EVENT_KINDS", "EntryRecord", "Event", "EventKind", "FlushReport",
-    "Index", "IndexClient", "IndexLease", "NullIndex", "ReportCounts", "Spool", "WaitingSpool", "default_spool_root",
-    "entry_record", "event_defaults", "new_event_id", "new_owner", "open_index", "spool_dir_for", "waiting_spools",
+    "ENV_SPOOL", "ENV_TOKEN", "ENV_URL", "EVENT_KINDS", "MAX_LOOKUP_BATCH", "CompileSample", "EntryRecord",
+    "Event", "EventKind",
+    "FlushReport", "Index", "IndexClient", "IndexLease", "NullIndex", "ReportCounts", "Spool",
+    "WaitingSpool", "default_spool_root", "entry_record", "event_defaults", "new_event_id", "new_owner",
+    "open_index", "spool_dir_for", "waiting_spools",
 ]

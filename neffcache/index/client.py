@@ -41,7 +41,7 @@ from neffcache.errors import IndexServerError
 from neffcache.index.delivery import KEEP_STATUS, Rejected, deliver_spooled, send_batch
 from neffcache.index.process_hooks import at_exit, track_forks
 from neffcache.index.queries import IndexQueries
-from neffcache.index.records import EntryRecord, Event, EventKind, IndexLease, new_owner
+from neffcache.index.records import CompileSample, EntryRecord, Event, EventKind, IndexLease, new_owner
 from neffcache.index.reports import FlushReport, ReportCounts, describe_failure
 from neffcache.index.spool import Spool
 
@@ -343,6 +343,19 @@ class IndexClient:
     def lookup(self, path: str) -> dict[str, Any] | None:
         """The index's record of one entry, or None if it has none."""
         return self.queries.lookup(path)
+
+    def lookup_many(self, paths: Iterable[str]) -> dict[str, dict[str, Any] | None]:
+        """The index's record of each path, None where it has none (batched; see IndexQueries)."""
+        return self.queries.lookup_many(paths)
+
+    def similar(self, *, hlo_sha256: str | None = None, model: str | None = None,
+                limit: int = 50) -> list[dict[str, Any]]:
+        """Entries sharing a graph's HLO digest or model tag (see :meth:`IndexQueries.similar`)."""
+        return self.queries.similar(hlo_sha256=hlo_sha256, model=model, limit=limit)
+
+    def compile_samples(self, target: str, *, limit: int = 1000) -> list[CompileSample]:
+        """Recent compiles for ``target`` with their HLO sizes, for compile-time forecasts."""
+        return self.queries.compile_samples(target, limit=limit)
 
     def find_entries(self, *, page_size: int = 500, **filters: Any) -> Iterator[dict[str, Any]]:
         """Every entry matching ``filters``, following pages (see :meth:`IndexQueries.find_entries`)."""

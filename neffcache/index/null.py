@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from neffcache.errors import IndexServerError
-from neffcache.index.records import EntryRecord, Event, EventKind, IndexLease
+from neffcache.index.records import CompileSample, EntryRecord, Event, EventKind, IndexLease
 from neffcache.index.reports import FlushReport, ReportCounts
 
 
@@ -51,6 +51,16 @@ class NullIndex:
 
     def lookup(self, path: str) -> dict[str, Any] | None:
         return None
+
+    def lookup_many(self, paths: Iterable[str]) -> dict[str, dict[str, Any] | None]:
+        return dict.fromkeys(paths)
+
+    def similar(self, *, hlo_sha256: str | None = None, model: str | None = None,
+                limit: int = 50) -> list[dict[str, Any]]:
+        return []
+
+    def compile_samples(self, target: str, *, limit: int = 1000) -> list[CompileSample]:
+        return []
 
     def find_entries(self, *, page_size: int = 500, **filters: Any) -> Iterator[dict[str, Any]]:
         return iter(())

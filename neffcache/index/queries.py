@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import httpx
 
 from neffcache.errors import IndexServerError
-from neffcache.index.records import IndexLease
+from neffcache.index.records import MAX_LOOKUP_BATCH, CompileSample, IndexLease
 
 RETRY_STATUS = frozenset({429, 502, 503, 504})
 
@@ -42,6 +42,34 @@ class IndexQueries:
                 return None
             raise
         return found
+
+    def lookup_many(self, paths: Iterable[str]) -> dict[str, dict[str, Any] | None]:
+        """The index's record of each of ``paths`` (None where it has none), in one request per
+        :data:`MAX_LOOKUP_BATCH` paths: a job's thousand graphs cost one round trip, not a thousand."""
+        unique = list(dict.fromkeys(paths))
+        found: dict[str, dict[str, Any] | None] = dict.fromkeys(unique)
+        for start in range(0, len(unique), MAX_LOOKUP_BATCH):
+            chunk = unique[start:start + MAX_LOOKUP_BATCH]
+            body = self.request("POST", "/v1/entries/lookup", json={"paths": chunk})
+            for entry in body["found"]:
+                if entry.get("path") in found:
+                    found[entry["path"]] = entry
+        return found
+
+    def similar(self, *, hlo_sha256: str | None = None, model: str | None = None,
+                limit: int = 50) -> list[dict[str, Any]]:
+        """Entries that share the HLO digest, or the ``model`` tag, of a graph (newest first):
+        what ``why-miss`` compares a missed graph against, fleet-wide, without listing a store."""
+        params = {"hlo_sha256": hlo_sha256, "model": model, "limit": limit}
+        body = self.request("GET", "/v1/entries/similar",
+                            params={k: v for k, v in params.items() if v is not None})
+        entries: list[dict[str, Any]] = body["entries"]
+        return entries
+
+    def compile_samples(self, target: str, *, limit: int = 1000) -> list[CompileSample]:
+        """Recent compiles for ``target`` with their HLO sizes: what a forecast fits compile time on."""
+        body = self.request("GET", "/v1/entries/compile-samples", params={"target": target, "limit": limit})
+        return [CompileSample(int(item["hlo_size"]), float(item["compile_seconds"])) for item in body["samples"]]
 
     def find_entries(self, *, page_size: int = 500, **filters: Any) -> Iterator[dict[str, Any]]:
         """Every entry matching ``filters`` (key, namespace, toolchain, compiler_version, target,

@@ -20,6 +20,8 @@ from neffcache.manifest import Manifest
 from neffcache.toolchain import Toolchain
 
 EventKind = Literal["hit", "miss", "compile", "evict", "error"]
+# The most paths one batch lookup (POST /v1/entries/lookup) may carry; the client splits longer lists.
+MAX_LOOKUP_BATCH = 10_000
 EVENT_KINDS: tuple[str, ...] = ("hit", "miss", "compile", "evict", "error")
 
 
@@ -148,3 +150,11 @@ class IndexLease:
     def from_json(cls, owner: str, data: Mapping[str, Any]) -> IndexLease:
         return cls(name=str(data["name"]), owner=owner, held=bool(data["held"]), holder=data.get("owner"),
                    expires_at=data.get("expires_at"), expires_in=data.get("expires_in"))
+
+
+@dataclass(frozen=True)
+class CompileSample:
+    """One compile the index remembers: the HLO's size and how long it took (a forecast's data)."""
+
+    hlo_size: int
+    compile_seconds: float
