@@ -126,7 +126,7 @@ def lookup_entry(conn: Connection, path: str) -> dict[str, Any] | None:
     return row_json(row) if row is not None else None
 
 
-_ROW_NAMES = tuple(column.key for column in _LOOKUP.selected_columns)
+_ROW_NAMES: tuple[str, ...] = tuple(str(column.key) for column in _LOOKUP.selected_columns)
 
 
 def row_json(row: Any) -> dict[str, Any]:
