@@ -88,7 +88,7 @@ def list_entries(
 
 
 @router.post("/lookup", name="entries.lookup_many", summary="Look up many entries", response_model=LookupResult,
-             responses={**WRITE_ERRORS, 413: {"model": Problem, "description": "body larger than the server's limit"}})
+             responses=WRITE_ERRORS)  # WRITE_ERRORS for its 413: the scope needed is read
 async def lookup_many(asked: LookupRequest, access: ReadAccess) -> JSONResponse:
     """Many entries by path in one round trip (``plan``: every graph a job will look up), each
     with the stores that hold it; the paths the index has no entry for are listed in ``missing``.
