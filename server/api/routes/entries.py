@@ -100,8 +100,7 @@ async def lookup_many(asked: LookupRequest, access: ReadAccess) -> JSONResponse:
 
 def _lookup_many(db: Database, paths: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
     with db.read() as session:  # one transaction: every slice of the batch sees the same catalog
-        found: tuple[list[dict[str, Any]], list[str]] = lookups.lookup_many(session.connection(), paths)
-    return found
+        return lookups.lookup_many(session.connection(), paths)
 
 
 @router.get("/similar", name="entries.similar", summary="Entries near a graph", response_model=SimilarEntries,
@@ -115,9 +114,7 @@ async def similar_entries(access: ReadAccess, hlo_sha256: Digest = None, model: 
 
     def ask(db: Database) -> list[dict[str, Any]]:
         with db.read() as session:
-            rows: list[dict[str, Any]] = lookups.similar(session.connection(), hlo_sha256=hlo_sha256,
-                                                         model=model, limit=limit)
-        return rows
+            return lookups.similar(session.connection(), hlo_sha256=hlo_sha256, model=model, limit=limit)
 
     return JSONResponse({"entries": await run_in_threadpool(ask, access.db)})
 
@@ -131,8 +128,7 @@ async def compile_samples(access: ReadAccess, target: Target,
 
     def ask(db: Database) -> list[dict[str, Any]]:
         with db.read() as session:
-            rows: list[dict[str, Any]] = lookups.compile_samples(session.connection(), target, limit)
-        return rows
+            return lookups.compile_samples(session.connection(), target, limit)
 
     return CompileSamples.model_validate({"samples": await run_in_threadpool(ask, access.db)})
 
