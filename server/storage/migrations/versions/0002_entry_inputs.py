@@ -1,5 +1,4 @@
-"""entries keep the graph's inputs: HLO digest (indexed) and size, user flags; an index of each
-target's entries by creation time (the compile samples a forecast fits on)
+"""entries keep the graph's inputs: HLO digest (indexed) and size, user flags
 
 Revision ID: 0002
 Revises: 0001
@@ -26,11 +25,9 @@ def upgrade() -> None:
     op.add_column("entries", sa.Column("hlo_size", sa.BigInteger(), nullable=True))
     op.add_column("entries", sa.Column("flags", sa.Text(), nullable=True))
     op.create_index("ix_entries_hlo_sha256", "entries", ["hlo_sha256"])
-    op.create_index("ix_entries_target_created", "entries", ["target", "created"])
 
 
 def downgrade() -> None:
-    op.drop_index("ix_entries_target_created", table_name="entries")
     op.drop_index("ix_entries_hlo_sha256", table_name="entries")
     for column in ("flags", "hlo_size", "hlo_sha256"):
         op.drop_column("entries", column)
