@@ -40,6 +40,16 @@ def chosen_layouts(value: str) -> tuple[str, ...]:
     return tuple(LAYOUTS) if value in EVERY_LAYOUT else (value,)
 
 
+def bucket_options(f: F) -> F:
+    """``--bucket KEY=V1,V2`` (repeatable: a product) and ``--matrix FILE``: the shape buckets a
+    workload runs over (``warm``, ``plan``; neffcache.warmers.matrix builds them)."""
+    f = click.option("--matrix", "matrix_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                     help="Buckets from a JSON/TOML file: {\"matrix\": {KEY: [...]}, \"include\": [{...}]}.")(f)
+    return click.option("--bucket", "bucket_flags", multiple=True, metavar="KEY=V1,V2",
+                        help="A matrix axis: KEY becomes an env variable and replaces {KEY} in CMD; repeat for "
+                             "a product.")(f)
+
+
 def tag_option(f: F) -> F:
     return click.option("--tag", "tags", multiple=True, callback=_parse_tags, metavar="KEY=VALUE",
                         help="A tag recorded with entries and events (model, team, bucket...); repeatable.")(f)

@@ -28,6 +28,7 @@ from neffcache.warmers.wrap import RunRequest, run_job
 
 from .errors import SOME_ENTRIES_FAILED, announce_index, killed_by
 from .options import (
+    bucket_options,
     chosen_layouts,
     endpoint_option,
     endpoint_url,
@@ -155,10 +156,7 @@ def _interrupted(command: str, exc: Interrupted) -> None:
 @store_option()
 @endpoint_option
 @index_options
-@click.option("--bucket", "bucket_flags", multiple=True, metavar="KEY=V1,V2",
-              help="A matrix axis: KEY becomes an env variable and replaces {KEY} in CMD; repeat for a product.")
-@click.option("--matrix", "matrix_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Buckets from a JSON/TOML file: {\"matrix\": {KEY: [...]}, \"include\": [{...}]}.")
+@bucket_options
 @_compile_options
 @click.option("--timeout", type=click.FloatRange(min=0.1), metavar="SECONDS",
               help="Stop a workload (SIGTERM, then SIGKILL to its process group) that runs longer.")

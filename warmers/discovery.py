@@ -26,6 +26,7 @@ import dataclasses
 import logging
 import os
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -94,6 +95,18 @@ class Scratch:
         self.close()
 
 
+def installed_output(compiler: Path | None, timeout: float = 60.0) -> str | None:
+    """What the installed ``neuronx-cc --version`` prints (stdout), or None when it cannot say."""
+    if compiler is None:
+        return None
+    try:
+        proc = subprocess.run([str(compiler), "--version"], capture_output=True, text=True, timeout=timeout,
+                              check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
 def version_text(toolchain: Toolchain, installed_output: str | None) -> str:
     """What the recorder answers to ``--version``: the installed compiler's own output when it is
     the toolchain's version, else the version line alone (a version named with --compiler-version)."""
@@ -129,14 +142,15 @@ class BucketGraphs:
 
 
 def discover_bucket(req: WarmRequest, scratch: Scratch, bucket: Bucket, children: Children, *,
-                    extract: bool, notes: list[str]) -> BucketGraphs:
+                    extract: bool) -> BucketGraphs:
     """Run ``bucket``'s workload against its scratch root and read what it looked up."""
     assert scratch.recorder is not None
     root, records = scratch.root(bucket), scratch.records(bucket)
     root.mkdir(parents=True)
     records.mkdir(parents=True)
     contract = dataclasses.replace(req, compiler=scratch.recorder, two_phase=extract, retry_failed=False)
-    env = workload_env(contract, str(root), notes)
+    # Its notes are about pointing a real job at a store (warm and env print them): not the plan's.
+    env = workload_env(contract, str(root), [])
     env.update({**bucket.env(), ENV_RECORDS: str(records), "TMPDIR": str(scratch.tmp)})
     namespaces = [layout.namespace_for(req.toolchain) for layout in LAYOUTS.values()]
     run = run_workload(bucket.name, bucket.command(req.command), env, children=children, patterns=req.patterns,

@@ -87,8 +87,11 @@ class PlanReport:
         return {**graph.to_json(), **self.found.holding(graph.path).to_json(self.found.stores)}
 
     def to_json(self) -> dict[str, Any]:
-        rows = [{"bucket": b.bucket.name, **b.group.to_json(), "recorded_compiles": b.recorded,
-                 "unmatched_compiles": b.unmatched} for b in self.buckets]
+        rows = [{"bucket": b.bucket.name, "status": b.group.status, "exit_code": b.group.exit_code,
+                 "seconds": round(b.group.seconds, 3), "log": b.group.log,
+                 "failures": [f.to_json() for f in b.group.failures], "graphs": len(b.graphs),
+                 "misses": sum(1 for g in b.graphs if self.status(g) is not HeldStatus.HIT),
+                 "recorded_compiles": b.recorded, "unmatched_compiles": b.unmatched} for b in self.buckets]
         return {"command": "plan", "toolchain": self.toolchain, "stores": self.stores,
                 "index": bool(self.found and self.found.index_asked),
                 "graphs": [self.graph_json(g) for g in self.graphs], "buckets": rows,
@@ -138,8 +141,7 @@ class Planner:
                       f"compiling (scratch {scratch.dir})")
 
         def one(bucket: Any) -> BucketGraphs:
-            found = discover_bucket(req, scratch, bucket, self.children, extract=self.req.extract,
-                                    notes=self.report.notes)
+            found = discover_bucket(req, scratch, bucket, self.children, extract=self.req.extract)
             self.progress(f"  bucket {bucket.name}: {len(found.graphs)} graphs in {found.group.seconds:.1f}s"
                           + ("" if found.group.status.severity == 0 else f" [{found.group.status.upper()}]"))
             return found
