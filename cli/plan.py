@@ -80,7 +80,8 @@ def _rows(report: PlanReport) -> list[list[object]]:
         misses = [g for g in graphs if report.status(g) is not HeldStatus.HIT]
         known = [s for g in misses if (s := estimates.get(g.path)) is not None]
         unknown = len(misses) - len(known)
-        cost = " + ".join([*([human_duration(sum(known))] if known else []), *([f"{unknown} unknown"] if unknown else [])])
+        parts = ([human_duration(sum(known))] if known else []) + ([f"{unknown} unknown"] if unknown else [])
+        cost = " + ".join(parts)
         rows.append([namespace, bucket, len(graphs), len(graphs) - len(misses), len(misses), cost if misses else "-"])
     return rows
 
