@@ -87,11 +87,7 @@ def publish(
     """
     layout = get_layout(namespace.layout)
     plan = layout.plan_entry(namespace, key)
-    # Every commit to a store passes here (push, pull, promotion, warm-ups): the one gate that
-    # keeps plan's placeholders out of real stores, whatever backend writes the bytes.
-    refused = placeholders_among(files, [layout.names(namespace, key).neff, plan.marker_name])
-    if refused:
-        raise PlaceholderNeff(plan.path, refused)
+    _refuse_placeholders(plan.path, files, [layout.names(namespace, key).neff, plan.marker_name])
     marker_path = _join(plan.base, plan.marker_name)
     if plan.marker_name not in files:  # written below as an empty file: the manifest covers it too
         manifest = manifest.with_marker(plan.marker_name)
@@ -123,6 +119,15 @@ def publish(
                               expect=expect(plan.marker_name)):
             return PublishResult(plan.path, PublishStatus.EXISTS)
         return PublishResult(plan.path, PublishStatus.PUBLISHED, manifest.size, manifest)
+
+
+def _refuse_placeholders(path: str, files: Mapping[str, Source], names: list[str | None]) -> None:
+    """Every commit to a store passes through publish (push, pull, promotion, warm-ups): this is
+    the one gate that keeps ``plan``'s placeholder NEFFs out of real stores, whatever backend
+    then writes the bytes."""
+    refused = placeholders_among(files, names)
+    if refused:
+        raise PlaceholderNeff(path, refused)
 
 
 def _runtime_compiling(store: Store, lock_path: str) -> bool:
