@@ -139,7 +139,7 @@ class Forecast:
     def to_json(self) -> dict[str, Any]:
         return {"graphs": len(self.estimates), "estimated": len(self.known), "unknown": len(self.unknown),
                 "compile_seconds": round(self.compile_seconds, 3),
-                "compile_hours": round(self.compile_seconds / 3600, 4),
+                "compile_hours": round(self.compile_seconds / 3600, 6),
                 "parallel": self.parallel, "hosts": self.hosts, "slots": self.slots,
                 "eta_seconds": round(self.eta_seconds, 3),
                 "by_basis": {b.value: sum(1 for e in self.estimates if e.basis is b) for b in Basis},
