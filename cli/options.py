@@ -50,6 +50,27 @@ def bucket_options(f: F) -> F:
                              "a product.")(f)
 
 
+PASS_THROUGH = {"ignore_unknown_options": True, "allow_interspersed_args": False}
+
+
+def _workload(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    # Unknown options are passed through so the workload keeps its own flags; but a command
+    # never starts with "-": that is a mistyped neffcache option, not a workload to run.
+    if value and value[0].startswith("-") and value[0] != "--":
+        raise click.UsageError(f"no such option: {value[0]} (the workload goes after `--`)", ctx=ctx)
+    if value and value[0] == "--":
+        value = value[1:]
+    if not value:
+        raise click.UsageError("name the workload to run after `--`", ctx=ctx)
+    return value
+
+
+def workload_argument(f: F) -> F:
+    """``-- COMMAND...``: the workload a command runs (``warm``, ``run``, ``plan``), its own flags
+    passed through untouched (the command needs ``context_settings=PASS_THROUGH``)."""
+    return click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED, callback=_workload)(f)
+
+
 def tag_option(f: F) -> F:
     return click.option("--tag", "tags", multiple=True, callback=_parse_tags, metavar="KEY=VALUE",
                         help="A tag recorded with entries and events (model, team, bucket...); repeatable.")(f)

@@ -30,6 +30,7 @@ from neffcache.warmers.warm import WarmRequest
 
 from .errors import NOT_WARM, SOME_ENTRIES_FAILED, announce_index
 from .options import (
+    PASS_THROUGH,
     bucket_options,
     endpoint_option,
     index_options,
@@ -37,18 +38,17 @@ from .options import (
     store_option,
     tag_option,
     toolchain_options,
+    workload_argument,
 )
 from .options import endpoint_url as configured_endpoint
 from .output import json_option, render, table
 from .warm import (
-    PASS_THROUGH,
     _compile_options,
     _interrupted,
     _parallel,
     _placement,
     _progress,
     _settings,
-    _workload,
     report_text,
 )
 
@@ -132,9 +132,11 @@ def _exit_code(report: PlanReport, require_warm: bool) -> int:
 @toolchain_options
 @store_option()
 @endpoint_option
-@index_options
 @bucket_options
+@index_options
 @_compile_options
+@tag_option
+@json_option
 @click.option("--hosts", type=click.IntRange(min=1), default=1, show_default=True,
               help="Warm-up hosts the ETA assumes, each running --parallel compiles.")
 @click.option("--timeout", type=click.FloatRange(min=0.1), metavar="SECONDS",
@@ -148,15 +150,13 @@ def _exit_code(report: PlanReport, require_warm: bool) -> int:
 @click.option("--log-dir", type=click.Path(file_okay=False, path_type=Path),
               help="Where each bucket's discovery output goes (default under ~/.cache/neffcache/warm-logs).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines on stderr.")
-@tag_option
-@json_option
-@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED, callback=_workload)
-def plan_cmd(instance: str | None, lnc: int | None, compiler_version: str | None, compiler: str | None,
-             stores: tuple[str, ...], index_url: str | None, token: str | None, bucket_flags: tuple[str, ...],
-             matrix_file: Path | None, parallel: int | None, shard: str | None, compile_timeout: float | None,
-             compile_memory: float | None, retry_failed: bool, hosts: int, timeout: float | None, no_extract: bool,
-             require_warm: bool, compile_misses: bool, log_dir: Path | None, quiet: bool, tags: dict[str, str],
-             as_json: bool, command: tuple[str, ...]) -> None:
+@workload_argument
+def plan_cmd(command: tuple[str, ...], instance: str | None, lnc: int | None, compiler_version: str | None,
+             compiler: str | None, stores: tuple[str, ...], index_url: str | None, token: str | None,
+             bucket_flags: tuple[str, ...], matrix_file: Path | None, shard: str | None, parallel: int | None,
+             hosts: int, timeout: float | None, no_extract: bool, require_warm: bool, compile_misses: bool,
+             compile_timeout: float | None, compile_memory: float | None, retry_failed: bool, log_dir: Path | None,
+             tags: dict[str, str], as_json: bool, quiet: bool) -> None:
     """Tell, before a job runs, which of its graphs are cached and what the misses will cost.
 
     Runs COMMAND once per shape bucket, compile-only, against a private scratch cache (removed

@@ -30,6 +30,7 @@ import os
 import shlex
 import sys
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,29 +68,25 @@ def parse_compile(argv: Sequence[str]) -> Invocation:
     options: dict[str, str] = {}
     flags: list[str] = []
     positionals: list[str] = []
-    args = list(argv)
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        i += 1
+    rest = deque(argv)
+    while rest:
+        arg = rest.popleft()
         name, eq, value = arg.partition("=")
         if arg.startswith("-O") and len(arg) > 2 and not eq:
             name, value, eq = "-O", arg[2:], "="
         if name in _VALUE_OPTIONS:
             if not eq:
-                if i >= len(args):
+                if not rest:
                     raise ValueError(f"{name} needs a value")
-                value = args[i]
-                i += 1
+                value = rest.popleft()
             options[name] = value
             if name not in _NOT_FLAGS:
                 flags.append(f"{name}={value}" if name != "-O" else f"-O{value}")
         elif arg.startswith("-") and arg != "-":
             flags.append(arg)
             # An option the compiler has and we do not know, with its value: kept together.
-            if not eq and i < len(args) and not args[i].startswith("-") and not os.path.isfile(args[i]):
-                flags.append(args[i])
-                i += 1
+            if not eq and rest and not rest[0].startswith("-") and not os.path.isfile(rest[0]):
+                flags.append(rest.popleft())
         else:
             positionals.append(arg)
     inputs = [p for p in positionals if os.path.isfile(p)]
