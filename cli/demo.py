@@ -199,6 +199,18 @@ def install_toolchain(demo: Demo, version: str) -> None:
         demo.env.update(simulated_env(bin_dir))
 
 
+def plan_new_bucket(demo: Demo) -> None:
+    """The gate a CI pipeline puts before a training job (exit 13 while anything would compile),
+    then the warm-up that compiles only what the plan said was missing."""
+    buckets = f"{BUCKETS},{NEW_BUCKET}"
+    proc = demo.neffcache("plan", "--instance", INSTANCE, "--store", demo.store, "--bucket", f"SEQ={buckets}",
+                          "--parallel", "4", "--require-warm", "--quiet", "--", *WORKLOAD, "--bucket", "{SEQ}")
+    demo.expect(proc.returncode == NOT_WARM,
+                f"plan --require-warm should exit {NOT_WARM} for the new bucket, not {proc.returncode}")
+    totals = demo.warm("--quiet", buckets=buckets).get("totals", {})
+    demo.expect(totals.get("compiled") == GRAPHS, "the warm-up after the plan should compile only the new bucket")
+
+
 def steps(demo: Demo) -> list[tuple[str, Callable[[], None]]]:
     def warm_first() -> None:
         report = demo.warm()
@@ -210,17 +222,6 @@ def steps(demo: Demo) -> list[tuple[str, Callable[[], None]]]:
         totals = demo.warm("--quiet").get("totals", {})
         demo.expect(totals.get("compiled") == 0 and bool(totals.get("hits")),
                     "the second warm-up should be all hits")
-
-    def plan_new_bucket() -> None:
-        # The gate a CI pipeline puts before a training job: exit 13 while anything would compile.
-        proc = demo.neffcache("plan", "--instance", INSTANCE, "--store", demo.store, "--bucket",
-                              f"SEQ={BUCKETS},{NEW_BUCKET}", "--parallel", "4", "--require-warm", "--quiet", "--",
-                              *WORKLOAD, "--bucket", "{SEQ}")
-        demo.expect(proc.returncode == NOT_WARM, f"plan --require-warm should exit {NOT_WARM} for the new bucket, "
-                                                 f"not {proc.returncode}")
-        totals = demo.warm("--quiet", buckets=f"{BUCKETS},{NEW_BUCKET}").get("totals", {})
-        demo.expect(totals.get("compiled") == GRAPHS, "the warm-up after the plan should compile only the new "
-                                                      "bucket's graphs")
 
     def train_old() -> None:
         counts = demo.train("training job")
@@ -258,7 +259,7 @@ def steps(demo: Demo) -> list[tuple[str, Callable[[], None]]]:
         (f"warm: compile-only over {n} shape buckets, 4 at a time, on this CPU host", warm_first),
         ("warm again: everything is in the cache now", warm_again),
         (f"plan the job with a new bucket (SEQ={NEW_BUCKET}) before running it: what would compile, how long, "
-         "and the CI gate; then warm compiles only that bucket", plan_new_bucket),
+         "and the CI gate; then warm compiles only that bucket", lambda: plan_new_bucket(demo)),
         ("a training job wrapped by `neffcache run`: hits counted from the runtime's own log lines", train_old),
         ("compiler upgrade: re-warm the stored HLOs with the new neuronx-cc", bump_and_rewarm),
         ("the training job again, on the new compiler", train_new),
