@@ -207,7 +207,10 @@ def _run(request: PlanRequest, settings: Settings, tags: dict[str, str], quiet: 
     notes: list[str] = []
     if request.compile_misses:
         placement = _placement(settings, tags, "plan")
-        stores, notes, index = placement.tiers, [], placement.index
+        # The job reads the configured stores, not the local cache a remote-only chain gets in front.
+        inserted = len(placement.chain.tiers) > len(settings.stores)
+        stores = [t.store for t in placement.chain.tiers[int(inserted):] if t.store is not None]
+        index = placement.index
     else:
         (stores, notes), index = _stores(settings), open_settings_index(settings)
     children = Children()

@@ -202,6 +202,9 @@ class Planner:
         for outcome in pool.run(jobs):
             record_outcome(report, outcome)
             self.report.outcomes[outcome.job.path] = outcome.status
+        if not self.children.stopping.is_set():
+            # A graph the work store held (a hit for the pool) but a lower tier lacked goes down too.
+            report.published += placement.catch_up(list(dict.fromkeys(job.namespace for job in jobs)))
         report.seconds = time.monotonic() - started
         report.problems.extend(placement.problem_notes())
         return report

@@ -17,8 +17,8 @@ import pytest
 from neffcache.layouts import get_layout
 from neffcache.misses.wanted import WantedGraph
 from neffcache.operations.scan import scan
-from neffcache.placeholder import file_is_placeholder
-from neffcache.stores import LocalStore
+from neffcache.placeholder import file_is_placeholder, is_placeholder
+from neffcache.stores import LocalStore, open_store
 from neffcache.testing.shim import read_invocation_log
 from tests.server.conftest import free_port
 from tests.warmers.conftest import INSTANCE, V2, WORKLOAD, Cli, Index, healthy, summary, warm_args
@@ -186,3 +186,22 @@ def test_bad_input_changes_nothing(cli: Cli, tmp_path: Path) -> None:
     assert "Example:" in help_text and "--require-warm" in help_text
     assert json.loads(cli.run(*plan_args(tmp_path / "none", "--json", graphs=1, buckets="128")).stdout)["totals"] \
         == {"graphs": 1, "hits": 0, "misses": 1}
+
+
+@pytest.mark.s3
+def test_a_ci_host_plans_and_warms_against_s3_alone(cli: Cli, tmp_path: Path, s3: str) -> None:
+    cli.json(*warm_args(tmp_path / "host-a", "--store", s3))
+    gate = plan_json(cli, tmp_path, *plan_args(s3, "--require-warm"))
+    assert data_totals(gate) == {"graphs": 4, "hits": 4, "misses": 0}
+    assert {g["store"] for g in gate["graphs"]} == {s3}
+    before = len(cli.sim.compiles())
+    warmed = cli.json(*plan_args(s3, "--warm", "--require-warm", buckets="128,256,512"))
+    assert data_totals(warmed)["misses"] == 2 and len(cli.sim.compiles()) == before + 2
+    assert data_totals(plan_json(cli, tmp_path, *plan_args(s3, "--require-warm", buckets="128,256,512"))) == \
+        {"graphs": 6, "hits": 6, "misses": 0}
+    remote = open_store(s3, endpoint_url=cli.env["AWS_ENDPOINT_URL_S3"])
+    entries = scan(remote).entries
+    assert len(entries) == 6
+    for entry in entries:
+        neff = get_layout(entry.layout).neff_of(entry)
+        assert neff is not None and not is_placeholder(remote.read_bytes(entry.store_path(neff))[:64])
