@@ -35,7 +35,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # manifest's bytes.
     ("values", ("neffcache", "neffcache.errors", "neffcache.instances", "neffcache.toolchain",
                 "neffcache.keys", "neffcache.manifest", "neffcache.entry", "neffcache.units",
-                "neffcache.outcomes")),
+                "neffcache.outcomes", "neffcache.placeholder")),
     # Where bytes live: the Store interface, its backends and the URL registry. A store owns
     # every backend difference and its own file names (the control dir, the temp-name marker).
     ("stores", ("neffcache.stores.*",)),
