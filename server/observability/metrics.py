@@ -118,8 +118,8 @@ class DatabaseCollector(Collector):
             slot = by_kind[(kind, _fold(toolchain, toolchains), _fold(team, teams))]
             slot[0] += count
             slot[1] += seconds
-        for (kind, toolchain, team), (count, seconds) in sorted(by_kind.items()):
-            events.add_metric([kind, toolchain, team], count)
+        for (kind, toolchain, team), (n, seconds) in sorted(by_kind.items()):
+            events.add_metric([kind, toolchain, team], n)
             if kind == "hit":
                 saved.add_metric([toolchain, team], seconds)
             elif kind == "compile":
