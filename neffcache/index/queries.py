@@ -18,7 +18,8 @@ from typing import Any
 import httpx
 
 from neffcache.errors import IndexServerError
-from neffcache.index.records import MAX_LOOKUP_BATCH, CompileSample, IndexLease
+from neffcache.index.records import MAX_LOOKUP_BATCH, MAX_LOOKUP_BYTES, CompileSample, IndexLease
+from neffcache.keys import safe_relpath
 
 RETRY_STATUS = frozenset({429, 502, 503, 504})
 
@@ -45,15 +46,19 @@ class IndexQueries:
 
     def lookup_many(self, paths: Iterable[str]) -> dict[str, dict[str, Any] | None]:
         """The index's record of each of ``paths`` (None where it has none), in one request per
-        :data:`MAX_LOOKUP_BATCH` paths: a job's thousand graphs cost one round trip, not a thousand."""
+        :data:`MAX_LOOKUP_BATCH` paths (or :data:`MAX_LOOKUP_BYTES` of them): a job's thousand
+        graphs cost one round trip, not a thousand. A path that could leave a store root raises
+        :class:`~neffcache.errors.InvalidKey` before anything is sent."""
         unique = list(dict.fromkeys(paths))
+        # The server answers with canonical paths (``a//b`` is ``a/b``); map them back to the asked.
+        asked = {safe_relpath(path): path for path in unique}
         found: dict[str, dict[str, Any] | None] = dict.fromkeys(unique)
-        for start in range(0, len(unique), MAX_LOOKUP_BATCH):
-            chunk = unique[start:start + MAX_LOOKUP_BATCH]
+        for chunk in lookup_chunks(list(asked)):
             body = self.request("POST", "/v1/entries/lookup", json={"paths": chunk})
             for entry in body["found"]:
-                if entry.get("path") in found:
-                    found[entry["path"]] = entry
+                original = asked.get(entry.get("path"))
+                if original is not None:
+                    found[original] = entry
         return found
 
     def similar(self, *, hlo_sha256: str | None = None, model: str | None = None,
@@ -69,7 +74,8 @@ class IndexQueries:
     def compile_samples(self, target: str, *, limit: int = 1000) -> list[CompileSample]:
         """Recent compiles for ``target`` with their HLO sizes: what a forecast fits compile time on."""
         body = self.request("GET", "/v1/entries/compile-samples", params={"target": target, "limit": limit})
-        return [CompileSample(int(item["hlo_size"]), float(item["compile_seconds"])) for item in body["samples"]]
+        return [CompileSample(int(item["hlo_size"]), float(item["compile_seconds"]),
+                              item.get("compiler_version"), item.get("hlo_sha256")) for item in body["samples"]]
 
     def find_entries(self, *, page_size: int = 500, **filters: Any) -> Iterator[dict[str, Any]]:
         """Every entry matching ``filters`` (key, namespace, toolchain, compiler_version, target,
@@ -158,6 +164,22 @@ class IndexQueries:
         if retry_after and retry_after.isdigit():
             delay = max(delay, min(5.0, float(retry_after)))
         time.sleep(delay)
+
+
+def lookup_chunks(paths: list[str]) -> Iterator[list[str]]:
+    """``paths`` in order, in slices of at most :data:`MAX_LOOKUP_BATCH` paths and about
+    :data:`MAX_LOOKUP_BYTES` (a slice always takes at least one path, so every path is sent)."""
+    chunk: list[str] = []
+    size = 0
+    for path in paths:
+        cost = len(path.encode()) + 4  # the quotes, comma and space around it in the JSON body
+        if chunk and (len(chunk) >= MAX_LOOKUP_BATCH or size + cost > MAX_LOOKUP_BYTES):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(path)
+        size += cost
+    if chunk:
+        yield chunk
 
 
 class ErrorBody(Exception):
