@@ -135,8 +135,25 @@ def _fix(comparison: Comparison, fields: set[Field]) -> str:
     return "; ".join(fixes)
 
 
+# The entry the job looked for is there, but not as a NEFF the runtime serves: its state is the cause.
+_STATE_CAUSES = {
+    "FAILED": ("the entry itself is FAILED: a cached compiler failure, which the runtime skips",
+               f"recompile it: neffcache warm --retry-failed --instance {{instance}} -- {WORKLOAD}"),
+    "LOCKED": ("the entry itself is LOCKED: a compile holds it, or died holding it (a stale lock)",
+               "if no compile runs: neffcache prune --stale-locks --store URL"),
+    "EMPTY": ("the entry itself is EMPTY: its HLO was extracted, never compiled",
+              f"compile it: neffcache warm --instance {{instance}} -- {WORKLOAD}"),
+    "CORRUPT": ("the entry itself is CORRUPT: its files contradict each other or their manifest",
+                "quarantine it and compile it again: neffcache verify --fix URL"),
+}
+
+
 def word(comparison: Comparison, missed: Missed) -> Comparison:
     """``comparison`` with its cause and fix."""
+    cand = comparison.candidate
+    if cand.path == missed.path and cand.state in _STATE_CAUSES:
+        cause, fix = _STATE_CAUSES[cand.state]
+        return dataclasses.replace(comparison, cause=cause, fix=fix.format(instance=instance_for(cand.parts.target)))
     fragments = _fragments(comparison)
     cause = "; ".join(text for _, text in fragments)
     if not fragments:

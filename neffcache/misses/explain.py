@@ -142,11 +142,13 @@ class Comparison:
     def count(self, match: Match) -> int:
         return sum(1 for d in self.differences if d.match is match)
 
-    def rank(self) -> tuple[int, int, int, int, int, str]:
+    def rank(self) -> tuple[int, int, int, int, int, int, str]:
         """Closeness, smallest first: the same HLO first, the fewest differing fields, the fewest
-        unknown ones, SUCCESS entries, entries of the given stores before the index's."""
+        unknown ones, the fewest differing flags, SUCCESS entries, entries of the given stores
+        before the index's."""
         hlo = {Match.SAME: 0, Match.UNKNOWN: 1, Match.DIFFERENT: 2}[self.match(Field.HLO)]
-        return (hlo, self.count(Match.DIFFERENT), self.count(Match.UNKNOWN), self.candidate.state != "SUCCESS",
+        flags = self.flags.count + self.flags.reordered if self.flags is not None else 0
+        return (hlo, self.count(Match.DIFFERENT), self.count(Match.UNKNOWN), flags, self.candidate.state != "SUCCESS",
                 self.candidate.source is not Source.STORE, self.candidate.path)
 
     def to_json(self) -> dict[str, Any]:
