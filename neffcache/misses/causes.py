@@ -18,6 +18,7 @@ from typing import Any
 from neffcache.instances import CATALOG
 from neffcache.misses.explain import Candidate, Comparison, Field, Match, Missed, compare, nearest
 from neffcache.misses.flagdiff import FlagDiff
+from neffcache.misses.inputs import ReportedStatus
 
 WORKLOAD = "<your workload>"
 MODEL_TAG = "model"
@@ -61,7 +62,9 @@ def _flag_cause(diff: FlagDiff | None) -> str:
         return "flags differ: the key is not the one this entry's flags give"
     paths = diff.path_flags()
     if paths:
-        return f"flag `{paths[0]}=...` differs: a path in the flags changes the key"
+        how = ("added" if any(f.name == paths[0] for f in diff.added)
+               else "removed" if any(f.name == paths[0] for f in diff.removed) else "differs")
+        return f"flag `{paths[0]}=...` {how}: a path in the flags changes the key"
     if diff.reordered:
         return "the same flags in another order: the key hashes them as written"
     words = [f"`{f.spelling}` added" for f in diff.added] + [f"`{f.spelling}` removed" for f in diff.removed]
@@ -171,6 +174,14 @@ def explain(missed: Missed, candidates: Sequence[Candidate], *, held: Sequence[s
     if ranked:
         best = ranked[0]
         cause, fix = best.cause, best.fix
+    elif held:
+        since = missed.status == ReportedStatus.COMPILED  # a run report: the job compiled it after the miss
+        cause = (f"{missed.path} is held in {', '.join(held)}"
+                 + (": it was compiled since, and no other entry shares its HLO, graph or model tag" if since
+                    else ": no miss there"))
+        fix = ("nothing to do: it is cached now" if since
+               else "point the job at that store (`neffcache env --store URL`) or copy it where the job looks "
+                    "(`neffcache pull`)")
     else:
         where = ", ".join(searched) or "no store"
         cause = f"no entry shares its HLO, graph or model tag ({where}; index: {index or 'not asked'})"

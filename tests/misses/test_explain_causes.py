@@ -144,6 +144,7 @@ def test_an_entry_held_where_the_job_looks_is_no_miss(tmp_path: Path) -> None:
     held = write_runtime_a(root / "trn2-lnc2", HLO, version=V21, flags=FLAGS, target="trn2")
     found = explain(root, entry_path(root, held))
     assert found.held == (LocalStore(root).url,) and found.comparisons == ()
+    assert found.cause == f"{entry_path(root, held)} is held in {LocalStore(root).url}: no miss there"
 
 
 def test_a_changed_graph_of_the_same_model(tmp_path: Path) -> None:
