@@ -70,6 +70,9 @@ def _flag_cause(diff: FlagDiff | None) -> str:
     words = [f"`{f.spelling}` added" for f in diff.added] + [f"`{f.spelling}` removed" for f in diff.removed]
     words += [f"`{c.name}` spelled `{c.found}` vs `{c.wanted}`" if c.same_value else f"`{c.found}` → `{c.wanted}`"
               for c in diff.changed]
+    if len(words) == 1 and diff.changed and not diff.changed[0].same_value:
+        change = diff.changed[0]
+        return f"flag `{change.name}` changed: `{change.found}` → `{change.wanted}`"
     if len(words) == 1:
         return f"flag {words[0]}"
     return "flags differ: " + ", ".join(words[:3]) + (f" and {len(words) - 3} more" if len(words) > 3 else "")
