@@ -24,7 +24,7 @@ import dataclasses
 import itertools
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,6 +61,7 @@ class StoreCatalog:
     problems: list[str] = field(default_factory=list)
     _parts: dict[str, GraphParts] = field(default_factory=dict)
     _manifests: dict[str, Manifest | None] = field(default_factory=dict)
+    _by_layout: dict[str, list[Entry]] | None = None
 
     @classmethod
     def build(cls, store: Store, progress: Callable[[int], None] | None = None) -> StoreCatalog:
@@ -174,12 +175,21 @@ class StoreCatalog:
             found.update(self._same_model(missed))
         return [self.candidate(self.entries[path], why) for path, why in found.items()], itself
 
+    def _manifested(self, layout: str | None) -> Iterator[Entry]:
+        """Entries with a manifest, those of ``layout`` first (lists made once per store)."""
+        if self._by_layout is None:
+            self._by_layout = defaultdict(list)
+            for entry in sorted(self.entries.values(), key=lambda e: e.path):
+                if entry.has_manifest:
+                    self._by_layout[entry.layout].append(entry)
+        first = self._by_layout.get(layout or "", [])
+        return itertools.chain(first, *(v for k, v in self._by_layout.items() if k != layout))
+
     def _same_model(self, missed: Missed) -> dict[str, str]:
         model = missed.parts.tags[MODEL_TAG]
         bucket = missed.parts.tags.get("bucket")
-        ranked = sorted(self.entries.values(), key=lambda e: (e.layout != missed.parts.layout, e.path))
         out: dict[str, str] = {}
-        for entry in itertools.islice((e for e in ranked if e.has_manifest), MAX_TAG_READS):
+        for entry in itertools.islice(self._manifested(missed.parts.layout), MAX_TAG_READS):
             tags = self.parts(entry).tags
             if tags.get(MODEL_TAG) == model and entry.path != missed.path:
                 out[entry.path] = "same model tag" + (", same bucket" if bucket and tags.get("bucket") == bucket

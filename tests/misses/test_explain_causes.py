@@ -21,7 +21,7 @@ from neffcache.operations.ingest import build_manifest
 from neffcache.operations.publish import publish
 from neffcache.stores.local import LocalStore
 from neffcache.toolchain import Toolchain
-from tests.runtime_caches import ERA_JSON, VERSION, module_name, write_runtime_a
+from tests.runtime_caches import ERA_JSON, VERSION, module_name, write_native_neff, write_runtime_a
 
 V21 = VERSION  # 2.21.33363.0+82129205
 V22 = "2.22.4455.0+0123abcd"
@@ -191,3 +191,12 @@ def test_the_nearest_entry_comes_first(tmp_path: Path) -> None:
 
 def _graph() -> str:
     return str(int.from_bytes(hashlib.sha256(HLO).digest()[:8], "big"))
+
+
+def test_a_native_key_found_under_another_compiler(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    neff = write_native_neff(root / f"trn2-lnc2/torchneuron-{V21}/neff", "aten::mm_t0_(128, 128)")
+    key = neff.name.removesuffix(".neff")
+    found = explain(root, f"trn2-lnc2/torchneuron-{V22}/neff/{key[:2]}/{key[2:4]}/{key}")
+    assert found.cause == "compiler 2.21 → 2.22"
+    assert found.comparisons[0].candidate.why == "same key"

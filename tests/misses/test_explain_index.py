@@ -4,10 +4,7 @@ in a store the question was not given; with the index down the stores still answ
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from neffcache.index import open_index
 from neffcache.index.records import entry_record
@@ -20,25 +17,14 @@ from neffcache.operations.publish import publish
 from neffcache.operations.scan import load_entry
 from neffcache.stores.local import LocalStore
 from neffcache.toolchain import Toolchain
+from tests.cli.conftest import index  # noqa: F401 (the fixture: a real index server, SQLite)
 from tests.runtime_caches import VERSION, write_runtime_a
-from tests.server.conftest import ServerProcess, Tokens, free_port, prepare_database
+from tests.server.conftest import ServerProcess, Tokens, free_port
 
 V22 = "2.22.4455.0+0123abcd"
 HLO = b"HloModule attention_block " + bytes(range(256)) * 64
 FLAGS = ["--model-type=transformer"]
 LAYOUT_A = get_layout("neuronxcc")
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[tuple[ServerProcess, Tokens]]:
-    db_url = f"sqlite:///{tmp_path / 'index.db'}"
-    tokens = prepare_database(db_url)
-    proc = ServerProcess(db_url, free_port(), tmp_path / "server.log")
-    try:
-        proc.wait_ready()
-        yield proc, tokens
-    finally:
-        proc.stop()
 
 
 def publish_hidden(root: Path, hlo: bytes = HLO) -> tuple[LocalStore, str]:
@@ -61,15 +47,15 @@ def publish_hidden(root: Path, hlo: bytes = HLO) -> tuple[LocalStore, str]:
 def register(server: ServerProcess, tokens: Tokens, store: LocalStore, path: str, spool: Path) -> None:
     entry = load_entry(store, path)
     assert entry is not None
-    with open_index(server.url, tokens.write, spool_root=spool) as index:
-        index.register_entry(entry_record(entry, store.url))
-        flushed = index.flush()
+    with open_index(server.url, tokens.write, spool_root=spool) as client:
+        client.register_entry(entry_record(entry, store.url))
+        flushed = client.flush()
         assert (flushed.delivered_entries, flushed.error) == (1, None)
 
 
-def test_the_index_finds_a_graph_held_only_in_a_store_not_given(tmp_path: Path,
-                                                                server: tuple[ServerProcess, Tokens]) -> None:
-    proc, tokens = server
+def test_the_index_finds_a_graph_held_only_in_a_store_not_given(
+        tmp_path: Path, index: tuple[ServerProcess, Tokens]) -> None:  # noqa: F811
+    proc, tokens = index
     hidden, path = publish_hidden(tmp_path / "other-region")
     register(proc, tokens, hidden, path, tmp_path / "spool")
     given = LocalStore(tmp_path / "mine")
@@ -78,8 +64,8 @@ def test_the_index_finds_a_graph_held_only_in_a_store_not_given(tmp_path: Path,
     hlo.parent.mkdir()
     hlo.write_bytes(HLO)
     missed = missed_from_argument(str(hlo), Known(compiler_version=V22, target="trn2", lnc=2, flags=tuple(FLAGS)))
-    with open_index(proc.url, tokens.read, spool_root=tmp_path / "spool") as index:
-        (found,) = why_miss([missed], [StoreCatalog.build(given)], index)
+    with open_index(proc.url, tokens.read, spool_root=tmp_path / "spool") as client:
+        (found,) = why_miss([missed], [StoreCatalog.build(given)], client)
     assert found.cause == "compiler 2.21 → 2.22"
     best = found.comparisons[0]
     assert (best.candidate.path, best.candidate.source, best.candidate.stores) == (path, Source.INDEX,
@@ -94,8 +80,8 @@ def test_with_the_index_down_the_stores_answer_and_say_so(tmp_path: Path) -> Non
     old = write_runtime_a(given.root / "trn2-lnc2", HLO, version=VERSION, flags=" ".join(FLAGS), target="trn2")
     down = f"http://127.0.0.1:{free_port()}"  # nothing listens
     missed = [missed_from_argument(f"trn2-lnc2/neuronxcc-{V22}/{old.name}", Known()) for _ in range(3)]
-    with open_index(down, "nc_token", spool_root=tmp_path / "spool", retries=0) as index:
-        found = why_miss(missed, [StoreCatalog.build(given)], index)
+    with open_index(down, "nc_token", spool_root=tmp_path / "spool", retries=0) as client:
+        found = why_miss(missed, [StoreCatalog.build(given)], client)
     assert [f.cause for f in found] == ["compiler 2.21 → 2.22"] * 3
     assert all(f.index.startswith(f"{down} did not answer") and "answered from the stores only" in f.index
                for f in found)
