@@ -132,8 +132,9 @@ def _fix(comparison: Comparison, fields: set[Field]) -> str:
     if Field.COMPILER in fields:
         version = cand.parts.compiler_version
         rule = " (it recomputes the key under the new flags-file format)" if Field.KEY_RULE in fields else ""
+        instance = f" --instance {instance_for(target)}" if target else ""
         fixes.append(f"use compiler {version} (the entry's), or rewarm: "
-                     f"neffcache rewarm --from-compiler {version}{_where(cand)}{rule}")
+                     f"neffcache rewarm --from-compiler {version}{instance}{_where(cand)}{rule}")
     if not fixes:
         where = f" in {cand.stores[0]}" if cand.stores else ""
         return (f"entry {cand.path}{where} has every known part of the graph: point the job at it "

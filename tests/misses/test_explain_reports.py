@@ -33,8 +33,10 @@ def write(tmp_path: Path, data: object, name: str = "report.json") -> Path:
 
 
 def test_a_plan_report_gives_its_misses_and_skips_its_hits(tmp_path: Path) -> None:
-    report = {"command": "plan", "graphs": [graph(1, "hit"), graph(2, "miss"), graph(3, "elsewhere")],
-              "totals": {"graphs": 3}}
+    # plan --json: each graph is a WantedGraph with where it is held (neffcache/misses/lookup.py).
+    held = {"store": None, "index_stores": ["s3://other-region/cache"]}
+    report = {"command": "plan", "graphs": [graph(1, "hit", store="file:///nvme"), graph(2, "miss", **held),
+                                            graph(3, "elsewhere", **held)], "totals": {"graphs": 3}}
     missed = missed_from_report(write(tmp_path, report))
     assert [m.parts.key for m in missed] == ["MODULE_2+e30acd3a", "MODULE_3+e30acd3a"]
     first = missed[0]
