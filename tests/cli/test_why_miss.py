@@ -15,7 +15,7 @@ import pytest
 from tests.runtime_caches import VERSION, write_runtime_a
 from tests.server.conftest import free_port
 from tests.simulation import Sim
-from tests.warmers.conftest import INSTANCE, WORKLOAD, Cli, warm_args
+from tests.warmers.conftest import INSTANCE, V1, V2, WORKLOAD, Cli, warm_args
 
 FLAGS = "--model-type=transformer"
 V22 = "2.22.4455.0+0123abcd"
@@ -55,6 +55,27 @@ def test_a_run_report_is_explained_flag_by_flag(cli: Cli, tmp_path: Path) -> Non
     assert text.stdout.count("likely cause: flag `--enable-fast-loading-neuron-binaries` added") == 2
     assert "+ --enable-fast-loading-neuron-binaries" in text.stdout
     assert "2 missed graphs explained" in text.stdout
+
+
+@pytest.mark.parametrize(("warmed_with", "run_with", "cause"), [
+    ((V1, INSTANCE), (V2, INSTANCE), "compiler 2.27 → 2.28"),
+    (("2.20.2.0+f36f5bd7", INSTANCE), (VERSION, INSTANCE),
+     "compiler 2.20 → 2.21; flags-file format changed at 2.21 (same flags, new suffix)"),
+    ((V1, "trn1.32xlarge"), (V1, INSTANCE), "target trn1 vs trn2; LNC 1 vs 2"),
+], ids=["compiler-bump", "flags-file-era", "target"])
+def test_a_toolchain_drift_between_warm_and_run(cli: Cli, tmp_path: Path, warmed_with: tuple[str, str],
+                                                run_with: tuple[str, str], cause: str) -> None:
+    store, report = tmp_path / "store", tmp_path / "run-report.json"
+    cli.bump(warmed_with[0])
+    warmed = cli.run(*warm_args(store, "--instance", warmed_with[1], graphs=1, buckets="128"), NEURON_CC_FLAGS=FLAGS)
+    assert warmed.returncode == 0, warmed.stderr
+    cli.bump(run_with[0])
+    job = cli.run("run", "--instance", run_with[1], "--store", str(store), "--report", str(report), "--",
+                  *WORKLOAD, "--model", "llama-tiny", "--bucket", "128", "--graphs", "1", NEURON_CC_FLAGS=FLAGS)
+    assert job.returncode == 0, job.stderr
+    (graph,) = cli.json("why-miss", "--from-report", str(report), "--store", str(store))["graphs"]
+    assert graph["cause"] == cause, json.dumps(graph, indent=1)
+    assert graph["nearest"][0]["entry"]["compiler_version"] == warmed_with[0]
 
 
 def test_a_key_explained_in_text_and_json(cli: Cli, tmp_path: Path) -> None:

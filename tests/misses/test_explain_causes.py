@@ -200,3 +200,18 @@ def test_a_native_key_found_under_another_compiler(tmp_path: Path) -> None:
     found = explain(root, f"trn2-lnc2/torchneuron-{V22}/neff/{key[:2]}/{key[2:4]}/{key}")
     assert found.cause == "compiler 2.21 → 2.22"
     assert found.comparisons[0].candidate.why == "same key"
+
+
+def test_a_crafted_manifest_or_flags_file_in_a_store_is_reported_and_the_rest_compared(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    old = write_runtime_a(root / "trn2-lnc2", HLO, version=V21, flags=FLAGS, target="trn2")
+    (old / "neffcache.json").write_bytes(b"[" * 100_000)
+    other = write_runtime_a(root / "trn2-lnc1", HLO, version=V21, flags=FLAGS, target="trn2")
+    (other / "compile_flags.json").write_bytes(b"\x00" * (2 << 20))  # far above any flags file
+    catalog = StoreCatalog.build(LocalStore(root))
+    (found,) = why_miss([missed_from_argument(f"trn2-lnc2/neuronxcc-{V22}/{old.name}", Known())], [catalog],
+                        NullIndex())
+    assert found.cause == "compiler 2.21 → 2.22"  # the corrupt manifest hid nothing the listing and flags file say
+    assert any("neffcache.json" in p for p in catalog.problems)
+    flags = {c.candidate.path: c.match(Field.FLAGS) for c in found.comparisons}
+    assert flags[entry_path(root, other)] is Match.UNKNOWN  # an oversized flags file is not read
