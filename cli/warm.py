@@ -314,6 +314,9 @@ def run_cmd(instance: str | None, lnc: int | None, compiler_version: str | None,
                    + f"; exit {result.exit_code}", err=True)
         for problem in result.problems:
             click.echo(f"neffcache run: PROBLEM: {problem}", err=True)
+        if report_file is not None and result.graphs:
+            click.echo(f"neffcache run: {len(result.graphs)} graph{'' if len(result.graphs) == 1 else 's'} missed; "
+                       f"why: neffcache why-miss --from-report {report_file}", err=True)
     announce_index(placement.index)
     sys.exit(result.exit_code)
 
