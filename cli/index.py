@@ -23,6 +23,18 @@ def _pct(rate: float | None) -> str:
     return "-" if rate is None else f"{rate * 100:.1f}%"
 
 
+def _money_lines(data: dict[str, Any]) -> list[str]:
+    """Compile time in money, when the server has the operator's prices (`serve --price`)."""
+    currency, t = data.get("currency"), data["totals"]
+    if not currency or t.get("compile_cost") is None:
+        return []
+    lines = [f"  saved           {t['saved_cost']:,.2f} {currency}  (hits, at your prices)",
+             f"  spent on misses {t['compile_cost']:,.2f} {currency}  (compiles, at your prices)"]
+    if t.get("unpriced_hours"):
+        lines.append(f"  unpriced        {t['unpriced_hours']:,.1f} h  (instance types with no --price)")
+    return lines
+
+
 def _stats_text(data: dict[str, Any]) -> str:
     t = data["totals"]
     window = data["window"]
@@ -34,6 +46,7 @@ def _stats_text(data: dict[str, Any]) -> str:
         f"  hit rate        {_pct(t['hit_rate'])}  ({t['hits']:,} hits, {t['misses']:,} misses)",
         f"  compiles        {t['compiles']:,}  ({t['compile_hours']:,.1f} compile hours, {t['errors']:,} errors)",
         f"  hours saved     {t['saved_hours']:,.1f}",
+        *_money_lines(data),
         f"  cache size      {human_bytes(sum(s['bytes'] for s in sizes))} in "
         f"{sum(data['entries_by_state'].values()):,} entries",
         "  entries         " + ", ".join(f"{k} {v:,}" for k, v in data["entries_by_state"].items() if v),

@@ -29,6 +29,7 @@ from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 
 from neffcache.server.services import leases, stats
+from neffcache.server.services.prices import NO_PRICES, Prices
 from neffcache.server.storage.models import Entry
 
 if TYPE_CHECKING:
@@ -66,8 +67,9 @@ def _fold(value: str, allowed: frozenset[str]) -> str:
 
 class DatabaseCollector(Collector):
     def __init__(self, db: Database, *, teams: LabelBound | None = None,
-                 toolchains: LabelBound | None = None) -> None:
+                 toolchains: LabelBound | None = None, prices: Prices = NO_PRICES) -> None:
         self._db = db
+        self._prices = prices
         self._teams = teams or LabelBound((), DEFAULT_TOP_N)
         self._toolchains = toolchains or LabelBound((), DEFAULT_TOP_N)
 
@@ -106,24 +108,26 @@ class DatabaseCollector(Collector):
             active = len(leases.active(session))
         team_weight: dict[str, float] = defaultdict(float)
         toolchain_weight: dict[str, float] = defaultdict(float)
-        for (_, toolchain, team), (count, _) in totals.items():
+        for (_, toolchain, team, _), (count, _) in totals.items():
             team_weight[team] += count
             toolchain_weight[toolchain] += count
         for toolchain, _, count, _ in catalog:
             toolchain_weight[toolchain] += count
         teams = self._teams.allowed(team_weight)
         toolchains = self._toolchains.allowed(toolchain_weight)
-        by_kind: dict[tuple[str, str, str], list[float]] = defaultdict(lambda: [0, 0.0])
-        for (kind, toolchain, team), (count, seconds) in totals.items():
+        by_kind: dict[tuple[str, str, str], list[float]] = defaultdict(lambda: [0, 0.0, 0.0])
+        for (kind, toolchain, team, instance_type), (count, seconds) in totals.items():
             slot = by_kind[(kind, _fold(toolchain, toolchains), _fold(team, teams))]
             slot[0] += count
             slot[1] += seconds
-        for (kind, toolchain, team), (count, seconds) in sorted(by_kind.items()):
+            slot[2] += self._prices.cost(seconds, instance_type) or 0.0
+        money = self._money_families()
+        for (kind, toolchain, team), (count, seconds, cost) in sorted(by_kind.items()):
             events.add_metric([kind, toolchain, team], count)
-            if kind == "hit":
-                saved.add_metric([toolchain, team], seconds)
-            elif kind == "compile":
-                spent.add_metric([toolchain, team], seconds)
+            if kind in ("hit", "compile"):
+                (saved if kind == "hit" else spent).add_metric([toolchain, team], seconds)
+                if money:
+                    money[kind].add_metric([toolchain, team, self._prices.currency], cost)
         by_state: dict[tuple[str, str], int] = defaultdict(int)
         per_toolchain: dict[str, int] = defaultdict(int)
         for toolchain, state, count, total in catalog:
@@ -135,12 +139,23 @@ class DatabaseCollector(Collector):
         for toolchain, total in sorted(per_toolchain.items()):
             size.add_metric([toolchain], total)
         held.add_metric([], active)
-        return [events, saved, spent, entries, size, held]
+        return [events, saved, spent, entries, size, held, *money.values()]
+
+    def _money_families(self) -> dict[str, CounterMetricFamily]:
+        """With prices configured: the compile seconds of misses and of hits saved, priced by the
+        instance type each event reported (server/services/prices.py); none without prices."""
+        if not self._prices.configured:
+            return {}
+        labels = ["toolchain", "team", "currency"]
+        return {"compile": CounterMetricFamily("neffcache_compile_cost", "money spent compiling on cache "
+                                               "misses, at the operator's prices", labels=labels),
+                "hit": CounterMetricFamily("neffcache_compile_cost_saved", "money cache hits saved, at the "
+                                           "operator's prices", labels=labels)}
 
 
 class Metrics:
     def __init__(self, db: Database, *, teams: Iterable[str] = (), toolchains: Iterable[str] = (),
-                 top_n: int = DEFAULT_TOP_N) -> None:
+                 top_n: int = DEFAULT_TOP_N, prices: Prices = NO_PRICES) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.requests = Counter("neffcache_index_requests", "HTTP requests served by this replica",
                                 ["op", "result"], registry=self.registry)
@@ -155,7 +170,7 @@ class Metrics:
             # with the first event is blind to that event, and dashboards show "no data".
             self.ingested.labels(result)
         self.registry.register(DatabaseCollector(db, teams=LabelBound(teams, top_n),
-                                                 toolchains=LabelBound(toolchains, top_n)))
+                                                 toolchains=LabelBound(toolchains, top_n), prices=prices))
 
     def declare_ops(self, ops: Iterable[str]) -> None:
         """Export every route's request series at 0 from the start. Each worker process has its

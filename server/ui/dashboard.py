@@ -21,6 +21,7 @@ from neffcache.server.api.deps import TOKEN_COOKIE, BearerDep, StateDep, check_a
 from neffcache.server.api.routes.common import QText
 from neffcache.server.api.routes.stats import build_query
 from neffcache.server.services import leases as lease_table
+from neffcache.server.services.prices import prices_of
 from neffcache.server.services.stats import GroupBy, StatsOut, compute_stats
 from neffcache.server.ui.charts import Line, hbars, line_chart, stacked_bars
 from neffcache.units import human_bytes as decimal_bytes
@@ -39,6 +40,13 @@ def human_bytes(n: float) -> str:
 
 def hours(h: float) -> str:
     return f"{h:,.0f} h" if h >= 100 else f"{h:,.1f} h"
+
+
+def money(amount: float | None, currency: str | None) -> str:
+    """An amount at the operator's prices, e.g. ``1,234.50 USD``; "-" without prices."""
+    if amount is None or not currency:
+        return "-"
+    return f"{amount:,.2f} {currency}"
 
 
 def pct(rate: float | None) -> str:
@@ -122,7 +130,7 @@ def dashboard(
         return _login_page(request, state, exc)
     query = build_query(window, None, group_by, team, model, None, None, top=12)
     with state.db.read() as session:
-        stats = compute_stats(session, query)
+        stats = compute_stats(session, query, prices_of(state.settings))
         held = lease_table.active(session, limit=4)
     now = time.time()
     page = state.templates.get_template("dashboard.html").render(
@@ -130,6 +138,7 @@ def dashboard(
         team=team or "", model=model or "", group_by=group_by, refresh=state.settings.dashboard_refresh_seconds,
         now=now, updated=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(now)), version=__version__,
         human_bytes=human_bytes, hours=hours, pct=pct, ago=lambda ts: ago(ts, now),
+        money=lambda amount: money(amount, stats.currency),
         state_class=_STATE_CLASS, leases=held, database=state.db.dialect, tc=short_toolchain,
         total_bytes=sum(s.bytes for s in stats.size_by_toolchain),
         total_entries=sum(stats.entries_by_state.values()),
