@@ -7,6 +7,7 @@ The hierarchy, so a caller can catch at the depth it cares about::
     │   ├── UnknownInstanceType             instance type not in the catalog
     │   └── InvalidURL                      a store URL we cannot parse or serve
     ├── InvalidKey (ValueError)             path traversal, absolute paths, bad characters
+    ├── FlagsFileError (ValueError)         a flags file no compiler era writes, or no era for a version
     ├── ToolchainError (RuntimeError)
     │   └── CompilerNotFound (FileNotFoundError)
     ├── StoreError (OSError)                anything a store could not do
@@ -60,6 +61,11 @@ class InvalidKey(NeffcacheError, ValueError):
         self.key = key
         self.reason = reason
         super().__init__(f"invalid key {key!r}: {reason}")
+
+
+class FlagsFileError(NeffcacheError, ValueError):
+    """A layout-A flags file that cannot be read as its compiler era writes it, or a compiler
+    version whose flags-file form is unknown (neffcache/layouts/flags.py)."""
 
 
 class ToolchainError(NeffcacheError, RuntimeError):

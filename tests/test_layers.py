@@ -52,8 +52,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # verifying digests, NeffCache.get/put.
     ("one-store operations", ("neffcache.operations.*",)),
     # Operations between stores (or a store and the index): push/pull, tier chains,
-    # reconciling the index with a store, and prune (its own order: tests/prune/test_package_order.py).
-    ("between-store operations", ("neffcache.replication.*", "neffcache.prune.*")),
+    # reconciling the index with a store, prune (its own order: tests/prune/test_package_order.py),
+    # and the read-only questions over stores and index: what a job will miss and why (misses).
+    ("between-store operations", ("neffcache.replication.*", "neffcache.prune.*", "neffcache.misses.*")),
     # What the CLI and the warmers start from: user settings, the job environment a runtime is
     # pointed at, the doctor's checks, the warm logs kept on disk.
     ("application", ("neffcache.application.*",)),

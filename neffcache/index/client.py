@@ -30,7 +30,7 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +40,8 @@ from neffcache import __version__
 from neffcache.errors import IndexServerError
 from neffcache.index.delivery import KEEP_STATUS, Rejected, deliver_spooled, send_batch
 from neffcache.index.process_hooks import at_exit, track_forks
-from neffcache.index.queries import IndexQueries
-from neffcache.index.records import CompileSample, EntryRecord, Event, EventKind, IndexLease, new_owner
+from neffcache.index.queries import AskedQuestions, IndexQueries
+from neffcache.index.records import EntryRecord, Event, EventKind, new_owner
 from neffcache.index.reports import FlushReport, ReportCounts, describe_failure
 from neffcache.index.spool import Spool
 
@@ -50,7 +50,7 @@ _AUTH_STATUS = frozenset({401, 403})  # the token: no retry in this process can 
 _MAX_BUFFERED = 100_000  # events kept in memory when even the spool cannot be written
 
 
-class IndexClient:
+class IndexClient(AskedQuestions):
     """Talks to one index server. Thread-safe; use one per process (or per configuration)."""
 
     enabled = True
@@ -337,50 +337,6 @@ class IndexClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    # ------------------------------------------------------------------ questions: may raise
-    # Asked by :class:`~neffcache.index.queries.IndexQueries`, over this client's connection pool.
-    def lookup(self, path: str) -> dict[str, Any] | None:
-        """The index's record of one entry, or None if it has none."""
-        return self.queries.lookup(path)
-
-    def lookup_many(self, paths: Iterable[str]) -> dict[str, dict[str, Any] | None]:
-        """The index's record of each path, None where it has none (batched; see IndexQueries)."""
-        return self.queries.lookup_many(paths)
-
-    def similar(self, *, hlo_sha256: str | None = None, model: str | None = None,
-                limit: int = 50) -> list[dict[str, Any]]:
-        """Entries sharing a graph's HLO digest or model tag (see :meth:`IndexQueries.similar`)."""
-        return self.queries.similar(hlo_sha256=hlo_sha256, model=model, limit=limit)
-
-    def compile_samples(self, target: str, *, limit: int = 1000) -> list[CompileSample]:
-        """Recent compiles for ``target`` with their HLO sizes, for compile-time forecasts."""
-        return self.queries.compile_samples(target, limit=limit)
-
-    def find_entries(self, *, page_size: int = 500, **filters: Any) -> Iterator[dict[str, Any]]:
-        """Every entry matching ``filters``, following pages (see :meth:`IndexQueries.find_entries`)."""
-        return self.queries.find_entries(page_size=page_size, **filters)
-
-    def forget(self, path: str, store: str | None = None) -> dict[str, Any] | None:
-        """Tell the index ``store`` no longer holds ``path`` (every store if None)."""
-        return self.queries.forget(path, store)
-
-    def stats(self, window: str = "7d", group_by: str = "team", **filters: str | None) -> dict[str, Any]:
-        return self.queries.stats(window, group_by, **filters)
-
-    def acquire(self, name: str, ttl: float = 600.0) -> IndexLease:
-        """Try to take a compile lease; check ``.held``. Raises IndexServerError if the index is down."""
-        return self.queries.acquire(name, ttl)
-
-    def renew(self, lease: IndexLease, ttl: float = 600.0) -> IndexLease:
-        return self.queries.renew(lease, ttl)
-
-    def release(self, lease: IndexLease) -> bool:
-        """Give the lease back; False if it was not ours any more."""
-        return self.queries.release(lease)
-
-    def healthy(self) -> bool:
-        return self.queries.healthy()
 
 
 def _sender_loop(ref: weakref.ref[IndexClient]) -> None:

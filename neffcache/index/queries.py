@@ -178,3 +178,52 @@ def error_detail(response: httpx.Response) -> str:
         return response.text[:300] or response.reason_phrase
     detail = data.get("detail") if isinstance(data, dict) else None
     return str(detail)[:500] if detail else response.reason_phrase
+
+
+class AskedQuestions:
+    """The questions as methods of the client that owns ``queries`` (callers hold one object,
+    :class:`~neffcache.index.client.IndexClient`, for reports and questions alike)."""
+
+    queries: IndexQueries
+
+    def lookup(self, path: str) -> dict[str, Any] | None:
+        """The index's record of one entry, or None if it has none."""
+        return self.queries.lookup(path)
+
+    def lookup_many(self, paths: Iterable[str]) -> dict[str, dict[str, Any] | None]:
+        """The index's record of each path, None where it has none (batched; see IndexQueries)."""
+        return self.queries.lookup_many(paths)
+
+    def similar(self, *, hlo_sha256: str | None = None, model: str | None = None,
+                limit: int = 50) -> list[dict[str, Any]]:
+        """Entries sharing a graph's HLO digest or model tag (see :meth:`IndexQueries.similar`)."""
+        return self.queries.similar(hlo_sha256=hlo_sha256, model=model, limit=limit)
+
+    def compile_samples(self, target: str, *, limit: int = 1000) -> list[CompileSample]:
+        """Recent compiles for ``target`` with their HLO sizes, for compile-time forecasts."""
+        return self.queries.compile_samples(target, limit=limit)
+
+    def find_entries(self, *, page_size: int = 500, **filters: Any) -> Iterator[dict[str, Any]]:
+        """Every entry matching ``filters``, following pages (see :meth:`IndexQueries.find_entries`)."""
+        return self.queries.find_entries(page_size=page_size, **filters)
+
+    def forget(self, path: str, store: str | None = None) -> dict[str, Any] | None:
+        """Tell the index ``store`` no longer holds ``path`` (every store if None)."""
+        return self.queries.forget(path, store)
+
+    def stats(self, window: str = "7d", group_by: str = "team", **filters: str | None) -> dict[str, Any]:
+        return self.queries.stats(window, group_by, **filters)
+
+    def acquire(self, name: str, ttl: float = 600.0) -> IndexLease:
+        """Try to take a compile lease; check ``.held``. Raises IndexServerError if the index is down."""
+        return self.queries.acquire(name, ttl)
+
+    def renew(self, lease: IndexLease, ttl: float = 600.0) -> IndexLease:
+        return self.queries.renew(lease, ttl)
+
+    def release(self, lease: IndexLease) -> bool:
+        """Give the lease back; False if it was not ours any more."""
+        return self.queries.release(lease)
+
+    def healthy(self) -> bool:
+        return self.queries.healthy()

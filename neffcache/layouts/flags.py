@@ -28,6 +28,8 @@ import shlex
 from collections.abc import Sequence
 from enum import Enum
 
+from neffcache.errors import FlagsFileError
+
 FLAGS_TXT = "compile_flags.txt"
 FLAGS_JSON = "compile_flags.json"
 TARGET_FLAG = "--target="
@@ -48,10 +50,6 @@ class FlagsEra(Enum):
     @property
     def file_name(self) -> str:
         return FLAGS_TXT if self is FlagsEra.TEXT else FLAGS_JSON
-
-
-class FlagsFileError(ValueError):
-    """A flags file that cannot be read as its era writes it."""
 
 
 def version_tuple(version: str) -> tuple[int, int] | None:

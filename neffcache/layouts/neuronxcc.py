@@ -28,6 +28,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 
 from neffcache.entry import Entry, EntryState, FileInfo, Namespace
+from neffcache.errors import FlagsFileError
 from neffcache.instances import TARGETS
 from neffcache.layouts import flags as flagsfile
 from neffcache.layouts.base import (
@@ -40,7 +41,7 @@ from neffcache.layouts.base import (
     LogLine,
     parse_target_dir,
 )
-from neffcache.layouts.flags import FLAGS_JSON, FLAGS_TXT, FlagsFileError
+from neffcache.layouts.flags import FLAGS_JSON, FLAGS_TXT
 from neffcache.manifest import MANIFEST_NAME, Manifest
 from neffcache.toolchain import Toolchain
 

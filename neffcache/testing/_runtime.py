@@ -13,10 +13,20 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from enum import StrEnum
 from pathlib import Path
 from typing import overload
 
-HIT, COMPILED, FAILED, EXTRACTED = "hit", "compiled", "failed", "extracted"
+
+class GraphOutcome(StrEnum):
+    """What became of one graph in a simulated run (the workload's summary line counts these)."""
+
+    HIT = "hit"
+    COMPILED = "compiled"
+    FAILED = "failed"
+    EXTRACTED = "extracted"  # NEURON_EXTRACT_GRAPHS_ONLY: the HLO stored, nothing compiled
+
+
 _POLL = 0.05
 
 

@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from neffcache.testing._files import atomic_write, create_exclusive
-from neffcache.testing._runtime import COMPILED, FAILED, HIT, CompilerRunner, WorkloadLog, wait_for_unlock
+from neffcache.testing._runtime import CompilerRunner, GraphOutcome, WorkloadLog, wait_for_unlock
 from neffcache.testing.hlo import read_hlo_header
 from neffcache.toolchain import Toolchain
 
@@ -122,13 +122,13 @@ class NativeCache:
     def key(self, hlo: bytes) -> str:
         return native_key(op_key(hlo), self.toolchain, self.flags, hlo)
 
-    def lookup_or_compile(self, hlo: bytes) -> str:
+    def lookup_or_compile(self, hlo: bytes) -> GraphOutcome:
         key, base = self.key(hlo), op_key(hlo)
         self._store_hlo(key, hlo)
         neff = shard(self.neff_dir, key, ".neff")
         if neff.exists():
             self.log.line(f"[NEFF_CACHE] Cache HIT for key: {base}")
-            return HIT
+            return GraphOutcome.HIT
         self.log.line(f"[NEFF_CACHE] Cache MISS for key: {base}")
         lock = self.lock_dir / f"{key}.lock"
         while not create_exclusive(lock, f"{os.getpid()}\n".encode()):
@@ -143,11 +143,11 @@ class NativeCache:
                 is_stale=lambda: _owner_is_dead(lock),
             ):
                 self.log.line(f"RuntimeError: {base}: timed out waiting for lock {lock} (simulated)")
-                return FAILED
+                return GraphOutcome.FAILED
         try:
             if neff.exists():  # another process stored it while we waited
                 self.log.line(f"[NEFF_CACHE] Cache HIT for key: {base}")
-                return HIT
+                return GraphOutcome.HIT
             return self._compile(key, base, hlo, neff)
         finally:
             lock.unlink(missing_ok=True)
@@ -163,7 +163,7 @@ class NativeCache:
         atomic_write(hlo_path.with_name(f"{key}.flags.json"), json.dumps(self.flags).encode())
         atomic_write(hlo_path, hlo)
 
-    def _compile(self, key: str, base: str, hlo: bytes, neff: Path) -> str:
+    def _compile(self, key: str, base: str, hlo: bytes, neff: Path) -> GraphOutcome:
         # Compile on local disk, then copy into the shared directory under the runtime's temp name.
         stem = f"{key}.{os.getpid()}.{os.urandom(4).hex()}"
         work_hlo, work_neff = self.work_dir / f"{stem}.hlo_module.pb", self.work_dir / f"{stem}.neff"
@@ -178,7 +178,7 @@ class NativeCache:
                 reason = lines[0] if lines else f"exit status {status}"
                 # No [NEFF_CACHE] line: the real backend raises.
                 self.log.line(f"RuntimeError: neuronx-cc failed to compile {base}: {reason}")
-                return FAILED
+                return GraphOutcome.FAILED
             self.log.line(f"[NEFF_CACHE] Storing NEFF for key: {base}")
             neff.parent.mkdir(parents=True, exist_ok=True)
             tmp = _temp_beside(neff)
@@ -187,7 +187,7 @@ class NativeCache:
                 os.replace(tmp, neff)
             finally:
                 tmp.unlink(missing_ok=True)
-            return COMPILED
+            return GraphOutcome.COMPILED
         finally:
             work_hlo.unlink(missing_ok=True)
             work_neff.unlink(missing_ok=True)

@@ -47,15 +47,7 @@ from concurrent.futures import ThreadPoolExecutor
 from types import FrameType
 
 from neffcache.errors import NeffcacheError
-from neffcache.testing._runtime import (
-    COMPILED,
-    EXTRACTED,
-    FAILED,
-    HIT,
-    CompilerRunner,
-    WorkloadLog,
-    env_seconds,
-)
+from neffcache.testing._runtime import CompilerRunner, GraphOutcome, WorkloadLog, env_seconds
 from neffcache.testing.env import (
     WorkloadError,
     is_true,
@@ -108,8 +100,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return ns
 
 
-def _run_all(process: Callable[[bytes], str], hlos: list[bytes], parallel: int,
-             runner: CompilerRunner) -> Counter[str]:
+def _run_all(process: Callable[[bytes], GraphOutcome], hlos: list[bytes], parallel: int,
+             runner: CompilerRunner) -> Counter[GraphOutcome]:
     if parallel == 1:
         return Counter(process(hlo) for hlo in hlos)
     pool = ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="neffsim-graph")
@@ -146,7 +138,7 @@ def run(ns: argparse.Namespace, log: WorkloadLog, runner: CompilerRunner) -> int
     except NeffcacheError as exc:
         raise WorkloadError(str(exc)) from None
 
-    process: Callable[[bytes], str]
+    process: Callable[[bytes], GraphOutcome]
     if ns.backend == "xla":
         root = xla_cache_root(cache_dir, env)
         xla = XlaCache(root, version=version, target=target, lnc=lnc, flags=flags,
@@ -174,13 +166,13 @@ def run(ns: argparse.Namespace, log: WorkloadLog, runner: CompilerRunner) -> int
     if ns.crash_after is not None:
         hlos = hlos[: ns.crash_after]
     counts = _run_all(process, hlos, ns.parallel, runner)
-    log.line(f"{PROG}: graphs={len(hlos)} hits={counts[HIT]} compiled={counts[COMPILED]} "
-             f"failed={counts[FAILED]} extracted={counts[EXTRACTED]}")
+    log.line(f"{PROG}: graphs={len(hlos)} hits={counts[GraphOutcome.HIT]} compiled={counts[GraphOutcome.COMPILED]} "
+             f"failed={counts[GraphOutcome.FAILED]} extracted={counts[GraphOutcome.EXTRACTED]}")
     if ns.crash_after is not None:
         log.line(f"{PROG}: simulated crash after {len(hlos)} graphs (--crash-after)")
         return 3
-    if counts[FAILED]:
-        log.line(f"{PROG}: RuntimeError: {counts[FAILED]} graph(s) failed to compile")
+    if counts[GraphOutcome.FAILED]:
+        log.line(f"{PROG}: RuntimeError: {counts[GraphOutcome.FAILED]} graph(s) failed to compile")
         return 1
     if not (compile_only or extract_only):
         for step in range(1, ns.steps + 1):

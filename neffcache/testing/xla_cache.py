@@ -39,15 +39,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from neffcache.testing._files import atomic_write, create_exclusive
-from neffcache.testing._runtime import (
-    COMPILED,
-    EXTRACTED,
-    FAILED,
-    HIT,
-    CompilerRunner,
-    WorkloadLog,
-    wait_for_unlock,
-)
+from neffcache.testing._runtime import CompilerRunner, GraphOutcome, WorkloadLog, wait_for_unlock
 
 HLO_FILE = "model.hlo_module.pb"
 LOCK_FILE = HLO_FILE + ".lock"
@@ -133,18 +125,18 @@ class XlaCache:
     def entry_dir(self, hlo: bytes) -> Path:
         return self.version_dir / f"MODULE_{graph_hash(hlo)}+{self._flags_hash}"
 
-    def extract(self, hlo: bytes) -> str:
+    def extract(self, hlo: bytes) -> GraphOutcome:
         """NEURON_EXTRACT_GRAPHS_ONLY: leave the HLO and flags (an EMPTY entry), compile nothing."""
         entry = self.entry_dir(hlo)
         entry.mkdir(parents=True, exist_ok=True)
         if self._is_done(entry):
             # Logged as in a normal run, so a warm-up can tell its extraction's hits.
-            return self._cached_outcome(entry) or HIT
+            return self._cached_outcome(entry) or GraphOutcome.HIT
         self._write_inputs(entry, hlo)
         self.log.line(f"neffcache.testing.workload: extracted graph to {entry / HLO_FILE}")
-        return EXTRACTED
+        return GraphOutcome.EXTRACTED
 
-    def lookup_or_compile(self, hlo: bytes) -> str:
+    def lookup_or_compile(self, hlo: bytes) -> GraphOutcome:
         entry = self.entry_dir(hlo)
         entry.mkdir(parents=True, exist_ok=True)
         lock = entry / LOCK_FILE
@@ -172,7 +164,7 @@ class XlaCache:
                 self.log.wrapper(
                     "ERROR", f"Gave up waiting for the lock {lock} after {self.lock_timeout} seconds"
                 )
-                return FAILED
+                return GraphOutcome.FAILED
 
     def _is_done(self, entry: Path) -> bool:
         # 2.12/2.13 wrote compile_flags.txt and no model.done: their neff alone means success.
@@ -181,21 +173,21 @@ class XlaCache:
             (entry / "compile_flags.txt").exists() and neff.exists()
         )
 
-    def _cached_outcome(self, entry: Path) -> str | None:
+    def _cached_outcome(self, entry: Path) -> GraphOutcome | None:
         neff = entry / "model.neff"
         if self._is_done(entry):
             self.log.wrapper(
                 "INFO",
                 f"Using a cached neff at {neff.absolute()}. Exiting with a successfully compiled graph.",
             )
-            return HIT
+            return GraphOutcome.HIT
         if (entry / "model.log").exists() and not neff.exists() and not self.retry_failed:
             self.log.wrapper(
                 "ERROR",
                 f"Got a cached failed neff at {neff.absolute()}. Will skip compilation, "
                 f"please set {RETRY_FLAG} for recompilation",
             )
-            return FAILED
+            return GraphOutcome.FAILED
         return None
 
     def _write_inputs(self, entry: Path, hlo: bytes) -> None:
@@ -204,7 +196,7 @@ class XlaCache:
         if not (entry / self.flags_name).exists():
             atomic_write(entry / self.flags_name, self.flags_bytes)
 
-    def _compile(self, entry: Path, hlo: bytes) -> str:
+    def _compile(self, entry: Path, hlo: bytes) -> GraphOutcome:
         self._write_inputs(entry, hlo)
         workdir = Path(tempfile.gettempdir()) / _user() / "neuroncc_compile_workdir" / str(uuid.uuid4())
         workdir.mkdir(parents=True)
@@ -213,7 +205,7 @@ class XlaCache:
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
 
-    def _compile_in(self, workdir: Path, entry: Path, hlo: bytes) -> str:
+    def _compile_in(self, workdir: Path, entry: Path, hlo: bytes) -> GraphOutcome:
         module = entry.name
         hlo_path = workdir / f"model.{module}.hlo_module.pb"
         hlo_path.write_bytes(hlo)
@@ -230,11 +222,11 @@ class XlaCache:
                 atomic_write(entry / "model.done", b"")
             (entry / "model.log").unlink(missing_ok=True)
             self.log.wrapper("INFO", f"Compilation Successfully Completed for {hlo_path.name}")
-            return COMPILED
+            return GraphOutcome.COMPILED
         reason = output.strip() or f"exit status {status}"
         message = f"Failed compilation with {cmd!r}: {reason}"
         atomic_write(entry / "model.log", (message + "\n").encode())
         self.log.wrapper("ERROR", f"Failed compilation with {cmd!r}: exit status {status}: "
                                   f"{reason.splitlines()[0]}")
         self.log.wrapper("ERROR", f"Compilation failed for {hlo_path} after 0 retries.")
-        return FAILED
+        return GraphOutcome.FAILED

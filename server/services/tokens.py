@@ -13,8 +13,8 @@ import hmac
 import re
 import secrets
 import time
-from dataclasses import dataclass
 
+from pydantic import BaseModel, ConfigDict, computed_field
 from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session
 
@@ -28,8 +28,12 @@ _ID_LEN = 12
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@:-]{0,63}$")
 
 
-@dataclass(frozen=True)
-class TokenInfo:
+class TokenInfo(BaseModel):
+    """What may be shown of a token (never its secret). The API answers with this model itself
+    (server/api/schemas.py), so its fields have one home."""
+
+    model_config = ConfigDict(frozen=True)
+
     id: str
     name: str
     scope: str
@@ -37,13 +41,13 @@ class TokenInfo:
     last_used: float | None
     revoked: float | None
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def active(self) -> bool:
         return self.revoked is None
 
     def to_json(self) -> dict[str, object]:
-        return {"id": self.id, "name": self.name, "scope": self.scope, "created": self.created,
-                "last_used": self.last_used, "revoked": self.revoked, "active": self.active}
+        return self.model_dump()
 
 
 def scope_allows(have: str, need: str) -> bool:
@@ -56,7 +60,8 @@ def _digest(secret: str) -> str:
 
 
 def _info(row: Token) -> TokenInfo:
-    return TokenInfo(row.id, row.name, row.scope, row.created, row.last_used, row.revoked)
+    return TokenInfo(id=row.id, name=row.name, scope=row.scope, created=row.created, last_used=row.last_used,
+                     revoked=row.revoked)
 
 
 def split_token(presented: str) -> tuple[str, str] | None:
