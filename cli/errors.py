@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 #   3 COMPILER: the compiler               10 DOCTOR_WARNINGS: the worst finding is a warning
 #   4 STORE: a store (unreachable, denied, unsafe path, I/O)   11 DOCTOR_PROBLEMS: something is a problem
 #   5 CORRUPT: a corrupt entry, or a source that changed mid-copy   12 NO_SPACE at the destination
-#   6 BUSY: a lease another process holds  130 INTERRUPTED (Ctrl-C)
+#   6 BUSY: a lease another process holds  13 UPGRADE_NOT_READY: `upgrade-report --gate` not met
+#                                          130 INTERRUPTED (Ctrl-C)
 #   128 + N: stopped by signal N (`warm`, `rewarm`: SIGTERM gives 143), see :func:`killed_by`
 #   `run` exits with its workload's own exit code.
 OK = 0
@@ -39,6 +40,9 @@ DB_SCHEMA_BEHIND = 8
 DOCTOR_WARNINGS = 10
 DOCTOR_PROBLEMS = 11
 NO_SPACE = 12
+# `upgrade-report --gate F`: readiness below F, or a graph that compiled under the old compiler
+# fails under the new one. The report itself was complete; the upgrade is not ready.
+UPGRADE_NOT_READY = 13
 INTERRUPTED = 130
 _SIGNAL_BASE = 128
 

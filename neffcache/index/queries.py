@@ -106,6 +106,7 @@ class IndexQueries:
         is an IndexServerError: the counts weigh a gate (``upgrade-report``)."""
         params: dict[str, Any] = {"toolchain": toolchain, "since": since, "until": until, "limit": page_size}
         found: dict[str, int] = {}
+        seen: set[str] = set()  # the database's collation orders the cursors, not Python's
         while True:
             page = self.request("GET", "/v1/usage/hits", params=params)
             try:
@@ -119,8 +120,9 @@ class IndexQueries:
                 raise IndexServerError(f"index {self.url}: malformed usage answer ({exc!r:.200})") from None
             if cursor is None:
                 return found
-            if not isinstance(cursor, str) or cursor <= str(params.get("cursor", "")):
+            if not isinstance(cursor, str) or cursor in seen:
                 raise IndexServerError(f"index {self.url}: usage pages do not move forward (cursor {cursor!r:.200})")
+            seen.add(cursor)
             params["cursor"] = cursor
 
     def acquire(self, name: str, ttl: float = 600.0) -> IndexLease:
