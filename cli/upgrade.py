@@ -51,13 +51,23 @@ def _ratio(graph: GraphComparison, what: Regression) -> str:
     return "-" if ratio is None else f"{ratio:.2f}x"
 
 
+def _with_details(rows: list[list[object]], headers: list[str], details: list[str]) -> list[str]:
+    """A table whose rows are each followed by an indented line of free text (a signature, a
+    reason) where there is one: long text in a column would push every number off the screen."""
+    lines = table(rows, headers).splitlines()
+    out = lines[:2]
+    for line, detail in zip(lines[2:], details, strict=True):
+        out += [line, *([f"    {detail}"] if detail else [])]
+    return out
+
+
 def _sections(report: UpgradeReport, top: int) -> list[str]:
     out: list[str] = []
-    missing = report.missing()
+    missing = report.missing()[:top]
     if missing:
-        rows = [[g.old.path, g.hits, g.status.value, g.reason or g.new_path or ""] for g in missing[:top]]
-        out += ["", f"not ready ({len(missing)}, most hit first)",
-                table(rows, ["graph (old compiler)", "hits", "status", "successor / reason"])]
+        out += ["", f"not ready ({len(report.missing())}, most hit first)",
+                *_with_details([[g.old.path, g.hits, g.status.value] for g in missing],
+                               ["graph (old compiler)", "hits", "status"], [g.reason or "" for g in missing])]
     slower = report.grown(Regression.SLOWER)
     if slower:
         rows = [[g.old.path, _seconds(g.old.compile_seconds), _seconds(g.new.compile_seconds if g.new else None),
@@ -70,10 +80,11 @@ def _sections(report: UpgradeReport, top: int) -> list[str]:
                  _ratio(g, Regression.BIGGER), g.hits] for g in bigger[:top]]
         out += ["", f"bigger NEFF (more than {report.threshold:g}x)",
                 table(rows, ["graph", "old NEFF", "new NEFF", "ratio", "hits"])]
-    failing = report.new_failures()
+    failing = report.new_failures()[:top]
     if failing:
-        rows = [[g.old.path, g.hits, (g.new.failure if g.new else None) or ""] for g in failing[:top]]
-        out += ["", f"newly failing under {report.to_version}", table(rows, ["graph", "hits", "signature"])]
+        out += ["", f"newly failing under {report.to_version} (signature below each)",
+                *_with_details([[g.old.path, g.hits] for g in failing], ["graph", "hits"],
+                               [(g.new.failure if g.new else None) or "" for g in failing])]
     return out
 
 
