@@ -30,9 +30,27 @@ def _money_lines(data: dict[str, Any]) -> list[str]:
         return []
     lines = [f"  saved           {t['saved_cost']:,.2f} {currency}  (hits, at your prices)",
              f"  spent on misses {t['compile_cost']:,.2f} {currency}  (compiles, at your prices)"]
-    if t.get("unpriced_hours"):
-        lines.append(f"  unpriced        {t['unpriced_hours']:,.1f} h  (instance types with no --price)")
+    unpriced = [f"{t[field]:,.1f} h {what}" for field, what in (("unpriced_saved_hours", "saved"),
+                                                                 ("unpriced_compile_hours", "spent")) if t.get(field)]
+    if unpriced:
+        lines.append(f"  unpriced        {', '.join(unpriced)}  (instance types with no --price)")
     return lines
+
+
+def _groups_table(data: dict[str, Any]) -> str:
+    """One row per group; with prices, what each group saved and spent in money too."""
+    currency = data.get("currency")
+    headers = [data["group_by"], "hit rate", "hits", "misses", "compiles", "saved h", "errors", "evicted"]
+    if currency:
+        headers += [f"saved {currency}", f"spent {currency}"]
+    rows = []
+    for g in data["groups"]:
+        row = [g["name"], _pct(g["hit_rate"]), g["hits"], g["misses"], g["compiles"], f"{g['saved_hours']:,.1f}",
+               g["errors"], g["evictions"]]
+        if currency:
+            row += [f"{g['saved_cost'] or 0:,.2f}", f"{g['compile_cost'] or 0:,.2f}"]
+        rows.append(row)
+    return table(rows, headers)
 
 
 def _stats_text(data: dict[str, Any]) -> str:
@@ -55,10 +73,7 @@ def _stats_text(data: dict[str, Any]) -> str:
     if data["groups"]:
         # Errors and evictions too: a group with only those (prune's evicts carry no model)
         # would otherwise be a row of zeros.
-        out += ["", table([[g["name"], _pct(g["hit_rate"]), g["hits"], g["misses"], g["compiles"],
-                            f"{g['saved_hours']:,.1f}", g["errors"], g["evictions"]] for g in data["groups"]],
-                          [data["group_by"], "hit rate", "hits", "misses", "compiles", "saved h", "errors",
-                           "evicted"])]
+        out += ["", _groups_table(data)]
     if sizes:
         out += ["", table([[s["toolchain"], s["entries"], human_bytes(s["bytes"])] for s in sizes],
                           ["toolchain", "entries", "size"])]

@@ -59,13 +59,17 @@ def _prices(pairs: tuple[str, ...]) -> dict[str, float] | None:
     prices: dict[str, float] = {}
     for pair in pairs:
         name, sep, amount = pair.partition("=")
+        name = name.strip()
         try:
-            prices[name.strip()] = float(amount)
+            price = float(amount)
         except ValueError:
             sep = ""
-        if not sep:
+        if not sep or not name:
             raise click.BadParameter(f"{pair!r}: expected INSTANCE_TYPE=PRICE_PER_HOUR, e.g. trn2.48xlarge=44.70",
                                      param_hint="--price")
+        if name in prices:  # two prices for one type is a typo either way: never pick one silently
+            raise click.BadParameter(f"{name} is priced twice", param_hint="--price")
+        prices[name] = price
     return prices
 
 

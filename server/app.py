@@ -87,7 +87,8 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     app = FastAPI(title="neffcache index", version=__version__, description=DESCRIPTION, lifespan=lifespan,
                   telemetry={"tracing": otel, "metrics": otel, "logs": otel, "operation_spans": otel})
     metrics = Metrics(db, teams=settings.metrics_teams, toolchains=settings.metrics_toolchains,
-                      top_n=settings.metrics_top_n, prices=prices_of(settings))
+                      top_n=settings.metrics_top_n, prices=prices_of(settings),
+                      readiness_window=settings.readiness_window_days * 86400)
     templates = jinja2.Environment(
         loader=jinja2.FileSystemLoader(dashboard.TEMPLATES_DIR), autoescape=True, undefined=jinja2.StrictUndefined)
     app.state.neffcache = AppState(settings=settings, db=db, metrics=metrics,

@@ -60,6 +60,8 @@ class ServerSettings(BaseSettings):
     # none are built in); with none, stats stay in hours. NEFFCACHE_SERVER_PRICES is JSON.
     prices: dict[str, float] = Field(default_factory=dict)
     currency: str = "USD"
+    # How far back hits weigh the upgrade readiness that /metrics exports (the dashboard uses its window).
+    readiness_window_days: float = Field(default=30.0, gt=0.0, le=400.0)
 
     @field_validator("prices")
     @classmethod

@@ -35,11 +35,13 @@ class Counts(BaseModel):
     hit_rate: float | None = None
     compile_hours: float = 0.0
     saved_hours: float = 0.0
-    # With prices configured: what the compiles cost and what the hits saved, in StatsOut.currency;
-    # hours of instance types without a price are in unpriced_hours, never priced at zero.
+    # With prices configured: what the compiles cost and what the hits saved, in StatsOut.currency
+    # (server/services/prices.py); the hours of instance types without a price stay hours, in
+    # unpriced_compile_hours and unpriced_saved_hours, never priced at zero.
     compile_cost: float | None = None
     saved_cost: float | None = None
-    unpriced_hours: float = 0.0
+    unpriced_compile_hours: float = 0.0
+    unpriced_saved_hours: float = 0.0
 
 
 class SeriesPoint(Counts):
@@ -134,8 +136,10 @@ def _add(counts: Counts, kind: str, count: int, seconds: float, instance_type: s
     if not prices.configured:
         return
     cost = prices.cost(seconds, instance_type)
-    if cost is None:
-        counts.unpriced_hours += seconds / 3600
+    if cost is None and kind == "compile":
+        counts.unpriced_compile_hours += seconds / 3600
+    elif cost is None:
+        counts.unpriced_saved_hours += seconds / 3600
     elif kind == "compile":
         counts.compile_cost = (counts.compile_cost or 0.0) + cost
     else:
