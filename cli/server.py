@@ -37,6 +37,7 @@ def _server_settings(database_url: str | None, data_dir: Path | None, **extra: A
         raise ConfigError(f"the index server needs the server extras: pip install 'neffcache[server]' "
                           f"({exc})") from None
     from pydantic import ValidationError
+    from pydantic_settings import SettingsError
 
     values: dict[str, Any] = {k: v for k, v in extra.items() if v is not None}
     if database_url:
@@ -49,6 +50,9 @@ def _server_settings(database_url: str | None, data_dir: Path | None, **extra: A
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "settings"
         raise ConfigError(f"server setting {where}: {first['msg']}") from None
+    except SettingsError as exc:  # a NEFFCACHE_SERVER_* variable that is not the JSON its field needs
+        raise ConfigError(f"server setting: {exc} (NEFFCACHE_SERVER_PRICES is JSON, e.g. "
+                          "{\"trn2.48xlarge\": 44.70})") from None
 
 
 def _prices(pairs: tuple[str, ...]) -> dict[str, float] | None:
