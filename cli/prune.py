@@ -338,9 +338,11 @@ def _reconcile_text(plan: ReconcilePlan, executed: bool) -> str:
             out.append(table([[r.store, r.path, r.detail] for r in rows[:50]], ["store", title, "detail"]))
             if len(rows) > 50:
                 out.append(f"... and {len(rows) - 50} more (--json lists all)")
+    out.extend(f"GUARD: {g}" for g in plan.guards)
     if not executed:
         out.append("")
-        out.append("dry run: nothing was changed. Add --yes to apply the fixes." if plan.fixes
+        out.append("dry run: nothing was changed. Add --yes to apply the fixes"
+                   + (" (--force too: see GUARD)." if plan.guards and plan.to_forget else ".") if plan.fixes
                    else "the index and the stores agree.")
     return "\n".join(out)
 
@@ -351,14 +353,24 @@ def _reconcile_text(plan: ReconcilePlan, executed: bool) -> str:
               help="Which direction to fix: forget index records no store backs, register entries the index "
                    "lacks, or both.")
 @click.option("--yes", is_flag=True, help="Apply the fixes to the index. Without it, only report.")
+@click.option("--force", is_flag=True,
+              help="With --yes: forget records even when the plan looks like a mistake (a store that lists "
+                   "nothing, or more than --max-share of a store's records).")
+@click.option("--max-share", type=click.FloatRange(0.0, 1.0), metavar="SHARE",
+              help="Forgetting more than this share of a store's records needs --force "
+                   "(default: setting prune_max_share, 0.5).")
 @endpoint_option
 @json_option
-def reconcile_cmd(stores: tuple[str, ...], fix: str, yes: bool, as_json: bool) -> None:
+def reconcile_cmd(stores: tuple[str, ...], fix: str, yes: bool, force: bool, max_share: float | None,
+                  as_json: bool) -> None:
     """Compare the index server's records with what the stores hold.
 
     Reports entries the index lists but no store holds (lost files, a prune whose evict
     events never arrived) and entries a store holds that the index does not know (written
-    by a runtime, or while the index was down), and with --yes fixes the index.
+    by a runtime, or while the index was down), and with --yes fixes the index. A store that
+    is not there looks empty: forgetting every record of a store that lists nothing, or more
+    than --max-share of its records, is refused (exit 9, nothing changed) unless --force.
+    What was forgotten is journalled in the store (`neffcache prune --history`).
 
     \b
     Example:
@@ -367,12 +379,13 @@ def reconcile_cmd(stores: tuple[str, ...], fix: str, yes: bool, as_json: bool) -
     settings = load_settings()
     if not settings.index_url:
         raise ConfigError("reconcile needs the index server: set NEFFCACHE_INDEX_URL (and NEFFCACHE_TOKEN)")
-    opened = _stores(_urls(stores, settings), read_only=True)
+    opened = _stores(_urls(stores, settings), read_only=not yes)  # --yes journals in the store
     index = open_settings_index(settings)
     try:
         with progress("comparing", enabled=not as_json) as bar:
-            plan = plan_reconcile(opened, index, fix=fix, progress=lambda n: bar.update(n, detail="entries"))
-        applied = plan.execute(index) if yes else None
+            plan = plan_reconcile(opened, index, fix=fix, progress=lambda n: bar.update(n, detail="entries"),
+                                  max_share=settings.prune_max_share if max_share is None else max_share)
+        applied = plan.execute(index, force=force, journal=opened) if yes else None
         data = {"plan": plan.to_json(), "executed": yes, "applied": applied.to_json() if applied else None}
         render(as_json, data, lambda: _reconcile_text(plan, yes) + (f"\n{applied.summary()}" if applied else ""))
     finally:

@@ -133,8 +133,8 @@ class DatabaseCollector(Collector):
             slot[2] += cost or 0.0
             slot[3] += seconds if cost is None else 0.0
         money = self._money_families()
-        for (kind, toolchain, team), (count, seconds, cost, unpriced) in sorted(by_kind.items()):
-            events.add_metric([kind, toolchain, team], count)
+        for (kind, toolchain, team), (n, seconds, cost, unpriced) in sorted(by_kind.items()):
+            events.add_metric([kind, toolchain, team], n)
             if kind in ("hit", "compile"):
                 (saved if kind == "hit" else spent).add_metric([toolchain, team], seconds)
                 if money:
