@@ -87,7 +87,8 @@ def upgrade_pairs(session: Session, limit: int = MAX_PAIRS) -> list[tuple[str, s
         .where(Entry.state == "SUCCESS", Entry.compiler_version.is_not(None), Entry.target.is_not(None),
                Entry.lnc.is_not(None)).limit(10_000)
     ):
-        versions[(str(target), int(lnc))][str(version)] = str(label)
+        if lnc is not None:  # never None here (the query says so); for the type checker
+            versions[(str(target), lnc)][str(version)] = str(label)
     pairs = []
     for group in sorted(versions):
         labels = versions[group]
