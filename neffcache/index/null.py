@@ -71,6 +71,9 @@ class NullIndex:
     def stats(self, window: str = "7d", group_by: str = "team", **filters: str | None) -> dict[str, Any]:
         raise _not_configured()
 
+    def usage_hits(self, toolchain: str, *, since: float, until: float) -> dict[str, int]:
+        return {}
+
     def acquire(self, name: str, ttl: float = 600.0) -> IndexLease:
         raise _not_configured()
 

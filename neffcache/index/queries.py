@@ -105,6 +105,32 @@ class IndexQueries:
         stats: dict[str, Any] = self.request("GET", "/v1/stats", params=params)
         return stats
 
+    def usage_hits(self, toolchain: str, *, since: float, until: float, page_size: int = 5000) -> dict[str, int]:
+        """Hits per entry path the index counted for ``toolchain`` (a label such as
+        ``trn2-lnc2/neuronxcc-2.27.5334.0+f702b353``) from ``since`` to ``until``, every page.
+        An answer that is not a list of (path, count), or a cursor that does not move forward,
+        is an IndexServerError: the counts weigh a gate (``upgrade-report``)."""
+        params: dict[str, Any] = {"toolchain": toolchain, "since": since, "until": until, "limit": page_size}
+        found: dict[str, int] = {}
+        seen: set[str] = set()  # the database's collation orders the cursors, not Python's
+        while True:
+            page = self.request("GET", "/v1/usage/hits", params=params)
+            try:
+                for row in page["hits"]:
+                    path, hits = row["path"], row["hits"]
+                    if not isinstance(path, str) or not isinstance(hits, int) or hits < 0:
+                        raise TypeError(row)
+                    found[path] = found.get(path, 0) + hits
+                cursor = page.get("next_cursor")
+            except (TypeError, KeyError) as exc:
+                raise IndexServerError(f"index {self.url}: malformed usage answer ({exc!r:.200})") from None
+            if cursor is None:
+                return found
+            if not isinstance(cursor, str) or cursor in seen:
+                raise IndexServerError(f"index {self.url}: usage pages do not move forward (cursor {cursor!r:.200})")
+            seen.add(cursor)
+            params["cursor"] = cursor
+
     def acquire(self, name: str, ttl: float = 600.0) -> IndexLease:
         """Try to take a compile lease; check ``.held``. Raises IndexServerError if the index is down
         (callers fall back to lease files)."""
@@ -235,6 +261,10 @@ class AskedQuestions:
 
     def stats(self, window: str = "7d", group_by: str = "team", **filters: str | None) -> dict[str, Any]:
         return self.queries.stats(window, group_by, **filters)
+
+    def usage_hits(self, toolchain: str, *, since: float, until: float) -> dict[str, int]:
+        """Hits per entry path for a toolchain label in a time range (see :meth:`IndexQueries.usage_hits`)."""
+        return self.queries.usage_hits(toolchain, since=since, until=until)
 
     def acquire(self, name: str, ttl: float = 600.0) -> IndexLease:
         """Try to take a compile lease; check ``.held``. Raises IndexServerError if the index is down."""
