@@ -30,6 +30,8 @@ class Entry(Base):
     """One compiled graph, identified by its store-relative path (its runtime key in the layout)."""
 
     __tablename__ = "entries"
+    # compile-samples: a target's newest entries without sorting every entry (migration 0003).
+    __table_args__ = (Index("ix_entries_target_created", "target", "created"),)
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     path: Mapped[str] = mapped_column(String(1024), unique=True)

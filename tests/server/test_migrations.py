@@ -87,7 +87,8 @@ def test_0002_adds_the_graph_inputs_and_its_downgrade_keeps_every_entry(db_url: 
         migrate(db.engine)
         columns = {c["name"] for c in inspect(db.engine).get_columns("entries")}
         assert {"hlo_sha256", "hlo_size", "flags"} <= columns
-        assert "ix_entries_hlo_sha256" in {i["name"] for i in inspect(db.engine).get_indexes("entries")}
+        assert {"ix_entries_hlo_sha256", "ix_entries_target_created"} <= {
+            i["name"] for i in inspect(db.engine).get_indexes("entries")}
         with db.engine.begin() as conn:
             assert conn.execute(text("SELECT hlo_sha256, hlo_size, flags FROM entries")).all() == [(None, None, None)]
             conn.execute(text("UPDATE entries SET hlo_sha256 = :d, flags = '[]'"), {"d": "ab" * 32})
