@@ -33,7 +33,7 @@ from neffcache.toolchain import find_compiler
 from neffcache.warmers.report import WarmReport
 
 from .errors import NOT_WARM
-from .warm import report_text
+from .jobs import report_text
 
 INSTANCE = "trn2.48xlarge"
 OLD_VERSION = "2.27.5334.0+f702b353"

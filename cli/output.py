@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -20,6 +23,25 @@ def json_option(f: F) -> F:
 
 def emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
+
+
+def write_report(path: Path, data: Any) -> None:
+    """Write a JSON report file whole or not at all: a temp file beside it, then a rename. A job
+    killed mid-write leaves the previous report (or none), never half of one that
+    `why-miss --from-report` would then refuse."""
+    body = (json.dumps(data, indent=2, sort_keys=True, default=str) + "\n").encode()
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or Path("."))
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(body)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def table(rows: Sequence[Sequence[object]], headers: Sequence[str]) -> str:

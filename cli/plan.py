@@ -29,6 +29,15 @@ from neffcache.warmers.plan import Planner, PlanReport, PlanRequest
 from neffcache.warmers.warm import WarmRequest
 
 from .errors import NOT_WARM, SOME_ENTRIES_FAILED, announce_index
+from .jobs import (
+    compile_options,
+    interrupted,
+    job_settings,
+    open_job_placement,
+    parallelism,
+    progress_lines,
+    report_text,
+)
 from .options import (
     PASS_THROUGH,
     bucket_options,
@@ -42,15 +51,6 @@ from .options import (
 )
 from .options import endpoint_url as configured_endpoint
 from .output import json_option, render, table
-from .warm import (
-    _compile_options,
-    _interrupted,
-    _parallel,
-    _placement,
-    _progress,
-    _settings,
-    report_text,
-)
 
 WHY_MISS = "neffcache why-miss --from-report FILE"
 
@@ -134,7 +134,7 @@ def _exit_code(report: PlanReport, require_warm: bool) -> int:
 @endpoint_option
 @bucket_options
 @index_options
-@_compile_options
+@compile_options
 @tag_option
 @json_option
 @click.option("--hosts", type=click.IntRange(min=1), default=1, show_default=True,
@@ -173,7 +173,7 @@ def plan_cmd(command: tuple[str, ...], instance: str | None, lnc: int | None, co
           --bucket SEQ=512,1024,2048 --require-warm -- python train.py --seq-len {SEQ} --max-steps 2
     """
     buckets = build_buckets(bucket_flags, matrix_file)
-    settings = _settings(stores, instance=instance, compiler=compiler, compiler_version=compiler_version,
+    settings = job_settings(stores, instance=instance, compiler=compiler, compiler_version=compiler_version,
                          index_url=index_url, token=token)
     toolchain = job_toolchain(settings, lnc)
     try:
@@ -186,7 +186,7 @@ def plan_cmd(command: tuple[str, ...], instance: str | None, lnc: int | None, co
     logs = log_dir or warm_log_home() / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-plan"
     warm = WarmRequest(command=command, instance=settings.instance or "", toolchain=toolchain,
                        compiler=exe or Path("neuronx-cc"), buckets=buckets, patterns=compile_patterns(),
-                       log_dir=logs.absolute(), shard=Shard.parse(shard), parallel=_parallel(settings, parallel),
+                       log_dir=logs.absolute(), shard=Shard.parse(shard), parallel=parallelism(settings, parallel),
                        timeout=timeout, compile_timeout=compile_timeout, compile_memory_mb=compile_memory,
                        retry_failed=retry_failed, tags=all_tags)
     request = PlanRequest(warm, installed_output(exe), extract=not no_extract, hosts=hosts,
@@ -206,7 +206,7 @@ def _run(request: PlanRequest, settings: Settings, tags: dict[str, str], quiet: 
     placement: Placement | None = None
     notes: list[str] = []
     if request.compile_misses:
-        placement = _placement(settings, tags, "plan")
+        placement = open_job_placement(settings, tags, "plan")
         # The job reads the configured stores, not the local cache a remote-only chain gets in front.
         inserted = len(placement.chain.tiers) > len(settings.stores)
         stores = [t.store for t in placement.chain.tiers[int(inserted):] if t.store is not None]
@@ -216,9 +216,9 @@ def _run(request: PlanRequest, settings: Settings, tags: dict[str, str], quiet: 
     children = Children()
     try:
         with stop_on_signals(children):
-            report = Planner(request, stores, index, children, _progress(quiet), placement).run()
+            report = Planner(request, stores, index, children, progress_lines(quiet), placement).run()
     except Interrupted as exc:
-        _interrupted("plan", exc)
+        interrupted("plan", exc)
     finally:
         if placement is not None:
             placement.close()

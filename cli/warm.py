@@ -2,142 +2,38 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
 
 import click
 
-from neffcache.application.config import Settings, job_toolchain, load_settings
+from neffcache.application.config import job_toolchain
 from neffcache.application.warm_logs import expired_runs, remove_runs, warm_log_home
 from neffcache.toolchain import compiler_version as installed_version
 from neffcache.toolchain import find_compiler
-from neffcache.units import human_bytes
-from neffcache.warmers.children import Children, Interrupted, stop_on_signals
 from neffcache.warmers.logscan import compile_patterns
 from neffcache.warmers.matrix import Shard, build_buckets
-from neffcache.warmers.placement import Placement, open_placement
-from neffcache.warmers.report import GroupStatus, WarmReport
 from neffcache.warmers.rewarm import Rewarmer, RewarmRequest
 from neffcache.warmers.warm import Warmer, WarmRequest
 from neffcache.warmers.wrap import RunRequest, run_job
 
-from .errors import SOME_ENTRIES_FAILED, announce_index, killed_by
+from .errors import announce_index
+from .jobs import compile_options, drive, job_settings, open_job_placement, parallelism, progress_lines
 from .options import (
     PASS_THROUGH,
     bucket_options,
     chosen_layouts,
     endpoint_option,
-    endpoint_url,
     index_options,
     layout_option,
     store_option,
     tag_option,
     toolchain_options,
-    watch_index,
     workload_argument,
 )
-from .output import json_option, render, table
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _compile_options(f: F) -> F:
-    f = click.option("--retry-failed", is_flag=True,
-                     help="Compile graphs again whose earlier compile failed (the runtime recorded "
-                          "the failure in the cache).")(f)
-    f = click.option("--compile-memory", type=click.FloatRange(min=1), metavar="MB",
-                     help="Peak memory of one compile; start another only while this much is free "
-                          "(default: learned from the largest compile so far).")(f)
-    f = click.option("--compile-timeout", type=click.FloatRange(min=0.1), metavar="SECONDS",
-                     help="Kill a compile that runs longer; the graph is reported failed.")(f)
-    f = click.option("--shard", metavar="I/N", help="Do the I-th of N disjoint parts (0-based; e.g. "
-                                                    "$JOB_COMPLETION_INDEX/4).")(f)
-    return click.option("--parallel", type=click.IntRange(min=1), metavar="N",
-                        help="Workloads / compiles at once (default: NEFFCACHE_PARALLEL, else one per core).")(f)
-
-
-def _settings(stores: tuple[str, ...], **overrides: Any) -> Settings:
-    return load_settings(stores=stores, **overrides)
-
-
-def _parallel(settings: Settings, flag: int | None) -> int:
-    return flag or settings.parallel or os.cpu_count() or 1
-
-
-def _placement(settings: Settings, tags: dict[str, str], job: str) -> Placement:
-    fields: dict[str, str] = {"job": job, **{k: tags[k] for k in ("model", "team") if k in tags}}
-    if settings.instance:
-        fields["instance_type"] = settings.instance
-    placement = open_placement(settings.stores, index_url=settings.index_url, token=settings.token,
-                               event_fields=fields, spool_root=Path(settings.spool_dir) if settings.spool_dir else None,
-                               endpoint_url=endpoint_url(settings))
-    watch_index(placement.index)
-    return placement
-
-
-def _progress(quiet: bool) -> Callable[[str], None]:
-    return (lambda message: None) if quiet else (lambda message: click.echo(message, err=True))
-
-
-def report_text(report: WarmReport) -> str:
-    tc = report.toolchain
-    head = (f"{report.command}: neuronx-cc {tc.get('compiler_version')}"
-            + (f" (from {tc['from_compiler']})" if "from_compiler" in tc else "")
-            + (f", {tc['target']} lnc={tc['lnc']} ({tc['instance']})" if "target" in tc else "")
-            + f", {report.mode}, shard {report.shard}, parallel {report.parallel}")
-    out = [head, f"stores: {', '.join(report.stores)}"]
-    rows = [[g.name, g.status, g.graphs, g.hits, g.compiled, g.failed, f"{g.compile_seconds:.1f}",
-             human_bytes(g.bytes), f"{g.seconds:.1f}s" if g.seconds else "-"] for g in report.groups]
-    t = report.totals()
-    rows.append(["total", "ok" if report.ok else "FAILED", t["graphs"], t["hits"], t["compiled"], t["failed"],
-                 f"{t['compile_seconds']:.1f}", human_bytes(t["bytes"]), f"{report.seconds:.1f}s"])
-    label = "bucket" if report.command == "warm" else "namespace"
-    out.append(table(rows, [label, "status", "graphs", "hits", "compiled", "failed", "compile s", "size", "time"]))
-    if report.failures:
-        out.append("failures:")
-        out.extend(f"  [{f.group}] {f.what}: {f.kind}: {f.reason}" for f in report.failures)
-    logs = [g.log for g in report.groups if g.log and g.status is not GroupStatus.OK]
-    if logs:
-        out.append("workload logs: " + ", ".join(logs))
-    extra = [f"prefetched {report.prefetched}"] if report.prefetched else []
-    extra.append(f"published {report.published} entr{'y' if report.published == 1 else 'ies'} to remote tiers")
-    out.append("; ".join(extra))
-    out.extend(f"note: {n}" for n in report.notes)
-    out.extend(f"PROBLEM: {p}" for p in report.problems)
-    return "\n".join(out)
-
-
-def _finish(report: WarmReport, placement: Placement, as_json: bool, allow_failures: bool) -> None:
-    render(as_json, report.to_json(), lambda: report_text(report))
-    announce_index(placement.index)
-    if not report.ok and not allow_failures:
-        sys.exit(SOME_ENTRIES_FAILED)
-
-
-def _drive(command: str, placement: Placement, start: Callable[[Children], WarmReport], as_json: bool,
-           allow_failures: bool) -> None:
-    """Run a compiling job (warm, rewarm) with its children stopped on a signal, close its
-    placement on every path, then render its report and exit by it."""
-    children = Children()
-    try:
-        with stop_on_signals(children):
-            report = start(children)
-    except Interrupted as exc:
-        _interrupted(command, exc)
-    finally:
-        placement.close()
-    _finish(report, placement, as_json, allow_failures)
-
-
-def _interrupted(command: str, exc: Interrupted) -> None:
-    click.echo(f"neffcache {command}: {exc.args[0]}: stopped every child process group; "
-               "the cache is consistent (only whole entries were published): rerun to finish", err=True)
-    sys.exit(killed_by(exc.signum))
+from .output import json_option, write_report
 
 
 @click.command("warm", context_settings=PASS_THROUGH)
@@ -146,7 +42,7 @@ def _interrupted(command: str, exc: Interrupted) -> None:
 @endpoint_option
 @index_options
 @bucket_options
-@_compile_options
+@compile_options
 @click.option("--timeout", type=click.FloatRange(min=0.1), metavar="SECONDS",
               help="Stop a workload (SIGTERM, then SIGKILL to its process group) that runs longer.")
 @click.option("--two-phase", is_flag=True,
@@ -184,7 +80,7 @@ def warm_cmd(instance: str | None, lnc: int | None, compiler_version: str | None
           -- python train.py --seq-len {SEQ} --max-steps 2
     """
     buckets = build_buckets(bucket_flags, matrix_file)  # a typo in the matrix fails before anything runs
-    settings = _settings(stores, instance=instance, compiler=compiler, compiler_version=compiler_version,
+    settings = job_settings(stores, instance=instance, compiler=compiler, compiler_version=compiler_version,
                          index_url=index_url, token=token)
     toolchain = job_toolchain(settings, lnc)
     exe = find_compiler(settings.compiler)
@@ -194,11 +90,11 @@ def warm_cmd(instance: str | None, lnc: int | None, compiler_version: str | None
     logs = log_dir or warm_log_home() / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     request = WarmRequest(command=command, instance=settings.instance or "", toolchain=toolchain, compiler=exe,
                           buckets=buckets, patterns=compile_patterns(patterns), log_dir=logs.absolute(),
-                          shard=Shard.parse(shard), parallel=_parallel(settings, parallel), two_phase=two_phase,
+                          shard=Shard.parse(shard), parallel=parallelism(settings, parallel), two_phase=two_phase,
                           timeout=timeout, compile_timeout=compile_timeout, compile_memory_mb=compile_memory,
                           retry_failed=retry_failed, prefetch=not no_prefetch, tags=all_tags)
-    placement = _placement(settings, all_tags, "warm")
-    _drive("warm", placement, lambda children: Warmer(request, placement, children, _progress(quiet)).run(),
+    placement = open_job_placement(settings, all_tags, "warm")
+    drive("warm", placement, lambda children: Warmer(request, placement, children, progress_lines(quiet)).run(),
            as_json, allow_failures)
 
 
@@ -210,7 +106,7 @@ def warm_cmd(instance: str | None, lnc: int | None, compiler_version: str | None
 @endpoint_option
 @index_options
 @layout_option("Which runtimes' entries to recompile.")
-@_compile_options
+@compile_options
 @click.option("--allow-failures", is_flag=True, help="Exit 0 even when graphs failed to compile.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines on stderr.")
 @tag_option
@@ -238,17 +134,17 @@ def rewarm_cmd(from_version: str, instance: str | None, lnc: int | None, compile
       neffcache rewarm --from-compiler 2.21.33363.0+82129205 --store fsx:///mnt/fsx/neuron-cache \\
           --parallel 8 --shard 0/2
     """
-    settings = _settings(stores, instance=instance, compiler=compiler, compiler_version=compiler_version,
+    settings = job_settings(stores, instance=instance, compiler=compiler, compiler_version=compiler_version,
                          index_url=index_url, token=token)
     exe = find_compiler(settings.compiler)
     new_version = settings.compiler_version or installed_version(exe)
     all_tags = {**settings.tags, **tags}
     request = RewarmRequest(from_version=from_version, to_version=new_version, compiler=exe, instance=instance,
                             lnc=lnc, layouts=chosen_layouts(layout), shard=Shard.parse(shard),
-                            parallel=_parallel(settings, parallel), compile_timeout=compile_timeout,
+                            parallel=parallelism(settings, parallel), compile_timeout=compile_timeout,
                             compile_memory_mb=compile_memory, retry_failed=retry_failed, tags=all_tags)
-    placement = _placement(settings, all_tags, "rewarm")
-    _drive("rewarm", placement, lambda children: Rewarmer(request, placement, children, _progress(quiet)).run(),
+    placement = open_job_placement(settings, all_tags, "rewarm")
+    drive("rewarm", placement, lambda children: Rewarmer(request, placement, children, progress_lines(quiet)).run(),
            as_json, allow_failures)
 
 
@@ -287,7 +183,7 @@ def run_cmd(instance: str | None, lnc: int | None, compiler_version: str | None,
       neffcache run --instance trn2.48xlarge --store /nvme/cache --store s3://ml-cache/neuron \\
           --prefetch --tag model=llama3-8b --tag team=llm -- torchrun --nproc-per-node 32 train.py
     """
-    settings = _settings(stores, instance=instance, compiler=compiler, compiler_version=compiler_version,
+    settings = job_settings(stores, instance=instance, compiler=compiler, compiler_version=compiler_version,
                          index_url=index_url, token=token)
     toolchain = job_toolchain(settings, lnc)
     all_tags = {**settings.tags, **tags}
@@ -298,13 +194,13 @@ def run_cmd(instance: str | None, lnc: int | None, compiler_version: str | None,
                          patterns=compile_patterns(patterns, defaults=not no_default_patterns),
                          prefetch=prefetch or bool(prefetch_tags), prefetch_tags=parsed_prefetch, tags=all_tags,
                          publish=not no_publish)
-    placement = _placement(settings, all_tags, "run")
+    placement = open_job_placement(settings, all_tags, "run")
     try:
         result = run_job(request, placement)
     finally:
         placement.close()
     if report_file is not None:
-        report_file.write_text(json.dumps(result.to_json(), indent=2, sort_keys=True) + "\n")
+        write_report(report_file, result.to_json())
     if not quiet:
         c = result.counts
         click.echo(f"neffcache run: {c['hit']} hits, {c['miss']} misses, {c['compile']} compiles, "

@@ -26,6 +26,8 @@ import dataclasses
 import logging
 import os
 import shutil
+import socket
+import stat
 import subprocess
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -49,11 +51,49 @@ from .children import Children
 from .matrix import Bucket
 from .recorder import ENV_RECORDS, HLO_DIR, install_recorder, read_records
 from .report import GroupReport
-from .warm import WarmRequest, _log_name, workload_env
+from .warm import WarmRequest, log_name, workload_env
 from .workload import run_workload
 
 log = logging.getLogger(__name__)
 _PLACEHOLDER_HEAD = 4096
+
+
+SCRATCH_PREFIX = "neffcache-plan-"
+OWNER_FILE = "owner"  # host:pid of the plan that made the scratch directory
+
+
+def sweep_dead_scratch(tmp: Path) -> list[Path]:
+    """Remove scratch directories of plans that were killed (SIGKILL, a lost host): ours by uid,
+    made on this host, whose owner process is gone. Anything else is left alone: a directory of
+    another user, another host (a shared /tmp), a live plan, a link, one without an owner file;
+    a reused pid only delays the sweep."""
+    removed = []
+    host = socket.gethostname()
+    for path in tmp.glob(SCRATCH_PREFIX + "*"):
+        try:
+            info = path.lstat()
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+                continue
+            owner_host, _, pid = (path / OWNER_FILE).read_text(errors="replace").strip().rpartition(":")
+        except OSError:
+            continue
+        if owner_host != host or not pid.isdigit() or _alive(int(pid)):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return True  # not a pid we can judge: keep the directory
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class Scratch:
@@ -63,8 +103,10 @@ class Scratch:
 
     def __init__(self, children: Children) -> None:
         self.children = children
-        self.dir = Path(tempfile.mkdtemp(prefix="neffcache-plan-"))
+        sweep_dead_scratch(Path(tempfile.gettempdir()))
+        self.dir = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX))
         os.chmod(self.dir, 0o700)
+        (self.dir / OWNER_FILE).write_text(f"{socket.gethostname()}:{os.getpid()}\n")
         self.tmp = self.dir / "tmp"
         self.tmp.mkdir()
         self.recorder: Path | None = None
@@ -154,7 +196,7 @@ def discover_bucket(req: WarmRequest, scratch: Scratch, bucket: Bucket, children
     env.update({**bucket.env(), ENV_RECORDS: str(records), "TMPDIR": str(scratch.tmp)})
     namespaces = [layout.namespace_for(req.toolchain) for layout in LAYOUTS.values()]
     run = run_workload(bucket.name, bucket.command(req.command), env, children=children, patterns=req.patterns,
-                       root=str(root), namespaces=namespaces, log_path=req.log_dir / _log_name(bucket),
+                       root=str(root), namespaces=namespaces, log_path=req.log_dir / log_name(bucket),
                        timeout=req.timeout)
     found = BucketGraphs(bucket, run.group)
     if children.stopping.is_set():

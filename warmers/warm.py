@@ -95,7 +95,7 @@ def workload_env(req: WarmRequest, root: str, notes: list[str]) -> dict[str, str
     return env
 
 
-def _log_name(bucket: Bucket) -> str:
+def log_name(bucket: Bucket) -> str:
     return f"{bucket.index:03d}-{re.sub(r'[^A-Za-z0-9_.=-]+', '_', bucket.name)[:80]}.log"
 
 
@@ -178,7 +178,7 @@ class Warmer:
         req = self.req
         run = run_workload(bucket.name, bucket.command(req.command), {**env, **bucket.env()},
                            children=self.children, patterns=req.patterns, root=self.placement.work_root,
-                           namespaces=self.namespaces, log_path=req.log_dir / _log_name(bucket),
+                           namespaces=self.namespaces, log_path=req.log_dir / log_name(bucket),
                            timeout=req.timeout, live_groups=self.live_groups)
         runs[bucket.name] = run
         row = self.report.group(bucket.name)
@@ -307,7 +307,7 @@ class Warmer:
         return CompilePool(self.placement, self.req.compiler, self.children, parallel=self.req.parallel,
                            timeout=self.req.compile_timeout, memory=MemoryGate(self.req.compile_memory_mb),
                            retry_failed=self.req.retry_failed, started_at=self.started,
-                           on_done=lambda o: self.progress(_outcome_line(o)))
+                           on_done=lambda o: self.progress(outcome_line(o)))
 
     def _queue_extracted(self, bucket: Bucket, run: WorkloadRun) -> None:
         assert self.pool is not None
@@ -380,7 +380,7 @@ def _row_line(row: GroupReport, verb: str) -> str:
     return f"  bucket {row.name}: {verb} in {row.seconds:.1f}s{': ' + counts if counts else ''}{status}"
 
 
-def _outcome_line(outcome: CompileOutcome) -> str:
+def outcome_line(outcome: CompileOutcome) -> str:
     extra = f" in {outcome.seconds:.1f}s" if outcome.seconds else ""
     why = f": {outcome.reason}" if outcome.reason else ""
     return f"  {outcome.status:<9} {outcome.job.path}{extra}{why}"
