@@ -18,18 +18,39 @@ The order is what makes it safe to ``kill -9`` at any instant:
 The marker, not the manifest, is the commit point because it is the one the real runtime
 honours: were the manifest last, a runtime could serve an entry neffcache still considered
 absent, or a killed publish could leave a directory a runtime reads as an EMPTY graph.
+
+*An entry whose manifest is computed from what is sent* (a runtime-written entry pushed to a
+remote store, ``unhashed``) cannot have its manifest first: its digests are taken in the read
+that sends each file, so they exist only once the data has gone. There, where the layout
+names a data file whose presence alone reads as uncommitted (layout A: ``model.neff``,
+:meth:`neffcache.layouts.base.Layout.data_before_manifest`), steps 2 and 3 swap:
+
+2'. the data files, that one first, each sent whole with its digest taken from the bytes
+    sent (``Store.put_hashed``: a source that moved during its read is refused before it
+    becomes visible, one modified moments before is read twice); the marker's own bytes,
+    tiny by definition, are read once into memory, hashed and later sent from there;
+3'. the manifest, made of exactly those digests, so it describes what the store holds.
+
+Every prefix of that order still reads as uncommitted (the first file is the anchor), a
+killed publish is still garbage, and the marker, written only after the manifest, still
+commits. A layout without such a file (B's HLO alone reads as EMPTY, C's artifacts alone as a
+vLLM compile) keeps the manifest first and hashes those sources before sending them: a
+second read, checked like any other by the store (``expect``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from neffcache.coordination.write_leases import exclusive_write
 from neffcache.entry import Namespace
 from neffcache.layouts import get_layout
+from neffcache.layouts.base import EntryPlan, Layout
 from neffcache.manifest import FileDigest, Manifest, sha256_bytes, sha256_file
 from neffcache.outcomes import PublishStatus
 from neffcache.stores.base import Source, Store
@@ -37,6 +58,7 @@ from neffcache.stores.base import Source, Store
 log = logging.getLogger(__name__)
 # A runtime lock younger than this means a job is compiling the entry right now.
 RUNTIME_LOCK_FRESH_SECONDS = 3600.0
+MARKER_IN_MEMORY = 1 << 20  # bytes: a commit marker is empty or tiny; a bigger one is hashed first
 
 
 @dataclass(frozen=True)
@@ -68,6 +90,7 @@ def publish(
     move: bool = False,
     known_absent: bool = False,
     verified: Collection[str] = (),
+    unhashed: Collection[str] = (),
 ) -> PublishResult:
     """Publish ``files`` (names relative to the entry's base) with ``manifest`` into ``store``.
 
@@ -80,6 +103,9 @@ def publish(
     ``known_absent``: the caller's own listing of ``store`` just showed neither the entry nor a
     runtime lock, so the two lookups before the lease are skipped (a remote store pays a
     request for each); the check under the lease, which decides races, always runs.
+    ``unhashed`` names local source files ``manifest`` does not describe yet: their digests
+    are taken from the bytes sent and completed into the manifest (the module docstring says
+    in which order, and why it stays safe).
     """
     layout = get_layout(namespace.layout)
     plan = layout.plan_entry(namespace, key)
@@ -98,22 +124,71 @@ def publish(
             return PublishResult(plan.path, PublishStatus.BUSY)
         if store.stat(marker_path) is not None:
             return PublishResult(plan.path, PublishStatus.EXISTS)
-        names = [n for n in files if n not in (plan.manifest_name, plan.marker_name)]
-
-        def expect(name: str) -> FileDigest | None:
-            return None if name in verified else manifest.files.get(name)
-
-        store.put_file(_join(plan.base, plan.manifest_name), manifest.to_bytes())
-        for name in layout.write_order(names, plan.marker_name, plan.manifest_name):
-            store.put_file(_join(plan.base, name), files[name], move=move, expect=expect(name))
-        marker_source = files.get(plan.marker_name, b"")
+        manifest, marker_source = _write_entry(store, layout, plan, files, manifest, move=move,
+                                               verified=frozenset(verified), unhashed=frozenset(unhashed))
         if lease.lost:
             # Our heartbeat lapsed and someone took over: let them commit.
             return PublishResult(plan.path, PublishStatus.BUSY)
-        if not store.put_file(marker_path, marker_source, exclusive=True, move=move,
-                              expect=expect(plan.marker_name)):
+        marker_expect = None if plan.marker_name in verified else manifest.files.get(plan.marker_name)
+        if not store.put_file(marker_path, marker_source, exclusive=True, move=move, expect=marker_expect):
             return PublishResult(plan.path, PublishStatus.EXISTS)
         return PublishResult(plan.path, PublishStatus.PUBLISHED, manifest.size, manifest)
+
+
+def _write_entry(store: Store, layout: Layout, plan: EntryPlan, files: Mapping[str, Source], manifest: Manifest,
+                 *, move: bool, verified: frozenset[str], unhashed: frozenset[str]) -> tuple[Manifest, Source]:
+    """Everything but the commit marker, in the order the module docstring argues; returns the
+    manifest written and the marker's source (its bytes, when it was read to be hashed)."""
+    names = [n for n in files if n not in (plan.manifest_name, plan.marker_name)]
+    marker_source = files.get(plan.marker_name, b"")
+    anchored = layout.data_before_manifest(names) if unhashed else None
+    if unhashed and (anchored is None or not _small(marker_source)):
+        manifest = _completed(manifest, {n: sha256_file(_local(files[n])) for n in unhashed})
+        anchored, unhashed = None, frozenset()
+    if plan.marker_name in unhashed:
+        marker_source = _local(marker_source).read_bytes()  # hashed from, and sent from, these bytes
+
+    def expect(name: str) -> FileDigest | None:
+        return None if name in verified else manifest.files.get(name)
+
+    manifest_path = _join(plan.base, plan.manifest_name)
+    if anchored is None:
+        store.put_file(manifest_path, manifest.to_bytes())
+        for name in layout.write_order(names, plan.marker_name, plan.manifest_name):
+            store.put_file(_join(plan.base, name), files[name], move=move, expect=expect(name))
+        return manifest, marker_source
+    digests: dict[str, FileDigest] = {}
+    for name in anchored:
+        if name in unhashed:
+            digests[name] = store.put_hashed(_join(plan.base, name), _local(files[name]))
+        else:
+            store.put_file(_join(plan.base, name), files[name], move=move, expect=expect(name))
+    if plan.marker_name in unhashed:
+        digests[plan.marker_name] = sha256_bytes(_local_bytes(marker_source))
+    manifest = _completed(manifest, digests)
+    store.put_file(manifest_path, manifest.to_bytes())
+    return manifest, marker_source
+
+
+def _completed(manifest: Manifest, digests: Mapping[str, FileDigest]) -> Manifest:
+    return dataclasses.replace(manifest, files={**manifest.files, **digests})
+
+
+def _small(marker: Source) -> bool:
+    """A marker small enough to hold in memory between hashing it and sending it."""
+    return isinstance(marker, bytes) or marker.stat().st_size <= MARKER_IN_MEMORY
+
+
+def _local(source: Source) -> Path:
+    if isinstance(source, bytes):
+        raise TypeError("an unhashed source must be a local file")
+    return source
+
+
+def _local_bytes(source: Source) -> bytes:
+    if not isinstance(source, bytes):
+        raise TypeError("the marker was read into memory")
+    return source
 
 
 def _runtime_compiling(store: Store, lock_path: str) -> bool:
