@@ -1,0 +1,167 @@
+"""A runtime-written entry (no manifest) pushed to S3: each file is read once, the manifest is made
+of the digests of the bytes sent, and a NEFF rewritten meanwhile never commits a torn entry.
+
+Against moto's real HTTP server, through the fault proxy (which counts requests). The reads are
+counted with an audit hook on ``open``: the push runs in this process, so every open of a
+source file is seen, whichever thread makes it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from bench.common import make_runtime_cache
+from neffcache.replication.sync import push
+from neffcache.stores.hashed_io import SETTLE
+from neffcache.stores.local import LocalStore
+from neffcache.stores.s3 import S3Store
+from neffcache.testing.faultproxy import FaultProxy
+from tests.hostile.test_transfer_race import NEFF_SIZE, Rewriter, neff_bytes
+from tests.stores.conftest import BUCKET, aws_env, moto_server, s3_endpoint  # noqa: F401 - fixtures
+
+pytestmark = pytest.mark.s3
+
+PART = 5 << 20  # S3's smallest part: NEFFs above it go up in parts, the others in one PUT
+_opens: Counter[str] = Counter()
+_watched: list[Path] = []  # the root whose reads are counted (empty: none)
+_lock = threading.Lock()
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    if event != "open" or not _watched or not isinstance(args[0], str | Path):
+        return
+    path, mode, flags = args
+    reading = (mode is not None and "r" in mode and "+" not in mode) or (
+        mode is None and isinstance(flags, int) and flags & os.O_ACCMODE == os.O_RDONLY)
+    if not reading:
+        return
+    with _lock:
+        if str(path).startswith(str(_watched[0])):
+            _opens[Path(path).relative_to(_watched[0]).as_posix()] += 1
+        elif not os.path.isabs(path):  # LocalStore's descriptor walk opens names relative to a directory
+            _opens[f"relative:{os.path.basename(path)}"] += 1
+
+
+sys.addaudithook(_audit)
+
+
+def objects(endpoint: str, prefix: str) -> dict[str, bytes]:
+    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+    out = {}
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix):
+        for obj in page.get("Contents", ()):
+            out[obj["Key"].removeprefix(prefix)] = client.get_object(Bucket=BUCKET, Key=obj["Key"])["Body"].read()
+    return out
+
+
+def assert_matches_manifest(found: dict[str, bytes], entry: str) -> dict[str, Any]:
+    manifest: dict[str, Any] = json.loads(found[f"{entry}/neffcache.json"])
+    assert manifest["computed"] is True
+    for name, digest in manifest["files"].items():
+        data = found[f"{entry}/{name}"]
+        assert (hashlib.sha256(data).hexdigest(), len(data)) == (digest["sha256"], digest["size"]), name
+    return manifest
+
+
+def test_push_of_runtime_entries_reads_each_file_once_and_costs_eight_requests(
+        s3_endpoint: str, tmp_path: Path) -> None:  # noqa: F811
+    root = tmp_path / "runtime"
+    make_runtime_cache(root, 5)  # NEFFs of 100 kB to 3 MB: one PUT each
+    big = root / "trn2-lnc2/neuronxcc-2.27.5334.0+f702b353/MODULE_7+d41d8cd9"
+    big.mkdir()
+    (big / "model.hlo_module.pb").write_bytes(b"HLO" * 1000)
+    (big / "compile_flags.json").write_text("[]")
+    (big / "model.neff").write_bytes(neff_bytes(7))  # 12 MiB: three parts
+    (big / "model.done").touch()
+    entries = sorted(p.parent for p in root.rglob("model.done"))
+    time.sleep(SETTLE + 0.1)  # files older than SETTLE are trusted after one read (hashed_io.settled)
+    seen: list[tuple[str, str]] = []
+
+    def record(method: str, path: str, headers: dict[str, str]) -> str | None:
+        with _lock:
+            seen.append((method, path))
+        return None
+
+    with FaultProxy(s3_endpoint, rule=record) as proxy:
+        remote = S3Store(f"s3://{BUCKET}/once", endpoint_url=proxy.url, multipart_threshold=PART,
+                         multipart_chunksize=PART)
+        _opens.clear()
+        _watched.append(root)
+        try:
+            report = push(LocalStore(root, read_only=True), remote, parallel=3)
+        finally:
+            _watched.clear()
+            remote.close()
+    assert report.ok and len(report.copied) == len(entries), report
+    found = objects(s3_endpoint, "once/")
+    for directory in entries:
+        entry = directory.relative_to(root).as_posix()
+        manifest = assert_matches_manifest(found, entry)
+        assert set(manifest["files"]) == {"model.hlo_module.pb", "compile_flags.json", "model.neff", "model.done"}
+        for name in ("model.neff", "model.hlo_module.pb", "model.done", "compile_flags.json"):
+            assert _opens[f"{entry}/{name}"] == 1, (name, _opens)  # the read that sends it
+    # ... and none through the store's own reads, except the flags file's, read once more for
+    # the flags the manifest records.
+    files = {f"relative:{n}" for n in ("model.neff", "model.hlo_module.pb", "model.done", "compile_flags.json")}
+    assert {n: c for n, c in _opens.items() if n in files} == {"relative:compile_flags.json": len(entries)}, _opens
+    sizes = [(d / "model.neff").stat().st_size for d in entries]
+    multipart = sum(1 for size in sizes if size > PART)
+    parts = sum(-(-size // PART) for size in sizes if size > PART)
+    assert 0 < multipart < len(entries)  # both paths were taken
+    listings = [p for m, p in seen if m == "GET" and "list-type=2" in p]
+    assert len(listings) == 1, listings
+    # Per entry, as for an entry with a manifest (tests/stores/test_s3_sync.py): lease PUT, marker
+    # HEAD, 3 data + manifest + marker PUTs, lease delete (POST): 8. A NEFF in parts costs create
+    # (POST) + its parts (PUT) + complete (POST) instead of its one PUT.
+    by_method = Counter(m for m, p in seen if "list-type=2" not in p)
+    assert by_method["HEAD"] == len(entries)
+    assert by_method["PUT"] == 6 * len(entries) - multipart + parts
+    assert by_method["POST"] == len(entries) + 2 * multipart
+
+
+def test_push_of_a_runtime_entry_while_its_neff_is_rewritten_never_commits_a_torn_one(
+        s3_endpoint: str, tmp_path: Path) -> None:  # noqa: F811
+    """No manifest to check against: what protects the entry is that the NEFF must hold still
+    while it is read (fstat before and after, and a second read for a file modified moments
+    before). Whatever is committed matches its manifest, and is the NEFF as it stood whole."""
+    root = tmp_path / "runtime"
+    outcomes = []
+    for i in range(10):
+        entry = f"trn2-lnc2/neuronxcc-2.27.5334.0+f702b353/MODULE_{i}+d41d8cd9"
+        directory = root / entry
+        directory.mkdir(parents=True)
+        original = neff_bytes(i)
+        (directory / "model.hlo_module.pb").write_bytes(b"HLO" * 100)
+        (directory / "compile_flags.json").write_text("[]")
+        (directory / "model.neff").write_bytes(original)
+        (directory / "model.done").touch()
+        remote = S3Store(f"s3://{BUCKET}/torn{i}", endpoint_url=s3_endpoint, multipart_threshold=PART,
+                         multipart_chunksize=PART)
+        try:
+            with Rewriter(directory / "model.neff", original) as rewriter:
+                report = push(LocalStore(root, read_only=True), remote, paths=[entry])
+        finally:
+            remote.close()
+        assert rewriter.flips > 0
+        found = objects(s3_endpoint, f"torn{i}/")
+        if f"{entry}/model.done" in found:
+            manifest = assert_matches_manifest(found, entry)
+            assert manifest["files"]["model.neff"]["size"] == NEFF_SIZE
+            outcomes.append("committed")
+        else:
+            assert [f.path for f in report.failed] == [entry], report
+            assert "changed while it was being copied" in report.failed[0].reason
+            assert f"{entry}/neffcache.json" not in found  # refused before the manifest: garbage
+            outcomes.append("refused")
+    print(f"{outcomes.count('committed')} committed (matching), {outcomes.count('refused')} refused")
