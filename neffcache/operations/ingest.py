@@ -125,7 +125,14 @@ def _transfer(src: Store, entry: Entry, dst: Store, *, tags: Mapping[str, str] |
                 local[name] = direct  # local source to a remote store: hashed while uploading
                 continue
             dest = staging / f"{i}.part"
-            staged[name] = fetch_file(src, entry.store_path(name), dest, dst)
+            listed = entry.files.get(name)
+            if direct is None and listed is not None and listed.size == 0:
+                # The listing showed it empty (model.done): nothing to fetch, a request saved per
+                # entry. Checked against the manifest like any staged copy.
+                dest.touch()
+                staged[name] = sha256_bytes(b"")
+            else:
+                staged[name] = fetch_file(src, entry.store_path(name), dest, dst)
             local[name] = dest
         if entry.manifest is not None:
             problems = [p for n, d in staged.items() if (p := _problem(n, d, entry.manifest.files.get(n)))]

@@ -22,7 +22,7 @@ import boto3
 import pytest
 
 from bench.common import make_runtime_cache
-from neffcache.replication.sync import push
+from neffcache.replication.sync import pull, push
 from neffcache.stores.hashed_io import SETTLE
 from neffcache.stores.local import LocalStore
 from neffcache.stores.s3 import S3Store
@@ -165,3 +165,37 @@ def test_push_of_a_runtime_entry_while_its_neff_is_rewritten_never_commits_a_tor
             assert f"{entry}/neffcache.json" not in found  # refused before the manifest: garbage
             outcomes.append("refused")
     print(f"{outcomes.count('committed')} committed (matching), {outcomes.count('refused')} refused")
+
+
+def test_pull_gets_each_object_once_and_the_empty_marker_not_at_all(s3_endpoint: str, tmp_path: Path) -> None:  # noqa: F811
+    """Back down: the listing, then per entry the manifest and each non-empty file, one GET each
+    (4 for a layout-A entry); model.done, listed as empty, is created empty, not fetched."""
+    root = tmp_path / "runtime"
+    make_runtime_cache(root, 4)
+    remote = S3Store(f"s3://{BUCKET}/down", endpoint_url=s3_endpoint)
+    try:
+        assert push(LocalStore(root, read_only=True), remote).ok
+    finally:
+        remote.close()
+    seen: list[tuple[str, str]] = []
+
+    def record(method: str, path: str, headers: dict[str, str]) -> str | None:
+        with _lock:
+            seen.append((method, path.split("?", 1)[0]))
+        return None
+
+    dst = LocalStore(tmp_path / "dst")
+    with FaultProxy(s3_endpoint, rule=record) as proxy:
+        remote = S3Store(f"s3://{BUCKET}/down", endpoint_url=proxy.url)
+        try:
+            report = pull(remote, dst, parallel=2)
+        finally:
+            remote.close()
+    assert report.ok and len(report.copied) == 4, report
+    gets = Counter(path.rsplit("/", 1)[-1] for method, path in seen if method == "GET")
+    assert gets == {BUCKET: 1, "neffcache.json": 4, "model.hlo_module.pb": 4, "compile_flags.json": 4,
+                    "model.neff": 4}, gets  # BUCKET: the one listing
+    assert len(seen) == 1 + 4 * 4, seen
+    for done in (tmp_path / "dst").rglob("model.done"):
+        assert done.stat().st_size == 0
+    assert len(list((tmp_path / "dst").rglob("model.done"))) == 4
