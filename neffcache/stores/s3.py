@@ -268,11 +268,12 @@ class S3Store(Store):
                 return Sent(self._put_body(key, path, body, exclusive, source), False, None, None, None)
         buffer, taken, digest, before = read_whole(source, path, expect)
         try:
-            data = buffer.data
-            if isinstance(data, bytearray):
-                created = self._put_body(key, path, bytes(data), exclusive, bytes(data))
+            if isinstance(buffer.data, bytearray):
+                # One copy, for the body and any comparison alike; the read buffer goes now.
+                payload, buffer.data = bytes(buffer.data), bytearray()
+                created = self._put_body(key, path, payload, exclusive, payload)
             else:
-                created = self._put_body(key, path, data, exclusive, source)
+                created = self._put_body(key, path, buffer.data, exclusive, source)
             return Sent(created, False, None, digest, before)
         finally:
             buffer.close()
