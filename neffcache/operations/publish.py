@@ -1,41 +1,42 @@
 """Publishing an entry into a store: whole or not at all, and never over a healthy entry.
 
-The order is what makes it safe to ``kill -9`` at any instant:
+The order is what makes it safe to ``kill -9`` at any instant. Where the layout names an
+*anchor*, a data file whose presence alone reads as uncommitted (layout A: ``model.neff``
+without ``model.done``; :meth:`neffcache.layouts.base.Layout.data_before_manifest`):
 
 1. take the entry's publish lease (so two publishers never interleave their files), then, on
    a store only this host writes, wait while a prune holds the entry's prune group (see
    :mod:`neffcache.coordination.write_leases`);
-2. write the manifest (``neffcache.json``: every file's sha256 and size) — from here on the
-   layout reads the directory as *uncommitted*, never as an EMPTY entry a runtime would take;
-3. write the data files, each whole (temp name + rename, or a staged S3 object), each checked
-   against the manifest by the store in the same read that writes or sends it (``expect``);
-   a file rewritten meanwhile fails the publish here, before any commit marker;
-4. create the runtime's commit marker exclusively (``model.done`` in layout A, the ``.neff``
+2. write the anchor *exclusively*. It can already be there only if an entry was committed
+   here since the caller looked (its marker then says so: EXISTS, and nothing of ours was
+   written over it) or a killed publish left it (no marker: garbage, overwritten). So this
+   write answers what a lookup of the marker under the lease would ask, without that request
+   when the entry is absent, the common case. From here on the directory reads as
+   *uncommitted*, never as an EMPTY entry a runtime would take;
+3. the other data files, each whole (temp name + rename, or one S3 object);
+4. the manifest (``neffcache.json``: every file's sha256 and size);
+5. create the runtime's commit marker exclusively (``model.done`` in layout A, the ``.neff``
    itself in layout B) — the one file both the runtime and neffcache treat as "this entry
    exists". Until it is there, a reader treats the entry as absent; a publisher killed
    before it leaves only files that ``prune --garbage`` removes.
 
+Every data file is checked by the store in the same read that writes or sends it: against
+the manifest (``expect``), or, for an entry whose manifest is computed from what is sent (a
+runtime-written entry pushed to a remote store, ``unhashed``), by having its digest taken
+from those very bytes (``Store.put_hashed``: a source that moved during its read is refused
+before it becomes visible, one modified moments before is read twice). Such a manifest is
+made of exactly those digests, so it describes what the store holds; the marker's own bytes,
+tiny by definition, are read once into memory, hashed and later sent from there. A file
+rewritten meanwhile fails the publish before the manifest and the marker.
+
+A layout without an anchor (B's HLO alone reads as EMPTY, C's artifacts alone as a vLLM
+compile) writes the manifest first instead, after looking for the marker under the lease:
+from then on its directory reads as uncommitted. Its computed manifests are hashed before
+the files are sent: a second read, checked like any other by the store (``expect``).
+
 The marker, not the manifest, is the commit point because it is the one the real runtime
 honours: were the manifest last, a runtime could serve an entry neffcache still considered
 absent, or a killed publish could leave a directory a runtime reads as an EMPTY graph.
-
-*An entry whose manifest is computed from what is sent* (a runtime-written entry pushed to a
-remote store, ``unhashed``) cannot have its manifest first: its digests are taken in the read
-that sends each file, so they exist only once the data has gone. There, where the layout
-names a data file whose presence alone reads as uncommitted (layout A: ``model.neff``,
-:meth:`neffcache.layouts.base.Layout.data_before_manifest`), steps 2 and 3 swap:
-
-2'. the data files, that one first, each sent whole with its digest taken from the bytes
-    sent (``Store.put_hashed``: a source that moved during its read is refused before it
-    becomes visible, one modified moments before is read twice); the marker's own bytes,
-    tiny by definition, are read once into memory, hashed and later sent from there;
-3'. the manifest, made of exactly those digests, so it describes what the store holds.
-
-Every prefix of that order still reads as uncommitted (the first file is the anchor), a
-killed publish is still garbage, and the marker, written only after the manifest, still
-commits. A layout without such a file (B's HLO alone reads as EMPTY, C's artifacts alone as a
-vLLM compile) keeps the manifest first and hashes those sources before sending them: a
-second read, checked like any other by the store (``expect``).
 """
 
 from __future__ import annotations
@@ -122,10 +123,11 @@ def publish(
     with exclusive_write(store, plan.path) as lease:
         if lease is None:
             return PublishResult(plan.path, PublishStatus.BUSY)
-        if store.stat(marker_path) is not None:
+        written = _write_entry(store, layout, plan, files, manifest, move=move, verified=frozenset(verified),
+                               unhashed=frozenset(unhashed))
+        if written is None:
             return PublishResult(plan.path, PublishStatus.EXISTS)
-        manifest, marker_source = _write_entry(store, layout, plan, files, manifest, move=move,
-                                               verified=frozenset(verified), unhashed=frozenset(unhashed))
+        manifest, marker_source = written
         if lease.lost:
             # Our heartbeat lapsed and someone took over: let them commit.
             return PublishResult(plan.path, PublishStatus.BUSY)
@@ -136,33 +138,46 @@ def publish(
 
 
 def _write_entry(store: Store, layout: Layout, plan: EntryPlan, files: Mapping[str, Source], manifest: Manifest,
-                 *, move: bool, verified: frozenset[str], unhashed: frozenset[str]) -> tuple[Manifest, Source]:
+                 *, move: bool, verified: frozenset[str], unhashed: frozenset[str]) -> tuple[Manifest, Source] | None:
     """Everything but the commit marker, in the order the module docstring argues; returns the
-    manifest written and the marker's source (its bytes, when it was read to be hashed)."""
+    manifest written and the marker's source (its bytes, when it was read to be hashed), or
+    None when the entry turned out to be committed already (nothing of ours was written)."""
     names = [n for n in files if n not in (plan.manifest_name, plan.marker_name)]
     marker_source = files.get(plan.marker_name, b"")
-    anchored = layout.data_before_manifest(names) if unhashed else None
+    anchored = layout.data_before_manifest(names)
     if unhashed and (anchored is None or not _small(marker_source)):
         manifest = _completed(manifest, {n: sha256_file(_local(files[n])) for n in unhashed})
-        anchored, unhashed = None, frozenset()
+        unhashed = frozenset()
     if plan.marker_name in unhashed:
         marker_source = _local(marker_source).read_bytes()  # hashed from, and sent from, these bytes
 
-    def expect(name: str) -> FileDigest | None:
-        return None if name in verified else manifest.files.get(name)
+    def put(name: str, *, exclusive: bool = False) -> FileDigest | bool | None:
+        """Write one data file: its digest when hashed on the way, else whether it was written."""
+        path, source = _join(plan.base, name), files[name]
+        if name in unhashed:
+            return store.put_hashed(path, _local(source), exclusive=exclusive)
+        return store.put_file(path, source, exclusive=exclusive, move=move,
+                              expect=None if name in verified else manifest.files.get(name))
 
+    marker_path = _join(plan.base, plan.marker_name)
     manifest_path = _join(plan.base, plan.manifest_name)
     if anchored is None:
+        if store.stat(marker_path) is not None:
+            return None
         store.put_file(manifest_path, manifest.to_bytes())
         for name in layout.write_order(names, plan.marker_name, plan.manifest_name):
-            store.put_file(_join(plan.base, name), files[name], move=move, expect=expect(name))
+            put(name)
         return manifest, marker_source
-    digests: dict[str, FileDigest] = {}
-    for name in anchored:
-        if name in unhashed:
-            digests[name] = store.put_hashed(_join(plan.base, name), _local(files[name]))
-        else:
-            store.put_file(_join(plan.base, name), files[name], move=move, expect=expect(name))
+    # The anchor goes exclusively: it exists only if an entry was committed here (then the
+    # marker says so) or a killed publish left it (garbage, overwritten). This answers what the
+    # marker lookup under the lease asks, without its request when nothing is there.
+    got = {anchored[0]: put(anchored[0], exclusive=True)}
+    if got[anchored[0]] in (None, False):
+        if store.stat(marker_path) is not None:
+            return None
+        got[anchored[0]] = put(anchored[0])
+    got.update((name, put(name)) for name in anchored[1:])
+    digests = {n: d for n, d in got.items() if isinstance(d, FileDigest)}
     if plan.marker_name in unhashed:
         digests[plan.marker_name] = sha256_bytes(_local_bytes(marker_source))
     manifest = _completed(manifest, digests)

@@ -167,9 +167,10 @@ class Store(ABC):
                 return self._put_file(path, source, exclusive=exclusive, move=move)
             return self._put_verified(path, source, exclusive=exclusive, move=move, expect=expect)
 
-    def put_hashed(self, path: str, source: Path) -> FileDigest:
+    def put_hashed(self, path: str, source: Path, *, exclusive: bool = False) -> FileDigest | None:
         """Write the local file ``source`` whole at ``path``; the sha256 of the bytes written or
-        sent, taken in the read that writes or sends them.
+        sent, taken in the read that writes or sends them (None when ``exclusive`` and a file
+        is there already: nothing was written).
 
         The backend checks that the source's fstat held still over that read before it makes
         the file visible (SourceChanged otherwise). File timestamps are coarse, though, so a
@@ -179,23 +180,28 @@ class Store(ABC):
         self.check_writable()
         started = time.time()
         with self._no_space(path):
-            digest, before = self._put_hashed(path, source)
+            sent = self._put_hashed(path, source, exclusive=exclusive)
+        if sent is None:
+            return None
+        digest, before = sent
         if not settled(before, started):
             again, first, last = hash_file(source)
             if again != digest or moved(before, first) or moved(first, last):
                 raise SourceChanged(path)
         return digest
 
-    def _put_hashed(self, path: str, source: Path) -> tuple[FileDigest, os.stat_result]:
-        """Backend part of :meth:`put_hashed`: (digest, the source's fstat before the read).
-        This default copies the source into the staging directory in one hashed pass and
-        publishes that private copy by move; S3 hashes the bytes it sends instead."""
+    def _put_hashed(self, path: str, source: Path, *, exclusive: bool) -> tuple[FileDigest, os.stat_result] | None:
+        """Backend part of :meth:`put_hashed`: (digest, the source's fstat before the read), or
+        None when ``exclusive`` found a file there. This default copies the source into the
+        staging directory in one hashed pass and publishes that private copy by move; S3 hashes
+        the bytes it sends instead."""
         with self.staging_dir() as staging:
             copy = staging / "hashed.part"
             got, before, after = copy_hashed(source, copy)
             if moved(before, after):
                 raise SourceChanged(path)
-            self._put_file(path, copy, exclusive=False, move=True)
+            if not self._put_file(path, copy, exclusive=exclusive, move=True):
+                return None
         return got, before
 
     @contextlib.contextmanager

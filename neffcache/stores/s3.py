@@ -237,8 +237,10 @@ class S3Store(Store):
         # Hashed in the read that sends it: see _upload.
         return self._upload(path, source, exclusive=exclusive, expect=expect).created
 
-    def _put_hashed(self, path: str, source: Path) -> tuple[FileDigest, os.stat_result]:
-        sent = self._upload(path, source, exclusive=False, expect=None, hashed=True)
+    def _put_hashed(self, path: str, source: Path, *, exclusive: bool) -> tuple[FileDigest, os.stat_result] | None:
+        sent = self._upload(path, source, exclusive=exclusive, expect=None, hashed=True)
+        if not sent.created:
+            return None
         if sent.digest is None or sent.before is None:
             raise TypeError(f"{path}: a hashed upload returned no digest")  # not reached: hashed=True
         return sent.digest, sent.before

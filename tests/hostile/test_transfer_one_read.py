@@ -1,5 +1,8 @@
 """A runtime-written entry (no manifest) pushed to S3: each file is read once, the manifest is made
 of the digests of the bytes sent, and a NEFF rewritten meanwhile never commits a torn entry.
+The exclusive write of the NEFF, which stands in for a lookup of the marker, never overwrites a
+rival's committed entry and does overwrite a killed publish's leftovers. Pull fetches each
+object once.
 
 Against moto's real HTTP server, through the fault proxy (which counts requests). The reads are
 counted with an audit hook on ``open``: the push runs in this process, so every open of a
@@ -8,6 +11,7 @@ source file is seen, whichever thread makes it.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -22,11 +26,17 @@ import boto3
 import pytest
 
 from bench.common import make_runtime_cache
+from neffcache.operations.ingest import build_manifest
+from neffcache.operations.publish import publish
+from neffcache.outcomes import PublishStatus
 from neffcache.replication.sync import pull, push
+from neffcache.stores.base import Source
 from neffcache.stores.hashed_io import SETTLE
 from neffcache.stores.local import LocalStore
 from neffcache.stores.s3 import S3Store
 from neffcache.testing.faultproxy import FaultProxy
+from neffcache.testing.store_contract import publish_a
+from neffcache.testing.store_contract.sample import LAYOUT_A, TC
 from tests.hostile.test_transfer_race import NEFF_SIZE, Rewriter, neff_bytes
 from tests.stores.conftest import BUCKET, aws_env, moto_server, s3_endpoint  # noqa: F401 - fixtures
 
@@ -74,7 +84,7 @@ def assert_matches_manifest(found: dict[str, bytes], entry: str) -> dict[str, An
     return manifest
 
 
-def test_push_of_runtime_entries_reads_each_file_once_and_costs_eight_requests(
+def test_push_of_runtime_entries_reads_each_file_once_and_costs_seven_requests(
         s3_endpoint: str, tmp_path: Path) -> None:  # noqa: F811
     root = tmp_path / "runtime"
     make_runtime_cache(root, 5)  # NEFFs of 100 kB to 3 MB: one PUT each
@@ -121,13 +131,11 @@ def test_push_of_runtime_entries_reads_each_file_once_and_costs_eight_requests(
     assert 0 < multipart < len(entries)  # both paths were taken
     listings = [p for m, p in seen if m == "GET" and "list-type=2" in p]
     assert len(listings) == 1, listings
-    # Per entry, as for an entry with a manifest (tests/stores/test_s3_sync.py): lease PUT, marker
-    # HEAD, 3 data + manifest + marker PUTs, lease delete (POST): 8. A NEFF in parts costs create
-    # (POST) + its parts (PUT) + complete (POST) instead of its one PUT.
+    # Per entry, as for an entry with a manifest (tests/stores/test_s3_sync.py): lease PUT, the
+    # exclusive NEFF PUT (no marker lookup), 2 data + manifest + marker PUTs, lease delete (POST):
+    # 7. A NEFF in parts costs create (POST) + its parts (PUT) + complete (POST) for its one PUT.
     by_method = Counter(m for m, p in seen if "list-type=2" not in p)
-    assert by_method["HEAD"] == len(entries)
-    assert by_method["PUT"] == 6 * len(entries) - multipart + parts
-    assert by_method["POST"] == len(entries) + 2 * multipart
+    assert by_method == {"PUT": 6 * len(entries) - multipart + parts, "POST": len(entries) + 2 * multipart}
 
 
 def test_push_of_a_runtime_entry_while_its_neff_is_rewritten_never_commits_a_torn_one(
@@ -199,3 +207,52 @@ def test_pull_gets_each_object_once_and_the_empty_marker_not_at_all(s3_endpoint:
     for done in (tmp_path / "dst").rglob("model.done"):
         assert done.stat().st_size == 0
     assert len(list((tmp_path / "dst").rglob("model.done"))) == 4
+
+
+@pytest.mark.parametrize("computed", [False, True], ids=["with manifest", "computed manifest"])
+def test_a_publisher_that_lost_the_race_never_overwrites_the_winners_data(
+        s3_endpoint: str, tmp_path: Path, computed: bool) -> None:  # noqa: F811
+    """The caller's listing said absent (``known_absent``), then a rival committed the entry: the
+    exclusive NEFF write meets the rival's NEFF, the marker says committed, nothing is written."""
+    store = S3Store(f"s3://{BUCKET}/race", endpoint_url=s3_endpoint)
+    try:
+        entry, rival = publish_a(store, key="MODULE_5+abb26765")
+        before = objects(s3_endpoint, "race/")
+        ours = tmp_path / "ours"
+        ours.mkdir()
+        files = {"model.hlo_module.pb": b"HLO:ours", "compile_flags.json": b'["--model-type=transformer"]',
+                 "model.neff": b"NEFF ours" + os.urandom(4096), "model.done": b""}
+        for name, data in files.items():
+            (ours / name).write_bytes(data)
+        sources: dict[str, Source] = {n: ours / n for n in files}
+        manifest = build_manifest("neuronxcc", "MODULE_5+abb26765", sources, toolchain=TC)
+        if computed:
+            manifest = dataclasses.replace(manifest, files={}, computed=True)
+        result = publish(store, LAYOUT_A.namespace_for(TC), "MODULE_5+abb26765", sources, manifest,
+                         known_absent=True, unhashed=frozenset(files) if computed else frozenset())
+    finally:
+        store.close()
+    assert result.status is PublishStatus.EXISTS
+    after = objects(s3_endpoint, "race/")
+    assert {k: v for k, v in after.items() if "/.neffcache/" not in k} == {
+        k: v for k, v in before.items() if "/.neffcache/" not in k}
+    assert after[f"{entry}/model.neff"] == rival
+
+
+def test_leftovers_of_a_killed_publish_are_overwritten(s3_endpoint: str, tmp_path: Path) -> None:  # noqa: F811
+    """A NEFF without its marker (a publisher killed midway) is garbage: the exclusive NEFF write
+    meets it, the marker is absent, and the entry is published over it."""
+    root = tmp_path / "runtime"
+    make_runtime_cache(root, 1)
+    entry = next(p.parent for p in root.rglob("model.done")).relative_to(root).as_posix()
+    client = boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1")
+    client.put_object(Bucket=BUCKET, Key=f"left/{entry}/model.neff", Body=b"half a publish")
+    remote = S3Store(f"s3://{BUCKET}/left", endpoint_url=s3_endpoint)
+    try:
+        report = push(LocalStore(root, read_only=True), remote)
+    finally:
+        remote.close()
+    assert report.ok and [c.path for c in report.copied] == [entry], report
+    found = objects(s3_endpoint, "left/")
+    assert found[f"{entry}/model.neff"] == (root / entry / "model.neff").read_bytes()
+    assert_matches_manifest(found, entry)
