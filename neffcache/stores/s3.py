@@ -29,6 +29,7 @@ import dataclasses
 import hashlib
 import io
 import logging
+import mmap
 import os
 import re
 import threading
@@ -47,6 +48,7 @@ from neffcache.entry import FileInfo
 from neffcache.errors import EntryNotFound, InvalidURL, StoreError, StoreUnavailable
 from neffcache.keys import safe_relpath
 from neffcache.manifest import FileDigest
+from neffcache.stores import s3_signing
 from neffcache.stores.base import IncompleteUpload, Source, Store
 from neffcache.stores.budget import TRANSFER_BUDGET
 from neffcache.stores.hashed_io import check_bytes
@@ -130,6 +132,7 @@ class S3Store(Store):
             raise StoreUnavailable(f"cannot set up an S3 client for {self.url}: {exc}", store=self.url) from exc
         self.gate = ThrottleGate(2 * self.max_concurrency + 8)
         self.gate.register(self._client.meta.events)
+        s3_signing.register(self._client.meta.events)
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
 
@@ -239,11 +242,8 @@ class S3Store(Store):
 
     def _put_hashed(self, path: str, source: Path, *, exclusive: bool) -> tuple[FileDigest, os.stat_result] | None:
         sent = self._upload(path, source, exclusive=exclusive, expect=None, hashed=True)
-        if not sent.created:
-            return None
-        if sent.digest is None or sent.before is None:
-            raise TypeError(f"{path}: a hashed upload returned no digest")  # not reached: hashed=True
-        return sent.digest, sent.before
+        # hashed=True: a created upload always carries its digest and the source's fstat.
+        return (sent.digest, sent.before) if sent.created and sent.digest and sent.before else None
 
     def _upload(self, path: str, source: Source, *, exclusive: bool, expect: FileDigest | None,
                 hashed: bool = False) -> Sent:
@@ -270,12 +270,11 @@ class S3Store(Store):
                 return Sent(self._put_body(key, path, body, exclusive, source), False, None, None, None)
         buffer, taken, digest, before = read_whole(source, path, expect)
         try:
-            if isinstance(buffer.data, bytearray):
-                # One copy, for the body and any comparison alike; the read buffer goes now.
-                payload, buffer.data = bytes(buffer.data), bytearray()
-                created = self._put_body(key, path, payload, exclusive, payload)
-            else:
-                created = self._put_body(key, path, buffer.data, exclusive, source)
+            data: Any = buffer.data
+            if not isinstance(data, mmap.mmap):  # one copy, body and comparison alike; the read buffer goes
+                data, buffer.data = bytes(data), bytearray()
+            with s3_signing.payload_sha256(digest.sha256):  # the body's, hashed as it was read
+                created = self._put_body(key, path, data, exclusive, data if isinstance(data, bytes) else source)
             return Sent(created, False, None, digest, before)
         finally:
             buffer.close()
