@@ -108,106 +108,108 @@ class FaultProxy:
         return chosen
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
-        proxy = self
+        return type("Handler", (_Handler,), {"proxy": self})
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            upstream: http.client.HTTPConnection | None = None
 
-            def setup(self) -> None:
-                super().setup()
-                with proxy.lock:
-                    proxy.connections += 1
-                proxy.delay(1.0)  # the TCP handshake: SYN, SYN-ACK, then the request can leave
+class _Handler(BaseHTTPRequestHandler):
+    """One client connection; ``proxy`` is set on the subclass each FaultProxy makes."""
 
-            def finish(self) -> None:
-                try:
-                    super().finish()
-                finally:
-                    if self.upstream is not None:
-                        self.upstream.close()
+    protocol_version = "HTTP/1.1"
+    proxy: FaultProxy
+    upstream: http.client.HTTPConnection | None = None
 
-            def log_message(self, format: str, *args: object) -> None:
-                return
+    def setup(self) -> None:
+        super().setup()
+        with self.proxy.lock:
+            self.proxy.connections += 1
+        self.proxy.delay(1.0)  # the TCP handshake: SYN, SYN-ACK, then the request can leave
 
-            def _body(self) -> bytes:
-                if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-                    chunks: list[bytes] = []
-                    while True:
-                        size = int(self.rfile.readline().split(b";")[0].strip(), 16)
-                        if size == 0:
-                            while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                                pass
-                            return b"".join(chunks)
-                        chunks.append(self.rfile.read(size))
-                        self.rfile.readline()
-                length = int(self.headers.get("Content-Length") or 0)
-                return self.rfile.read(length) if length else b""
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            if self.upstream is not None:
+                self.upstream.close()
 
-            def _reply(self, status: int, headers: list[tuple[str, str]], body: bytes, *, length: int) -> None:
-                self.send_response_only(status)
-                for name, value in headers:
-                    if name.lower() not in _HOP:
-                        self.send_header(name, value)
-                self.send_header("Content-Length", str(length))
-                self.end_headers()
-                if body:
-                    self.wfile.write(body)
-                self.wfile.flush()
+    def log_message(self, format: str, *args: object) -> None:
+        return
 
-            def _error(self, status: int, code: str, message: str) -> None:
-                body = _XML.format(code=code, msg=message).encode()
-                self._reply(status, [("Content-Type", "application/xml")],
-                            b"" if self.command == "HEAD" else body, length=len(body))
+    def _body(self) -> bytes:
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            chunks: list[bytes] = []
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip(), 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    return b"".join(chunks)
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
 
-            def _forward(self, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
-                for attempt in range(2):
-                    if self.upstream is None:
-                        self.upstream = http.client.HTTPConnection(*proxy.upstream, timeout=60)
-                    conn = self.upstream
-                    try:
-                        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("connection",)}
-                        conn.request(self.command, self.path, body=body, headers=headers)
-                        reply = conn.getresponse()
-                        data = reply.read()
-                        return reply.status, list(reply.getheaders()), data
-                    except (ConnectionError, http.client.HTTPException):
-                        conn.close()
-                        self.upstream = None
-                        if attempt:
-                            raise
-                raise AssertionError("unreachable")
+    def _reply(self, status: int, headers: list[tuple[str, str]], body: bytes, *, length: int) -> None:
+        self.send_response_only(status)
+        for name, value in headers:
+            if name.lower() not in _HOP:
+                self.send_header(name, value)
+        self.send_header("Content-Length", str(length))
+        self.end_headers()
+        if body:
+            self.wfile.write(body)
+        self.wfile.flush()
 
-            def _proxy(self) -> None:
-                body = self._body()
-                proxy.delay()  # the request's way there
-                fate = proxy.fate(self.command, self.path, dict(self.headers.items()))
-                if fate == "drop":
-                    self.close_connection = True
-                    return
-                if fate == "slowdown":
-                    self._error(503, "SlowDown", "Please reduce your request rate.")
-                    return
-                if fate == "deny":
-                    self._error(403, "AccessDenied", "Access Denied")
-                    return
-                status, headers, data = self._forward(body)
-                if fate == "lost_reply":
-                    self.close_connection = True
-                    return
-                proxy.delay()  # the reply's way back
-                length = next((int(v) for k, v in headers if k.lower() == "content-length"), len(data))
-                if self.command == "HEAD":
-                    self._reply(status, headers, b"", length=length)
-                elif fate == "cut" and len(data) > 1:
-                    self._reply(status, headers, data[: len(data) // 2], length=len(data))
-                    self.close_connection = True
-                else:
-                    self._reply(status, headers, data, length=len(data))
+    def _error(self, status: int, code: str, message: str) -> None:
+        body = _XML.format(code=code, msg=message).encode()
+        self._reply(status, [("Content-Type", "application/xml")],
+                    b"" if self.command == "HEAD" else body, length=len(body))
 
-            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _proxy  # noqa: N815 - http.server names
+    def _forward(self, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
+        for attempt in range(2):
+            if self.upstream is None:
+                self.upstream = http.client.HTTPConnection(*self.proxy.upstream, timeout=60)
+            conn = self.upstream
+            try:
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("connection",)}
+                conn.request(self.command, self.path, body=body, headers=headers)
+                reply = conn.getresponse()
+                data = reply.read()
+                return reply.status, list(reply.getheaders()), data
+            except (ConnectionError, http.client.HTTPException):
+                conn.close()
+                self.upstream = None
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
 
-        return Handler
+    def _proxy(self) -> None:
+        body = self._body()
+        self.proxy.delay()  # the request's way there
+        fate = self.proxy.fate(self.command, self.path, dict(self.headers.items()))
+        if fate == "drop":
+            self.close_connection = True
+            return
+        if fate == "slowdown":
+            self._error(503, "SlowDown", "Please reduce your request rate.")
+            return
+        if fate == "deny":
+            self._error(403, "AccessDenied", "Access Denied")
+            return
+        status, headers, data = self._forward(body)
+        if fate == "lost_reply":
+            self.close_connection = True
+            return
+        self.proxy.delay()  # the reply's way back
+        length = next((int(v) for k, v in headers if k.lower() == "content-length"), len(data))
+        if self.command == "HEAD":
+            self._reply(status, headers, b"", length=length)
+        elif fate == "cut" and len(data) > 1:
+            self._reply(status, headers, data[: len(data) // 2], length=len(data))
+            self.close_connection = True
+        else:
+            self._reply(status, headers, data, length=len(data))
+
+    do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _proxy  # noqa: N815 - http.server names
 
 
 def main(argv: list[str] | None = None) -> int:
