@@ -38,6 +38,7 @@ from neffcache.testing.faultproxy import FaultProxy
 from neffcache.testing.store_contract import publish_a
 from neffcache.testing.store_contract.sample import LAYOUT_A, TC
 from tests.hostile.test_transfer_race import NEFF_SIZE, Rewriter, neff_bytes
+from tests.hostile.test_transfer_race import remote_objects as objects
 from tests.stores.conftest import BUCKET, aws_env, moto_server, s3_endpoint  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.s3
@@ -64,15 +65,6 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
 
 
 sys.addaudithook(_audit)
-
-
-def objects(endpoint: str, prefix: str) -> dict[str, bytes]:
-    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
-    out = {}
-    for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix):
-        for obj in page.get("Contents", ()):
-            out[obj["Key"].removeprefix(prefix)] = client.get_object(Bucket=BUCKET, Key=obj["Key"])["Body"].read()
-    return out
 
 
 def assert_matches_manifest(found: dict[str, bytes], entry: str) -> dict[str, Any]:
