@@ -97,7 +97,7 @@ def test_push_of_runtime_entries_reads_each_file_once_and_costs_seven_requests(
 
     with FaultProxy(s3_endpoint, rule=record) as proxy:
         remote = S3Store(f"s3://{BUCKET}/once", endpoint_url=proxy.url, multipart_threshold=PART,
-                         multipart_chunksize=PART)
+                         multipart_chunksize=PART, max_concurrency=3)  # as the CLI does for --parallel 3
         _opens.clear()
         _watched.append(root)
         try:
@@ -106,6 +106,9 @@ def test_push_of_runtime_entries_reads_each_file_once_and_costs_seven_requests(
             _watched.clear()
             remote.close()
     assert report.ok and len(report.copied) == len(entries), report
+    # Connections are reused: the pool (2 x 3 + 8) holds one for every thread that can call at
+    # once (3 entries, 3 part uploaders), so none is opened again per request.
+    assert proxy.connections <= 2 * 3 + 8 < len(seen) // 3, (proxy.connections, len(seen))
     found = objects(s3_endpoint, "once/")
     for directory in entries:
         entry = directory.relative_to(root).as_posix()
