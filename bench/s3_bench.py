@@ -124,10 +124,10 @@ def make_cache(base: Path, entries: int, max_neff: int, source: str) -> tuple[Pa
         files = [f for f in runtime.rglob("*") if f.is_file()]
         return runtime, len(files), sum(f.stat().st_size for f in files)
     src = LocalStore(base / "src")
-    source = LocalStore(runtime, read_only=True)
-    found = scan(source).entries
+    written = LocalStore(runtime, read_only=True)
+    found = scan(written).entries
     with ThreadPoolExecutor(4) as pool:
-        list(pool.map(lambda e: transfer(source, e, src), found))
+        list(pool.map(lambda e: transfer(written, e, src), found))
     shutil.rmtree(runtime)
     shutil.rmtree(src.root / ".neffcache", ignore_errors=True)  # empty control dirs: not data
     files = [f for f in src.root.rglob("*") if f.is_file()]
