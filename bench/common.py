@@ -8,6 +8,7 @@ import math
 import os
 import random
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -41,6 +42,30 @@ def make_runtime_cache(root: Path, count: int, *, seed: int = 7, prefix: str = "
         (entry / "model.done").touch()
         total += len(hlo) + len(neff) + 2
     return total
+
+
+# Runs ``neffcache`` and writes its own peak RSS (VmHWM, kB) to argv[1] as it exits. wait4's
+# ru_maxrss would not do: a child spawned by a big process inherits that process's peak.
+HWM_LAUNCHER = """
+import atexit, re, runpy, sys
+out = sys.argv.pop(1)
+def record():
+    status = open("/proc/self/status").read()
+    open(out, "w").write(re.search(r"VmHWM:\\s+(\\d+) kB", status).group(1))
+atexit.register(record)
+sys.argv[0] = "neffcache"
+runpy.run_module("neffcache.cli.main", run_name="__main__")
+"""
+
+
+def neffcache_measured(hwm: Path, args: list[str]) -> list[str]:
+    """The command line running ``neffcache *args`` that leaves its peak RSS (kB) in ``hwm``."""
+    return [sys.executable, "-c", HWM_LAUNCHER, str(hwm), *args]
+
+
+def load_average() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.1f} / {five:.1f} / {fifteen:.1f}"
 
 
 @dataclass

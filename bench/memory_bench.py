@@ -1,13 +1,20 @@
-"""Peak RSS of ``neffcache push`` and ``pull`` of one big NEFF to S3 (moto), by ``--parallel``.
+"""Peak RSS of publish, push, pull and verify of one big NEFF with S3 (moto), by ``--parallel``.
 
     .venv/bin/python -m bench.memory_bench --size-mib 2048 --parallel 16,64
 
-One layout-A entry (manifest included) whose ``model.neff`` is a sparse file of ``--size-mib``
-MiB is pushed to a moto server (its own process on 127.0.0.1, as in s3_bench) and pulled back
-into an empty local store, once per ``--parallel``. Each command runs as its own process; its
-peak RSS is the child's ``ru_maxrss`` from ``wait4`` (that process alone, not the moto server).
-The NEFF is sparse so the bench needs no disk for the source; moto keeps the object in memory
-(about twice its size while it assembles the parts), so 2 GiB needs ~5 GB free.
+One layout-A entry whose ``model.neff`` is a sparse file of ``--size-mib`` MiB, once per
+``--parallel``, each operation a ``neffcache`` process of its own:
+
+- *publish*: the entry as the runtime wrote it (no manifest) pushed to S3, its manifest made of
+  the digests of the bytes sent;
+- *push*: the same entry with its manifest (neffcache-managed) pushed to S3;
+- *pull*: pulled back into an empty local store;
+- *verify*: ``neffcache verify`` of the S3 copy (every byte downloaded and hashed).
+
+Peak RSS is each process's own high-water mark (VmHWM, :data:`bench.common.HWM_LAUNCHER`), not
+the moto server's. The NEFF is sparse so the bench needs no disk for the source; moto keeps
+objects in memory (about twice their size while it assembles the parts), so 2 GiB needs ~9 GB
+free (two copies in the bucket).
 """
 
 from __future__ import annotations
@@ -16,22 +23,23 @@ import argparse
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from bench.s3_bench import BIN, BUCKET, MotoProcess
+from bench.common import neffcache_measured
+from bench.s3_bench import BUCKET, MotoProcess
 from neffcache.layouts import get_layout
 from neffcache.operations.ingest import build_manifest
 from neffcache.toolchain import Toolchain
 
 TC = Toolchain("2.27.5334.0+f702b353", "trn2", 2)
 KEY = "MODULE_4242+d41d8cd9"
+OPERATIONS = ("publish", "push", "pull", "verify")
 
 
-def make_entry(root: Path, size: int) -> str:
-    """A layout-A entry with a sparse ``model.neff`` of ``size`` bytes and its manifest."""
+def make_entry(root: Path, size: int, *, manifest: bool = True) -> str:
+    """A layout-A entry with a sparse ``model.neff`` of ``size`` bytes (and its manifest)."""
     layout = get_layout("neuronxcc")
     plan = layout.plan_entry(layout.namespace_for(TC), KEY)
     entry = root / plan.base
@@ -41,27 +49,23 @@ def make_entry(root: Path, size: int) -> str:
     with open(entry / "model.neff", "wb") as f:
         f.write(b"NEFF")
         f.truncate(size)
-    files = {n: entry / n for n in ("model.hlo_module.pb", "compile_flags.json", "model.neff")}
-    files["model.done"] = entry / "model.done"
     (entry / "model.done").touch()
-    manifest = build_manifest("neuronxcc", KEY, files, toolchain=TC)
-    (entry / "neffcache.json").write_bytes(manifest.to_bytes())
+    if manifest:
+        files = {n: entry / n for n in ("model.hlo_module.pb", "compile_flags.json", "model.neff", "model.done")}
+        (entry / "neffcache.json").write_bytes(build_manifest("neuronxcc", KEY, files, toolchain=TC).to_bytes())
     return plan.path
 
 
-def peak_rss(cmd: list[str], env: dict[str, str]) -> tuple[float, float, str]:
-    """(seconds, peak RSS in MB of that process alone, stdout)."""
+def peak_rss(args: list[str], env: dict[str, str], scratch: Path) -> tuple[float, float, str]:
+    """(seconds, peak RSS in MB of that ``neffcache`` process alone, stdout)."""
+    hwm = scratch / "vmhwm"
+    hwm.unlink(missing_ok=True)
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert proc.stdout is not None and proc.stderr is not None
-    out = proc.stdout.read().decode()
-    err = proc.stderr.read().decode()
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
+    proc = subprocess.run(neffcache_measured(hwm, args), env=env, capture_output=True, text=True, check=False)
     seconds = time.perf_counter() - start
     if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd[:3])} failed ({proc.returncode}): {err[-2000:]}")
-    return seconds, usage.ru_maxrss / 1024, out  # ru_maxrss is in KiB on Linux
+        raise SystemExit(f"neffcache {' '.join(args[:3])} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    return seconds, int(hwm.read_text()) / 1024, proc.stdout
 
 
 def main() -> None:
@@ -76,20 +80,26 @@ def main() -> None:
     base = Path(tempfile.mkdtemp(prefix="membench-", dir=args.dir))
     moto = MotoProcess()
     try:
-        src = base / "src"
-        make_entry(src, args.size_mib << 20)
+        managed, runtime = base / "managed", base / "runtime"
+        make_entry(managed, args.size_mib << 20)
+        make_entry(runtime, args.size_mib << 20, manifest=False)
+        time.sleep(1.1)  # older than hashed_io.SETTLE: the push reads each file once
         print(f"one entry, model.neff {args.size_mib} MiB (sparse); moto_server at {moto.url}")
-        print(f"{'parallel':>8} {'push s':>8} {'push MB':>8} {'pull s':>8} {'pull MB':>8}")
+        print(f"{'parallel':>8} " + " ".join(f"{op + ' s':>10} {op + ' MB':>10}" for op in OPERATIONS), flush=True)
         for parallel in (int(p) for p in args.parallel.split(",")):
             moto.fresh_bucket()
             dst = base / f"pull-{parallel}"
-            remote = f"s3://{BUCKET}/mem"
             common = ["--endpoint-url", moto.url, "--parallel", str(parallel), "--json"]
-            push_s, push_mb, _ = peak_rss([str(BIN / "neffcache"), "push", str(src), remote, *common], env)
-            pull_s, pull_mb, _ = peak_rss([str(BIN / "neffcache"), "pull", remote, str(dst), *common], env)
+            commands = {
+                "publish": ["push", str(runtime), f"s3://{BUCKET}/runtime", *common],
+                "push": ["push", str(managed), f"s3://{BUCKET}/mem", *common],
+                "pull": ["pull", f"s3://{BUCKET}/mem", str(dst), *common],
+                "verify": ["verify", f"s3://{BUCKET}/mem", "--endpoint-url", moto.url, "--json"],
+            }
+            row = [peak_rss(commands[op], env, base)[:2] for op in OPERATIONS]
             got = next(dst.rglob("model.neff")).stat().st_size
             assert got == args.size_mib << 20, got
-            print(f"{parallel:>8} {push_s:>8.1f} {push_mb:>8.0f} {pull_s:>8.1f} {pull_mb:>8.0f}", flush=True)
+            print(f"{parallel:>8} " + " ".join(f"{s:>10.1f} {mb:>10.0f}" for s, mb in row), flush=True)
             shutil.rmtree(dst)
     finally:
         moto.stop()
@@ -97,4 +107,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -145,6 +145,13 @@ class Layout(KeyQuestions, ABC):
     def write_order(self, names: list[str], marker: str, manifest: str) -> list[str]:
         """Names in the order a publisher writes them: manifest, data, then the marker."""
 
+    def data_before_manifest(self, names: list[str]) -> list[str] | None:
+        """The data ``names`` in an order a publisher may write them *before* the manifest (when
+        the manifest is computed from what it sends): the first one's presence alone must read
+        as uncommitted, never as an entry of another state. None when no file of this layout
+        does (the default): the manifest must then come first."""
+        return None
+
     # -- names of an entry's files --------------------------------------------------------------
     @abstractmethod
     def names(self, namespace: Namespace, key: str) -> EntryNames:

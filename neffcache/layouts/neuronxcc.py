@@ -282,6 +282,13 @@ class NeuronxccLayout(Layout):
         rank = {manifest: 0, HLO: 1, FLAGS_JSON: 2, FLAGS_TXT: 2, NEFF: 3, LOG: 3, marker: 9}
         return sorted(names, key=lambda n: (rank.get(n, 2), n))
 
+    def data_before_manifest(self, names: list[str]) -> list[str] | None:
+        # A NEFF without model.done reads as uncommitted (classify); an HLO alone would read as
+        # EMPTY, a graph a runtime would pick up and compile. So the NEFF first, or nothing.
+        if NEFF not in names:
+            return None
+        return [NEFF, *(n for n in self.write_order(names, DONE, MANIFEST_NAME) if n != NEFF)]
+
     def compile_only_env(self, environ: Mapping[str, str], *, retry_failed: bool
                          ) -> tuple[dict[str, str | None], list[str]]:
         flags = shlex.split(environ.get("NEURON_CC_FLAGS", ""))

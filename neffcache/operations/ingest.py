@@ -84,7 +84,8 @@ def transfer(src: Store, entry: Entry, dst: Store, *, tags: Mapping[str, str] | 
 
     - to a remote store from a local one, the upload hashes what it sends (S3: each part as
       it is read) and the store checks it against the manifest before it makes the file
-      visible, and before the commit marker (publish passes the digests down);
+      visible, and before the commit marker (publish passes the digests down); an entry
+      without a manifest gets one made of the digests of the bytes sent;
     - into a local staging directory otherwise (downloads hash as they write; a local
       source is copied, then the *staged copy* is hashed), and the staged copies, private to
       this transfer, are checked and then published by rename.
@@ -131,7 +132,14 @@ def _transfer(src: Store, entry: Entry, dst: Store, *, tags: Mapping[str, str] |
                 local[name] = direct  # local source to a remote store: hashed while uploading
                 continue
             dest = staging / f"{i}.part"
-            staged[name] = fetch_file(src, entry.store_path(name), dest, dst)
+            listed = entry.files.get(name)
+            if direct is None and listed is not None and listed.size == 0:
+                # The listing showed it empty (model.done): nothing to fetch, a request saved per
+                # entry. Checked against the manifest like any staged copy.
+                dest.touch()
+                staged[name] = sha256_bytes(b"")
+            else:
+                staged[name] = fetch_file(src, entry.store_path(name), dest, dst)
             local[name] = dest
         if entry.manifest is not None:
             problems = [p for n, d in staged.items() if (p := _problem(n, d, entry.manifest.files.get(n)))]
@@ -141,16 +149,17 @@ def _transfer(src: Store, entry: Entry, dst: Store, *, tags: Mapping[str, str] |
             manifest = dataclasses.replace(entry.manifest, tags={**entry.manifest.tags, **tags}) if tags \
                 else entry.manifest
         else:
-            # A runtime-written entry: the manifest is built now, from the staged copies' digests
-            # and (for files uploaded in place) a first read that the upload is checked against.
-            digests = {n: staged[n] if n in staged else sha256_file(local[n]) for n in names}
-            manifest = Manifest(layout=entry.layout, key=entry.key, files=digests,
+            # A runtime-written entry: the manifest is built from the staged copies' digests and,
+            # for files uploaded in place, from the digests of the bytes the upload sends, taken
+            # in that one read (publish's ``unhashed``, which says in what order that is safe).
+            manifest = Manifest(layout=entry.layout, key=entry.key, files=dict(staged),
                                 toolchain=entry.namespace.toolchain, flags=tuple(read_flags(src, entry)),
                                 tags=dict(tags or {}), computed=True, created=entry.mtime)
         movable = all(n in staged for n in local)
         sources: dict[str, Source] = dict(local)
+        unhashed = frozenset(n for n in local if n not in staged) if entry.manifest is None else frozenset()
         return publish(dst, entry.namespace, entry.key, sources, manifest, move=movable,
-                       known_absent=known_absent, verified=frozenset(staged))
+                       known_absent=known_absent, verified=frozenset(staged), unhashed=unhashed)
 
 
 def fetch_file(src: Store, path: str, dest: Path, dst: Store) -> FileDigest:

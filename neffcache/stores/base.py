@@ -15,6 +15,9 @@ The primitives' contract (neffcache.testing.store_contract checks every backend 
 - ``put_file(..., expect=digest)`` makes the file visible only if the bytes it wrote or sent,
   hashed in the same read, match ``digest``; otherwise it raises SourceChanged (the source was
   rewritten while it was read) or CorruptEntry, and nothing is left at ``path``.
+- ``put_hashed(path, source)`` writes a local file whole and returns the sha256 of the bytes it
+  wrote or sent, taken in the same read (a publisher computing a manifest from what it sent);
+  a source that moved while it was read raises SourceChanged and is not made visible.
 - a destination that is full raises NoSpace, whatever the backend's own error.
 
 Every difference between backends that the code above needs is a method or property here, so
@@ -44,6 +47,7 @@ import contextlib
 import hashlib
 import os
 import tempfile
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -51,9 +55,19 @@ from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
 from neffcache.entry import FileInfo
-from neffcache.errors import EntryNotFound, NoSpace, ReadOnlyStore
+from neffcache.errors import EntryNotFound, NoSpace, ReadOnlyStore, SourceChanged
 from neffcache.manifest import FileDigest
-from neffcache.stores.hashed_io import PIECE, check_bytes, copy_hashed, hash_file, is_no_space, mismatch, write_all
+from neffcache.stores.hashed_io import (
+    PIECE,
+    check_bytes,
+    copy_hashed,
+    hash_file,
+    is_no_space,
+    mismatch,
+    moved,
+    settled,
+    write_all,
+)
 
 Source = Path | bytes
 CONTROL_DIR = ".neffcache"  # leases, stamps, quarantine: never part of a layout
@@ -148,10 +162,53 @@ class Store(ABC):
         """Write a whole file atomically. ``move`` lets the store consume a local source file.
         With ``expect``, what is written must hash to it (see the module docstring)."""
         self.check_writable()
-        try:
+        with self._no_space(path):
             if expect is None:
                 return self._put_file(path, source, exclusive=exclusive, move=move)
             return self._put_verified(path, source, exclusive=exclusive, move=move, expect=expect)
+
+    def put_hashed(self, path: str, source: Path, *, exclusive: bool = False) -> FileDigest | None:
+        """Write the local file ``source`` whole at ``path``; the sha256 of the bytes written or
+        sent, taken in the read that writes or sends them (None when ``exclusive`` and a file
+        is there already: nothing was written).
+
+        The backend checks that the source's fstat held still over that read before it makes
+        the file visible (SourceChanged otherwise). File timestamps are coarse, though, so a
+        source modified moments before its read began (hashed_io.settled) is read a second
+        time and must hash the same: a write landing in the same clock tick would otherwise go
+        unseen, and bytes torn by it would be published under a manifest made to match them."""
+        self.check_writable()
+        started = time.time()
+        with self._no_space(path):
+            sent = self._put_hashed(path, source, exclusive=exclusive)
+        if sent is None:
+            return None
+        digest, before = sent
+        if not settled(before, started):
+            again, first, last = hash_file(source)
+            if again != digest or moved(before, first) or moved(first, last):
+                raise SourceChanged(path)
+        return digest
+
+    def _put_hashed(self, path: str, source: Path, *, exclusive: bool) -> tuple[FileDigest, os.stat_result] | None:
+        """Backend part of :meth:`put_hashed`: (digest, the source's fstat before the read), or
+        None when ``exclusive`` found a file there. This default copies the source into the
+        staging directory in one hashed pass and publishes that private copy by move; S3 hashes
+        the bytes it sends instead."""
+        with self.staging_dir() as staging:
+            copy = staging / "hashed.part"
+            got, before, after = copy_hashed(source, copy)
+            if moved(before, after):
+                raise SourceChanged(path)
+            if not self._put_file(path, copy, exclusive=exclusive, move=True):
+                return None
+        return got, before
+
+    @contextlib.contextmanager
+    def _no_space(self, path: str) -> Iterator[None]:
+        """A full destination is NoSpace, whatever the backend's own error."""
+        try:
+            yield
         except NoSpace:
             raise
         except OSError as exc:

@@ -27,6 +27,7 @@ PIECE = 1 << 20
 # Full-disk errnos: the destination is out of space, quota, or per-file size limit.
 NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 _MMAP_MIN = 1 << 20
+SETTLE = 1.0  # seconds; see settled()
 
 
 def is_no_space(exc: BaseException | None) -> bool:
@@ -87,7 +88,7 @@ class PartBuffer:
 def mismatch(name: str, got: FileDigest, expect: FileDigest, before: os.stat_result | None,
              after: os.stat_result | None, where: str) -> Exception:
     """The error for bytes that did not hash to ``expect``: changed under us, or corrupt."""
-    if before is not None and after is not None and _moved(before, after):
+    if before is not None and after is not None and moved(before, after):
         return SourceChanged(name)
     if got.size != expect.size and after is not None and after.st_size == expect.size:
         return SourceChanged(name)  # it was short or long while we read, and is not now
@@ -102,9 +103,20 @@ def check_bytes(name: str, data: bytes, expect: FileDigest) -> None:
         raise mismatch(name, got, expect, None, None, name)
 
 
-def _moved(before: os.stat_result, after: os.stat_result) -> bool:
+def moved(before: os.stat_result, after: os.stat_result) -> bool:
+    """Whether a file's fstat says it was written (or replaced) between the two calls."""
     return (before.st_size, before.st_mtime_ns, before.st_ctime_ns, before.st_ino) != (
         after.st_size, after.st_mtime_ns, after.st_ctime_ns, after.st_ino)
+
+
+def settled(before: os.stat_result, started: float) -> bool:
+    """Whether the file was last modified well before ``started`` (when its read began).
+
+    File timestamps are coarse (the kernel's tick, a few milliseconds), so a write during the
+    read that lands in the same tick as the write before it leaves mtime and ctime unchanged:
+    :func:`moved` cannot see it. A file modified SETTLE seconds or more before its read
+    began would show any such write; a younger one must be read twice to be trusted."""
+    return max(before.st_mtime, before.st_ctime) < started - SETTLE
 
 
 def copy_hashed(source: Path, dest: Path) -> tuple[FileDigest, os.stat_result, os.stat_result]:

@@ -25,9 +25,11 @@ faults), and resumable body reads (s3_transfer). Errors become one-line neffcach
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import io
 import logging
+import mmap
 import os
 import re
 import threading
@@ -46,20 +48,15 @@ from neffcache.entry import FileInfo
 from neffcache.errors import EntryNotFound, InvalidURL, StoreError, StoreUnavailable
 from neffcache.keys import safe_relpath
 from neffcache.manifest import FileDigest
+from neffcache.stores import s3_signing
 from neffcache.stores.base import IncompleteUpload, Source, Store
 from neffcache.stores.budget import TRANSFER_BUDGET
 from neffcache.stores.hashed_io import check_bytes
 from neffcache.stores.s3_errors import error_code, is_transient, retry_attempts, translate
 from neffcache.stores.s3_list import ParallelLister, existing_keys, list_uploads
+from neffcache.stores.s3_read import ObjectReader, download
 from neffcache.stores.s3_throttle import ThrottleGate
-from neffcache.stores.s3_transfer import (
-    ExpectedError,
-    ObjectReader,
-    backoff,
-    download,
-    read_whole,
-    upload_multipart,
-)
+from neffcache.stores.s3_transfer import ExpectedError, Sent, backoff, read_whole, upload_multipart
 
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-_]{1,61}[a-z0-9]$")
 # A listed key (below the prefix) that is no canonical relative path: empty, "." or ".."
@@ -135,6 +132,7 @@ class S3Store(Store):
             raise StoreUnavailable(f"cannot set up an S3 client for {self.url}: {exc}", store=self.url) from exc
         self.gate = ThrottleGate(2 * self.max_concurrency + 8)
         self.gate.register(self._client.meta.events)
+        s3_signing.register(self._client.meta.events)
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
 
@@ -235,38 +233,49 @@ class S3Store(Store):
                         chunk=self.multipart_chunksize, threshold=self.multipart_threshold)
 
     def _put_file(self, path: str, source: Source, *, exclusive: bool, move: bool) -> bool:
-        return self._upload(path, source, exclusive=exclusive, expect=None)
+        return self._upload(path, source, exclusive=exclusive, expect=None).created
 
     def _put_verified(self, path: str, source: Source, *, exclusive: bool, move: bool,
                       expect: FileDigest) -> bool:
         # Hashed in the read that sends it: see _upload.
-        return self._upload(path, source, exclusive=exclusive, expect=expect)
+        return self._upload(path, source, exclusive=exclusive, expect=expect).created
 
-    def _upload(self, path: str, source: Source, *, exclusive: bool, expect: FileDigest | None) -> bool:
-        """PutObject, or a multipart upload for big files. With ``expect``, the bytes sent are
-        the bytes hashed: a small file is read once into its request body and checked before
-        it is sent; a big one is hashed part by part as the parts are read (upload_multipart)
-        and checked before the upload is completed, so a mismatch never becomes visible."""
+    def _put_hashed(self, path: str, source: Path, *, exclusive: bool) -> tuple[FileDigest, os.stat_result] | None:
+        sent = self._upload(path, source, exclusive=exclusive, expect=None, hashed=True)
+        # hashed=True: a created upload always carries its digest and the source's fstat.
+        return (sent.digest, sent.before) if sent.created and sent.digest and sent.before else None
+
+    def _upload(self, path: str, source: Source, *, exclusive: bool, expect: FileDigest | None,
+                hashed: bool = False) -> Sent:
+        """PutObject, or a multipart upload for big files. With ``expect`` or ``hashed``, the
+        bytes sent are the bytes hashed: a small file is read once into its request body and
+        checked before it is sent; a big one is hashed part by part as the parts are read
+        (upload_multipart) and checked before the upload is completed, so a mismatch, or a
+        source that moved while it was read, never becomes visible."""
         key = self._key(path)
         if isinstance(source, bytes):
             if expect is not None:
                 check_bytes(path, source, expect)
-            return self._put_body(key, path, source, exclusive, source)
+            return Sent(self._put_body(key, path, source, exclusive, source), False, None, None, None)
         size = source.stat().st_size
         if size > self.multipart_threshold:
-            created, retried, etag = upload_multipart(
-                self._call, self.pool, key=key, path=path, source=source, chunk=self.multipart_chunksize,
-                exclusive=exclusive, expect=expect)
-            return created or (retried and self._is_ours(key, path, source, size, etag))
-        if expect is None:
+            sent = upload_multipart(self._call, self.pool, key=key, path=path, source=source,
+                                    chunk=self.multipart_chunksize, exclusive=exclusive, expect=expect, hashed=hashed)
+            if not sent.created and sent.retried and sent.etag is not None and self._is_ours(
+                    key, path, source, size, sent.etag):
+                return dataclasses.replace(sent, created=True)
+            return sent
+        if expect is None and not hashed:
             with open(source, "rb") as body:
-                return self._put_body(key, path, body, exclusive, source)
-        buffer, taken = read_whole(source, path, expect)
+                return Sent(self._put_body(key, path, body, exclusive, source), False, None, None, None)
+        buffer, taken, digest, before = read_whole(source, path, expect)
         try:
-            data = buffer.data
-            if isinstance(data, bytearray):
-                return self._put_body(key, path, bytes(data), exclusive, bytes(data))
-            return self._put_body(key, path, data, exclusive, source)
+            data: Any = buffer.data
+            if not isinstance(data, mmap.mmap):  # one copy, body and comparison alike; the read buffer goes
+                data, buffer.data = bytes(data), bytearray()
+            with s3_signing.payload_sha256(digest.sha256):  # the body's, hashed as it was read
+                created = self._put_body(key, path, data, exclusive, data if isinstance(data, bytes) else source)
+            return Sent(created, False, None, digest, before)
         finally:
             buffer.close()
             TRANSFER_BUDGET.release(taken)

@@ -2,7 +2,9 @@
 
 A 512 MiB sparse NEFF (2 GiB is measured by bench/memory_bench.py and recorded in
 docs/performance.md: moto keeps objects in memory, and 2 GiB would make this test heavy).
-Each command is a real ``neffcache`` process; its own peak RSS is its VmHWM at exit. Before
+Each command is a real ``neffcache`` process; its own peak RSS is its VmHWM at exit (wait4's
+``ru_maxrss`` would not do: a child spawned by a big process inherits that process's peak, and
+this one holds moto). Before
 the byte budget, this push held ``--parallel`` x 8 MiB parts at once: ~650 MB at 64.
 """
 
@@ -10,11 +12,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from bench.common import neffcache_measured
 from bench.memory_bench import make_entry
 from neffcache.manifest import sha256_file
 from tests.stores.conftest import BUCKET, aws_env, moto_server, s3_endpoint  # noqa: F401 - fixtures
@@ -30,25 +32,11 @@ def sparse_entry(root: Path) -> str:
     return make_entry(root, SIZE)
 
 
-# The child reports its own high-water mark as it exits. (wait4's ru_maxrss would not do: a
-# child spawned by a big process inherits that process's peak, and this one holds moto.)
-LAUNCHER = """
-import atexit, re, runpy, sys
-out = sys.argv.pop(1)
-def record():
-    status = open("/proc/self/status").read()
-    open(out, "w").write(re.search(r"VmHWM:\\s+(\\d+) kB", status).group(1))
-atexit.register(record)
-sys.argv[0] = "neffcache"
-runpy.run_module("neffcache.cli.main", run_name="__main__")
-"""
-
-
 def run_measured(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> float:
     """Run one neffcache command; its own peak RSS (VmHWM) in MB."""
     hwm = tmp_path / "vmhwm"
     hwm.unlink(missing_ok=True)
-    proc = subprocess.run([sys.executable, "-c", LAUNCHER, str(hwm), *args], capture_output=True, text=True,
+    proc = subprocess.run(neffcache_measured(hwm, list(args)), capture_output=True, text=True,
                           timeout=240, check=False, env={**os.environ, **(env or {})})
     assert proc.returncode == 0, proc.stderr[-2000:]
     return int(hwm.read_text()) / 1024

@@ -24,9 +24,9 @@ from neffcache.operations.scan import load_entry
 from neffcache.replication.sync import SyncReport, pull, push
 from neffcache.stores.local import LocalStore
 from neffcache.stores.s3 import S3Store
+from neffcache.testing.faultproxy import FaultProxy
 from neffcache.testing.store_contract import publish_a
 from tests.stores.conftest import BUCKET, aws_env, moto_server, s3_endpoint  # noqa: F401 - fixtures
-from tests.stores.faultproxy import FaultProxy
 
 pytestmark = pytest.mark.s3
 

@@ -13,7 +13,8 @@ from neffcache.errors import CorruptEntry
 from neffcache.manifest import FileDigest, sha256_file
 from neffcache.stores.budget import ByteBudget
 from neffcache.stores.s3 import S3Store
-from neffcache.stores.s3_transfer import download, upload_multipart
+from neffcache.stores.s3_read import download
+from neffcache.stores.s3_transfer import upload_multipart
 
 pytestmark = pytest.mark.s3
 
@@ -39,10 +40,10 @@ def test_concurrent_uploads_and_downloads_share_a_tiny_budget(s3_store: S3Store,
         sources.append(src)
 
     def up(i: int) -> bool:
-        created, _, _ = upload_multipart(s3_store._call, s3_store.pool, key=s3_store._key(f"b/{i}"), path=f"b/{i}",
-                                         source=sources[i], chunk=PART, exclusive=True,
-                                         expect=sha256_file(sources[i]), budget=budget)
-        return created
+        sent = upload_multipart(s3_store._call, s3_store.pool, key=s3_store._key(f"b/{i}"), path=f"b/{i}",
+                                source=sources[i], chunk=PART, exclusive=True, expect=sha256_file(sources[i]),
+                                budget=budget)
+        return sent.created
 
     def down(i: int) -> FileDigest:
         return download(s3_store._call, s3_store.pool, key=s3_store._key(f"b/{i}"), path=f"b/{i}",
