@@ -99,34 +99,37 @@ class Verdict:
 _FAULT_SIGNALS = frozenset({signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGFPE, signal.SIGILL,
                             signal.SIGTRAP, signal.SIGSYS})
 _STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT})
-# Host resources named in the output, whatever the exit status (rule 3).
-_RESOURCE_RULES: tuple[tuple[FailureCause, re.Pattern[str]], ...] = (
-    (FailureCause.MISSING_LIBRARY, re.compile(
-        r"error while loading shared libraries|cannot open shared object file|"
-        r"ImportError: lib\S*\.so|OSError: lib\S*\.so\S*: cannot open")),
-    # strerror(3) texts, case and all: a compiler's own words about device memory differ.
-    (FailureCause.DISK_FULL, re.compile(r"No space left on device|\bENOSPC\b|\[Errno 28\]|Disk quota exceeded|"
-                                        r"\bEDQUOT\b|\[Errno 122\]")),
-    (FailureCause.OUT_OF_MEMORY, re.compile(r"\bMemoryError\b|std::bad_alloc|Cannot allocate memory|"
-                                            r"\[Errno 12\]|Out of memory: Kill|\boom-kill")),
+# The rules on text are literal phrases (found by ``str.find``: a scan of an 8 KiB log costs
+# microseconds, where regex alternations cost milliseconds), some with a check of their line.
+# Host resources named in the output, whatever the exit status (rule 3); strerror(3) texts, case
+# and all: a compiler's own words about device memory are not these.
+_Rule = tuple[FailureCause, tuple[str, ...], "re.Pattern[str] | None"]
+_RESOURCE_RULES: tuple[_Rule, ...] = (
+    (FailureCause.MISSING_LIBRARY, ("error while loading shared libraries", "cannot open shared object file"), None),
+    (FailureCause.DISK_FULL, ("No space left on device", "ENOSPC", "[Errno 28]", "Disk quota exceeded", "EDQUOT",
+                              "[Errno 122]"), None),
+    (FailureCause.OUT_OF_MEMORY, ("MemoryError", "std::bad_alloc", "Cannot allocate memory", "[Errno 12]",
+                                  "Out of memory: Kill", "oom-kill"), None),
 )
-# A compiler that cannot start (rule 5), and what a text says about how it ended.
-_START_RULES: tuple[tuple[FailureCause, re.Pattern[str]], ...] = (
-    (FailureCause.COMPILER_MISSING, re.compile(
-        r"neuronx-cc: (?:command )?not found|command not found|No such file or directory: '[^']*neuronx-cc'|"
-        r"could not run neuronx-cc|exec: \S+: not found", re.I)),
-    (FailureCause.START_FAILURE, re.compile(r"\bModuleNotFoundError\b|^ImportError\b|Exec format error|"
-                                            r"cannot execute|Permission denied: '[^']*neuronx-cc'", re.I | re.M)),
+# A compiler that cannot start (rule 5).
+_START_RULES: tuple[_Rule, ...] = (
+    (FailureCause.COMPILER_MISSING, ("neuronx-cc: not found", "neuronx-cc: command not found", "command not found",
+                                     "could not run neuronx-cc"), None),
+    (FailureCause.COMPILER_MISSING, ("not found",), re.compile(r"\bexec: \S+: not found")),
+    (FailureCause.COMPILER_MISSING, ("No such file or directory: '",), re.compile(r"neuronx-cc'")),
+    (FailureCause.START_FAILURE, ("ModuleNotFoundError", "Exec format error", "cannot execute"), None),
+    (FailureCause.START_FAILURE, ("ImportError",), re.compile(r"^ImportError\b")),
+    (FailureCause.START_FAILURE, ("Permission denied: '",), re.compile(r"neuronx-cc'")),
 )
 _TEXT_STATUS = (
     re.compile(r"(?:exit status|exited|returned non-zero exit status)\s+(?P<n>-?\d+)"),
     re.compile(r"died with <Signals\.(?P<sig>SIG[A-Z0-9]+): \d+>"),
     re.compile(r"killed by (?P<sig>SIG[A-Z0-9]+)"),
 )
-_TEXT_SIGNALS = (
-    (re.compile(r"^\s*Killed\s*$", re.M), signal.SIGKILL),
-    (re.compile(r"^\s*Terminated\s*$", re.M), signal.SIGTERM),
-    (re.compile(r"\bKeyboardInterrupt\b"), signal.SIGINT),
+_TEXT_SIGNALS = (  # (phrase, its line as a shell or Python prints it, the signal)
+    ("Killed", re.compile(r"^\s*Killed\s*$", re.M), signal.SIGKILL),
+    ("Terminated", re.compile(r"^\s*Terminated\s*$", re.M), signal.SIGTERM),
+    ("KeyboardInterrupt", re.compile(r"\bKeyboardInterrupt\b"), signal.SIGINT),
 )
 _TIMED_OUT = re.compile(r"\btimed out\b", re.I)
 
@@ -164,12 +167,22 @@ def _from_status(status: int) -> Verdict | None:
     return None
 
 
-def _first_match(rules: tuple[tuple[FailureCause, re.Pattern[str]], ...], text: str) -> Verdict | None:
-    for cause, regex in rules:
-        match = regex.search(text)
-        if match is not None:
-            line = text[text.rfind("\n", 0, match.start()) + 1:].split("\n", 1)[0].strip()
-            return Verdict(cause, line[:300])
+def _line_at(text: str, index: int) -> str:
+    end = text.find("\n", index)
+    return text[text.rfind("\n", 0, index) + 1:end if end >= 0 else len(text)].strip()
+
+
+def _first_match(rules: tuple[_Rule, ...], text: str) -> Verdict | None:
+    for cause, phrases, check in rules:
+        for phrase in phrases:
+            index = text.find(phrase)
+            for _ in range(8):  # a few occurrences, when the line must pass a check
+                if index < 0:
+                    break
+                line = _line_at(text, index)
+                if check is None or check.search(line):
+                    return Verdict(cause, line[:300])
+                index = text.find(phrase, index + len(phrase))
     return None
 
 
@@ -205,7 +218,7 @@ def classify_text(text: str) -> Verdict:
     found = _first_match(_RESOURCE_RULES, text)
     if found is not None:
         return found
-    for regex in _TEXT_STATUS:
+    for regex in _TEXT_STATUS if ("exit" in text or "died with" in text or "killed by" in text) else ():
         match = regex.search(text)
         if match is None:
             continue
@@ -216,13 +229,13 @@ def classify_text(text: str) -> Verdict:
             verdict = _from_signal(int(number)) if number is not None else None
         if verdict is not None:
             return verdict
-    for regex, sig in _TEXT_SIGNALS:
-        if regex.search(text):
+    for phrase, regex, sig in _TEXT_SIGNALS:
+        if phrase in text and regex.search(text):
             return _from_signal(int(sig))
     started = _first_match(_START_RULES, text)
     if started is not None:
         return started
-    if _TIMED_OUT.search(text):
+    if "timed out" in text.lower() and _TIMED_OUT.search(text):
         return Verdict(FailureCause.TIMEOUT, "the compile timed out")
     return Verdict(FailureCause.COMPILER_ERROR, "the compiler reported an error")
 
@@ -243,6 +256,8 @@ def note(verdict: Verdict, sig: str | None = None) -> str:
 
 def read_note(text: str) -> Verdict | None:
     """The verdict in neffcache's note (:func:`note`), or None when the text has none."""
+    if NOTE_PREFIX not in text:
+        return None
     for match in _NOTE_RE.finditer(text):
         try:
             return Verdict(FailureCause(match.group("cause")), match.group("detail").strip())
@@ -253,8 +268,8 @@ def read_note(text: str) -> Verdict | None:
 
 # -- signatures ---------------------------------------------------------------------------------
 SIGNATURE_HEX = 16
-_ERROR_LINE = re.compile(r"error|fatal|exception|abort|assert|traceback|segmentation|killed|"
-                         r"not found|cannot|failed", re.I)
+_ERROR_WORDS = ("error", "fatal", "exception", "abort", "assert", "traceback", "segmentation", "killed",
+                "not found", "cannot", "failed")
 _MAX_LINES = 8
 _NORMALISE: tuple[tuple[re.Pattern[str], str], ...] = (
     # A path: any token holding a slash (absolute, relative, a graph name like llama/b128/g0).
@@ -274,7 +289,7 @@ def error_lines(text: str) -> list[str]:
     each once), else the last non-empty line. neffcache's own notes are not the compiler's
     words and are left out."""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith(NOTE_PREFIX)]
-    chosen = list(dict.fromkeys(ln for ln in lines if _ERROR_LINE.search(ln)))[:_MAX_LINES]
+    chosen = list(dict.fromkeys(ln for ln in lines if any(w in ln.lower() for w in _ERROR_WORDS)))[:_MAX_LINES]
     return chosen or lines[-1:]
 
 
@@ -287,12 +302,17 @@ def normalise(line: str) -> str:
     return line.strip()[:500]
 
 
-def pattern(text: str) -> str:
-    """The normalised error text a signature is computed from, one line per error line."""
-    lines = error_lines(text)
-    if not lines:
-        noted = read_note(text)
-        lines = [noted.detail] if noted is not None else ["(no output)"]
+def pattern(text: str, verdict: Verdict | None = None) -> str:
+    """What a signature is computed from: for a compiler error, its normalised error lines
+    (:func:`error_lines`, :func:`normalise`); for any other cause (a crash, every environment
+    failure) the cause and its normalised detail, so a kill, a missing library or a timeout
+    groups by what happened to the compile, whatever partial output it left and whoever wrote
+    the record (a runtime's ``exit status -9`` and neffcache's note on a SIGKILL alike).
+    ``verdict``: :func:`classify_text` of ``text``, when the caller has it already."""
+    verdict = verdict or classify_text(text)
+    if verdict.cause is not FailureCause.COMPILER_ERROR:
+        return f"{verdict.cause}: {normalise(verdict.detail)}"
+    lines = error_lines(text) or ["(no output)"]
     return "\n".join(dict.fromkeys(normalise(ln) for ln in lines))
 
 
@@ -300,8 +320,13 @@ def signature(text: str) -> str:
     """The signature of a failure's ``text`` (the compiler's output, a failure log, an error
     event's message): 16 hex digits of sha256 over :func:`pattern`. Two copies of the same
     error that differ only in paths, numbers, hashes and temp names get the same signature;
-    neffcache's notes in the text do not change it."""
-    return hashlib.sha256(pattern(text).encode()).hexdigest()[:SIGNATURE_HEX]
+    neffcache's notes in the text do not change a compiler error's signature."""
+    return digest(pattern(text))
+
+
+def digest(normalised: str) -> str:
+    """The signature of a :func:`pattern` (16 hex digits of its sha256)."""
+    return hashlib.sha256(normalised.encode()).hexdigest()[:SIGNATURE_HEX]
 
 
 def first_error(text: str) -> str:
