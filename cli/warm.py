@@ -16,7 +16,7 @@ from neffcache.application.config import Settings, job_toolchain, load_settings
 from neffcache.application.warm_logs import expired_runs, remove_runs, warm_log_home
 from neffcache.toolchain import compiler_version as installed_version
 from neffcache.toolchain import find_compiler
-from neffcache.units import human_bytes
+from neffcache.units import human_bytes, parse_duration
 from neffcache.warmers.children import Children, Interrupted, stop_on_signals
 from neffcache.warmers.logscan import compile_patterns
 from neffcache.warmers.matrix import Shard, build_buckets
@@ -56,10 +56,20 @@ def _workload(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
     return value
 
 
+def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    try:
+        return parse_duration(value) if value is not None else None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+
+
 def _compile_options(f: F) -> F:
     f = click.option("--retry-failed", is_flag=True,
-                     help="Compile graphs again whose earlier compile failed (the runtime recorded "
-                          "the failure in the cache).")(f)
+                     help="Compile graphs again whose earlier compile failed with a compiler error (the "
+                          "failure is cached; environment failures never are).")(f)
+    f = click.option("--failed-ttl", metavar="AGE", callback=_duration,
+                     help="Compile again a graph whose cached compiler error is older than AGE (7d): a fixed "
+                          "compiler gets another chance (setting failed_ttl, NEFFCACHE_FAILED_TTL).")(f)
     f = click.option("--compile-memory", type=click.FloatRange(min=1), metavar="MB",
                      help="Peak memory of one compile; start another only while this much is free "
                           "(default: learned from the largest compile so far).")(f)
@@ -178,7 +188,8 @@ def _interrupted(command: str, exc: Interrupted) -> None:
 def warm_cmd(instance: str | None, lnc: int | None, compiler_version: str | None, compiler: str | None,
              stores: tuple[str, ...], index_url: str | None, token: str | None, bucket_flags: tuple[str, ...],
              matrix_file: Path | None, parallel: int | None, shard: str | None, compile_timeout: float | None,
-             compile_memory: float | None, retry_failed: bool, timeout: float | None, two_phase: bool,
+             compile_memory: float | None, retry_failed: bool, failed_ttl: float | None, timeout: float | None,
+             two_phase: bool,
              no_prefetch: bool, patterns: tuple[str, ...], log_dir: Path | None, allow_failures: bool,
              quiet: bool, tags: dict[str, str], as_json: bool, command: tuple[str, ...]) -> None:
     """Compile a workload's graphs on a CPU host, compile-only, and publish the NEFFs.
@@ -198,7 +209,7 @@ def warm_cmd(instance: str | None, lnc: int | None, compiler_version: str | None
     """
     buckets = build_buckets(bucket_flags, matrix_file)  # a typo in the matrix fails before anything runs
     settings = _settings(stores, instance=instance, compiler=compiler, compiler_version=compiler_version,
-                         index_url=index_url, token=token)
+                         index_url=index_url, token=token, failed_ttl=failed_ttl)
     toolchain = job_toolchain(settings, lnc)
     exe = find_compiler(settings.compiler)
     all_tags = {**settings.tags, **tags}
@@ -209,7 +220,8 @@ def warm_cmd(instance: str | None, lnc: int | None, compiler_version: str | None
                           buckets=buckets, patterns=compile_patterns(patterns), log_dir=logs.absolute(),
                           shard=Shard.parse(shard), parallel=_parallel(settings, parallel), two_phase=two_phase,
                           timeout=timeout, compile_timeout=compile_timeout, compile_memory_mb=compile_memory,
-                          retry_failed=retry_failed, prefetch=not no_prefetch, tags=all_tags)
+                          retry_failed=retry_failed, failed_ttl=settings.failed_ttl, prefetch=not no_prefetch,
+                          tags=all_tags)
     placement = _placement(settings, all_tags, "warm")
     _drive("warm", placement, lambda children: Warmer(request, placement, children, _progress(quiet)).run(),
            as_json, allow_failures)
@@ -231,7 +243,8 @@ def warm_cmd(instance: str | None, lnc: int | None, compiler_version: str | None
 def rewarm_cmd(from_version: str, instance: str | None, lnc: int | None, compiler_version: str | None,
                compiler: str | None, stores: tuple[str, ...], index_url: str | None, token: str | None, layout: str,
                parallel: int | None, shard: str | None, compile_timeout: float | None, compile_memory: float | None,
-               retry_failed: bool, allow_failures: bool, quiet: bool, tags: dict[str, str], as_json: bool) -> None:
+               retry_failed: bool, failed_ttl: float | None, allow_failures: bool, quiet: bool, tags: dict[str, str],
+               as_json: bool) -> None:
     """Recompile the stored HLOs of an old compiler's entries with the installed one.
 
     After a compiler bump, every entry of OLD that kept its HLO is compiled again with the
@@ -252,14 +265,15 @@ def rewarm_cmd(from_version: str, instance: str | None, lnc: int | None, compile
           --parallel 8 --shard 0/2
     """
     settings = _settings(stores, instance=instance, compiler=compiler, compiler_version=compiler_version,
-                         index_url=index_url, token=token)
+                         index_url=index_url, token=token, failed_ttl=failed_ttl)
     exe = find_compiler(settings.compiler)
     new_version = settings.compiler_version or installed_version(exe)
     all_tags = {**settings.tags, **tags}
     request = RewarmRequest(from_version=from_version, to_version=new_version, compiler=exe, instance=instance,
                             lnc=lnc, layouts=chosen_layouts(layout), shard=Shard.parse(shard),
                             parallel=_parallel(settings, parallel), compile_timeout=compile_timeout,
-                            compile_memory_mb=compile_memory, retry_failed=retry_failed, tags=all_tags)
+                            compile_memory_mb=compile_memory, retry_failed=retry_failed, tags=all_tags,
+                            failed_ttl=settings.failed_ttl)
     placement = _placement(settings, all_tags, "rewarm")
     _drive("rewarm", placement, lambda children: Rewarmer(request, placement, children, _progress(quiet)).run(),
            as_json, allow_failures)

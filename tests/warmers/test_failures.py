@@ -53,9 +53,12 @@ def test_one_phase_fail_hang_and_crash(cli: Cli, tmp_path: Path) -> None:
     assert Path(crashed["log"]).is_file()
     _no_compiler_left(cli)
     states = [e.state for e in healthy(store).entries]
-    assert (states.count(EntryState.SUCCESS), states.count(EntryState.FAILED)) == (5, 2)
+    # The compiler error is cached as the runtime caches it; the compile the watchdog killed left
+    # a failure log too (the runtime cannot tell), which neffcache judged and cleared.
+    assert (states.count(EntryState.SUCCESS), states.count(EntryState.FAILED), states.count(EntryState.EMPTY)) \
+        == (5, 1, 1)
 
-    # Failures are cached (as the runtime caches them): reported again, --allow-failures exits 0.
+    # The compiler error is reported again (--allow-failures exits 0); the killed one is compiled again.
     again = cli.json(*args[:1], "--allow-failures", *args[1:], **faults)
     assert again["totals"]["compiled"] == 0 and again["totals"]["failed"] == 2 and not again["ok"]
     # Once the compiler is fixed, --retry-failed compiles them.
