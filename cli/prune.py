@@ -17,6 +17,7 @@ from neffcache.index import Index
 from neffcache.prune import (
     ALL_STORES,
     CURRENT,
+    FailedSelect,
     PrunePlan,
     PrunePolicy,
     PruneResult,
@@ -151,7 +152,12 @@ def _result_text(result: PruneResult) -> str:
 @click.option("--max-size", "max_sizes", multiple=True, metavar="[URL=]SIZE",
               help="Size budget per store (500G, 2T): least recently used entries go first. "
                    "URL=SIZE for one store; repeatable.")
-@click.option("--failed", is_flag=True, help="Remove cached compiler failures.")
+@click.option("--failed", type=click.Choice([s.value for s in FailedSelect]), is_flag=False, flag_value="all",
+              metavar="[all|compiler|environment|expired]",
+              help="Remove failed entries: all (the default), compiler errors, environment failures (the host "
+                   "failed the compile: Ctrl-C, OOM kill...), or those older than --failed-ttl.")
+@click.option("--failed-ttl", metavar="AGE", callback=_duration,
+              help="With --failed expired: failures older than AGE (default: setting failed_ttl).")
 @click.option("--stale-locks", is_flag=True, help="Remove leases and runtime compile locks whose holder is gone.")
 @click.option("--garbage", is_flag=True,
               help="Remove neffcache's temp files and staging, uncommitted writes, stamps of removed "
@@ -184,7 +190,8 @@ def _result_text(result: PruneResult) -> str:
 @endpoint_option
 @json_option
 def prune_cmd(stores: tuple[str, ...], keep_compilers: tuple[str, ...], keep_last: int | None,
-              older_than: float | None, max_sizes: tuple[str, ...], failed: bool, stale_locks: bool, garbage: bool,
+              older_than: float | None, max_sizes: tuple[str, ...], failed: str | None, failed_ttl: float | None,
+              stale_locks: bool, garbage: bool,
               grace: float, hit_grace: float, lock_age: float, compiler: str | None, compiler_version: str | None,
               source: str, use_index: bool, show_items: bool, workers: int, yes: bool, force: bool,
               max_share: float | None, history: bool, since: float | None, as_json: bool) -> None:
@@ -211,20 +218,23 @@ def prune_cmd(stores: tuple[str, ...], keep_compilers: tuple[str, ...], keep_las
       neffcache prune --store fsx:///mnt/fsx/neuron-cache --keep-compiler current
       neffcache prune --store /nvme/cache --store s3://bucket/cache --max-size /nvme/cache=500G --older-than 30d
       neffcache prune --store /var/tmp/neuron-compile-cache --failed --stale-locks --garbage --yes
+      neffcache prune --store fsx:///mnt/fsx/neuron-cache --failed environment --yes
       neffcache prune --store fsx:///mnt/fsx/neuron-cache --history --since 7d
     """
-    settings = load_settings(compiler=compiler, compiler_version=compiler_version)
+    settings = load_settings(compiler=compiler, compiler_version=compiler_version, failed_ttl=failed_ttl)
     given = _urls(stores, settings)
     _check_flags(history=history, since=since, force=force, yes=yes,
-                 rules=bool(keep_compilers or keep_last or older_than or max_sizes or failed or stale_locks
-                            or garbage or yes))
+                 rules=bool(keep_compilers or keep_last or older_than or max_sizes or failed or failed_ttl
+                            or stale_locks or garbage or yes))
     if history:
         _history(given, since, as_json)
         return
     current, keep = _keep_compilers(keep_compilers, settings)
     opened = _stores(given, read_only=not yes)
     policy = PrunePolicy(keep_compilers=keep, keep_last=keep_last, older_than=older_than,
-                         max_size=budgets(max_sizes, given, opened), failed=failed, stale_locks=stale_locks,
+                         max_size=budgets(max_sizes, given, opened), failed=failed is not None,
+                         failed_select=FailedSelect(failed or "all"), failed_ttl=settings.failed_ttl,
+                         stale_locks=stale_locks,
                          garbage=garbage, grace=grace, hit_grace=hit_grace, lock_age=lock_age,
                          max_share=settings.prune_max_share if max_share is None else max_share, current=current,
                          quarantine_days=settings.quarantine_days)
