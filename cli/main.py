@@ -17,6 +17,7 @@ COMMAND_MODULES = (
     "neffcache.cli.sync",  # between stores: push, pull
     "neffcache.cli.warm",  # compiling: warm, rewarm, run
     "neffcache.cli.prune",  # cleaning: prune, reconcile
+    "neffcache.cli.failures",  # failed graphs by error signature, and a bundle for the compiler team
     "neffcache.cli.index",  # a running index server: stats, flush
     "neffcache.cli.server",  # the index server itself: serve, token, db
     "neffcache.cli.doctor",

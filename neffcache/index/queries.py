@@ -99,6 +99,11 @@ class IndexQueries:
         stats: dict[str, Any] = self.request("GET", "/v1/stats", params=params)
         return stats
 
+    def failures(self, window: str = "7d", top: int = 100) -> dict[str, Any]:
+        """The error events of ``window`` grouped by signature (GET /v1/failures)."""
+        found: dict[str, Any] = self.request("GET", "/v1/failures", params={"window": window, "top": top})
+        return found
+
     def acquire(self, name: str, ttl: float = 600.0) -> IndexLease:
         """Try to take a compile lease; check ``.held``. Raises IndexServerError if the index is down
         (callers fall back to lease files)."""
@@ -213,6 +218,10 @@ class AskedQuestions:
 
     def stats(self, window: str = "7d", group_by: str = "team", **filters: str | None) -> dict[str, Any]:
         return self.queries.stats(window, group_by, **filters)
+
+    def failures(self, window: str = "7d", top: int = 100) -> dict[str, Any]:
+        """Failed graphs of ``window`` grouped by error signature (see :meth:`IndexQueries.failures`)."""
+        return self.queries.failures(window, top)
 
     def acquire(self, name: str, ttl: float = 600.0) -> IndexLease:
         """Try to take a compile lease; check ``.held``. Raises IndexServerError if the index is down."""

@@ -27,8 +27,10 @@ from dataclasses import dataclass
 
 from neffcache.entry import Entry, EntryState
 from neffcache.errors import EntryNotFound, StoreError
+from neffcache.failure_groups import Sighting, Source, sighting
 from neffcache.failures import FailureClass, Verdict, classify_text, first_error, signature
 from neffcache.layouts import get_layout
+from neffcache.operations.scan import scan
 from neffcache.stores.base import Store
 
 log = logging.getLogger(__name__)
@@ -68,6 +70,11 @@ class FailedGraph:
         if self.verdict.is_environment:
             return False
         return ttl is None or now - self.failed_at < ttl
+
+    def sighting(self) -> Sighting:
+        """This failure as ``neffcache failures`` groups it."""
+        return sighting(self.text, seen=self.failed_at, path=self.path, source=Source.STORE,
+                        compiler_version=self.entry.namespace.compiler_version, store=self.store)
 
     def to_json(self) -> dict[str, object]:
         tc = self.entry.toolchain
@@ -140,3 +147,14 @@ def standing_failure(store: Store, entry: Entry, *, ttl: float | None, now: floa
     if failed is None or not failed.stands(time.time() if now is None else now, ttl):
         return None
     return failed
+
+
+def store_failures(store: Store, *, since: float | None = None, warnings: list[str] | None = None
+                   ) -> list[FailedGraph]:
+    """Every failure of ``store`` (one listing, then a small read per FAILED entry), those
+    recorded at or after ``since`` when given; the scan's own warnings go to ``warnings``."""
+    report = scan(store)
+    if warnings is not None:
+        warnings.extend(f"{store.url}: {w}" for w in report.warnings[:20])
+    return [f for f in failed_graphs(store, report.entries, warnings=warnings)
+            if since is None or f.failed_at >= since]
