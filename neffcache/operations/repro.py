@@ -47,7 +47,6 @@ _VALUE_OPTIONS = frozenset({"--framework", "--target", "--output", "--lnc", "--m
 # only the failing host had: never copied from the recorded command.
 _DROPPED = frozenset({"--framework", "--target", "--output", "--lnc", "--logfile", "--workdir", "--cache_dir"})
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,200}$")
-OUTPUT = "model.neff"
 
 
 @dataclass(frozen=True)
@@ -114,8 +113,10 @@ def repro_command(store: Store, failed: FailedGraph, hlo_name: str) -> ReproComm
     if target is None:
         raise ConfigError(f"{entry.path}: the compile target is unknown (no target directory, no command in "
                           "its failure log): cannot write a command that reproduces it")
+    # The NEFF under the name the entry's runtime gives it (layout A: model.neff).
+    output = get_layout(entry.layout).names(entry.namespace, entry.key).neff or "compiled.neff"
     argv = [COMPILER_NAME, "compile", "--framework=XLA", hlo_name, "--target", target,
-            *(["--lnc", str(lnc)] if lnc else []), "--output", OUTPUT, *flags]
+            *(["--lnc", str(lnc)] if lnc else []), "--output", output, *flags]
     return ReproCommand(tuple(argv), tuple(flags), target, lnc)
 
 
