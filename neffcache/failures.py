@@ -276,9 +276,11 @@ _NORMALISE: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"[^\s'\"`=:,;()\[\]{}<>]*/[^\s'\"`=:,;()\[\]{}<>]*"), "<path>"),
     (re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.I), "<uuid>"),
     (re.compile(r"\b(?:tmp|temp)[A-Za-z0-9_.-]{4,}", re.I), "<tmp>"),
-    (re.compile(r"\b0x[0-9a-f]+\b", re.I), "<hex>"),
-    (re.compile(r"\b(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,}\b", re.I), "<hex>"),
-    # Standalone numbers (sizes, line numbers, pids, timestamps); error codes like NCC_E001 stay.
+    # Hex hashes and standalone numbers (sizes, line numbers, pids, timestamps) are one
+    # placeholder: a hash that happens to be all digits, or a size that grows a digit, must not
+    # change the signature. Error codes like NCC_E001 stay (their digits are part of a word).
+    (re.compile(r"\b0x[0-9a-f]+\b", re.I), "<n>"),
+    (re.compile(r"\b(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,}\b", re.I), "<n>"),
     (re.compile(r"(?<![A-Za-z0-9_.])[-+]?\d+(?:\.\d+)*(?![A-Za-z0-9_])"), "<n>"),
     (re.compile(r"\s+"), " "),
 )
@@ -296,7 +298,7 @@ def error_lines(text: str) -> list[str]:
 def normalise(line: str) -> str:
     """``line`` with what differs between two hosts hitting the same error replaced by a
     placeholder: paths, UUIDs, temp names, hex hashes and numbers.
-    ``normalise("ERROR at /tmp/x/y.pb:12 (sha 9f86d081884c7d65)") == "ERROR at <path> (sha <hex>)"``."""
+    ``normalise("ERROR at /tmp/x/y.pb:12 (sha 9f86d081884c7d65)") == "ERROR at <path>:<n> (sha <n>)"``."""
     for regex, placeholder in _NORMALISE:
         line = regex.sub(placeholder, line)
     return line.strip()[:500]
