@@ -11,7 +11,7 @@ import click
 
 from neffcache.application.config import Settings, load_settings
 from neffcache.errors import ConfigError, IndexServerError
-from neffcache.failure_groups import FailureGroup, group_sightings, merge_groups, resolve_signature
+from neffcache.failure_groups import FailureGroup, group_sightings, merge_groups, resolve_signature, signature_prefix
 from neffcache.failures import FailureClass
 from neffcache.operations.failed import FailedGraph, store_failures
 from neffcache.operations.repro import write_bundle
@@ -163,6 +163,10 @@ def bundle_cmd(signature: str, dest: Path, stores: tuple[str, ...], as_json: boo
     Example:
       neffcache failures bundle 3f2a9c1e -o repro.tar.gz --store /var/tmp/neuron-compile-cache
     """
+    try:
+        signature = signature_prefix(signature)  # bad input fails before any store is read
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     settings = load_settings(stores=stores)
     if not settings.stores:
         raise ConfigError("name the stores holding the failed entry: --store URL (or NEFFCACHE_STORES)")

@@ -196,13 +196,19 @@ def merge_groups(*lists: Iterable[FailureGroup]) -> list[FailureGroup]:
     return order(merged.values())
 
 
+def signature_prefix(text: str) -> str:
+    """``text`` as a signature prefix (4 to 16 hex digits, lower case); ValueError if it is not one."""
+    prefix = text.strip().lower()
+    if len(prefix) < 4 or len(prefix) > SIGNATURE_HEX or any(c not in "0123456789abcdef" for c in prefix):
+        raise ValueError(f"{text!r} is not a signature (4 to {SIGNATURE_HEX} hex digits, as "
+                         "`neffcache failures` lists them)")
+    return prefix
+
+
 def resolve_signature(prefix: str, signatures: Iterable[str]) -> str:
     """The one signature of ``signatures`` that starts with ``prefix`` (a whole signature or a
     unique prefix of at least 4 hex digits). Raises ValueError saying why there is none."""
-    prefix = prefix.strip().lower()
-    if len(prefix) < 4 or len(prefix) > SIGNATURE_HEX or any(c not in "0123456789abcdef" for c in prefix):
-        raise ValueError(f"{prefix!r} is not a signature (4 to {SIGNATURE_HEX} hex digits, as "
-                         "`neffcache failures` lists them)")
+    prefix = signature_prefix(prefix)
     found = sorted({s for s in signatures if s.startswith(prefix)})
     if not found:
         raise ValueError(f"no failure has a signature starting with {prefix}")

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -25,8 +25,12 @@ MAX_EVENTS = 10_000  # error events one query groups, newest first
 
 
 class FailureGroupOut(BaseModel):
+    """One signature's group, as :meth:`neffcache.failure_groups.FailureGroup.to_json` writes it."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
     signature: str
-    failure_class: str
+    failure_class: str = Field(alias="class")  # compiler | environment
     cause: str
     pattern: str
     graphs: int
@@ -70,8 +74,4 @@ def failure_groups(session: Session, query: FailuresQuery) -> FailuresOut:
                  for ts, path, toolchain, model, team, store, message in rows[:query.max_events]]
     groups = group_sightings(sightings)[:query.top]
     return FailuresOut(start=query.start, end=query.end, events=len(sightings), truncated=truncated,
-                       groups=[FailureGroupOut(failure_class=g.failure_class, **_fields(g.to_json())) for g in groups])
-
-
-def _fields(data: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in data.items() if k != "class"}
+                       groups=[FailureGroupOut.model_validate(g.to_json()) for g in groups])

@@ -41,11 +41,12 @@ def test_error_events_are_grouped_by_signature(writer: httpx.Client, reader: htt
     assert body["events"] == 4 and body["truncated"] is False
     big, env = body["groups"]
     assert big["signature"] == signature(_compiler_error("/anywhere", 1))
-    assert (big["failure_class"], big["cause"], big["graphs"], big["occurrences"]) == ("compiler", "compiler-error", 2, 3)
+    assert (big["class"], big["cause"]) == ("compiler", "compiler-error")
+    assert (big["graphs"], big["occurrences"]) == (2, 3)
     assert big["models"] == ["llama3-8b", "mistral"] and big["teams"] == ["ads", "search"]
     assert big["compiler_versions"] == ["2.27.5334.0+f702b353", "2.28.1001.0+0badc0de"]
     assert big["first_seen"] < big["last_seen"] and "<path>" in big["pattern"]
-    assert (env["failure_class"], env["cause"], env["graphs"]) == ("environment", "killed", 1)
+    assert (env["class"], env["cause"], env["graphs"]) == ("environment", "killed", 1)
     assert reader.get("/v1/failures", params={"window": "4d"}).json()["events"] == 5
     assert len(reader.get("/v1/failures", params={"window": "1d", "top": 1}).json()["groups"]) == 1
 
