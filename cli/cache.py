@@ -47,7 +47,7 @@ def _manifest_summary(report: ScanReport) -> dict[str, dict[str, int]]:
 
 
 def _failures_json(failed: list[FailedGraph]) -> dict[str, object]:
-    by_class = Counter(f.failure_class.value for f in failed)
+    by_class = Counter(f.verdict.failure_class.value for f in failed)
     return {"compiler": by_class.get("compiler", 0), "environment": by_class.get("environment", 0),
             "signatures": len({f.signature for f in failed}), "entries": [f.to_json() for f in failed[:1000]]}
 
@@ -59,7 +59,7 @@ def _failures_text(failed: list[FailedGraph]) -> list[str]:
     out = [f"failed: {len(compiler)} compiler errors ({len({f.signature for f in compiler})} signatures; "
            f"`neffcache failures`), {len(failed) - len(compiler)} environment failures (the host failed the "
            "compile, not the graph: warm compiles them again, `neffcache prune --failed environment` removes them)"]
-    out += [f"  {f.failure_class:<11} {f.signature}  {f.path}: {f.message[:120]}" for f in failed[:20]]
+    out += [f"  {f.verdict.failure_class:<11} {f.signature}  {f.path}: {f.message[:120]}" for f in failed[:20]]
     return out + ([f"  ... and {len(failed) - 20} more (--json lists them)"] if len(failed) > 20 else [])
 
 

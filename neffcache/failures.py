@@ -81,18 +81,19 @@ _COMPILER_CAUSES = frozenset({FailureCause.COMPILER_ERROR, FailureCause.COMPILER
 
 @dataclass(frozen=True)
 class Verdict:
-    """A failed compile's cause and one line saying why."""
+    """A failed compile's cause and one line saying why (``detail``, for people)."""
 
     cause: FailureCause
-    detail: str
+    detail: str = ""
+
+    @property
+    def is_environment(self) -> bool:
+        """The host failed the compile, not the graph: retried, never cached."""
+        return self.cause.failure_class is FailureClass.ENVIRONMENT
 
     @property
     def failure_class(self) -> FailureClass:
         return self.cause.failure_class
-
-    @property
-    def is_environment(self) -> bool:
-        return self.failure_class is FailureClass.ENVIRONMENT
 
 
 # Signals a process raises on its own fault: the compiler crashed on the graph.

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from neffcache.entry import Entry, EntryState
 from neffcache.errors import EntryNotFound, StoreError
 from neffcache.failure_groups import Sighting, Source, sighting
-from neffcache.failures import FailureClass, Verdict, classify_text, first_error, signature
+from neffcache.failures import Verdict, classify_text, first_error, signature
 from neffcache.layouts import get_layout
 from neffcache.operations.scan import scan
 from neffcache.stores.base import Store
@@ -57,10 +57,6 @@ class FailedGraph:
         return self.entry.path
 
     @property
-    def failure_class(self) -> FailureClass:
-        return self.verdict.failure_class
-
-    @property
     def message(self) -> str:
         return first_error(self.text)
 
@@ -78,8 +74,9 @@ class FailedGraph:
 
     def to_json(self) -> dict[str, object]:
         tc = self.entry.toolchain
-        return {"store": self.store, "path": self.path, "class": self.failure_class, "cause": self.verdict.cause,
-                "detail": self.verdict.detail, "signature": self.signature, "message": self.message,
+        verdict = self.verdict
+        return {"store": self.store, "path": self.path, "class": verdict.failure_class, "cause": verdict.cause,
+                "detail": verdict.detail, "signature": self.signature, "message": self.message,
                 "failed_at": self.failed_at, "compiler_version": self.entry.namespace.compiler_version,
                 "toolchain": tc.to_json() if tc else None}
 

@@ -73,7 +73,7 @@ def with_failures(store: Store, entries: Iterable[Entry], candidates: dict[str, 
     out = dict(candidates)
     for failed in failed_graphs(store, [e for e in entries if e.path in candidates]):
         c = out[failed.path]
-        out[failed.path] = replace(c, failure_class=failed.failure_class, failure_signature=failed.signature)
+        out[failed.path] = replace(c, failure_class=failed.verdict.failure_class, failure_signature=failed.signature)
     return out
 
 

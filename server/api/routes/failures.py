@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query
 
 from neffcache.server.api.deps import ReadAccess
 from neffcache.server.api.routes.common import AUTH_ERRORS
-from neffcache.server.api.routes.stats import WINDOW_PATTERN, window_seconds
+from neffcache.server.api.routes.stats import Window, WindowEnd, window_seconds
 from neffcache.server.services.failures import FailuresOut, FailuresQuery, failure_groups
 
 router = APIRouter(prefix="/v1/failures", tags=["failures"])
@@ -18,9 +18,8 @@ router = APIRouter(prefix="/v1/failures", tags=["failures"])
 @router.get("", name="failures.get", summary="Failed graphs grouped by error signature", responses=AUTH_ERRORS)
 def get_failures(
     access: ReadAccess,
-    window: Annotated[str, Query(pattern=WINDOW_PATTERN, description="e.g. 24h, 7d, 2w, or seconds")] = "7d",
-    end: Annotated[float | None, Query(ge=946684800, le=7258118400, allow_inf_nan=False,
-                                       description="window end, epoch seconds (default now)")] = None,
+    window: Window = "7d",
+    end: WindowEnd = None,
     top: Annotated[int, Query(ge=1, le=1000, description="how many groups, largest first")] = 100,
 ) -> FailuresOut:
     """The error events of the window grouped by the normalised signature of their message
