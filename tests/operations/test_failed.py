@@ -30,9 +30,9 @@ def test_the_runtimes_own_failure_logs_are_judged_by_cause(sim: Sim, tmp_path: P
     failed = {f.verdict.cause: f for f in store_failures(store)}
     assert set(failed) == {FailureCause.COMPILER_ERROR, FailureCause.KILLED, FailureCause.OUT_OF_MEMORY}
     error = failed[FailureCause.COMPILER_ERROR]
-    assert error.failure_class is FailureClass.COMPILER and "NCC_ESIM001" in error.message
+    assert error.verdict.failure_class is FailureClass.COMPILER and "NCC_ESIM001" in error.message
     assert error.command is not None and error.command[:2] == ("neuronx-cc", "compile")
-    assert failed[FailureCause.KILLED].failure_class is FailureClass.ENVIRONMENT
+    assert failed[FailureCause.KILLED].verdict.failure_class is FailureClass.ENVIRONMENT
     now = time.time()
     assert error.stands(now, None) and error.stands(now, 3600) and not error.stands(now + 7200, 3600)
     assert not failed[FailureCause.KILLED].stands(now, None)  # the host failed it: never stands
