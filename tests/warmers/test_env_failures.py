@@ -24,7 +24,7 @@ from neffcache.toolchain import Toolchain
 from neffcache.warmers.children import Children
 from neffcache.warmers.compiling import CompileJob, CompilePool
 from neffcache.warmers.placement import open_placement
-from tests.warmers.conftest import V1, Cli, graphs_compiled, healthy, warm_args
+from tests.warmers.conftest import V1, V2, Cli, graphs_compiled, healthy, warm_args
 
 
 def _states(store: Path) -> dict[str, int]:
@@ -152,6 +152,25 @@ def test_one_phase_clears_the_environment_failures_a_runtime_left_and_keeps_comp
     assert cached["kind"] == "compile" and len(cached["signature"]) == 16
     assert len(_logs(store)) == 1  # the compiler error stands; b128/g1 (not in this warm) is EMPTY again
     assert _states(store) == {"SUCCESS": 1, "FAILED": 1, "EMPTY": 1}
+
+
+def test_rewarm_retries_a_killed_compile_and_an_old_compiler_error_gets_another_chance(
+        cli: Cli, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    assert cli.json(*warm_args(store, "--two-phase", buckets="128", graphs=3))["ok"]
+    cli.bump(V2)
+    rewarm = ["rewarm", "--from-compiler", V1, "--store", str(store), "--layout", "neuronxcc", "-q"]
+    first = cli.json(*rewarm, rc=1, NEFFSIM_KILL_MATCH="g1$", NEFFSIM_FAIL_MATCH="g2$")
+    kinds = sorted(f["kind"] for g in first["groups"] for f in g["failures"])
+    assert kinds == ["compile", "environment"]
+    v2_logs = [p for p in _logs(store) if V2 in str(p)]
+    assert len(v2_logs) == 1 and "NCC_ESIM001" in v2_logs[0].read_text()  # only the compiler error is cached
+    second = cli.json(*rewarm, rc=1)  # the killed graph compiles; the compiler error stands
+    assert second["totals"]["compiled"] == 1 and second["totals"]["failed"] == 1
+    _age(v2_logs, days=10)
+    third = cli.json(*rewarm, "--failed-ttl", "1d")  # a fixed compiler: another chance
+    assert third["ok"] and third["totals"]["compiled"] == 1
+    assert [r["graph"] for r in cli.sim.compiles() if r["version"] == V2].count("llama-tiny/b128/g2") == 2
 
 
 # -- the pool, in process ----------------------------------------------------------------------
