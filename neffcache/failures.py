@@ -287,13 +287,43 @@ _NORMALISE: tuple[tuple[re.Pattern[str], str], ...] = (
 )
 
 
+def _lines_with_words(text: str) -> list[int]:
+    """Where the lines holding an error word start, in order (``str.find`` over the lower-cased
+    text: this runs for every event a window groups, and a loop over lines and words costs 50x)."""
+    low = text.lower()
+    if len(low) != len(text):  # a character whose lower case is longer: positions would not match
+        offsets, at = [], 0
+        for line in text.splitlines(keepends=True):
+            if any(word in line.lower() for word in _ERROR_WORDS):
+                offsets.append(at)
+            at += len(line)
+        return offsets
+    starts: set[int] = set()
+    for word in _ERROR_WORDS:
+        index = low.find(word)
+        while index >= 0:
+            starts.add(low.rfind("\n", 0, index) + 1)
+            end = low.find("\n", index)
+            index = low.find(word, end) if end >= 0 else -1
+    return sorted(starts)
+
+
 def error_lines(text: str) -> list[str]:
     """The lines of a failure's text that say what went wrong: the error lines (at most eight,
     each once), else the last non-empty line. neffcache's own notes are not the compiler's
     words and are left out."""
+    chosen: dict[str, None] = {}
+    for start in _lines_with_words(text):
+        end = text.find("\n", start)
+        line = text[start:end if end >= 0 else len(text)].strip()
+        if line and not line.startswith(NOTE_PREFIX):
+            chosen.setdefault(line)
+            if len(chosen) == _MAX_LINES:
+                break
+    if chosen:
+        return list(chosen)
     lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith(NOTE_PREFIX)]
-    chosen = list(dict.fromkeys(ln for ln in lines if any(w in ln.lower() for w in _ERROR_WORDS)))[:_MAX_LINES]
-    return chosen or lines[-1:]
+    return lines[-1:]
 
 
 def normalise(line: str) -> str:
