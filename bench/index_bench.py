@@ -6,10 +6,15 @@ PostgreSQL, each against a bare SQL loop on the same database (the baseline of t
 What runs: the real server (``neffcache serve``, one process unless --workers) on 127.0.0.1,
 queried by --clients threads with keep-alive HTTP connections (bearer token checked on every
 request). Lookups are GET /v1/entries/{path} of random entries
-(the entry row, its stores and tags). Ingest is POST /v1/events of --batch events per request
-(dedup insert, hourly rollup upsert, hit stamps on entries).
+(the entry row, its stores and tags). Batch lookups are POST /v1/entries/lookup of --batch-keys
+random paths per request (what `neffcache plan` sends), from one client and from --clients.
+Ingest is POST /v1/events of --batch events per request (dedup insert, hourly rollup upsert,
+hit stamps on entries).
 Baselines use the DB-API driver directly (sqlite3 / psycopg), one connection, no HTTP:
-the same SELECTs for a lookup; a plain executemany INSERT of the same event rows per batch.
+the same SELECTs for a lookup; for a batch, SELECT ... WHERE path IN (...) and the stores and
+tags of the rows found, WHERE entry_id IN (...); a plain executemany INSERT of the same event
+rows per batch. Batch lookups are also set against the single-key loop over HTTP (the same keys
+asked one request each), which is what a batch replaces.
 """
 
 from __future__ import annotations
@@ -76,6 +81,8 @@ def entry_records(count: int) -> Iterator[list[EntryIn]]:
             "size": rng.randint(144_000, 17_500_000), "neff_sha256": f"{rng.getrandbits(256):064x}",
             "store": "s3://bench/prefix", "tags": {"team": f"team-{i % 7}", "model": f"model-{i % 23}"},
             "created": now - rng.uniform(0, 86400 * 30), "producer": "bench", "compile_seconds": rng.uniform(5, 900),
+            "hlo_sha256": f"{rng.getrandbits(256):064x}", "hlo_size": rng.randint(10_000, 50_000_000),
+            "flags": ["--model-type=transformer", "--auto-cast=none", "-O1"],
         }))
         if len(batch) == 5000:
             yield batch
@@ -244,6 +251,14 @@ def lookup_request(connection: Http, path: str) -> None:
         raise RuntimeError(f"lookup {path}: {status} {body[:200]!r}")
 
 
+def batch_request(connection: Http, body: bytes) -> None:
+    status, answer = connection.request("POST", "/v1/entries/lookup", body)
+    if status != 200:
+        raise RuntimeError(f"batch lookup: {status} {answer[:200]!r}")
+    if b'"missing":[]' not in answer:  # every key asked exists (checked without parsing 1 MB here)
+        raise RuntimeError(f"batch lookup missed keys: {answer[-200:]!r}")
+
+
 RETRIED_503 = [0]
 
 
@@ -286,6 +301,21 @@ class BareSQL:
         cur.execute(f"SELECT store FROM entry_locations WHERE entry_id = {m}", (row[0],))
         cur.fetchall()
         cur.execute(f"SELECT name, value FROM entry_tags WHERE entry_id = {m}", (row[0],))
+        cur.fetchall()
+        if not self.sqlite:
+            self.conn.commit()
+
+    def lookup_in(self, paths: list[str]) -> None:
+        """A batch as the server answers it, in the fewest statements the driver allows: the rows
+        (one IN list), then their stores and their tags (one IN list of ids each)."""
+        marks = ", ".join([self.mark] * len(paths))
+        cur = self.conn.cursor()
+        cur.execute(f"SELECT * FROM entries WHERE path IN ({marks})", paths)
+        ids = [row[0] for row in cur.fetchall()]
+        id_marks = ", ".join([self.mark] * len(ids))
+        cur.execute(f"SELECT entry_id, store FROM entry_locations WHERE entry_id IN ({id_marks})", ids)
+        cur.fetchall()
+        cur.execute(f"SELECT entry_id, name, value FROM entry_tags WHERE entry_id IN ({id_marks})", ids)
         cur.fetchall()
         if not self.sqlite:
             self.conn.commit()
@@ -344,8 +374,29 @@ def best(runs: list[Run]) -> Run:
     return max(runs, key=lambda run: run.rate)
 
 
+def batch_rounds(base: str, pid: int, args: argparse.Namespace, bare: BareSQL, all_paths: list[str],
+                 rng: random.Random) -> dict[str, Run]:
+    """Batch lookups of ``--batch-keys`` paths: rates in keys per second, latencies per batch."""
+    keys = args.batch_keys
+    asked = [rng.sample(all_paths, keys) for _ in range(args.batch_lookups)]
+    bodies = [json.dumps({"paths": paths}).encode() for paths in asked]
+    runs: dict[str, Run] = {}
+    seconds, latencies = timed_loop(asked, bare.lookup_in)
+    runs["sql batch"] = Run(len(asked) * keys / seconds, latencies)
+    cpu = cpu_seconds(pid)
+    seconds, latencies = run_clients(1, bodies, batch_request, base)
+    runs["batch 1"] = Run(len(bodies) * keys / seconds, latencies, (cpu_seconds(pid) - cpu) / (len(bodies) * keys))
+    cpu = cpu_seconds(pid)
+    seconds, latencies = run_clients(args.clients, bodies, batch_request, base)
+    runs["batch n"] = Run(len(bodies) * keys / seconds, latencies, (cpu_seconds(pid) - cpu) / (len(bodies) * keys))
+    single = asked[0][: max(1, args.lookups // 5)]  # the same keys, one request each
+    seconds, latencies = run_clients(1, single, lookup_request, base)
+    runs["single loop"] = Run(len(single) / seconds, latencies)
+    return runs
+
+
 def one_round(url: str, base: str, pid: int, args: argparse.Namespace, wanted: list[str],
-              rng: random.Random) -> dict[str, Run]:
+              rng: random.Random, all_paths: list[str]) -> dict[str, Run]:
     batches = [json.dumps(events(args.batch, args.entries, rng)).encode() for _ in range(args.events // args.batch)]
     baseline_batches = [events(args.batch, args.entries, rng) for _ in range(len(batches))]
     runs: dict[str, Run] = {}
@@ -365,6 +416,8 @@ def one_round(url: str, base: str, pid: int, args: argparse.Namespace, wanted: l
         cpu = cpu_seconds(pid)
         seconds, latencies = run_clients(args.clients, batches, ingest_request, base)
         runs["events"] = Run(sent / seconds, latencies, (cpu_seconds(pid) - cpu) / sent)
+        if args.batch_lookups:
+            runs.update(batch_rounds(base, pid, args, bare, all_paths, rng))
     finally:
         bare.close()
     return runs
@@ -381,7 +434,7 @@ def bench_database(kind: str, args: argparse.Namespace, workdir: Path) -> list[R
         with server(url, args.workers, workdir / f"server-{kind}.log") as (base, pid):
             run_clients(args.clients, wanted[:500], lookup_request, base)  # warm-up (and the page cache)
             for n in range(args.rounds):
-                rounds.append(one_round(url, base, pid, args, wanted, rng))
+                rounds.append(one_round(url, base, pid, args, wanted, rng, all_paths))
                 print(f"[{kind}] round {n + 1}/{args.rounds} done", file=sys.stderr)
     pick = {name: best([r[name] for r in rounds]) for name in rounds[0]}
 
@@ -389,11 +442,20 @@ def bench_database(kind: str, args: argparse.Namespace, workdir: Path) -> list[R
         return Result(kind, what, ours.rate, ours.p50, ours.p99, baseline.rate, baseline.p50, baseline.p99,
                       ours.cpu_per_item)
 
-    return [
+    results = [
         result("lookups, 1 client", pick["lookups 1"], pick["sql lookups"]),
         result(f"lookups, {args.clients} clients", pick["lookups n"], pick["sql lookups"]),
         result(f"events, {args.batch}/request", pick["events"], pick["sql events"]),
     ]
+    if args.batch_lookups:
+        keys = args.batch_keys
+        results += [result(f"batch {keys}, 1 client", pick["batch 1"], pick["sql batch"]),
+                    result(f"batch {keys}, {args.clients} clients", pick["batch n"], pick["sql batch"])]
+        SINGLE_LOOP[kind] = pick["single loop"]
+    return results
+
+
+SINGLE_LOOP: dict[str, Run] = {}  # per database: the single-key loop the batch rows are set against
 
 
 def print_table(results: list[Result], args: argparse.Namespace) -> None:
@@ -408,9 +470,16 @@ def print_table(results: list[Result], args: argparse.Namespace) -> None:
         cpu = f"{r.cpu_per_item * 1e6:>8.0f}" if r.cpu_per_item is not None else f"{'':>8}"
         print(f"{r.database:<11}{r.what:<22}{r.rate:>10,.0f}{r.p50_ms:>8.2f}{r.p99_ms:>8.2f}{cpu}"
               f"{r.baseline_rate:>12,.0f}{r.baseline_p50_ms:>8.2f}{r.baseline_p99_ms:>8.2f}{r.ratio:>7.2f}")
-    print("\nratio = server rate / bare SQL rate. CPU us = server CPU per lookup / per event (all workers).\n"
-          "Latency of events is per request (one batch). Load average during the run: "
-          f"{os.getloadavg()[0]:.1f}; ingest requests retried after a 503: {RETRIED_503[0]}")
+    print("\nratio = server rate / bare SQL rate. CPU us = server CPU per lookup / per event / per key of a batch\n"
+          "(all workers). Latency of events and of batch lookups is per request (one batch); batch rates are keys/s,\n"
+          "their bare SQL baseline one IN-list SELECT of the rows plus one each of their stores and tags.")
+    for kind, single in SINGLE_LOOP.items():
+        batch = next(r for r in results if r.database == kind and r.what.endswith(", 1 client")
+                     and r.what.startswith("batch"))
+        print(f"{kind}: batch lookups, 1 client, {batch.rate:,.0f} keys/s vs the single-key loop over HTTP, "
+              f"1 client, {single.rate:,.0f} keys/s (p99 {single.p99:.2f} ms a key): {batch.rate / single.rate:.1f}x")
+    print(f"Load average during the run: {os.getloadavg()[0]:.1f} (1 min), {os.getloadavg()[1]:.1f} (5 min); "
+          f"ingest requests retried after a 503: {RETRIED_503[0]}")
 
 
 def main() -> None:
@@ -419,6 +488,8 @@ def main() -> None:
     parser.add_argument("--lookups", type=int, default=20_000)
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--batch", type=int, default=500)
+    parser.add_argument("--batch-lookups", type=int, default=100, help="batch lookups per round (0: none)")
+    parser.add_argument("--batch-keys", type=int, default=1000, help="paths per batch lookup")
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--databases", default="sqlite,postgresql")

@@ -2,7 +2,8 @@
 
 Every step is a real ``neffcache`` command run as its own process, printed before it runs, so
 the demo doubles as a walk-through of the CLI: an index server in the background, a compile-only
-warm-up over shape buckets, the same warm-up again (all hits), a wrapped "training job", a
+warm-up over shape buckets, the same warm-up again (all hits), a plan of the job with a new
+bucket (its forecast, the CI gate) and the warm-up that compiles only it, a wrapped "training job", a
 compiler bump and re-warm, the job again on the new compiler (all hits), a prune of the old
 compiler's entries (plan, then --yes), then the stats.
 
@@ -31,12 +32,14 @@ import click
 from neffcache.toolchain import find_compiler
 from neffcache.warmers.report import WarmReport
 
+from .errors import NOT_WARM
 from .warm import report_text
 
 INSTANCE = "trn2.48xlarge"
 OLD_VERSION = "2.27.5334.0+f702b353"
 NEW_VERSION = "2.28.1001.0+0badc0de"
 BUCKETS = "128,256,512,1024"
+NEW_BUCKET = "2048"
 GRAPHS = 4
 COMPILE_SECONDS = 1.0
 WORKLOAD = [sys.executable, "-m", "neffcache.testing.workload", "--model", "llama-tiny", "--graphs", str(GRAPHS)]
@@ -68,8 +71,8 @@ class Demo:
             self.failures.append(what)
             click.secho(f"  !! {what}", fg="red")
 
-    def warm(self, *extra: str) -> dict[str, Any]:
-        proc = self.neffcache("warm", "--instance", INSTANCE, "--store", self.store, "--bucket", f"SEQ={BUCKETS}",
+    def warm(self, *extra: str, buckets: str = BUCKETS) -> dict[str, Any]:
+        proc = self.neffcache("warm", "--instance", INSTANCE, "--store", self.store, "--bucket", f"SEQ={buckets}",
                               "--parallel", "4", "--tag", "model=llama-tiny", "--tag", "team=demo", "--log-dir",
                               str(self.workdir / "logs"), "--json", *extra, "--", *WORKLOAD,
                               "--bucket", "{SEQ}", capture=True)
@@ -196,6 +199,18 @@ def install_toolchain(demo: Demo, version: str) -> None:
         demo.env.update(simulated_env(bin_dir))
 
 
+def plan_new_bucket(demo: Demo) -> None:
+    """The gate a CI pipeline puts before a training job (exit 13 while anything would compile),
+    then the warm-up that compiles only what the plan said was missing."""
+    buckets = f"{BUCKETS},{NEW_BUCKET}"
+    proc = demo.neffcache("plan", "--instance", INSTANCE, "--store", demo.store, "--bucket", f"SEQ={buckets}",
+                          "--parallel", "4", "--require-warm", "--quiet", "--", *WORKLOAD, "--bucket", "{SEQ}")
+    demo.expect(proc.returncode == NOT_WARM,
+                f"plan --require-warm should exit {NOT_WARM} for the new bucket, not {proc.returncode}")
+    totals = demo.warm("--quiet", buckets=buckets).get("totals", {})
+    demo.expect(totals.get("compiled") == GRAPHS, "the warm-up after the plan should compile only the new bucket")
+
+
 def steps(demo: Demo) -> list[tuple[str, Callable[[], None]]]:
     def warm_first() -> None:
         report = demo.warm()
@@ -243,6 +258,8 @@ def steps(demo: Demo) -> list[tuple[str, Callable[[], None]]]:
     return [
         (f"warm: compile-only over {n} shape buckets, 4 at a time, on this CPU host", warm_first),
         ("warm again: everything is in the cache now", warm_again),
+        (f"plan the job with a new bucket (SEQ={NEW_BUCKET}) before running it: what would compile, how long, "
+         "and the CI gate; then warm compiles only that bucket", lambda: plan_new_bucket(demo)),
         ("a training job wrapped by `neffcache run`: hits counted from the runtime's own log lines", train_old),
         ("compiler upgrade: re-warm the stored HLOs with the new neuronx-cc", bump_and_rewarm),
         ("the training job again, on the new compiler", train_new),

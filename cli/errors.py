@@ -25,7 +25,9 @@ if TYPE_CHECKING:
 #   3 COMPILER: the compiler               10 DOCTOR_WARNINGS: the worst finding is a warning
 #   4 STORE: a store (unreachable, denied, unsafe path, I/O)   11 DOCTOR_PROBLEMS: something is a problem
 #   5 CORRUPT: a corrupt entry, or a source that changed mid-copy   12 NO_SPACE at the destination
-#   6 BUSY: a lease another process holds  130 INTERRUPTED (Ctrl-C)
+#   6 BUSY: a lease another process holds  13 NOT_WARM (`plan --require-warm`): some graph would compile
+#                                          14 UPGRADE_NOT_READY: `upgrade-report --gate` not met
+#                                          130 INTERRUPTED (Ctrl-C)
 #   128 + N: stopped by signal N (`warm`, `rewarm`: SIGTERM gives 143), see :func:`killed_by`
 #   `run` exits with its workload's own exit code.
 OK = 0
@@ -39,6 +41,12 @@ DB_SCHEMA_BEHIND = 8
 DOCTOR_WARNINGS = 10
 DOCTOR_PROBLEMS = 11
 NO_SPACE = 12
+# `plan --require-warm`: the job would compile at least one graph (a store lacks it): a CI gate
+# holds the training job on it. Its own code so a pipeline tells "not warm yet" from a failure.
+NOT_WARM = 13
+# `upgrade-report --gate F`: readiness below F, or a graph that compiled under the old compiler
+# fails under the new one. The report itself was complete; the upgrade is not ready.
+UPGRADE_NOT_READY = 14
 INTERRUPTED = 130
 _SIGNAL_BASE = 128
 
@@ -74,6 +82,7 @@ ERROR_TABLE: list[tuple[type[BaseException], int, str]] = [
     (e.EntryNotFound, STORE, "not found"),
     (e.NoSpace, NO_SPACE, "no space"),
     (e.StoreError, STORE, "store error"),
+    (e.PlaceholderNeff, CORRUPT, "placeholder refused"),
     (e.CorruptEntry, CORRUPT, "corrupt entry"),
     (e.SourceChanged, CORRUPT, "source changed"),
     (e.LeaseHeld, BUSY, "busy"),

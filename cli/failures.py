@@ -4,8 +4,9 @@ packed for the compiler team."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -15,12 +16,38 @@ from neffcache.failure_groups import FailureGroup, group_sightings, merge_groups
 from neffcache.failures import FailureClass
 from neffcache.operations.failed import FailedGraph, store_failures
 from neffcache.operations.repro import write_bundle
+from neffcache.prune import FailedSelect
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
 from neffcache.units import parse_duration
 
 from .options import endpoint_option, index_options, open_settings_index, store_option, store_options
 from .output import json_option, progress, render, table
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    try:
+        return parse_duration(value) if value is not None else None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+
+
+def failed_options(f: F) -> F:
+    """``prune``'s ``--failed [all|compiler|environment|expired]`` and ``--failed-ttl AGE``."""
+    f = click.option("--failed-ttl", metavar="AGE", callback=_duration,
+                     help="With --failed expired: failures older than AGE (default: setting failed_ttl).")(f)
+    return click.option("--failed", type=click.Choice([s.value for s in FailedSelect]), is_flag=False,
+                        flag_value="all", metavar="[all|compiler|environment|expired]",
+                        help="Remove failed entries: all (the default), compiler errors, environment failures "
+                             "(the host failed the compile: Ctrl-C, OOM kill...), or those older than "
+                             "--failed-ttl.")(f)
+
+
+def failed_rule(failed: str | None, ttl: float | None) -> dict[str, Any]:
+    """The :class:`~neffcache.prune.PrunePolicy` fields of ``--failed`` and the failure TTL."""
+    return {"failed": failed is not None, "failed_select": FailedSelect(failed or "all"), "failed_ttl": ttl}
 
 
 def _window(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, float]:

@@ -23,6 +23,36 @@ def _pct(rate: float | None) -> str:
     return "-" if rate is None else f"{rate * 100:.1f}%"
 
 
+def _money_lines(data: dict[str, Any]) -> list[str]:
+    """Compile time in money, when the server has the operator's prices (`serve --price`)."""
+    currency, t = data.get("currency"), data["totals"]
+    if not currency or t.get("compile_cost") is None:
+        return []
+    lines = [f"  saved           {t['saved_cost']:,.2f} {currency}  (hits, at your prices)",
+             f"  spent on misses {t['compile_cost']:,.2f} {currency}  (compiles, at your prices)"]
+    unpriced = [f"{t[field]:,.1f} h {what}" for field, what in (("unpriced_saved_hours", "saved"),
+                                                                 ("unpriced_compile_hours", "spent")) if t.get(field)]
+    if unpriced:
+        lines.append(f"  unpriced        {', '.join(unpriced)}  (instance types with no --price)")
+    return lines
+
+
+def _groups_table(data: dict[str, Any]) -> str:
+    """One row per group; with prices, what each group saved and spent in money too."""
+    currency = data.get("currency")
+    headers = [data["group_by"], "hit rate", "hits", "misses", "compiles", "saved h", "errors", "evicted"]
+    if currency:
+        headers += [f"saved {currency}", f"spent {currency}"]
+    rows = []
+    for g in data["groups"]:
+        row = [g["name"], _pct(g["hit_rate"]), g["hits"], g["misses"], g["compiles"], f"{g['saved_hours']:,.1f}",
+               g["errors"], g["evictions"]]
+        if currency:
+            row += [f"{g['saved_cost'] or 0:,.2f}", f"{g['compile_cost'] or 0:,.2f}"]
+        rows.append(row)
+    return table(rows, headers)
+
+
 def _stats_text(data: dict[str, Any]) -> str:
     t = data["totals"]
     window = data["window"]
@@ -34,6 +64,7 @@ def _stats_text(data: dict[str, Any]) -> str:
         f"  hit rate        {_pct(t['hit_rate'])}  ({t['hits']:,} hits, {t['misses']:,} misses)",
         f"  compiles        {t['compiles']:,}  ({t['compile_hours']:,.1f} compile hours, {t['errors']:,} errors)",
         f"  hours saved     {t['saved_hours']:,.1f}",
+        *_money_lines(data),
         f"  cache size      {human_bytes(sum(s['bytes'] for s in sizes))} in "
         f"{sum(data['entries_by_state'].values()):,} entries",
         "  entries         " + ", ".join(f"{k} {v:,}" for k, v in data["entries_by_state"].items() if v),
@@ -42,10 +73,7 @@ def _stats_text(data: dict[str, Any]) -> str:
     if data["groups"]:
         # Errors and evictions too: a group with only those (prune's evicts carry no model)
         # would otherwise be a row of zeros.
-        out += ["", table([[g["name"], _pct(g["hit_rate"]), g["hits"], g["misses"], g["compiles"],
-                            f"{g['saved_hours']:,.1f}", g["errors"], g["evictions"]] for g in data["groups"]],
-                          [data["group_by"], "hit rate", "hits", "misses", "compiles", "saved h", "errors",
-                           "evicted"])]
+        out += ["", _groups_table(data)]
     if sizes:
         out += ["", table([[s["toolchain"], s["entries"], human_bytes(s["bytes"])] for s in sizes],
                           ["toolchain", "entries", "size"])]

@@ -40,6 +40,37 @@ def chosen_layouts(value: str) -> tuple[str, ...]:
     return tuple(LAYOUTS) if value in EVERY_LAYOUT else (value,)
 
 
+def bucket_options(f: F) -> F:
+    """``--bucket KEY=V1,V2`` (repeatable: a product) and ``--matrix FILE``: the shape buckets a
+    workload runs over (``warm``, ``plan``; neffcache.warmers.matrix builds them)."""
+    f = click.option("--matrix", "matrix_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                     help="Buckets from a JSON/TOML file: {\"matrix\": {KEY: [...]}, \"include\": [{...}]}.")(f)
+    return click.option("--bucket", "bucket_flags", multiple=True, metavar="KEY=V1,V2",
+                        help="A matrix axis: KEY becomes an env variable and replaces {KEY} in CMD; repeat for "
+                             "a product.")(f)
+
+
+PASS_THROUGH = {"ignore_unknown_options": True, "allow_interspersed_args": False}
+
+
+def _workload(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    # Unknown options are passed through so the workload keeps its own flags; but a command
+    # never starts with "-": that is a mistyped neffcache option, not a workload to run.
+    if value and value[0].startswith("-") and value[0] != "--":
+        raise click.UsageError(f"no such option: {value[0]} (the workload goes after `--`)", ctx=ctx)
+    if value and value[0] == "--":
+        value = value[1:]
+    if not value:
+        raise click.UsageError("name the workload to run after `--`", ctx=ctx)
+    return value
+
+
+def workload_argument(f: F) -> F:
+    """``-- COMMAND...``: the workload a command runs (``warm``, ``run``, ``plan``), its own flags
+    passed through untouched (the command needs ``context_settings=PASS_THROUGH``)."""
+    return click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED, callback=_workload)(f)
+
+
 def tag_option(f: F) -> F:
     return click.option("--tag", "tags", multiple=True, callback=_parse_tags, metavar="KEY=VALUE",
                         help="A tag recorded with entries and events (model, team, bucket...); repeatable.")(f)

@@ -17,7 +17,6 @@ from neffcache.index import Index
 from neffcache.prune import (
     ALL_STORES,
     CURRENT,
-    FailedSelect,
     PrunePlan,
     PrunePolicy,
     PruneResult,
@@ -32,6 +31,7 @@ from neffcache.stores.base import Store
 from neffcache.units import human_bytes, parse_duration, parse_size
 
 from .errors import SOME_ENTRIES_FAILED, announce_index
+from .failures import failed_options, failed_rule
 from .options import endpoint_option, open_settings_index, store_option, store_options
 from .output import json_option, progress, render, table
 
@@ -152,12 +152,7 @@ def _result_text(result: PruneResult) -> str:
 @click.option("--max-size", "max_sizes", multiple=True, metavar="[URL=]SIZE",
               help="Size budget per store (500G, 2T): least recently used entries go first. "
                    "URL=SIZE for one store; repeatable.")
-@click.option("--failed", type=click.Choice([s.value for s in FailedSelect]), is_flag=False, flag_value="all",
-              metavar="[all|compiler|environment|expired]",
-              help="Remove failed entries: all (the default), compiler errors, environment failures (the host "
-                   "failed the compile: Ctrl-C, OOM kill...), or those older than --failed-ttl.")
-@click.option("--failed-ttl", metavar="AGE", callback=_duration,
-              help="With --failed expired: failures older than AGE (default: setting failed_ttl).")
+@failed_options
 @click.option("--stale-locks", is_flag=True, help="Remove leases and runtime compile locks whose holder is gone.")
 @click.option("--garbage", is_flag=True,
               help="Remove neffcache's temp files and staging, uncommitted writes, stamps of removed "
@@ -191,10 +186,10 @@ def _result_text(result: PruneResult) -> str:
 @json_option
 def prune_cmd(stores: tuple[str, ...], keep_compilers: tuple[str, ...], keep_last: int | None,
               older_than: float | None, max_sizes: tuple[str, ...], failed: str | None, failed_ttl: float | None,
-              stale_locks: bool, garbage: bool,
-              grace: float, hit_grace: float, lock_age: float, compiler: str | None, compiler_version: str | None,
-              source: str, use_index: bool, show_items: bool, workers: int, yes: bool, force: bool,
-              max_share: float | None, history: bool, since: float | None, as_json: bool) -> None:
+              stale_locks: bool, garbage: bool, grace: float, hit_grace: float, lock_age: float,
+              compiler: str | None, compiler_version: str | None, source: str, use_index: bool, show_items: bool,
+              workers: int, yes: bool, force: bool, max_share: float | None, history: bool, since: float | None,
+              as_json: bool) -> None:
     """Remove what no toolchain needs, nobody used, or breaks a budget — as a plan first.
 
     Prints the plan (entries, reason, size; totals per reason, toolchain and store) and
@@ -223,19 +218,16 @@ def prune_cmd(stores: tuple[str, ...], keep_compilers: tuple[str, ...], keep_las
     """
     settings = load_settings(compiler=compiler, compiler_version=compiler_version, failed_ttl=failed_ttl)
     given = _urls(stores, settings)
-    _check_flags(history=history, since=since, force=force, yes=yes,
-                 rules=bool(keep_compilers or keep_last or older_than or max_sizes or failed or failed_ttl
-                            or stale_locks or garbage or yes))
+    rules = (keep_compilers, keep_last, older_than, max_sizes, failed, failed_ttl, stale_locks, garbage, yes)
+    _check_flags(history=history, since=since, force=force, yes=yes, rules=any(rules))
     if history:
         _history(given, since, as_json)
         return
     current, keep = _keep_compilers(keep_compilers, settings)
     opened = _stores(given, read_only=not yes)
     policy = PrunePolicy(keep_compilers=keep, keep_last=keep_last, older_than=older_than,
-                         max_size=budgets(max_sizes, given, opened), failed=failed is not None,
-                         failed_select=FailedSelect(failed or "all"), failed_ttl=settings.failed_ttl,
-                         stale_locks=stale_locks,
-                         garbage=garbage, grace=grace, hit_grace=hit_grace, lock_age=lock_age,
+                         max_size=budgets(max_sizes, given, opened), **failed_rule(failed, settings.failed_ttl),
+                         stale_locks=stale_locks, garbage=garbage, grace=grace, hit_grace=hit_grace, lock_age=lock_age,
                          max_share=settings.prune_max_share if max_share is None else max_share, current=current,
                          quarantine_days=settings.quarantine_days)
     _prune(opened, policy, settings, source=source, use_index=use_index, show_items=show_items, workers=workers,
@@ -348,9 +340,11 @@ def _reconcile_text(plan: ReconcilePlan, executed: bool) -> str:
             out.append(table([[r.store, r.path, r.detail] for r in rows[:50]], ["store", title, "detail"]))
             if len(rows) > 50:
                 out.append(f"... and {len(rows) - 50} more (--json lists all)")
+    out.extend(f"GUARD: {g}" for g in plan.guards)
     if not executed:
         out.append("")
-        out.append("dry run: nothing was changed. Add --yes to apply the fixes." if plan.fixes
+        out.append("dry run: nothing was changed. Add --yes to apply the fixes"
+                   + (" (--force too: see GUARD)." if plan.guards and plan.to_forget else ".") if plan.fixes
                    else "the index and the stores agree.")
     return "\n".join(out)
 
@@ -361,14 +355,24 @@ def _reconcile_text(plan: ReconcilePlan, executed: bool) -> str:
               help="Which direction to fix: forget index records no store backs, register entries the index "
                    "lacks, or both.")
 @click.option("--yes", is_flag=True, help="Apply the fixes to the index. Without it, only report.")
+@click.option("--force", is_flag=True,
+              help="With --yes: forget records even when the plan looks like a mistake (a store that lists "
+                   "nothing, or more than --max-share of a store's records).")
+@click.option("--max-share", type=click.FloatRange(0.0, 1.0), metavar="SHARE",
+              help="Forgetting more than this share of a store's records needs --force "
+                   "(default: setting prune_max_share, 0.5).")
 @endpoint_option
 @json_option
-def reconcile_cmd(stores: tuple[str, ...], fix: str, yes: bool, as_json: bool) -> None:
+def reconcile_cmd(stores: tuple[str, ...], fix: str, yes: bool, force: bool, max_share: float | None,
+                  as_json: bool) -> None:
     """Compare the index server's records with what the stores hold.
 
     Reports entries the index lists but no store holds (lost files, a prune whose evict
     events never arrived) and entries a store holds that the index does not know (written
-    by a runtime, or while the index was down), and with --yes fixes the index.
+    by a runtime, or while the index was down), and with --yes fixes the index. A store that
+    is not there looks empty: forgetting every record of a store that lists nothing, or more
+    than --max-share of its records, is refused (exit 9, nothing changed) unless --force.
+    What was forgotten is journalled in the store (`neffcache prune --history`).
 
     \b
     Example:
@@ -377,12 +381,13 @@ def reconcile_cmd(stores: tuple[str, ...], fix: str, yes: bool, as_json: bool) -
     settings = load_settings()
     if not settings.index_url:
         raise ConfigError("reconcile needs the index server: set NEFFCACHE_INDEX_URL (and NEFFCACHE_TOKEN)")
-    opened = _stores(_urls(stores, settings), read_only=True)
+    opened = _stores(_urls(stores, settings), read_only=not yes)  # --yes journals in the store
     index = open_settings_index(settings)
     try:
         with progress("comparing", enabled=not as_json) as bar:
-            plan = plan_reconcile(opened, index, fix=fix, progress=lambda n: bar.update(n, detail="entries"))
-        applied = plan.execute(index) if yes else None
+            plan = plan_reconcile(opened, index, fix=fix, progress=lambda n: bar.update(n, detail="entries"),
+                                  max_share=settings.prune_max_share if max_share is None else max_share)
+        applied = plan.execute(index, force=force, journal=opened) if yes else None
         data = {"plan": plan.to_json(), "executed": yes, "applied": applied.to_json() if applied else None}
         render(as_json, data, lambda: _reconcile_text(plan, yes) + (f"\n{applied.summary()}" if applied else ""))
     finally:

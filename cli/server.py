@@ -36,12 +36,45 @@ def _server_settings(database_url: str | None, data_dir: Path | None, **extra: A
     except ImportError as exc:  # pragma: no cover - depends on the installed extras
         raise ConfigError(f"the index server needs the server extras: pip install 'neffcache[server]' "
                           f"({exc})") from None
+    from pydantic import ValidationError
+    from pydantic_settings import SettingsError
+
     values: dict[str, Any] = {k: v for k, v in extra.items() if v is not None}
     if database_url:
         values["database_url"] = database_url
     if data_dir:
         values["data_dir"] = data_dir
-    return ServerSettings(**values)
+    try:
+        return ServerSettings(**values)
+    except ValidationError as exc:  # a bad NEFFCACHE_SERVER_* value or option: one line naming it
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "settings"
+        raise ConfigError(f"server setting {where}: {first['msg']}") from None
+    except SettingsError as exc:  # a NEFFCACHE_SERVER_* variable that is not the JSON its field needs
+        raise ConfigError(f"server setting: {exc} (NEFFCACHE_SERVER_PRICES is JSON, e.g. "
+                          "{\"trn2.48xlarge\": 44.70})") from None
+
+
+def _prices(pairs: tuple[str, ...]) -> dict[str, float] | None:
+    """``--price TYPE=AMOUNT`` options as a mapping (None when none were given, so the
+    NEFFCACHE_SERVER_PRICES variable still applies); amounts are checked by ServerSettings."""
+    if not pairs:
+        return None
+    prices: dict[str, float] = {}
+    for pair in pairs:
+        name, sep, amount = pair.partition("=")
+        name = name.strip()
+        try:
+            price = float(amount)
+        except ValueError:
+            sep = ""
+        if not sep or not name:
+            raise click.BadParameter(f"{pair!r}: expected INSTANCE_TYPE=PRICE_PER_HOUR, e.g. trn2.48xlarge=44.70",
+                                     param_hint="--price")
+        if name in prices:  # two prices for one type is a typo either way: never pick one silently
+            raise click.BadParameter(f"{name} is priced twice", param_hint="--price")
+        prices[name] = price
+    return prices
 
 
 def _database_options(f: Any) -> Any:
@@ -94,11 +127,16 @@ def _open_admin(settings: ServerSettings, *, upgrade: bool = True) -> IndexAdmin
               help="Server processes; with PostgreSQL, run several replicas behind a load balancer instead.")
 @click.option("--anonymous-read", is_flag=True, default=None,
               help="Allow reads (stats, lookups, dashboard, metrics) without a token.")
+@click.option("--price", "price_pairs", multiple=True, metavar="TYPE=PER_HOUR",
+              help="What an hour of an instance type costs you (repeat per type; NEFFCACHE_SERVER_PRICES as "
+                   "JSON). With prices, stats and the dashboard show compile time in money too.")
+@click.option("--currency", default=None, metavar="LABEL", help="Label of --price amounts (default USD).")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 @_database_errors
 def serve_cmd(host: str, port: int, database_url: str | None, data_dir: Path | None, workers: int,
-              anonymous_read: bool | None, log_level: str) -> None:
+              anonymous_read: bool | None, price_pairs: tuple[str, ...], currency: str | None,
+              log_level: str) -> None:
     """Run the index server: catalog, events, leases, dashboard at /, metrics at /metrics.
 
     With no arguments it keeps an embedded SQLite database under ~/.local/share/neffcache/server;
@@ -111,11 +149,13 @@ def serve_cmd(host: str, port: int, database_url: str | None, data_dir: Path | N
       neffcache serve
       neffcache serve --host 0.0.0.0 --port 8787 \\
           --database-url postgresql+psycopg://neffcache@db:5432/neffcache --workers 4
+      neffcache serve --price trn2.48xlarge=44.70 --price trn1.32xlarge=21.50 --currency USD
     """
     from neffcache.server.app import listening_socket, serve
     from neffcache.server.services.admin import redacted_url
 
-    settings = _server_settings(database_url, data_dir, anonymous_read=anonymous_read)
+    settings = _server_settings(database_url, data_dir, anonymous_read=anonymous_read,
+                                prices=_prices(price_pairs), currency=currency)
     with _open_admin(settings) as admin:
         has_tokens = admin.has_tokens()
     shown_url = redacted_url(settings.resolved_database_url())

@@ -28,6 +28,8 @@ from neffcache.warmers.wrap import RunRequest, run_job
 
 from .errors import SOME_ENTRIES_FAILED, announce_index, killed_by
 from .options import (
+    PASS_THROUGH,
+    bucket_options,
     chosen_layouts,
     endpoint_option,
     endpoint_url,
@@ -37,23 +39,11 @@ from .options import (
     tag_option,
     toolchain_options,
     watch_index,
+    workload_argument,
 )
 from .output import json_option, render, table
 
 F = TypeVar("F", bound=Callable[..., Any])
-PASS_THROUGH = {"ignore_unknown_options": True, "allow_interspersed_args": False}
-
-
-def _workload(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
-    # Unknown options are passed through so the workload keeps its own flags; but a command
-    # never starts with "-": that is a mistyped neffcache option, not a workload to run.
-    if value and value[0].startswith("-") and value[0] != "--":
-        raise click.UsageError(f"no such option: {value[0]} (the workload goes after `--`)", ctx=ctx)
-    if value and value[0] == "--":
-        value = value[1:]
-    if not value:
-        raise click.UsageError("name the workload to run after `--`", ctx=ctx)
-    return value
 
 
 def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
@@ -165,10 +155,7 @@ def _interrupted(command: str, exc: Interrupted) -> None:
 @store_option()
 @endpoint_option
 @index_options
-@click.option("--bucket", "bucket_flags", multiple=True, metavar="KEY=V1,V2",
-              help="A matrix axis: KEY becomes an env variable and replaces {KEY} in CMD; repeat for a product.")
-@click.option("--matrix", "matrix_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Buckets from a JSON/TOML file: {\"matrix\": {KEY: [...]}, \"include\": [{...}]}.")
+@bucket_options
 @_compile_options
 @click.option("--timeout", type=click.FloatRange(min=0.1), metavar="SECONDS",
               help="Stop a workload (SIGTERM, then SIGKILL to its process group) that runs longer.")
@@ -184,7 +171,7 @@ def _interrupted(command: str, exc: Interrupted) -> None:
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines on stderr.")
 @tag_option
 @json_option
-@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED, callback=_workload)
+@workload_argument
 def warm_cmd(instance: str | None, lnc: int | None, compiler_version: str | None, compiler: str | None,
              stores: tuple[str, ...], index_url: str | None, token: str | None, bucket_flags: tuple[str, ...],
              matrix_file: Path | None, parallel: int | None, shard: str | None, compile_timeout: float | None,
@@ -297,7 +284,7 @@ def rewarm_cmd(from_version: str, instance: str | None, lnc: int | None, compile
               help="Write the counts as JSON to this file.")
 @click.option("-q", "--quiet", is_flag=True, help="No summary line on stderr after the job.")
 @tag_option
-@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED, callback=_workload)
+@workload_argument
 def run_cmd(instance: str | None, lnc: int | None, compiler_version: str | None, compiler: str | None,
             stores: tuple[str, ...], index_url: str | None, token: str | None, prefetch: bool,
             prefetch_tags: tuple[str, ...], patterns: tuple[str, ...], no_default_patterns: bool, no_publish: bool,
@@ -341,6 +328,9 @@ def run_cmd(instance: str | None, lnc: int | None, compiler_version: str | None,
                    + f"; exit {result.exit_code}", err=True)
         for problem in result.problems:
             click.echo(f"neffcache run: PROBLEM: {problem}", err=True)
+        if report_file is not None and result.graphs:
+            click.echo(f"neffcache run: {len(result.graphs)} graph{'' if len(result.graphs) == 1 else 's'} missed; "
+                       f"why: neffcache why-miss --from-report {report_file}", err=True)
     announce_index(placement.index)
     sys.exit(result.exit_code)
 

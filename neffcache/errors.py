@@ -18,6 +18,7 @@ The hierarchy, so a caller can catch at the depth it cares about::
     │   ├── ReadOnlyStore
     │   └── NoSpace                         ENOSPC/EDQUOT/EFBIG writing to the destination
     ├── CorruptEntry                        digests or manifest do not match the files
+    │   └── PlaceholderNeff                 a `plan` placeholder where a NEFF goes: never committed
     ├── SourceChanged                       a file changed while it was being copied
     ├── LeaseHeld                           someone else holds a live lease
     ├── RefusedPlan                         a destructive plan that looks like a mistake (needs force)
@@ -28,6 +29,8 @@ catches them sensibly, and carry the attributes a message needs (path, key, stor
 """
 
 from __future__ import annotations
+
+from neffcache.placeholder import refusal
 
 
 class NeffcacheError(Exception):
@@ -138,6 +141,16 @@ class CorruptEntry(NeffcacheError):
         self.path = path
         self.problems = problems
         super().__init__(f"corrupt entry {path}: {'; '.join(problems)}")
+
+
+class PlaceholderNeff(CorruptEntry):
+    """An entry whose NEFF is a placeholder ``neffcache plan`` wrote (neffcache/placeholder.py):
+    refused wherever entries are committed; nothing of it was written. A CorruptEntry, so every
+    caller that reports a bad entry and goes on with the rest does so for this one too."""
+
+    def __init__(self, path: str, names: list[str]) -> None:
+        self.names = names
+        super().__init__(path, [refusal(name) for name in names])
 
 
 class SourceChanged(NeffcacheError):

@@ -74,7 +74,15 @@ def key_parts(hlo: bytes, flags: Sequence[str], toolchain: Toolchain) -> KeyPart
 
 def cache_key(hlo: bytes, flags: Sequence[str], toolchain: Toolchain) -> str:
     """The 64-hex key of a compiled graph. The only key function in neffcache."""
-    return hashlib.sha256(key_parts(hlo, flags, toolchain).encode()).hexdigest()
+    return key_of_digest(hashlib.sha256(hlo).hexdigest(), flags, toolchain)
+
+
+def key_of_digest(hlo_sha256: str, flags: Sequence[str], toolchain: Toolchain) -> str:
+    """:func:`cache_key` of HLO bytes whose sha256 is ``hlo_sha256`` (the key hashes the HLO's
+    digest, not its bytes): a caller holding the digest from a manifest need not read the HLO."""
+    parts = KeyParts(hlo_sha256, canonical_flags(flags), toolchain.compiler_version, toolchain.target,
+                     toolchain.lnc)
+    return hashlib.sha256(parts.encode()).hexdigest()
 
 
 def check_key(key: str) -> str:

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from neffcache.errors import CompilerNotFound, ConfigError, ToolchainError
 from neffcache.instances import TARGETS, lookup_instance
@@ -33,6 +34,13 @@ _SAFE_VERSION = re.compile(r"^[0-9][0-9A-Za-z.+_-]*$")
 # server validates the names clients send against it, and ships without the layouts.
 # neffcache.layouts refuses to import if its registry says otherwise.
 LAYOUT_NAMES: tuple[str, ...] = ("neuronxcc", "torchneuron", "vllm")
+
+
+def version_key(version: str) -> tuple[Any, ...]:
+    """Order compiler versions numerically: 2.9 < 2.10, 2.27.5334.0+f702b353 by its release part."""
+    release, _, local = version.partition("+")
+    parts = tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"[.\-_]", release))
+    return (parts, local)
 
 
 def validate_version(version: str) -> str:

@@ -42,3 +42,14 @@ def parse_duration(text: str) -> float:
     if not match or (unit and unit not in _SECONDS):
         raise ValueError(f"{text!r} is not a duration (e.g. 30d, 12h, 90m)")
     return float(match.group("n")) * _SECONDS.get(unit, 1)
+
+
+def human_duration(seconds: float) -> str:
+    """``42.0`` -> ``"42.0 s"``, ``5400`` -> ``"1.5 h"``: one unit, the largest that reads below 90 of it."""
+    if seconds < 90:
+        return f"{seconds:.1f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 48 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"

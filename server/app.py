@@ -7,6 +7,7 @@ neffcache.server.app:create_app`` and tests can build as many independent apps a
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -23,10 +24,11 @@ from sqlalchemy.exc import OperationalError
 
 from neffcache import __version__
 from neffcache.server.api.deps import AppState, TokenCache
-from neffcache.server.api.routes import entries, events, failures, health, leases, stats, tokens
+from neffcache.server.api.routes import entries, events, failures, health, leases, stats, tokens, upgrades, usage
 from neffcache.server.config import ServerSettings
 from neffcache.server.observability.metrics import Metrics
 from neffcache.server.observability.middleware import BodyLimit, RequestMetrics
+from neffcache.server.services.prices import prices_of
 from neffcache.server.storage.db import Database, migrate
 from neffcache.server.ui import dashboard
 
@@ -85,12 +87,13 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     app = FastAPI(title="neffcache index", version=__version__, description=DESCRIPTION, lifespan=lifespan,
                   telemetry={"tracing": otel, "metrics": otel, "logs": otel, "operation_spans": otel})
     metrics = Metrics(db, teams=settings.metrics_teams, toolchains=settings.metrics_toolchains,
-                      top_n=settings.metrics_top_n)
+                      top_n=settings.metrics_top_n, prices=prices_of(settings),
+                      readiness_window=settings.readiness_window_days * 86400)
     templates = jinja2.Environment(
         loader=jinja2.FileSystemLoader(dashboard.TEMPLATES_DIR), autoescape=True, undefined=jinja2.StrictUndefined)
     app.state.neffcache = AppState(settings=settings, db=db, metrics=metrics,
                                    token_cache=TokenCache(ttl=settings.token_cache_seconds), templates=templates)
-    for module in (entries, events, failures, leases, stats, tokens, health, dashboard):
+    for module in (entries, events, failures, leases, stats, tokens, usage, upgrades, health, dashboard):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=dashboard.STATIC_DIR), name="static")
     _install_handlers(app)
@@ -126,6 +129,9 @@ def worker_environment(settings: ServerSettings) -> dict[str, str]:
     env = {"NEFFCACHE_SERVER_DATABASE_URL": settings.resolved_database_url(), "NEFFCACHE_SERVER_AUTO_MIGRATE": "0"}
     if settings.anonymous_read:
         env["NEFFCACHE_SERVER_ANONYMOUS_READ"] = "1"
+    if settings.prices:
+        env["NEFFCACHE_SERVER_PRICES"] = json.dumps(settings.prices)
+        env["NEFFCACHE_SERVER_CURRENCY"] = settings.currency
     return env
 
 

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import math
 import os
+import re
 from pathlib import Path
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from neffcache.instances import known_instance_types
+
+# A price above this per instance-hour is a typo (the largest Trainium instances cost tens).
+MAX_PRICE_PER_HOUR = 100_000.0
+_CURRENCY_RE = re.compile(r"^[A-Za-z$€£¥]{1,8}$")
 
 
 def default_data_dir() -> Path:
@@ -48,6 +56,32 @@ class ServerSettings(BaseSettings):
     metrics_teams: list[str] = Field(default_factory=list)
     metrics_toolchains: list[str] = Field(default_factory=list)
     metrics_top_n: int = Field(default=20, ge=0, le=1000)
+    # Instance type -> price per hour, given by the operator (server/services/prices.py says why
+    # none are built in); with none, stats stay in hours. NEFFCACHE_SERVER_PRICES is JSON.
+    prices: dict[str, float] = Field(default_factory=dict)
+    currency: str = "USD"
+    # How far back hits weigh the upgrade readiness that /metrics exports (the dashboard uses its window).
+    readiness_window_days: float = Field(default=30.0, gt=0.0, le=400.0)
+
+    @field_validator("prices")
+    @classmethod
+    def _known_types_sane_amounts(cls, prices: dict[str, float]) -> dict[str, float]:
+        """Each instance type in the catalog (a misspelt one would price nothing and look like a
+        fleet that never misses); each price finite, not negative, not absurd."""
+        known = set(known_instance_types())
+        for name, price in prices.items():
+            if name not in known:
+                raise ValueError(f"unknown instance type {name!r} in prices; known: {', '.join(sorted(known))}")
+            if not math.isfinite(price) or not 0.0 <= price <= MAX_PRICE_PER_HOUR:
+                raise ValueError(f"price for {name} must be from 0 to {MAX_PRICE_PER_HOUR:g} per hour, not {price!r}")
+        return prices
+
+    @field_validator("currency")
+    @classmethod
+    def _short_label(cls, currency: str) -> str:
+        if not _CURRENCY_RE.match(currency):
+            raise ValueError(f"currency must be a short label such as USD or EUR, not {currency!r}")
+        return currency
 
     def resolved_database_url(self) -> str:
         if self.database_url:

@@ -36,7 +36,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # Plain data and pure functions; no I/O but reading a manifest's bytes.
     ("values", ("neffcache", "neffcache.errors", "neffcache.instances", "neffcache.toolchain",
                 "neffcache.keys", "neffcache.manifest", "neffcache.entry", "neffcache.units",
-                "neffcache.outcomes", "neffcache.failures", "neffcache.failure_groups")),
+                "neffcache.outcomes", "neffcache.placeholder",
+                "neffcache.readiness", "neffcache.failures", "neffcache.failure_groups")),
     # Where bytes live: the Store interface, its backends and the URL registry. A store owns
     # every backend difference and its own file names (the control dir, the temp-name marker).
     ("stores", ("neffcache.stores.*",)),
@@ -54,8 +55,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("one-store operations", ("neffcache.operations.*",)),
     # Operations between stores (or a store and the index): push/pull, tier chains,
     # reconciling the index with a store, prune (its own order: tests/prune/test_package_order.py),
-    # and the read-only questions over stores and index: what a job will miss and why (misses).
-    ("between-store operations", ("neffcache.replication.*", "neffcache.prune.*", "neffcache.misses.*")),
+    # and the read-only questions over stores and index: what a job will miss and why (misses),
+    # how ready a compiler upgrade is (upgrades: old graphs beside their successors, by hits).
+    ("between-store operations", ("neffcache.replication.*", "neffcache.prune.*", "neffcache.misses.*",
+                                  "neffcache.upgrades.*")),
     # What the CLI and the warmers start from: user settings, the job environment a runtime is
     # pointed at, the doctor's checks, the warm logs kept on disk.
     ("application", ("neffcache.application.*",)),

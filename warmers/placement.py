@@ -21,7 +21,7 @@ from pathlib import Path
 from neffcache.application.config import default_cache_home
 from neffcache.coordination.stamps import record_use
 from neffcache.entry import Entry, EntryState, Namespace
-from neffcache.errors import ConfigError, StoreError
+from neffcache.errors import ConfigError, PlaceholderNeff, StoreError
 from neffcache.index import Index, open_index
 from neffcache.index.records import EventKind, entry_record
 from neffcache.layouts import get_layout
@@ -131,7 +131,10 @@ class Placement:
             entry = load_entry(self.work, path)
             if entry is None or entry.state is not EntryState.SUCCESS or (entry.has_manifest and skip_managed):
                 continue
-            adopted[path] = self.adopt(entry, toolchain=toolchain, tags=tags, compile_seconds=seconds)
+            try:
+                adopted[path] = self.adopt(entry, toolchain=toolchain, tags=tags, compile_seconds=seconds)
+            except PlaceholderNeff as exc:  # a `plan` placeholder is no NEFF: refused, the rest go on
+                log.error("%s", exc)
         if not adopted:
             return {}
         held: dict[str, list[Store]] = {path: [self.work] for path in adopted}

@@ -21,18 +21,22 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from neffcache.entry import Entry, EntryState, Namespace
-from neffcache.errors import ConfigError, EntryNotFound
-from neffcache.instances import lookup_instance
-from neffcache.keys import cache_key
+from neffcache.entry import Entry, EntryState
+from neffcache.errors import ConfigError
 from neffcache.layouts import LAYOUTS, get_layout
 from neffcache.operations.scan import scan
+from neffcache.readiness import REWARMED_FROM_TAG
 from neffcache.stores.base import Store
-from neffcache.toolchain import TARGET_DIRS, Toolchain, target_dir
+from neffcache.upgrades.successor import (
+    renamed_namespace,
+    successor_key,
+    successor_toolchain,
+    version_prefixes,
+)
 
 from .children import Children
 from .compiling import CompileJob, CompilePool, record_outcome
@@ -64,23 +68,7 @@ class RewarmRequest:
 
 def source_prefixes(req: RewarmRequest) -> list[str]:
     """Where the old compiler's namespaces can be: under each target directory, or at the root."""
-    if req.instance:
-        row = lookup_instance(req.instance)
-        tdirs = [target_dir(row.target, req.lnc or row.default_lnc)]
-    else:
-        tdirs = list(TARGET_DIRS)
-    out = []
-    for layout in req.layouts:
-        leaf = get_layout(layout).version_dir(req.from_version)
-        out.extend([*(f"{t}/{leaf}" for t in tdirs), leaf])
-    return out
-
-
-def renamed_namespace(ns: Namespace, to_version: str, toolchain: Toolchain) -> Namespace:
-    head, _, _ = ns.path.rpartition("/")
-    new_leaf = get_layout(ns.layout).version_dir(to_version)
-    path = f"{head}/{new_leaf}" if head else new_leaf
-    return Namespace(ns.layout, path, to_version, toolchain.target, toolchain.lnc)
+    return version_prefixes(req.layouts, req.from_version, instance=req.instance, lnc=req.lnc)
 
 
 class Rewarmer:
@@ -135,20 +123,19 @@ class Rewarmer:
         jobs: list[CompileJob] = []
         namespaces: dict[str, None] = {}
         for path, (store, entry) in sorted(self._sources().items()):
-            toolchain = self._toolchain(entry)
+            toolchain = successor_toolchain(entry, self.req.to_version, instance=self.req.instance, lnc=self.req.lnc)
             if toolchain is None:
                 self.report.notes.append(f"{store.url}/{entry.namespace.path}: target unknown (a root the runtime "
                                          "filled); rerun with --instance to recompile it")
                 continue
-            layout = get_layout(entry.layout)
-            hlo_name = layout.hlo_of(entry)
+            hlo_name = get_layout(entry.layout).hlo_of(entry)
             if hlo_name is None:
                 self.report.notes.append(f"{path}: no stored HLO, cannot be recompiled")
                 continue
             new_ns = renamed_namespace(entry.namespace, self.req.to_version, toolchain)
             group = f"{entry.namespace.path} -> {new_ns.path}"
             try:
-                key, flags = self._target_key(store, entry, hlo_name, new_ns, toolchain)
+                key, flags = successor_key(store, entry, new_ns, toolchain)
             except ValueError as exc:
                 # Per entry, in the report: the runtime of the new compiler would look for a name
                 # we cannot compute (or the old entry contradicts its own name).
@@ -159,7 +146,9 @@ class Rewarmer:
                     row.worsen(GroupStatus.FAILED)
                     row.fail(path, FailureKind.FLAGS, f"not recompiled: {exc}")
                 continue
-            tags = {**(entry.manifest.tags if entry.manifest else {}), **self.req.tags}
+            # Which entry it was compiled from: how the index pairs the two (neffcache/readiness.py).
+            tags = {**(entry.manifest.tags if entry.manifest else {}), **self.req.tags,
+                    REWARMED_FROM_TAG: entry.key}
             job = CompileJob(group, new_ns, key, store, entry.store_path(hlo_name), tuple(flags), toolchain, tags)
             if not self.req.shard.owns_name(job.path):
                 continue
@@ -168,42 +157,3 @@ class Rewarmer:
             jobs.append(job)
         self.report.namespaces = list(namespaces)
         return jobs
-
-    @staticmethod
-    def _target_key(store: Store, entry: Entry, hlo_name: str, new_ns: Namespace, tc: Toolchain
-                    ) -> tuple[str, list[str]]:
-        """(key, user flags) of the entry the new compiler's runtime looks for. Raises
-        ValueError, saying why, when it cannot be computed."""
-        layout = get_layout(entry.layout)
-        flags_name = layout.flags_of(entry)
-        if flags_name is None:
-            if layout.flags_problem(entry.key, None) is not None:
-                raise ValueError("no flags file: the flags it was compiled with, and so the name the new "
-                                 "runtime looks for, are unknown")
-            return Rewarmer._content_key(store, entry, hlo_name, (), tc), []
-        try:
-            data = store.read_bytes(entry.store_path(flags_name))
-        except EntryNotFound:
-            raise ValueError(f"{flags_name} disappeared") from None
-        flags = layout.read_user_flags(flags_name, data)  # ValueError: unreadable
-        derived = layout.key_for(entry.key, flags_name, data, new_ns)
-        if derived is not None:
-            return derived[0], flags
-        return Rewarmer._content_key(store, entry, hlo_name, flags, tc), flags
-
-    def _toolchain(self, entry: Entry) -> Toolchain | None:
-        ns = entry.namespace
-        target, lnc = ns.target, ns.lnc
-        if (target is None or lnc is None) and entry.manifest and entry.manifest.toolchain:
-            target, lnc = entry.manifest.toolchain.target, entry.manifest.toolchain.lnc
-        if (target is None or lnc is None) and self.req.instance:
-            row = lookup_instance(self.req.instance)
-            target, lnc = row.target, self.req.lnc or row.default_lnc
-        if target is None or lnc is None:
-            return None
-        return Toolchain(self.req.to_version, target, lnc)
-
-    @staticmethod
-    def _content_key(store: Store, entry: Entry, hlo_name: str, flags: Sequence[str], tc: Toolchain) -> str:
-        # Layout B's key (neffcache's) covers the compiler version: the new entry has a new key.
-        return cache_key(store.read_bytes(entry.store_path(hlo_name)), tuple(flags), tc)

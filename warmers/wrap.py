@@ -17,6 +17,7 @@ the job's own.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -30,7 +31,10 @@ from typing import IO, Any
 
 from neffcache.application.jobenv import job_env
 from neffcache.entry import Namespace
+from neffcache.errors import NeffcacheError
 from neffcache.layouts import LAYOUTS
+from neffcache.misses.inputs import ReportedStatus
+from neffcache.misses.reported import reported_graph
 from neffcache.toolchain import Toolchain
 
 from .children import exit_status
@@ -38,6 +42,7 @@ from .logscan import KINDS, LogCounter, Pattern
 from .placement import Placement
 from .workload import namespace_of, new_runtime_entries
 
+log = logging.getLogger(__name__)
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 _CHUNK = 65536
 
@@ -66,12 +71,14 @@ class RunResult:
     problems: list[str] = field(default_factory=list)  # tiers that were down or refused
     namespaces: dict[str, dict[str, int]] = field(default_factory=dict)  # counts per namespace
     compile_seconds: dict[str, float] = field(default_factory=dict)  # per entry published
+    # Each graph the job missed: neffcache.misses.reported's record, read by `why-miss --from-report`.
+    graphs: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {"exit_code": self.exit_code, **{k: self.counts.get(k, 0) for k in KINDS},
                 "prefetched": self.prefetched, "published": self.published, "seconds": round(self.seconds, 3),
                 "failures": self.failures, "problems": self.problems, "env": self.env,
-                "namespaces": self.namespaces, "compile_seconds": self.compile_seconds}
+                "namespaces": self.namespaces, "compile_seconds": self.compile_seconds, "graphs": self.graphs}
 
 
 def _pump(src: IO[bytes], dst: IO[bytes], counter: LogCounter) -> None:
@@ -208,3 +215,23 @@ def _after(req: RunRequest, placement: Placement, counter: LogCounter, namespace
             placement.event("error", event.entry, ns,
                             message=f"the job exited {result.exit_code} while compiling {what}")
             result.failures.append(what)
+    result.graphs = _missed_graphs(req, placement, misses, compiled, failed)
+
+
+def _missed_graphs(req: RunRequest, placement: Placement, misses: Sequence[str], compiled: Sequence[str],
+                   failed: Sequence[str]) -> list[dict[str, Any]]:
+    """What the report says of each graph the job missed: compiled, failed, or neither (the job
+    stopped first), with what the work store knows of its key's parts (for ``why-miss``)."""
+    statuses = dict.fromkeys(misses, ReportedStatus.MISS)
+    statuses.update(dict.fromkeys(compiled, ReportedStatus.COMPILED))
+    statuses.update(dict.fromkeys(failed, ReportedStatus.FAILED))
+    out = []
+    for path, status in statuses.items():
+        try:
+            graph = reported_graph(placement.work, path, status, toolchain=req.toolchain, tags=req.tags)
+        except (NeffcacheError, OSError) as exc:  # the work store changed under us: report the rest
+            log.warning("%s: not described in the report: %s", path, exc)
+            continue
+        if graph is not None:
+            out.append(graph)
+    return out

@@ -20,6 +20,9 @@ from neffcache.index.spool import Spool
 log = logging.getLogger(__name__)
 KEEP_STATUS = frozenset({401, 403, 404, 405, 408, 409})  # config or deployment problems: keep, retry later
 _PATHS = {"entries": "/v1/entries", "events": "/v1/events"}
+# Entry fields a server older than this client may not know (it forbids unknown fields): a batch
+# refused for them alone is sent again without them, so clients can be upgraded before servers.
+NEWER_ENTRY_FIELDS = frozenset({"hlo_sha256", "hlo_size", "flags"})
 
 
 class Rejected(Exception):
@@ -38,6 +41,10 @@ def send_batch(queries: IndexQueries, kind: str, items: list[dict[str, Any]], co
     except IndexServerError as exc:
         if exc.status is None or exc.status in RETRY_STATUS or exc.status in KEEP_STATUS or exc.status >= 500:
             raise
+        if kind == "entries" and _refused_newer_fields(exc):
+            older = [{k: v for k, v in item.items() if k not in NEWER_ENTRY_FIELDS} for item in items]
+            send_batch(queries, kind, older, counts, attempts)  # refused again only for other reasons
+            return
         bad = _bad_indexes(exc, len(items))
         if not bad or len(bad) == len(items):
             raise Rejected(str(exc), None) from None
@@ -79,11 +86,24 @@ def deliver_spooled(spool: Spool, queries: IndexQueries, counts: dict[str, int],
     return None
 
 
-def _bad_indexes(exc: IndexServerError, count: int) -> set[int]:
+def _errors(exc: IndexServerError) -> list[dict[str, Any]]:
+    """The server's structured validation errors of a refusal (``{"loc", "msg", "type"}`` each)."""
     cause = exc.__cause__
     body = cause.body if isinstance(cause, ErrorBody) else None
+    errors = body.get("errors") if isinstance(body, dict) else None
+    return [e for e in errors if isinstance(e, dict)] if isinstance(errors, list) else []
+
+
+def _refused_newer_fields(exc: IndexServerError) -> bool:
+    """Whether the server refused one of :data:`NEWER_ENTRY_FIELDS` as unknown (then it knows
+    none of them; whatever else it found wrong it says again when they are gone)."""
+    return any(error.get("type") == "extra_forbidden" and isinstance(loc := error.get("loc"), list)
+               and len(loc) == 3 and loc[2] in NEWER_ENTRY_FIELDS for error in _errors(exc))
+
+
+def _bad_indexes(exc: IndexServerError, count: int) -> set[int]:
     bad: set[int] = set()
-    for error in (body or {}).get("errors", []) if isinstance(body, dict) else []:
+    for error in _errors(exc):
         loc = error.get("loc") or []
         if len(loc) >= 2 and loc[0] == "body" and isinstance(loc[1], int) and 0 <= loc[1] < count:
             bad.add(loc[1])

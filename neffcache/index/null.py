@@ -74,6 +74,9 @@ class NullIndex:
     def failures(self, window: str = "7d", top: int = 100) -> dict[str, Any]:
         raise _not_configured()
 
+    def usage_hits(self, toolchain: str, *, since: float, until: float) -> dict[str, int]:
+        return {}
+
     def acquire(self, name: str, ttl: float = 600.0) -> IndexLease:
         raise _not_configured()
 

@@ -18,7 +18,8 @@ from typing import Any
 import httpx
 
 from neffcache.errors import IndexServerError
-from neffcache.index.records import MAX_LOOKUP_BATCH, CompileSample, IndexLease
+from neffcache.index.records import MAX_LOOKUP_BATCH, MAX_LOOKUP_BYTES, CompileSample, IndexLease
+from neffcache.keys import safe_relpath
 
 RETRY_STATUS = frozenset({429, 502, 503, 504})
 
@@ -45,15 +46,19 @@ class IndexQueries:
 
     def lookup_many(self, paths: Iterable[str]) -> dict[str, dict[str, Any] | None]:
         """The index's record of each of ``paths`` (None where it has none), in one request per
-        :data:`MAX_LOOKUP_BATCH` paths: a job's thousand graphs cost one round trip, not a thousand."""
+        :data:`MAX_LOOKUP_BATCH` paths (or :data:`MAX_LOOKUP_BYTES` of them): a job's thousand
+        graphs cost one round trip, not a thousand. A path that could leave a store root raises
+        :class:`~neffcache.errors.InvalidKey` before anything is sent."""
         unique = list(dict.fromkeys(paths))
+        # The server answers with canonical paths (``a//b`` is ``a/b``); map them back to the asked.
+        asked = {safe_relpath(path): path for path in unique}
         found: dict[str, dict[str, Any] | None] = dict.fromkeys(unique)
-        for start in range(0, len(unique), MAX_LOOKUP_BATCH):
-            chunk = unique[start:start + MAX_LOOKUP_BATCH]
+        for chunk in lookup_chunks(list(asked)):
             body = self.request("POST", "/v1/entries/lookup", json={"paths": chunk})
             for entry in body["found"]:
-                if entry.get("path") in found:
-                    found[entry["path"]] = entry
+                original = asked.get(entry.get("path"))
+                if original is not None:
+                    found[original] = entry
         return found
 
     def similar(self, *, hlo_sha256: str | None = None, model: str | None = None,
@@ -69,7 +74,8 @@ class IndexQueries:
     def compile_samples(self, target: str, *, limit: int = 1000) -> list[CompileSample]:
         """Recent compiles for ``target`` with their HLO sizes: what a forecast fits compile time on."""
         body = self.request("GET", "/v1/entries/compile-samples", params={"target": target, "limit": limit})
-        return [CompileSample(int(item["hlo_size"]), float(item["compile_seconds"])) for item in body["samples"]]
+        return [CompileSample(int(item["hlo_size"]), float(item["compile_seconds"]),
+                              item.get("compiler_version"), item.get("hlo_sha256")) for item in body["samples"]]
 
     def find_entries(self, *, page_size: int = 500, **filters: Any) -> Iterator[dict[str, Any]]:
         """Every entry matching ``filters`` (key, namespace, toolchain, compiler_version, target,
@@ -103,6 +109,32 @@ class IndexQueries:
         """The error events of ``window`` grouped by signature (GET /v1/failures)."""
         found: dict[str, Any] = self.request("GET", "/v1/failures", params={"window": window, "top": top})
         return found
+
+    def usage_hits(self, toolchain: str, *, since: float, until: float, page_size: int = 5000) -> dict[str, int]:
+        """Hits per entry path the index counted for ``toolchain`` (a label such as
+        ``trn2-lnc2/neuronxcc-2.27.5334.0+f702b353``) from ``since`` to ``until``, every page.
+        An answer that is not a list of (path, count), or a cursor that does not move forward,
+        is an IndexServerError: the counts weigh a gate (``upgrade-report``)."""
+        params: dict[str, Any] = {"toolchain": toolchain, "since": since, "until": until, "limit": page_size}
+        found: dict[str, int] = {}
+        seen: set[str] = set()  # the database's collation orders the cursors, not Python's
+        while True:
+            page = self.request("GET", "/v1/usage/hits", params=params)
+            try:
+                for row in page["hits"]:
+                    path, hits = row["path"], row["hits"]
+                    if not isinstance(path, str) or not isinstance(hits, int) or hits < 0:
+                        raise TypeError(row)
+                    found[path] = found.get(path, 0) + hits
+                cursor = page.get("next_cursor")
+            except (TypeError, KeyError) as exc:
+                raise IndexServerError(f"index {self.url}: malformed usage answer ({exc!r:.200})") from None
+            if cursor is None:
+                return found
+            if not isinstance(cursor, str) or cursor in seen:
+                raise IndexServerError(f"index {self.url}: usage pages do not move forward (cursor {cursor!r:.200})")
+            seen.add(cursor)
+            params["cursor"] = cursor
 
     def acquire(self, name: str, ttl: float = 600.0) -> IndexLease:
         """Try to take a compile lease; check ``.held``. Raises IndexServerError if the index is down
@@ -165,6 +197,22 @@ class IndexQueries:
         time.sleep(delay)
 
 
+def lookup_chunks(paths: list[str]) -> Iterator[list[str]]:
+    """``paths`` in order, in slices of at most :data:`MAX_LOOKUP_BATCH` paths and about
+    :data:`MAX_LOOKUP_BYTES` (a slice always takes at least one path, so every path is sent)."""
+    chunk: list[str] = []
+    size = 0
+    for path in paths:
+        cost = len(path.encode()) + 4  # the quotes, comma and space around it in the JSON body
+        if chunk and (len(chunk) >= MAX_LOOKUP_BATCH or size + cost > MAX_LOOKUP_BYTES):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(path)
+        size += cost
+    if chunk:
+        yield chunk
+
+
 class ErrorBody(Exception):
     """Carries the server's structured error as the ``__cause__`` of an IndexServerError."""
 
@@ -222,6 +270,10 @@ class AskedQuestions:
     def failures(self, window: str = "7d", top: int = 100) -> dict[str, Any]:
         """Failed graphs of ``window`` grouped by error signature (see :meth:`IndexQueries.failures`)."""
         return self.queries.failures(window, top)
+
+    def usage_hits(self, toolchain: str, *, since: float, until: float) -> dict[str, int]:
+        """Hits per entry path for a toolchain label in a time range (see :meth:`IndexQueries.usage_hits`)."""
+        return self.queries.usage_hits(toolchain, since=since, until=until)
 
     def acquire(self, name: str, ttl: float = 600.0) -> IndexLease:
         """Try to take a compile lease; check ``.held``. Raises IndexServerError if the index is down."""

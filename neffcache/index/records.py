@@ -15,13 +15,21 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict
 
 from neffcache.entry import Entry
+from neffcache.instances import TARGETS
 from neffcache.layouts import get_layout
-from neffcache.manifest import Manifest
+from neffcache.manifest import MAX_FLAG_LEN, MAX_FLAGS, Manifest
 from neffcache.toolchain import Toolchain
 
 EventKind = Literal["hit", "miss", "compile", "evict", "error"]
 # The most paths one batch lookup (POST /v1/entries/lookup) may carry; the client splits longer lists.
 MAX_LOOKUP_BATCH = 10_000
+# ...and the most bytes of paths it puts in one request: well below the server's default body limit
+# (4 MiB), which 10,000 paths of the longest allowed length (1,024 characters) would exceed.
+MAX_LOOKUP_BYTES = 1 << 20
+# An entry's user flags as the index keeps them: the manifest's bounds (one home: neffcache.manifest).
+MAX_RECORD_FLAGS, MAX_RECORD_FLAG_LEN = MAX_FLAGS, MAX_FLAG_LEN
+# The compile targets compile_samples may ask about: the instance catalog's (the server has no catalog).
+SAMPLE_TARGETS: tuple[str, ...] = TARGETS
 EVENT_KINDS: tuple[str, ...] = ("hit", "miss", "compile", "evict", "error")
 
 
@@ -56,6 +64,10 @@ class EntryRecord(TypedDict, total=False):
     created: float
     producer: str
     compile_seconds: float | None
+    # The graph's inputs, for why-miss and compile forecasts; None where unknown (no manifest).
+    hlo_sha256: str | None
+    hlo_size: int | None
+    flags: list[str] | None
 
 
 def entry_record(entry: Entry, store_url: str, manifest: Manifest | None = None) -> EntryRecord:
@@ -63,8 +75,10 @@ def entry_record(entry: Entry, store_url: str, manifest: Manifest | None = None)
     own, when the caller has it; without one, sizes and times come from the listing)."""
     manifest = manifest or entry.manifest
     tc = entry.toolchain
-    neff_name = get_layout(entry.layout).names(entry.namespace, entry.key).neff
-    neff = manifest.files.get(neff_name) if manifest and neff_name else None
+    names = get_layout(entry.layout).names(entry.namespace, entry.key)
+    neff = manifest.files.get(names.neff) if manifest and names.neff else None
+    hlo = manifest.files.get(names.hlo) if manifest and names.hlo else None
+    listed_hlo = entry.files.get(names.hlo) if names.hlo else None  # without a manifest: its size only
     if manifest is not None:
         created = manifest.created
     else:  # the commit marker's time: when the entry became visible
@@ -81,6 +95,9 @@ def entry_record(entry: Entry, store_url: str, manifest: Manifest | None = None)
         "created": created,
         "producer": manifest.producer if manifest else "",
         "compile_seconds": manifest.compile_seconds if manifest else None,
+        "hlo_sha256": hlo.sha256 if hlo else None,
+        "hlo_size": hlo.size if hlo else (listed_hlo.size if listed_hlo else None),
+        "flags": list(manifest.flags) if manifest else None,
     }
 
 
@@ -154,7 +171,10 @@ class IndexLease:
 
 @dataclass(frozen=True)
 class CompileSample:
-    """One compile the index remembers: the HLO's size and how long it took (a forecast's data)."""
+    """One compile the index remembers: the HLO's size and how long it took (a forecast's data),
+    with the compiler that took it and the HLO's digest (the same graph under another compiler)."""
 
     hlo_size: int
     compile_seconds: float
+    compiler_version: str | None = None
+    hlo_sha256: str | None = None

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from neffcache.entry import Entry, EntryState, FileInfo, Namespace
 from neffcache.instances import TARGETS
+from neffcache.layouts.keyparts import KeyQuestions
 from neffcache.manifest import Manifest
 from neffcache.stores.base import TEMP_MARKER
 from neffcache.toolchain import Toolchain
@@ -106,8 +107,9 @@ class EnvProblem:
     fix: str
 
 
-class Layout(ABC):
-    """How one runtime arranges entries under a root: every runtime fact has its home here.
+class Layout(KeyQuestions, ABC):
+    """How one runtime arranges entries under a root: every runtime fact has its home here
+    (what its keys are made of: :class:`~neffcache.layouts.keyparts.KeyQuestions`).
 
     Code outside ``neffcache/layouts/`` never names a runtime's files or tests a layout's name:
     it asks the layout (a test in tests/layouts/test_knowledge_stays_in_layouts.py enforces it).

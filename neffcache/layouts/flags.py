@@ -51,6 +51,18 @@ class FlagsEra(Enum):
     def file_name(self) -> str:
         return FLAGS_TXT if self is FlagsEra.TEXT else FLAGS_JSON
 
+    @property
+    def since(self) -> str | None:
+        """The first compiler (major.minor) of the era; None for the oldest."""
+        return {FlagsEra.TEXT: None, FlagsEra.LIST: "2.15", FlagsEra.TARGET: "2.21"}[self]
+
+    @property
+    def form(self) -> str:
+        """What the flags file holds in this era, in a few words (``why-miss`` shows it)."""
+        return {FlagsEra.TEXT: f"{FLAGS_TXT}: the flag string",
+                FlagsEra.LIST: f"{FLAGS_JSON}: the list of flags",
+                FlagsEra.TARGET: f"{FLAGS_JSON}: --target=<t> then the list of flags"}[self]
+
 
 def version_tuple(version: str) -> tuple[int, int] | None:
     """(major, minor) of a compiler version such as ``2.21.33363.0+82129205``, or None."""

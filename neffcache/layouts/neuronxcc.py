@@ -44,6 +44,7 @@ from neffcache.layouts.base import (
     parse_target_dir,
 )
 from neffcache.layouts.flags import FLAGS_JSON, FLAGS_TXT
+from neffcache.layouts.keyparts import KeyRule
 from neffcache.manifest import MANIFEST_NAME, Manifest
 from neffcache.toolchain import Toolchain
 
@@ -73,6 +74,7 @@ _ROOT_LOCK_RE = re.compile(r"^(?:(?:" + "|".join(TARGETS) + r")-lnc[12]/)?lock$"
 _MODULE = r"MODULE_[0-9A-Za-z_]+\+[0-9A-Za-z]+"
 _ENTRY_RE = re.compile(r"(?:^|[/.])(" + _MODULE + r")(?=[/.])")
 _PATH = r"[^\s'\",\[\]]+"
+_HLO_FILE_RE = re.compile(r"\.(?:hlo_module|hlo)\.pb$")
 _WORKFILE_RE = re.compile(r"(?:^|/)model\.(" + _MODULE + r")\.(?:hlo_module\.pb|hlo\.pb|neff)$")
 _LOG_RES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("hit", re.compile(r"Using a cached neff at (?P<path>\S+?/model\.neff)(?=\.?(?:\s|$))")),
@@ -184,6 +186,40 @@ class NeuronxccLayout(Layout):
             raise FlagsFileError(f"the flags file says --target={target}, the namespace is {namespace.target}")
         new_name, new_data = self.flags_file(namespace, key, user)
         return flagsfile.module_name(parts[0], flagsfile.suffix_of(new_data)), new_name, new_data
+
+    # -- what a key is made of (why-miss; neffcache.layouts.keyparts) ---------------------------
+    def claims_key(self, key: str) -> bool:
+        return flagsfile.split_module(key) is not None
+
+    def graph_of(self, key: str) -> str | None:
+        parts = flagsfile.split_module(key)
+        return parts[0] if parts else None
+
+    def key_flags(self, flags: Sequence[str]) -> list[str]:
+        return flagsfile.user_flags(flags)
+
+    def key_with_flags(self, key: str, namespace: Namespace, flags: Sequence[str]) -> str | None:
+        parts = flagsfile.split_module(key)
+        if parts is None:
+            return None
+        _, data = self.flags_file(namespace, key, flags)
+        return flagsfile.module_name(parts[0], flagsfile.suffix_of(data))
+
+    def key_rule(self, compiler_version: str) -> KeyRule | None:
+        era = flagsfile.era_of(compiler_version)
+        if era is None:
+            return None
+        return KeyRule(since=era.since, form=era.form, target_in_key=era is flagsfile.FlagsEra.TARGET)
+
+    def flags_target(self, name: str, data: bytes) -> str | None:
+        try:
+            return flagsfile.read_flags_file(name, data)[1]
+        except FlagsFileError:
+            return None
+
+    def flags_beside(self, file_name: str) -> tuple[str, ...]:
+        # The entry's own file or the work directory's model.MODULE_<g>+<f>.hlo_module.pb.
+        return (FLAGS_JSON, FLAGS_TXT) if _HLO_FILE_RE.search(file_name) else ()
 
     def entry_named(self, path: str) -> str | None:
         # Only a compile work-directory file names an entry wherever it lies; a cache path

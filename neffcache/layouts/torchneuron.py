@@ -63,8 +63,11 @@ from neffcache.layouts.base import (
 from neffcache.manifest import Manifest
 from neffcache.toolchain import Toolchain
 
-_SUFFIXES = (".neffcache.json", ".flags.json", ".neff", ".hlo")
+_FLAGS_SUFFIX = ".flags.json"
+_SUFFIXES = (".neffcache.json", _FLAGS_SUFFIX, ".neff", ".hlo")
 _KEY = r"(?P<key>[0-9a-f]{32,64})"
+_KEY_ONLY_RE = re.compile(_KEY + "$")
+_HLO_NAME_RE = re.compile(r"(?:^|/)" + _KEY + r"\.hlo$")
 _MANAGED_RE = re.compile(
     "^" + TARGET_DIR_RE + r"torchneuron-(?P<ver>[0-9][^/]*)/(?P<kind>neff|hlo)/"
     r"(?P<a>[0-9a-f]{2})/(?P<b>[0-9a-f]{2})/" + _KEY + r"(?P<suffix>\.[a-z.]+)$"
@@ -108,7 +111,7 @@ class TorchNeuronLayout(Layout):
             "neff": f"{neff_dir}{shard(key)}.neff",
             "manifest": f"{neff_dir}{shard(key)}.neffcache.json",
             "hlo": f"hlo/{shard(key)}.hlo",
-            "flags": f"hlo/{shard(key)}.flags.json",
+            "flags": f"hlo/{shard(key)}{_FLAGS_SUFFIX}",
         }
 
     def locate(self, path: str) -> Located | None:
@@ -139,6 +142,14 @@ class TorchNeuronLayout(Layout):
 
     def is_runtime_file(self, path: str) -> bool:
         return self._temp_file(path)
+
+    def claims_key(self, key: str) -> bool:
+        # The runtime's 32-hex keys and neffcache's own 64-hex ones share the namespace.
+        return _KEY_ONLY_RE.match(key) is not None
+
+    def flags_beside(self, file_name: str) -> tuple[str, ...]:
+        match = _HLO_NAME_RE.search(file_name)
+        return (f"{match.group('key')}{_FLAGS_SUFFIX}",) if match else ()
 
     def runtime_debris_after(self, path: str) -> float | None:
         return TEMP_DEBRIS_AFTER if self._temp_file(path) else None

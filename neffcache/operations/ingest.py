@@ -15,10 +15,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from neffcache.entry import Entry, EntryState
-from neffcache.errors import CorruptEntry, EntryNotFound, NoSpace, SourceChanged
+from neffcache.errors import CorruptEntry, EntryNotFound, NoSpace, PlaceholderNeff, SourceChanged
 from neffcache.layouts import get_layout
 from neffcache.manifest import FileDigest, Manifest, sha256_bytes, sha256_file, sha256_stream
 from neffcache.operations.publish import PublishResult, publish
+from neffcache.placeholder import placeholders_among
 from neffcache.stores.base import Source, Store
 from neffcache.stores.hashed_io import is_no_space
 from neffcache.toolchain import Toolchain
@@ -39,6 +40,12 @@ def build_manifest(
     created: float | None = None,
     exclude: Sequence[str] = (),
 ) -> Manifest:
+    """The manifest of ``files``. Refuses (:class:`~neffcache.errors.PlaceholderNeff`) files that are
+    ``plan`` placeholders: a manifest vouches for an entry, and ingest gives one to entries a
+    runtime wrote in place."""
+    refused = placeholders_among(files)
+    if refused:
+        raise PlaceholderNeff(key, refused)
     digests = {
         name: sha256_bytes(src) if isinstance(src, bytes) else sha256_file(src)
         for name, src in files.items()

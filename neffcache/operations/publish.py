@@ -29,9 +29,11 @@ from dataclasses import dataclass
 
 from neffcache.coordination.write_leases import exclusive_write
 from neffcache.entry import Namespace
+from neffcache.errors import PlaceholderNeff
 from neffcache.layouts import get_layout
 from neffcache.manifest import FileDigest, Manifest, sha256_bytes, sha256_file
 from neffcache.outcomes import PublishStatus
+from neffcache.placeholder import placeholders_among
 from neffcache.stores.base import Source, Store
 
 log = logging.getLogger(__name__)
@@ -74,8 +76,10 @@ def publish(
     ``manifest`` must already describe ``files`` (see :func:`neffcache.operations.ingest.build_manifest`).
     Every file the manifest lists is written with its digest as ``expect``: the store hashes
     the bytes it writes or sends and refuses a mismatch (SourceChanged, CorruptEntry) before
-    the commit marker exists. ``verified`` names sources the caller hashed itself from the
-    very bytes it hands over (private staged copies, consumed with ``move``): not hashed again.
+    the commit marker exists. A NEFF that is a ``plan`` placeholder is refused before anything
+    is written (:class:`~neffcache.errors.PlaceholderNeff`). ``verified`` names sources the
+    caller hashed itself from the very bytes it hands over (private staged copies, consumed
+    with ``move``): not hashed again.
     ``move`` lets a local store consume source files by rename.
     ``known_absent``: the caller's own listing of ``store`` just showed neither the entry nor a
     runtime lock, so the two lookups before the lease are skipped (a remote store pays a
@@ -83,6 +87,7 @@ def publish(
     """
     layout = get_layout(namespace.layout)
     plan = layout.plan_entry(namespace, key)
+    _refuse_placeholders(plan.path, files, [layout.names(namespace, key).neff, plan.marker_name])
     marker_path = _join(plan.base, plan.marker_name)
     if plan.marker_name not in files:  # written below as an empty file: the manifest covers it too
         manifest = manifest.with_marker(plan.marker_name)
@@ -114,6 +119,15 @@ def publish(
                               expect=expect(plan.marker_name)):
             return PublishResult(plan.path, PublishStatus.EXISTS)
         return PublishResult(plan.path, PublishStatus.PUBLISHED, manifest.size, manifest)
+
+
+def _refuse_placeholders(path: str, files: Mapping[str, Source], names: list[str | None]) -> None:
+    """Every commit to a store passes through publish (push, pull, promotion, warm-ups): this is
+    the one gate that keeps ``plan``'s placeholder NEFFs out of real stores, whatever backend
+    then writes the bytes."""
+    refused = placeholders_among(files, names)
+    if refused:
+        raise PlaceholderNeff(path, refused)
 
 
 def _runtime_compiling(store: Store, lock_path: str) -> bool:

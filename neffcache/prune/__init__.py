@@ -10,7 +10,6 @@ the journal of a chunk) ← ``plan`` (:func:`plan_prune`) ← ``run`` (one store
 removal) ← ``execute`` (:func:`execute_plan`).
 """
 
-from neffcache.prune.candidates import version_key
 from neffcache.prune.execute import PRUNE_LEASE, describe, execute_plan
 from neffcache.prune.guard import refusal
 from neffcache.prune.model import (
@@ -32,6 +31,7 @@ from neffcache.prune.model import (
 from neffcache.prune.plan import CURRENT, plan_prune, resolve_keep_compilers
 from neffcache.prune.remove import JOURNAL_DIR, delete_order
 from neffcache.prune.run import PHASE_PAUSE_ENV
+from neffcache.toolchain import version_key
 
 __all__ = [
     "ALL_STORES", "CURRENT", "JOURNAL_DIR", "PHASE_PAUSE_ENV", "PRUNE_LEASE", "Basis", "Budget", "FailedSelect",

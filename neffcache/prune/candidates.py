@@ -7,7 +7,6 @@ here lists a store: the plan builds candidates from its scan (:mod:`neffcache.pr
 
 from __future__ import annotations
 
-import re
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
@@ -80,13 +79,6 @@ def with_failures(store: Store, entries: Iterable[Entry], candidates: dict[str, 
 def created_time(entry: Entry) -> float:
     marker = entry.files.get(entry.marker_name)
     return marker.mtime if marker is not None else entry.mtime
-
-
-def version_key(version: str) -> tuple[Any, ...]:
-    """Order compiler versions numerically: 2.9 < 2.10, 2.27.5334.0+f702b353 by its release part."""
-    release, _, local = version.partition("+")
-    parts = tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"[.\-_]", release))
-    return (parts, local)
 
 
 def entry_item(c: Candidate, reason: Reason, detail: str) -> PruneItem:

@@ -6,7 +6,7 @@ of every entry of the current compiler, and ``--yes`` emptied the cache. Two che
 - a **keep filter that matches nothing** (a ``--keep-compiler`` version no entry of any store
   has) is a configuration error naming the versions present: :func:`check_keep_filters`;
 - a **plan that removes** every entry of a store, every entry of the newest toolchain of a
-  store (per target and LNC, newest by :func:`neffcache.prune.candidates.version_key`), or more
+  store (per target and LNC, newest by :func:`neffcache.toolchain.version_key`), or more
   than ``max_share`` of a store's entry bytes carries a :class:`Guard` per rule it trips, and
   its execution is refused (:class:`neffcache.errors.RefusedPlan`) unless forced.
 
@@ -22,8 +22,9 @@ from collections.abc import Iterable, Sequence
 
 from neffcache.entry import EntryState
 from neffcache.errors import ConfigError, RefusedPlan
-from neffcache.prune.candidates import Candidate, toolchain_label, version_key
+from neffcache.prune.candidates import Candidate, toolchain_label
 from neffcache.prune.model import Guard, ItemKind, PruneItem, PrunePlan, PrunePolicy, Rule
+from neffcache.toolchain import version_key
 
 # Half a percentage point: removing an old toolchain after a re-warm removes about half of the
 # bytes, and the same graphs' manifests differ by a few bytes between compilers (times, floats):

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 
 from neffcache.entry import EntryState
 from neffcache.failures import FailureClass
-from neffcache.prune.candidates import Candidate, entry_item, version_key
+from neffcache.prune.candidates import Candidate, entry_item
 from neffcache.prune.model import Basis, Budget, FailedSelect, Kept, PruneItem, PrunePolicy, Reason, ago
+from neffcache.toolchain import version_key
 
 Group = tuple[str | None, int | None]  # (target, lnc); None where the root has no target directory
 

@@ -8,8 +8,17 @@ index is down and its spool is wiped. :func:`plan_reconcile` lists, per store,
 - entries the store holds that the index does not list for it (fix: register them),
 - entries both know but record in different states (fix: register them again);
 
-as a frozen plan, like a prune: :meth:`ReconcilePlan.execute` applies the fixes. The stores
-are never changed: a store is the truth about its own bytes, the index is a catalog of it.
+as a frozen plan, like a prune: :meth:`ReconcilePlan.execute` applies the fixes. The stores'
+entries are never changed: a store is the truth about its own bytes, the index is a catalog of it.
+
+That truth has one trap: a store that is *not there* looks empty. An FSx mount that did not come
+up, a mistyped path or prefix, a bucket with the wrong credentials listing nothing: each would
+make every record of that store "missing in the store", and ``--yes`` would forget them all,
+blinding every job's lookups and ``plan``. So the forgetting side has the prune's guard rails
+(:func:`guard_forgets`): a plan that forgets every record of a store whose scan found no entry,
+or more than ``max_share`` of a store's records, is refused (:class:`~neffcache.errors.RefusedPlan`)
+unless forced. Registering never loses anything and is never refused. What a reconcile forgot
+is journalled in each store's action history (``prune --history`` shows it), like a prune.
 
 The index is reached through :class:`IndexCatalog`, the four calls used here, so anything
 with those methods (the HTTP client, a test double) can stand in.
@@ -23,14 +32,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from neffcache.coordination.history import ActionItem, record
 from neffcache.entry import Entry
-from neffcache.errors import ConfigError, CorruptEntry, EntryNotFound, NeffcacheError
+from neffcache.errors import ConfigError, CorruptEntry, EntryNotFound, NeffcacheError, RefusedPlan
 from neffcache.index.records import EntryRecord, entry_record
 from neffcache.manifest import Manifest, read_manifest
 from neffcache.operations.scan import scan
 from neffcache.stores.base import Store
 
 FIXES = ("both", "forget", "register")
+DEFAULT_MAX_SHARE = 0.5  # as prune's --max-share: forgetting more of a store's records needs --force
 
 
 class IndexCatalog(Protocol):
@@ -78,6 +89,7 @@ class ReconcilePlan:
     differ: tuple[Mismatch, ...]
     fix: str = "both"
     created_at: float = field(default_factory=time.time)
+    guards: tuple[str, ...] = ()  # why forgetting looks like a mistake (one line per store it trips on)
 
     @property
     def to_forget(self) -> tuple[Mismatch, ...]:
@@ -91,28 +103,45 @@ class ReconcilePlan:
     def fixes(self) -> int:
         return len(self.to_forget) + len(self.to_register)
 
-    def execute(self, index: IndexCatalog) -> ReconcileResult:
+    def execute(self, index: IndexCatalog, *, force: bool = False,
+                journal: Sequence[Store] = ()) -> ReconcileResult:
         """Apply the fixes. Registrations are reports (spooled if the index is down); a forget is a
-        question and its failure is listed, not raised, so one bad record does not stop the rest."""
-        forgotten = 0
+        question and its failure is listed, not raised, so one bad record does not stop the rest.
+        A plan with guards raises RefusedPlan, changing nothing, unless ``force``. The forgets
+        are journalled in the stores of ``journal`` they concern (matched by URL)."""
+        if self.guards and self.to_forget and not force:
+            raise RefusedPlan("reconcile refused: " + "; ".join(self.guards)
+                              + ". Nothing was changed: check the store is mounted and its URL right, or "
+                              "add --force to forget them anyway", tuple(self.guards))
+        forgotten: list[Mismatch] = []
         errors: list[str] = []
         for m in self.to_forget:
             try:
                 if index.forget(m.path, store=m.store) is not None:
-                    forgotten += 1
+                    forgotten.append(m)
             except (NeffcacheError, OSError) as exc:  # reported per record; the rest still runs
                 errors.append(f"{m.path}: {exc}")
         records = [m.record for m in self.to_register if m.record is not None]
         for start in range(0, len(records), 500):
             index.register_entries(records[start:start + 500])
         index.flush()
-        return ReconcileResult(forgotten, len(records), tuple(errors))
+        self._journal(forgotten, journal, force)
+        return ReconcileResult(len(forgotten), len(records), tuple(errors))
+
+    def _journal(self, forgotten: Sequence[Mismatch], stores: Sequence[Store], force: bool) -> None:
+        by_url = {s.url: s for s in stores}
+        for url in dict.fromkeys(m.store for m in forgotten):
+            if url in by_url:
+                items = [ActionItem(m.path, "index-record-forgotten", 0, m.detail) for m in forgotten if m.store == url]
+                record(by_url[url], "reconcile", f"index {self.index}: records no file backs forgotten",
+                       items, details={"forced": force, "guards": list(self.guards)})
 
     def to_json(self) -> dict[str, Any]:
         def rows(items: Sequence[Mismatch]) -> list[dict[str, str]]:
             return [{"store": m.store, "path": m.path, "detail": m.detail} for m in items]
 
         return {"stores": list(self.stores), "index": self.index, "matched": self.matched, "fix": self.fix,
+                "guards": list(self.guards),
                 "missing_in_store": rows(self.missing_in_store), "missing_in_index": rows(self.missing_in_index),
                 "differ": rows(self.differ), "fixes": self.fixes}
 
@@ -130,11 +159,30 @@ def _with_manifests(store: Store, entries: Sequence[Entry]) -> dict[str, Manifes
         return dict(pool.map(read, entries))
 
 
+def guard_forgets(store_url: str, listed: int, held: int, forgets: int, max_share: float) -> str | None:
+    """Why forgetting ``forgets`` of the ``listed`` index records of a store whose scan found
+    ``held`` entries looks like a mistake, or None. A store that lists nothing while the index
+    knows entries there is most likely not mounted (or a wrong URL), not emptied."""
+    if not forgets:
+        return None
+    if held == 0:
+        return (f"{store_url} holds no entry while the index lists {listed} there: an unmounted store or a "
+                "wrong URL would forget them all")
+    if forgets > max_share * listed:
+        return (f"it would forget {forgets} of the {listed} records of {store_url} "
+                f"({forgets / listed:.0%}, more than --max-share {max_share:.0%})")
+    return None
+
+
 def plan_reconcile(stores: Sequence[Store], index: IndexCatalog, *, fix: str = "both",
-                   progress: Callable[[int], None] | None = None) -> ReconcilePlan:
+                   progress: Callable[[int], None] | None = None,
+                   max_share: float = DEFAULT_MAX_SHARE) -> ReconcilePlan:
     """Compare ``index`` with ``stores``. Reads only (manifests only of entries to register)."""
     if fix not in FIXES:
         raise ConfigError(f"--fix must be one of {', '.join(FIXES)}")
+    if not 0.0 <= max_share <= 1.0:
+        raise ConfigError(f"--max-share must be from 0 to 1, not {max_share!r}")
+    guards: list[str] = []
     matched = 0
     missing_store: list[Mismatch] = []
     missing_index: list[Mismatch] = []
@@ -144,10 +192,12 @@ def plan_reconcile(stores: Sequence[Store], index: IndexCatalog, *, fix: str = "
                                                                                               page_size=1000)}
         report = scan(store, progress=progress)
         held = {e.path: e for e in report.entries}
-        for path, row in sorted(rows.items()):
-            if path not in held:
-                missing_store.append(Mismatch(store.url, path, f"{row.get('state')} entry, "
-                                              f"{row.get('size')} B, not in the store"))
+        gone = [Mismatch(store.url, path, f"{row.get('state')} entry, {row.get('size')} B, not in the store")
+                for path, row in sorted(rows.items()) if path not in held]
+        missing_store.extend(gone)
+        guard = guard_forgets(store.url, len(rows), len(held), len(gone), max_share)
+        if guard is not None:
+            guards.append(guard)
         register: list[tuple[Entry, str]] = []
         for path, entry in held.items():
             known = rows.get(path)
@@ -163,4 +213,4 @@ def plan_reconcile(stores: Sequence[Store], index: IndexCatalog, *, fix: str = "
             mismatch = Mismatch(store.url, entry.path, detail, entry_record(entry, store.url, manifests[entry.path]))
             (differ if entry.path in rows else missing_index).append(mismatch)
     return ReconcilePlan(tuple(s.url for s in stores), str(getattr(index, "url", None) or "(index)"), matched,
-                         tuple(missing_store), tuple(missing_index), tuple(differ), fix)
+                         tuple(missing_store), tuple(missing_index), tuple(differ), fix, guards=tuple(guards))

@@ -37,6 +37,7 @@ from neffcache.errors import (
     EntryNotFound,
     InvalidKey,
     NoSpace,
+    PlaceholderNeff,
     ReadOnlyStore,
     SourceChanged,
     StoreError,
@@ -163,6 +164,8 @@ def _copy_one(src: Store, dst: Store, entry: Entry, flt: EntryFilter,
             return TransferOutcome.FILTERED, None
         # Only entries the destination's listing lacked get here: skip the redundant lookups.
         result = transfer(src, full, dst, known_absent=True)
+    except PlaceholderNeff as exc:  # refused by publish: a placeholder is no NEFF, wherever it lies
+        return TransferOutcome.FAILED, EntryOutcome(entry.path, "; ".join(exc.problems))
     except CorruptEntry as exc:
         return TransferOutcome.FAILED, EntryOutcome(entry.path, f"corrupt at the source: {'; '.join(exc.problems)}")
     except SourceChanged as exc:

@@ -29,8 +29,7 @@ class IngestResult(BaseModel):
 TokenOut: TypeAlias = TokenInfo  # the service's value is the response body: its fields have one home
 
 
-# mypy sees neffcache.server.* through the editable install's finder as Any, hence the ignore.
-class TokenCreated(TokenInfo):  # type: ignore[misc]
+class TokenCreated(TokenInfo):
     token: str = Field(description="the secret; shown once, store it now")
 
 

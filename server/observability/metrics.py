@@ -28,10 +28,13 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 
-from neffcache.server.services import leases, stats
+from neffcache.server.services import leases, readiness, stats
+from neffcache.server.services.prices import NO_PRICES, Prices
 from neffcache.server.storage.models import Entry
 
 if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
     from neffcache.server.storage.db import Database
 
 log = logging.getLogger(__name__)
@@ -64,10 +67,16 @@ def _fold(value: str, allowed: frozenset[str]) -> str:
     return value if value in allowed else OTHER
 
 
+DEFAULT_READINESS_WINDOW = 30 * 86400.0
+
+
 class DatabaseCollector(Collector):
     def __init__(self, db: Database, *, teams: LabelBound | None = None,
-                 toolchains: LabelBound | None = None) -> None:
+                 toolchains: LabelBound | None = None, prices: Prices = NO_PRICES,
+                 readiness_window: float = DEFAULT_READINESS_WINDOW) -> None:
         self._db = db
+        self._prices = prices
+        self._readiness_window = readiness_window
         self._teams = teams or LabelBound((), DEFAULT_TOP_N)
         self._toolchains = toolchains or LabelBound((), DEFAULT_TOP_N)
 
@@ -104,26 +113,33 @@ class DatabaseCollector(Collector):
                                    .group_by(Entry.toolchain, Entry.state))
             catalog = [(str(tc), str(state), int(count), int(total or 0)) for tc, state, count, total in rows]
             active = len(leases.active(session))
+            upgrades = self._readiness(session)
         team_weight: dict[str, float] = defaultdict(float)
         toolchain_weight: dict[str, float] = defaultdict(float)
-        for (_, toolchain, team), (count, _) in totals.items():
+        for (_, toolchain, team, _), (count, _) in totals.items():
             team_weight[team] += count
             toolchain_weight[toolchain] += count
         for toolchain, _, count, _ in catalog:
             toolchain_weight[toolchain] += count
         teams = self._teams.allowed(team_weight)
         toolchains = self._toolchains.allowed(toolchain_weight)
-        by_kind: dict[tuple[str, str, str], list[float]] = defaultdict(lambda: [0, 0.0])
-        for (kind, toolchain, team), (count, seconds) in totals.items():
+        # (count, seconds, cost, unpriced seconds) per folded (kind, toolchain, team)
+        by_kind: dict[tuple[str, str, str], list[float]] = defaultdict(lambda: [0, 0.0, 0.0, 0.0])
+        for (kind, toolchain, team, instance_type), (count, seconds) in totals.items():
             slot = by_kind[(kind, _fold(toolchain, toolchains), _fold(team, teams))]
             slot[0] += count
             slot[1] += seconds
-        for (kind, toolchain, team), (count, seconds) in sorted(by_kind.items()):
-            events.add_metric([kind, toolchain, team], count)
-            if kind == "hit":
-                saved.add_metric([toolchain, team], seconds)
-            elif kind == "compile":
-                spent.add_metric([toolchain, team], seconds)
+            cost = self._prices.cost(seconds, instance_type)
+            slot[2] += cost or 0.0
+            slot[3] += seconds if cost is None else 0.0
+        money = self._money_families()
+        for (kind, toolchain, team), (n, seconds, cost, unpriced) in sorted(by_kind.items()):
+            events.add_metric([kind, toolchain, team], n)
+            if kind in ("hit", "compile"):
+                (saved if kind == "hit" else spent).add_metric([toolchain, team], seconds)
+                if money:
+                    money[kind].add_metric([toolchain, team, self._prices.currency], cost)
+                    money["unpriced"].add_metric([kind, toolchain, team], unpriced)
         by_state: dict[tuple[str, str], int] = defaultdict(int)
         per_toolchain: dict[str, int] = defaultdict(int)
         for toolchain, state, count, total in catalog:
@@ -135,12 +151,40 @@ class DatabaseCollector(Collector):
         for toolchain, total in sorted(per_toolchain.items()):
             size.add_metric([toolchain], total)
         held.add_metric([], active)
-        return [events, saved, spent, entries, size, held]
+        return [events, saved, spent, entries, size, held, *money.values(), upgrades]
+
+    def _readiness(self, session: Session) -> GaugeMetricFamily:
+        """Upgrade readiness of the default toolchain pairs (per target, the newest compiler in the
+        catalog against the one before it; server/services/readiness.py), hits of the window."""
+        family = GaugeMetricFamily("neffcache_upgrade_readiness", "hit-weighted share of the older toolchain's "
+                                   "graphs the newer one holds", labels=["from_toolchain", "to_toolchain"])
+        until = time.time()
+        for old, new in readiness.upgrade_pairs(session):
+            value = readiness.pair_readiness(session, old, new, until - self._readiness_window, until, top=0).readiness
+            if value is not None:
+                family.add_metric([old, new], value)
+        return family
+
+    def _money_families(self) -> dict[str, CounterMetricFamily]:
+        """With prices configured: the compile seconds of misses and of hits saved, priced by the
+        instance type each event reported (server/services/prices.py); none without prices."""
+        if not self._prices.configured:
+            return {}
+        labels = ["toolchain", "team", "currency"]
+        return {"compile": CounterMetricFamily("neffcache_compile_cost", "money spent compiling on cache "
+                                               "misses, at the operator's prices", labels=labels),
+                "hit": CounterMetricFamily("neffcache_compile_cost_saved", "money cache hits saved, at the "
+                                           "operator's prices", labels=labels),
+                # Never priced at zero: the seconds of instance types without a price, beside the money.
+                "unpriced": CounterMetricFamily("neffcache_unpriced_seconds", "compile seconds (kind compile) "
+                                                "and seconds saved (kind hit) of instance types with no price",
+                                                labels=["kind", "toolchain", "team"])}
 
 
 class Metrics:
     def __init__(self, db: Database, *, teams: Iterable[str] = (), toolchains: Iterable[str] = (),
-                 top_n: int = DEFAULT_TOP_N) -> None:
+                 top_n: int = DEFAULT_TOP_N, prices: Prices = NO_PRICES,
+                 readiness_window: float = DEFAULT_READINESS_WINDOW) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.requests = Counter("neffcache_index_requests", "HTTP requests served by this replica",
                                 ["op", "result"], registry=self.registry)
@@ -155,7 +199,8 @@ class Metrics:
             # with the first event is blind to that event, and dashboards show "no data".
             self.ingested.labels(result)
         self.registry.register(DatabaseCollector(db, teams=LabelBound(teams, top_n),
-                                                 toolchains=LabelBound(toolchains, top_n)))
+                                                 toolchains=LabelBound(toolchains, top_n), prices=prices,
+                                                 readiness_window=readiness_window))
 
     def declare_ops(self, ops: Iterable[str]) -> None:
         """Export every route's request series at 0 from the start. Each worker process has its

@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from neffcache.errors import ConfigError
+from neffcache.index.records import MAX_LOOKUP_BATCH, MAX_RECORD_FLAG_LEN, MAX_RECORD_FLAGS
 from neffcache.keys import safe_relpath
 from neffcache.toolchain import LAYOUT_NAMES, Toolchain
 
@@ -45,6 +46,22 @@ def _namespace(value: str) -> str:
 
 
 RelPath = Annotated[str, StringConstraints(min_length=1, max_length=1024), AfterValidator(_relpath)]
+# The single path components GET /v1/entries/<name> answers itself (see api/routes/entries.py):
+# no layout names an entry with one component, and an entry may not take one, or its single
+# lookup would reach the query instead of the entry.
+RESERVED_PATHS = frozenset({"lookup", "similar", "compile-samples"})
+
+
+def _entry_path(value: str) -> str:
+    if value in RESERVED_PATHS:
+        raise ValueError(f"entry path {value!r} is reserved for the API; an entry path has a namespace")
+    return value
+
+
+EntryPath = Annotated[RelPath, AfterValidator(_entry_path)]
+Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+# A user flag as the runtime passes it on a command line: bounded, no NUL (which no argv holds).
+Flag = Annotated[str, StringConstraints(max_length=MAX_RECORD_FLAG_LEN, pattern=r"^[^\x00]*$")]
 Namespace = Annotated[str, StringConstraints(max_length=512), AfterValidator(_namespace)]
 def _layout(value: str) -> str:
     if value not in LAYOUT_NAMES:
@@ -91,19 +108,24 @@ def toolchain_label(toolchain: ToolchainIn | None) -> str:
 class EntryIn(Strict):
     """What a client registers when it publishes an entry to a store."""
 
-    path: RelPath
+    path: EntryPath
     layout: Layout
     key: KeyStr
     namespace: Namespace = ""
     toolchain: ToolchainIn | None = None
     state: State
     size: Annotated[int, Field(ge=0, le=2**62)]
-    neff_sha256: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")] | None = None
+    neff_sha256: Sha256 | None = None
     store: StoreURL
     tags: Annotated[dict[TagName, TagValue], Field(max_length=32)] = Field(default_factory=dict)
     created: Epoch
     producer: Label = ""
     compile_seconds: Seconds | None = None
+    # Optional: older clients send none of these, and a registration without them never
+    # erases what an earlier registration of the entry said (see catalog.register_entries).
+    hlo_sha256: Sha256 | None = None
+    hlo_size: Annotated[int, Field(ge=0, le=2**62)] | None = None
+    flags: Annotated[list[Flag], Field(max_length=MAX_RECORD_FLAGS)] | None = None
 
 
 class EntryOut(BaseModel):
@@ -125,6 +147,34 @@ class EntryOut(BaseModel):
     compile_seconds: float | None
     hit_count: int
     last_used: float | None
+    hlo_sha256: str | None = None
+    hlo_size: int | None = None
+    flags: list[str] | None = None
+
+
+class LookupRequest(Strict):
+    paths: Annotated[list[RelPath], Field(max_length=MAX_LOOKUP_BATCH, description=(
+        f"entry paths, at most {MAX_LOOKUP_BATCH}; repeats are answered once"))]
+
+
+class LookupResult(BaseModel):
+    found: list[EntryOut] = Field(description="the entries the index has, in the order asked")
+    missing: list[str] = Field(description="the paths it has no entry for, in the order asked")
+
+
+class SimilarEntries(BaseModel):
+    entries: list[EntryOut] = Field(description="newest first")
+
+
+class CompileSampleOut(BaseModel):
+    hlo_size: int
+    compile_seconds: float
+    compiler_version: str | None
+    hlo_sha256: str | None
+
+
+class CompileSamples(BaseModel):
+    samples: list[CompileSampleOut] = Field(description="newest first")
 
 
 class EntryPage(BaseModel):

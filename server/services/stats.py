@@ -8,7 +8,6 @@ so every replica answers the same.
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -18,6 +17,7 @@ from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from neffcache.server.services import leases
 from neffcache.server.services.events import hour_of
+from neffcache.server.services.prices import NO_PRICES, Prices
 from neffcache.server.services.records import STATES
 from neffcache.server.storage.models import Entry, EntryTag, Event, EventRollup
 
@@ -35,6 +35,13 @@ class Counts(BaseModel):
     hit_rate: float | None = None
     compile_hours: float = 0.0
     saved_hours: float = 0.0
+    # With prices configured: what the compiles cost and what the hits saved, in StatsOut.currency
+    # (server/services/prices.py); the hours of instance types without a price stay hours, in
+    # unpriced_compile_hours and unpriced_saved_hours, never priced at zero.
+    compile_cost: float | None = None
+    saved_cost: float | None = None
+    unpriced_compile_hours: float = 0.0
+    unpriced_saved_hours: float = 0.0
 
 
 class SeriesPoint(Counts):
@@ -85,6 +92,7 @@ class StatsOut(BaseModel):
     problem_entries: list[ProblemEntry]
     top_misses: list[MissRow]
     leases_active: int
+    currency: str | None = None
     teams: list[str]
     models: list[str]
 
@@ -114,20 +122,36 @@ class StatsQuery:
 _KIND_FIELD = {"hit": "hits", "miss": "misses", "compile": "compiles", "error": "errors", "evict": "evictions"}
 
 
-def _add(counts: Counts, kind: str, count: int, seconds: float) -> None:
+def _add(counts: Counts, kind: str, count: int, seconds: float, instance_type: str, prices: Prices) -> None:
     field = _KIND_FIELD.get(kind)
     if field is None:
         return
     setattr(counts, field, getattr(counts, field) + int(count))
+    if kind not in ("compile", "hit"):
+        return
     if kind == "compile":
         counts.compile_hours += seconds / 3600
-    elif kind == "hit":
+    else:
         counts.saved_hours += seconds / 3600
+    if not prices.configured:
+        return
+    cost = prices.cost(seconds, instance_type)
+    if cost is None and kind == "compile":
+        counts.unpriced_compile_hours += seconds / 3600
+    elif cost is None:
+        counts.unpriced_saved_hours += seconds / 3600
+    elif kind == "compile":
+        counts.compile_cost = (counts.compile_cost or 0.0) + cost
+    else:
+        counts.saved_cost = (counts.saved_cost or 0.0) + cost
 
 
-def _finish(counts: Counts) -> None:
+def _finish(counts: Counts, prices: Prices) -> None:
     lookups = counts.hits + counts.misses
     counts.hit_rate = counts.hits / lookups if lookups else None
+    if prices.configured:  # a window that spent nothing shows 0, not "no price"
+        counts.compile_cost = counts.compile_cost or 0.0
+        counts.saved_cost = counts.saved_cost or 0.0
 
 
 def _rollup_filters(q: StatsQuery) -> list[ColumnElement[bool]]:
@@ -150,38 +174,43 @@ def _entry_filter(stmt: S, q: StatsQuery) -> S:
     return stmt
 
 
-def compute_stats(session: Session, q: StatsQuery) -> StatsOut:
+def compute_stats(session: Session, q: StatsQuery, prices: Prices = NO_PRICES) -> StatsOut:
+    """Every figure of the window; money too when ``prices`` are configured. Each sum is grouped
+    by instance type as well, because a price is per instance type."""
     conds = _rollup_filters(q)
+    itype = EventRollup.instance_type
     totals = Counts()
-    for kind, count, seconds in session.execute(
-        select(EventRollup.kind, func.sum(EventRollup.count), func.sum(EventRollup.seconds))
-        .where(*conds).group_by(EventRollup.kind)
+    for kind, instance_type, count, seconds in session.execute(
+        select(EventRollup.kind, itype, func.sum(EventRollup.count), func.sum(EventRollup.seconds))
+        .where(*conds).group_by(EventRollup.kind, itype)
     ):
-        _add(totals, kind, count, seconds or 0.0)
-    _finish(totals)
+        _add(totals, kind, count, seconds or 0.0, instance_type, prices)
+    _finish(totals, prices)
 
     bucket = q.bucket
     first = hour_of(q.start) // bucket * bucket
     series = {start: SeriesPoint(start=start) for start in range(first, int(q.end) + 1, bucket)}
     slot = (EventRollup.hour // bucket) * bucket
-    for start, kind, count, seconds in session.execute(
-        select(slot, EventRollup.kind, func.sum(EventRollup.count), func.sum(EventRollup.seconds))
-        .where(*conds).group_by(slot, EventRollup.kind)
+    for start, kind, instance_type, count, seconds in session.execute(
+        select(slot, EventRollup.kind, itype, func.sum(EventRollup.count), func.sum(EventRollup.seconds))
+        .where(*conds).group_by(slot, EventRollup.kind, itype)
     ):
         point = series.setdefault(int(start), SeriesPoint(start=int(start)))
-        _add(point, kind, count, seconds or 0.0)
+        _add(point, kind, count, seconds or 0.0, instance_type, prices)
     for point in series.values():
-        _finish(point)
+        _finish(point, prices)
 
     dim = getattr(EventRollup, q.group_by)
     groups: dict[str, GroupRow] = {}
-    for name, kind, count, seconds in session.execute(
-        select(dim, EventRollup.kind, func.sum(EventRollup.count), func.sum(EventRollup.seconds))
-        .where(*conds).group_by(dim, EventRollup.kind)
+    priced_as = itype.label("priced_as")  # a label: grouping by instance type selects it twice
+    for name, kind, instance_type, count, seconds in session.execute(
+        select(dim, EventRollup.kind, priced_as, func.sum(EventRollup.count), func.sum(EventRollup.seconds))
+        .where(*conds).group_by(dim, EventRollup.kind, itype)
     ):
-        _add(groups.setdefault(name, GroupRow(name=name or "(none)")), kind, count, seconds or 0.0)
+        _add(groups.setdefault(name, GroupRow(name=name or "(none)")), kind, count, seconds or 0.0,
+             instance_type, prices)
     for row in groups.values():
-        _finish(row)
+        _finish(row, prices)
 
     sizes = [
         ToolchainSize(toolchain=tc, entries=int(n), bytes=int(b or 0))
@@ -202,6 +231,7 @@ def compute_stats(session: Session, q: StatsQuery) -> StatsOut:
         problem_entries=_problems(session, q),
         top_misses=_top_misses(session, q),
         leases_active=len(leases.active(session)),
+        currency=prices.currency if prices.configured else None,
         teams=_distinct(session, EventRollup.team), models=_distinct(session, EventRollup.model),
     )
 
@@ -233,13 +263,14 @@ def _distinct(session: Session, column: InstrumentedAttribute[str]) -> list[str]
     return sorted(v for v in session.scalars(select(column).distinct().limit(500)) if v)
 
 
-def kind_totals(session: Session) -> dict[tuple[str, str, str], tuple[int, float]]:
-    """All-time (kind, toolchain, team) -> (count, seconds): the Prometheus counters."""
-    out: dict[tuple[str, str, str], tuple[int, float]] = defaultdict(lambda: (0, 0.0))
-    for kind, toolchain, team, count, seconds in session.execute(
-        select(EventRollup.kind, EventRollup.toolchain, EventRollup.team,
+def kind_totals(session: Session) -> dict[tuple[str, str, str, str], tuple[int, float]]:
+    """All-time (kind, toolchain, team, instance type) -> (count, seconds): the Prometheus
+    counters (the instance type prices the seconds)."""
+    out: dict[tuple[str, str, str, str], tuple[int, float]] = {}
+    for kind, toolchain, team, instance_type, count, seconds in session.execute(
+        select(EventRollup.kind, EventRollup.toolchain, EventRollup.team, EventRollup.instance_type,
                func.sum(EventRollup.count), func.sum(EventRollup.seconds))
-        .group_by(EventRollup.kind, EventRollup.toolchain, EventRollup.team)
+        .group_by(EventRollup.kind, EventRollup.toolchain, EventRollup.team, EventRollup.instance_type)
     ):
-        out[(kind, toolchain, team)] = (int(count), float(seconds or 0.0))
-    return dict(out)
+        out[(kind, toolchain, team, instance_type)] = (int(count), float(seconds or 0.0))
+    return out

@@ -49,6 +49,11 @@ class Entry(Base):
     updated: Mapped[float] = mapped_column(Double)
     producer: Mapped[str] = mapped_column(String(256))
     compile_seconds: Mapped[float | None] = mapped_column(Double)
+    # The graph's inputs (migration 0002), NULL where the publisher did not know them: what
+    # why-miss compares a missed graph with fleet-wide, and what compile forecasts fit on.
+    hlo_sha256: Mapped[str | None] = mapped_column(String(64), index=True)
+    hlo_size: Mapped[int | None] = mapped_column(BigInteger)
+    flags: Mapped[str | None] = mapped_column(Text)  # a JSON list of strings, as the manifest has them
     # neffcache's own usage stamps: shared mounts may disable atime, so we never read it.
     hit_count: Mapped[int] = mapped_column(BigInteger, default=0)
     last_used: Mapped[float | None] = mapped_column(Double)

@@ -17,10 +17,13 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from neffcache import __version__
+from neffcache.readiness import UNUSED_WEIGHT
 from neffcache.server.api.deps import TOKEN_COOKIE, BearerDep, StateDep, check_access, presented_token
 from neffcache.server.api.routes.common import QText
 from neffcache.server.api.routes.stats import build_query
 from neffcache.server.services import leases as lease_table
+from neffcache.server.services.prices import prices_of
+from neffcache.server.services.readiness import pair_readiness, upgrade_pairs
 from neffcache.server.services.stats import GroupBy, StatsOut, compute_stats
 from neffcache.server.ui.charts import Line, hbars, line_chart, stacked_bars
 from neffcache.units import human_bytes as decimal_bytes
@@ -39,6 +42,14 @@ def human_bytes(n: float) -> str:
 
 def hours(h: float) -> str:
     return f"{h:,.0f} h" if h >= 100 else f"{h:,.1f} h"
+
+
+def money(amount: float | None) -> str:
+    """An amount at the operator's prices (the tile names the currency): whole units from 1,000
+    on (``12,346``), cents below (``812.40``); "-" without prices."""
+    if amount is None:
+        return "-"
+    return f"{amount:,.0f}" if abs(amount) >= 1000 else f"{amount:,.2f}"
 
 
 def pct(rate: float | None) -> str:
@@ -122,14 +133,17 @@ def dashboard(
         return _login_page(request, state, exc)
     query = build_query(window, None, group_by, team, model, None, None, top=12)
     with state.db.read() as session:
-        stats = compute_stats(session, query)
+        stats = compute_stats(session, query, prices_of(state.settings))
         held = lease_table.active(session, limit=4)
+        upgrades = [pair_readiness(session, old, new, query.start, query.end, top=3)
+                    for old, new in upgrade_pairs(session)]
     now = time.time()
     page = state.templates.get_template("dashboard.html").render(
         stats=stats, charts=charts(stats), windows=WINDOWS, window=window, window_label=dict(WINDOWS)[window],
         team=team or "", model=model or "", group_by=group_by, refresh=state.settings.dashboard_refresh_seconds,
         now=now, updated=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(now)), version=__version__,
         human_bytes=human_bytes, hours=hours, pct=pct, ago=lambda ts: ago(ts, now),
+        money=money, upgrades=upgrades, unused_weight=UNUSED_WEIGHT,
         state_class=_STATE_CLASS, leases=held, database=state.db.dialect, tc=short_toolchain,
         total_bytes=sum(s.bytes for s in stats.size_by_toolchain),
         total_entries=sum(stats.entries_by_state.values()),

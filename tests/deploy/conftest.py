@@ -150,6 +150,7 @@ class ComposeStack:
     warm_runs: list[subprocess.CompletedProcess[str]]
     bucket_run: subprocess.CompletedProcess[str]
     workdir: Path
+    upgrade_run: subprocess.CompletedProcess[str]  # `docker compose run upgrade`, after the warm runs
 
     def metrics(self) -> str:
         reply = self.server.get("/metrics")  # compose allows anonymous reads
@@ -173,11 +174,17 @@ def compose_stack(moto: S3TestServer, tmp_path_factory: pytest.TempPathFactory) 
         port = port[port.index("--port") + 1]
         hosts = {f"http://index:{port}": server.url, "http://s3:5000": moto.url,
                  "/tmp/sim-bin": str(workdir / "sim-bin"), "/tmp/neuron-cache": str(workdir / "neuron-cache")}
+        # Each `docker compose run` is a fresh container: its own /tmp.
+        fresh = {**hosts, "/tmp/sim-bin": str(workdir / "upgrade" / "sim-bin"),
+                 "/tmp/neuron-cache": str(workdir / "upgrade" / "neuron-cache")}
 
-        def localize(text: str) -> str:
-            for cluster, local in hosts.items():
+        def localize_for(table: dict[str, str], text: str) -> str:
+            for cluster, local in table.items():
                 text = text.replace(cluster, local)
             return text
+
+        def localize(text: str) -> str:
+            return localize_for(hosts, text)
 
         bucket_job = services["s3-bucket"]
         assert bucket_job["entrypoint"][:2] == ["python3", "-c"]
@@ -194,4 +201,10 @@ def compose_stack(moto: S3TestServer, tmp_path_factory: pytest.TempPathFactory) 
         warm_env["NEFFSIM_COMPILE_SECONDS"] = "0"
         runs = [subprocess.run(["/bin/sh", "-c", localize(argv[2])], env=warm_env, cwd=workdir, capture_output=True,
                                text=True, timeout=240, check=False) for _ in range(2)]
-        yield ComposeStack(server, runs, bucket_run, workdir)
+        upgrade = services["upgrade"]
+        upgrade_env = {**base, **{k: localize_for(fresh, v) for k, v in compose_environment(upgrade).items()}}
+        upgrade_env["PATH"] = upgrade_env["PATH"].replace("/opt/neffcache/bin", str(Path(sys.executable).parent))
+        upgrade_argv = compose_argv(upgrade, SERVER_DOCKERFILE)
+        upgrade_run = subprocess.run(["/bin/sh", "-c", localize_for(fresh, upgrade_argv[2])], env=upgrade_env,
+                                     cwd=workdir, capture_output=True, text=True, timeout=240, check=False)
+        yield ComposeStack(server, runs, bucket_run, workdir, upgrade_run)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
+import typing
 from functools import cache
 from importlib.util import find_spec
 from pathlib import Path
@@ -66,7 +68,11 @@ def server_settings_from_env(env: dict[str, str]) -> ServerSettings:
     ours = {k: v for k, v in env.items() if k.startswith(SERVER_PREFIX)}
     unknown = sorted(set(ours) - server_env_names())
     assert not unknown, f"not server settings (pydantic-settings would ignore them): {unknown}"
-    values = {k[len(SERVER_PREFIX):].lower(): v for k, v in ours.items()}
+    values: dict[str, object] = {k[len(SERVER_PREFIX):].lower(): v for k, v in ours.items()}
+    for name, field in ServerSettings.model_fields.items():
+        # The env source decodes complex fields (prices, lists) from JSON before validating.
+        if isinstance(values.get(name), str) and typing.get_origin(field.annotation) in (dict, list):
+            values[name] = json.loads(str(values[name]))
     try:
         # Passing them as init values (extra="forbid" is enforced on those) with pydantic's
         # env-style coercion ("true", "5") gives exactly what the env source would produce.

@@ -34,9 +34,9 @@ def _index_port() -> int:
 
 
 def test_the_stack_has_every_part() -> None:
-    assert {"index", "postgres", "s3", "s3-bucket", "prometheus", "grafana", "warmer"} <= set(SERVICES)
+    assert {"index", "postgres", "s3", "s3-bucket", "prometheus", "grafana", "warmer", "upgrade"} <= set(SERVICES)
     built = compose_services_built_from(SERVER_DOCKERFILE)
-    assert set(built) == {"index", "warmer"}
+    assert set(built) == {"index", "warmer", "upgrade"}
 
 
 def test_index_command_and_settings() -> None:
@@ -80,6 +80,21 @@ def test_warmer_commands_parse_and_point_at_the_stack() -> None:
     assert env["NEFFCACHE_TOKEN"] == compose_environment(SERVICES["index"])["NEFFCACHE_SERVER_ADMIN_TOKEN"]
 
 
+def test_upgrade_commands_play_the_playbook_on_the_warmers_stores() -> None:
+    env = compose_environment(SERVICES["upgrade"])
+    argv = compose_argv(SERVICES["upgrade"], SERVER_DOCKERFILE)
+    rewarm, report = [parse_invocation(a) for a in neffcache_argvs(argv[2], env)]
+    (warm,) = [parse_invocation(a) for a in neffcache_argvs(compose_argv(SERVICES["warmer"], SERVER_DOCKERFILE)[2],
+                                                              compose_environment(SERVICES["warmer"]))]
+    assert (rewarm.path, report.path) == (("rewarm",), ("upgrade-report",))
+    assert rewarm.params["stores"] == report.params["stores"] == warm.params["stores"]
+    assert rewarm.params["from_version"] == report.params["from_version"]
+    new_version = re.search(r"--version (\S+)", argv[2])
+    assert new_version and report.params["to_version"] == new_version.group(1) != report.params["from_version"]
+    assert report.params["gate"] == 0.95
+    assert env["NEFFCACHE_INDEX_URL"] == compose_environment(SERVICES["warmer"])["NEFFCACHE_INDEX_URL"]
+
+
 def test_prometheus_and_grafana_wiring() -> None:
     prometheus_cfg = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
     (job,) = prometheus_cfg["scrape_configs"]
@@ -121,3 +136,10 @@ def test_compose_stack_runs(compose_stack: ComposeStack) -> None:
                                              metrics, re.M))
     assert hits >= 12, metrics  # 3 buckets x 4 graphs
     assert re.search(r'^neffcache_entry_bytes\{toolchain="[^"]*trn2[^"]*"\} [1-9]', metrics, re.M), metrics
+    # `docker compose run upgrade`: every graph rewarmed, the gate met, the pair's readiness exported.
+    upgrade = compose_stack.upgrade_run
+    assert upgrade.returncode == 0, upgrade.stdout + upgrade.stderr
+    assert "readiness    100.0%  (12 of 12 graphs ready" in upgrade.stdout and "gate 95.0%: ready" in upgrade.stdout
+    assert re.search(r'^neffcache_upgrade_readiness\{[^}]*\} 1\.0$', metrics, re.M), metrics
+    assert re.search(r'^neffcache_compile_cost_total\{[^}]*currency="USD"[^}]*\} (?!0\.0$)[0-9.e+-]+$', metrics,
+                     re.M), metrics  # priced: the warm-ups reported trn2.48xlarge, which compose prices

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from neffcache.cli.main import cli
-from neffcache.errors import ConfigError
+from neffcache.errors import ConfigError, RefusedPlan
 from neffcache.index import IndexClient, open_index
 from neffcache.index.records import entry_record
 from neffcache.operations.scan import load_entry, scan
@@ -21,6 +21,7 @@ from neffcache.prune import PrunePolicy, Reason, execute_plan, plan_prune
 from neffcache.replication.reconcile import plan_reconcile
 from neffcache.stores.local import LocalStore
 from tests.prune.helpers import NEW, TC_OLD, published_a, runtime_a
+from tests.prune.test_cli import run_cli
 from tests.server.conftest import LiveServer, Tokens, make_tokens
 
 pytestmark = pytest.mark.slow
@@ -155,3 +156,57 @@ def test_interrupted_reason_stays_visible_in_json(index: IndexClient, tmp_path: 
     plan = plan_prune([store], PrunePolicy(failed=True), index=index)
     assert plan.to_json()["by_reason"] == {Reason.FAILED.value: {"items": 1, "bytes": plan.expected_freed_size}}
     assert [i.path for i in execute_plan(plan, [store], index=index, force=True).removed] == [path]
+
+
+def test_reconcile_refuses_to_forget_a_store_that_is_not_there(index: IndexClient, tmp_path: Path) -> None:
+    """An FSx mount that did not come up is an empty directory: reconcile must not forget every
+    record of it (the index would then tell every job its NEFFs are gone)."""
+    store = LocalStore(tmp_path / "mnt")
+    paths = [published_a(store, f"MODULE_{i}+abb26765") for i in range(1, 4)]
+    register(index, store, *paths)
+    os.rename(tmp_path / "mnt", tmp_path / "mnt.real")  # the mount is gone; the path is an empty dir
+    (tmp_path / "mnt").mkdir()
+    plan = plan_reconcile([store], index)
+    assert len(plan.missing_in_store) == 3 and len(plan.guards) == 1
+    assert "holds no entry while the index lists 3" in plan.guards[0]
+    with pytest.raises(RefusedPlan, match="Nothing was changed"):
+        plan.execute(index, journal=[store])
+    assert all(index.lookup(p) is not None for p in paths), "a refused plan forgot records"
+
+    env = {"NEFFCACHE_INDEX_URL": str(index.url), "NEFFCACHE_TOKEN": _token(index),
+           "NEFFCACHE_SPOOL_DIR": str(tmp_path / "spool-cli")}
+    refused = run_cli("reconcile", "--store", str(store.root), "--yes", env={**os.environ, **env})
+    assert refused.returncode == 9, refused.stderr
+    assert "unmounted store or a wrong URL" in refused.stderr.strip().splitlines()[-1]
+    assert all(index.lookup(p) is not None for p in paths)
+    runner = CliRunner(env=env)
+    forced = runner.invoke(cli, ["reconcile", "--store", str(store.root), "--yes", "--force"],
+                           catch_exceptions=False)
+    assert forced.exit_code == 0, forced.output
+    assert all(index.lookup(p) is None for p in paths)
+    history = runner.invoke(cli, ["prune", "--history", "--store", str(store.root), "--json"],
+                            catch_exceptions=False)
+    actions = json.loads(history.output)["actions"]
+    assert [(a["kind"], a["items_total"], a["details"]["forced"]) for a in actions] == [("reconcile", 3, True)]
+    assert sorted(i["path"] for i in actions[0]["items"]) == sorted(paths)
+
+
+def test_reconcile_forgetting_more_than_the_share_needs_force(index: IndexClient, tmp_path: Path) -> None:
+    store = LocalStore(tmp_path / "c")
+    paths = [published_a(store, f"MODULE_{i}+abb26765") for i in range(1, 5)]
+    register(index, store, *paths)
+    for path in paths[:3]:  # three of four removed by hand
+        store.delete([f.path for f in store.iter_files(path)])
+    plan = plan_reconcile([store], index)
+    assert plan.guards and "3 of the 4 records" in plan.guards[0]
+    with pytest.raises(RefusedPlan):
+        plan.execute(index)
+    assert plan_reconcile([store], index, max_share=0.8).guards == ()
+    # Registering alone never loses anything: not refused.
+    assert plan_reconcile([store], index, fix="register").execute(index).forgotten == 0
+    assert plan.execute(index, force=True).forgotten == 3
+
+
+def _token(index: IndexClient) -> str:
+    header = index._http.headers["Authorization"]
+    return header.removeprefix("Bearer ")

@@ -38,3 +38,8 @@ def event(kind: str, **overrides: Any) -> dict[str, Any]:
     }
     record.update(overrides)
     return record
+
+
+def digest(i: int) -> str:
+    """A distinct, valid sha256 hex digest per ``i`` (an HLO's, in these tests)."""
+    return f"{i:064x}"

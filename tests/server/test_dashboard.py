@@ -55,9 +55,13 @@ def _png_size(path: Path) -> tuple[int, int]:
     return int(width), int(height)
 
 
+# What an hour of each instance type of the week costs the operator (figures of the test, not AWS's).
+PRICES = {"trn2.48xlarge": 44.70, "trn1.32xlarge": 21.50}
+
+
 @pytest.fixture
 def week_server(sqlite_url: str, start_server: Callable[..., LiveServer]) -> LiveServer:
-    live = start_server(sqlite_url, anonymous_read=True)
+    live = start_server(sqlite_url, anonymous_read=True, prices=PRICES, currency="USD")
     week = make_week(time.time())
     with live.client(ADMIN_SECRET) as admin:
         admin.post("/v1/entries", json=week.entries).raise_for_status()
@@ -85,6 +89,18 @@ def test_dashboard_renders_a_week_in_chromium(week_server: LiveServer, tmp_path:
     assert "no data" not in dom and "no events" not in dom
 
     assert f"{stats['totals']['hit_rate'] * 100:.1f}%" in dom
+    # The money tiles: the stats API's figures at the operator's prices, currency in the label.
+    for tile, figure in (("kpi-saved-money", "saved_cost"), ("kpi-spent-money", "compile_cost")):
+        match = re.search(rf'id="{tile}"><div class="v">([^<]+)</div><div class="k">([^<]+)</div>', dom)
+        assert match, tile
+        assert match.group(1) == f"{stats['totals'][figure]:,.0f}" and match.group(2).endswith("· USD")
+        assert stats["totals"][figure] > 1000
+    # Upgrade readiness: the week's compiler bump on trn2, as /v1/upgrades/readiness counts it.
+    (pair,) = httpx.get(f"{week_server.url}/v1/upgrades/readiness", params={"window": "7d"}).json()["pairs"]
+    upgrades = re.findall(r'<table class="upgrades">.*?</table>', dom, re.S)[0]
+    assert upgrades.count("<tr>") == 2 and "2.26.8123.0 → 2.27.5334.0" in upgrades
+    assert f'{pair["readiness"] * 100:.1f}%' in upgrades and 0.9 < pair["readiness"] < 1.0
+    assert pair["missing"][0]["path"].rsplit("/", 1)[-1] in upgrades
     misses = re.findall(r'<table class="misses">.*?</table>', dom, re.S)[0]
     assert misses.count("<tr>") == 1 + min(8, len(stats["top_misses"]))
     for team in ("search", "ads", "speech", "research"):
@@ -111,3 +127,17 @@ def test_dashboard_filters_narrow_the_page(week_server: LiveServer, tmp_path: Pa
     assert groups == ["whisper-large-v3"] == [g["name"] for g in stats["groups"]]
     points = len(re.findall(r'<circle class="hover"', _svg(dom, "hit-rate")))
     assert 10 < points <= 25  # hourly points of one day (quiet hours have none)
+
+
+def test_without_prices_the_dashboard_stays_in_hours(sqlite_url: str,
+                                                     start_server: Callable[..., LiveServer]) -> None:
+    live = start_server(sqlite_url, anonymous_read=True)
+    week = make_week(time.time(), scale=0.05)
+    with live.client(ADMIN_SECRET) as admin:
+        admin.post("/v1/entries", json=week.entries).raise_for_status()
+        admin.post("/v1/events", json=week.events[:2500]).raise_for_status()
+    page = httpx.get(f"{live.url}/").text
+    stats = httpx.get(f"{live.url}/v1/stats").json()
+    assert stats["currency"] is None and stats["totals"]["compile_cost"] is None
+    assert "kpi-saved-money" not in page and "kpi-spent-money" not in page and 'class="kpis"' in page
+    assert "compile time saved" in page

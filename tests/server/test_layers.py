@@ -27,7 +27,9 @@ LIBRARY = {
     "neffcache.failure_groups": "error events grouped by signature for /v1/failures, as `neffcache failures` "
                                 "groups the stores' failure logs",
     "neffcache.index.records": "what clients send: the records the server validates and stores",
+    "neffcache.instances": "the instance catalog: the operator's prices must name instance types it knows",
     "neffcache.keys": "safe_relpath: the one check that an entry path from outside stays relative",
+    "neffcache.readiness": "the readiness rule (hit weights, the rewarm tag) upgrade-report uses too",
     "neffcache.toolchain": "Toolchain: the one definition of a valid compiler version, target and LNC",
     "neffcache.units": "human_bytes: sizes in the one unit system the CLI prints too",
 }

@@ -7,6 +7,7 @@ from collections.abc import Callable
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from neffcache.server.storage.db import head_revision
 from tests.server.conftest import LiveServer, Tokens, make_tokens
 from tests.server.factories import TOOLCHAIN, TOOLCHAIN_LABEL, entry, event
 
@@ -46,7 +47,7 @@ def test_health_and_readiness(server: LiveServer) -> None:
     with server.client() as client:
         assert client.get("/healthz").json() == {"status": "ok"}
         ready = client.get("/readyz").json()
-    assert ready["status"] == "ok" and ready["schema"] == "0001"
+    assert ready["status"] == "ok" and ready["schema"] == head_revision()
 
 
 def test_not_ready_when_the_database_is_gone(tmp_path, start_server: Callable[..., LiveServer],

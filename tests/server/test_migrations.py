@@ -8,7 +8,7 @@ import sys
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import inspect
+from sqlalchemy import inspect, text
 
 from neffcache.server.storage.db import Database, alembic_config, current_revision, head_revision, migrate
 from neffcache.server.storage.models import Base
@@ -58,6 +58,48 @@ def test_replicas_migrating_at_once(db_url: str) -> None:
     assert failures == []
     db = Database(db_url, pool_size=1)
     try:
+        assert current_revision(db.engine) == head_revision()
+    finally:
+        db.dispose()
+
+
+def _downgrade(db: Database, revision: str) -> None:
+    with db.engine.connect() as conn:
+        cfg = alembic_config()
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, revision)
+        conn.commit()
+
+
+def test_0002_adds_the_graph_inputs_and_its_downgrade_keeps_every_entry(db_url: str) -> None:
+    """0002 alters ``entries`` in place: neither way copies the table, so no location or tag is
+    lost (on SQLite a table copy drops ``entries``, and the drop cascades to both)."""
+    db = Database(db_url, pool_size=2)
+    try:
+        migrate(db.engine, "0001")
+        with db.engine.begin() as conn:
+            conn.execute(text(
+                "INSERT INTO entries (id, path, layout, key, namespace, toolchain, state, size, created, registered,"
+                " updated, producer, hit_count) VALUES (1, 'ns/k', 'neuronxcc', 'k', 'ns', 'unknown', 'SUCCESS',"
+                " 1, 0, 0, 0, '', 0)"))
+            conn.execute(text("INSERT INTO entry_locations (entry_id, store, added) VALUES (1, 's3://b', 0)"))
+            conn.execute(text("INSERT INTO entry_tags (entry_id, name, value) VALUES (1, 'model', 'm')"))
+        migrate(db.engine)
+        columns = {c["name"] for c in inspect(db.engine).get_columns("entries")}
+        assert {"hlo_sha256", "hlo_size", "flags"} <= columns
+        assert "ix_entries_hlo_sha256" in {i["name"] for i in inspect(db.engine).get_indexes("entries")}
+        with db.engine.begin() as conn:
+            assert conn.execute(text("SELECT hlo_sha256, hlo_size, flags FROM entries")).all() == [(None, None, None)]
+            conn.execute(text("UPDATE entries SET hlo_sha256 = :d, flags = '[]'"), {"d": "ab" * 32})
+
+        _downgrade(db, "0001")
+        assert current_revision(db.engine) == "0001"
+        assert "hlo_sha256" not in {c["name"] for c in inspect(db.engine).get_columns("entries")}
+        with db.engine.connect() as conn:
+            assert conn.execute(text("SELECT path FROM entries")).scalars().all() == ["ns/k"]
+            assert conn.execute(text("SELECT store FROM entry_locations")).scalars().all() == ["s3://b"]
+            assert conn.execute(text("SELECT value FROM entry_tags")).scalars().all() == ["m"]
+        migrate(db.engine)
         assert current_revision(db.engine) == head_revision()
     finally:
         db.dispose()

@@ -1,7 +1,14 @@
-"""/v1/entries: register on publish, look up by path, list with filters, forget a location."""
+"""/v1/entries: register on publish, look up by path (one or many), list with filters, the
+entries near a graph, compile samples, forget a location.
+
+Order matters: ``GET /v1/entries/{path:path}`` matches any path, so the fixed routes
+(``/similar``, ``/compile-samples``) are declared before it. No entry can be registered at
+those one-component paths (``RESERVED_PATHS`` in services/records.py).
+"""
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Annotated, Any
 
@@ -10,15 +17,31 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from pydantic import StringConstraints
 
+from neffcache.index.records import SAMPLE_TARGETS
 from neffcache.server.api.deps import ReadAccess, WriteAccess
 from neffcache.server.api.routes.common import AUTH_ERRORS, WRITE_ERRORS, QText, checked_path, not_found
 from neffcache.server.api.schemas import MAX_BATCH, Problem, RegisterResult
-from neffcache.server.services import catalog
-from neffcache.server.services.records import EntryIn, EntryOut, EntryPage, ForgetResult, State
+from neffcache.server.services import catalog, lookups
+from neffcache.server.services.records import (
+    CompileSamples,
+    EntryIn,
+    EntryOut,
+    EntryPage,
+    ForgetResult,
+    LookupRequest,
+    LookupResult,
+    SimilarEntries,
+    State,
+)
 from neffcache.server.storage.db import Database
 
 router = APIRouter(prefix="/v1/entries", tags=["entries"])
 TagFilter = Annotated[str, StringConstraints(max_length=330, pattern=r"^[A-Za-z0-9_.-]{1,64}=[^\x00-\x1f\x7f]{0,256}$")]
+Digest = Annotated[str | None, Query(pattern=r"^[0-9a-f]{64}$", description="the HLO's sha256")]
+Model = Annotated[str | None, Query(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+$",
+                                    description="the value of the entries' model tag")]
+Target = Annotated[str, Query(pattern="^(" + "|".join(map(re.escape, SAMPLE_TARGETS)) + ")$",
+                              description=f"a compile target: {', '.join(SAMPLE_TARGETS)}")]
 
 
 @router.post("", name="entries.register", summary="Register published entries", responses=WRITE_ERRORS)
@@ -62,6 +85,52 @@ def list_entries(
     )
     with access.db.read() as session:
         return catalog.list_entries(session, where, limit=limit, cursor=cursor)
+
+
+@router.post("/lookup", name="entries.lookup_many", summary="Look up many entries", response_model=LookupResult,
+             responses=WRITE_ERRORS)  # WRITE_ERRORS for its 413: the scope needed is read
+async def lookup_many(asked: LookupRequest, access: ReadAccess) -> JSONResponse:
+    """Many entries by path in one round trip (``plan``: every graph a job will look up), each
+    with the stores that hold it; the paths the index has no entry for are listed in ``missing``.
+    Each path is checked like a single lookup's (a bad one is a 422 naming it), and a request
+    carries at most 10,000 of them (the client splits longer lists). Needs read scope."""
+    found, missing = await run_in_threadpool(_lookup_many, access.db, asked.paths)
+    return JSONResponse({"found": found, "missing": missing})  # rows as they are: see lookup_entry
+
+
+def _lookup_many(db: Database, paths: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
+    with db.read() as session:  # one transaction: every slice of the batch sees the same catalog
+        return lookups.lookup_many(session.connection(), paths)
+
+
+@router.get("/similar", name="entries.similar", summary="Entries near a graph", response_model=SimilarEntries,
+            responses=AUTH_ERRORS)
+async def similar_entries(access: ReadAccess, hlo_sha256: Digest = None, model: Model = None,
+                          limit: Annotated[int, Query(ge=1, le=lookups.MAX_SIMILAR)] = 50) -> JSONResponse:
+    """Entries that share a graph's HLO digest, or carry its ``model`` tag (give one or both),
+    newest first: what ``why-miss`` compares a missed graph with, across every store."""
+    if hlo_sha256 is None and model is None:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, "give hlo_sha256, model, or both")
+
+    def ask(db: Database) -> list[dict[str, Any]]:
+        with db.read() as session:
+            return lookups.similar(session.connection(), hlo_sha256=hlo_sha256, model=model, limit=limit)
+
+    return JSONResponse({"entries": await run_in_threadpool(ask, access.db)})
+
+
+@router.get("/compile-samples", name="entries.compile_samples", summary="Compile times by HLO size",
+            responses=AUTH_ERRORS)
+async def compile_samples(access: ReadAccess, target: Target,
+                          limit: Annotated[int, Query(ge=1, le=lookups.MAX_SAMPLES)] = 1000) -> CompileSamples:
+    """The newest SUCCESS entries of ``target`` that recorded both their HLO size and their
+    compile time, newest first: the points a forecast of a miss's compile time fits on."""
+
+    def ask(db: Database) -> list[dict[str, Any]]:
+        with db.read() as session:
+            return lookups.compile_samples(session.connection(), target, limit)
+
+    return CompileSamples.model_validate({"samples": await run_in_threadpool(ask, access.db)})
 
 
 @router.get("/{path:path}", name="entries.lookup", summary="Look up one entry", response_model=EntryOut,

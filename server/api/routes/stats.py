@@ -10,6 +10,7 @@ from fastapi import APIRouter, Query
 
 from neffcache.server.api.deps import ReadAccess
 from neffcache.server.api.routes.common import AUTH_ERRORS, QText
+from neffcache.server.services.prices import prices_of
 from neffcache.server.services.stats import GroupBy, StatsOut, StatsQuery, compute_stats
 
 router = APIRouter(prefix="/v1/stats", tags=["stats"])
@@ -57,4 +58,4 @@ def get_stats(
     Counts have hour resolution."""
     query = build_query(window, end, group_by, team, model, instance_type, toolchain, top)
     with access.db.read() as session:
-        return compute_stats(session, query)
+        return compute_stats(session, query, prices_of(access.state.settings))

@@ -1,0 +1,1 @@
+../../neffcache/__init__.py

@@ -1,0 +1,50 @@
+"""How often each entry was hit: the raw hit events of a window, counted per entry path.
+
+The hourly rollups have no path (they would grow with every graph), so this reads the events
+(``ix_events_kind_ts`` narrows them to the window's hits) and is bounded twice: a page holds at
+most :data:`MAX_PAGE` paths, and the events themselves are kept ``event_retention_days``, so a
+window reaching further back counts only what is left. Pages are keyset-paginated on the path
+(``cursor``: the last path of the previous page), so a page costs the same wherever it starts
+and no path is counted twice while events keep arriving.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from neffcache.server.storage.models import Event
+
+MAX_PAGE = 10_000
+
+
+class PathHits(BaseModel):
+    path: str
+    hits: int
+    last_hit: float
+
+
+class HitsPage(BaseModel):
+    toolchain: str
+    since: float
+    until: float
+    hits: list[PathHits]
+    next_cursor: str | None = Field(description="pass as ?cursor= for the next page; null on the last")
+
+
+def hits_by_path(session: Session, toolchain: str, since: float, until: float, *, limit: int = 1000,
+                 cursor: str | None = None) -> HitsPage:
+    """Hit events per entry path reported for ``toolchain`` (a label) in ``[since, until)``,
+    paths in order, at most ``limit`` of them after ``cursor``."""
+    limit = max(1, min(limit, MAX_PAGE))
+    stmt = (select(Event.path, func.count(), func.max(Event.ts))
+            .where(Event.kind == "hit", Event.ts >= since, Event.ts < until, Event.toolchain == toolchain,
+                   Event.path.is_not(None)))
+    if cursor is not None:
+        stmt = stmt.where(Event.path > cursor)
+    rows = session.execute(stmt.group_by(Event.path).order_by(Event.path).limit(limit + 1)).all()
+    page = [PathHits(path=str(path), hits=int(n), last_hit=float(last)) for path, n, last in rows[:limit]]
+    more = len(rows) > limit
+    return HitsPage(toolchain=toolchain, since=since, until=until, hits=page,
+                    next_cursor=page[-1].path if more and page else None)
