@@ -21,22 +21,15 @@ from neffcache.stores import open_store
 from neffcache.stores.base import Store
 from neffcache.units import parse_duration
 
-from .options import endpoint_option, index_options, open_settings_index, store_option, store_options
+from .options import duration, endpoint_option, index_options, open_settings_index, store_option, store_options
 from .output import json_option, progress, render, table
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
-    try:
-        return parse_duration(value) if value is not None else None
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
-
-
 def failed_options(f: F) -> F:
     """``prune``'s ``--failed [all|compiler|environment|expired]`` and ``--failed-ttl AGE``."""
-    f = click.option("--failed-ttl", metavar="AGE", callback=_duration,
+    f = click.option("--failed-ttl", metavar="AGE", callback=duration,
                      help="With --failed expired: failures older than AGE (default: setting failed_ttl).")(f)
     return click.option("--failed", type=click.Choice([s.value for s in FailedSelect]), is_flag=False,
                         flag_value="all", metavar="[all|compiler|environment|expired]",

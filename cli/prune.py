@@ -28,21 +28,12 @@ from neffcache.prune import (
 from neffcache.replication.reconcile import ReconcilePlan, plan_reconcile
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
-from neffcache.units import human_bytes, parse_duration, parse_size
+from neffcache.units import human_bytes, parse_size
 
 from .errors import SOME_ENTRIES_FAILED, announce_index
 from .failures import failed_options, failed_rule
-from .options import endpoint_option, open_settings_index, store_option, store_options
+from .options import duration, endpoint_option, open_settings_index, store_option, store_options
 from .output import json_option, progress, render, table
-
-
-def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
-    if value is None:
-        return None
-    try:
-        return parse_duration(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
 
 
 def budgets(values: tuple[str, ...], given: Sequence[str], stores: Sequence[Store]) -> dict[str, int]:
@@ -148,7 +139,7 @@ def _result_text(result: PruneResult) -> str:
                    "'current' is the installed neuronx-cc (or --compiler-version).")
 @click.option("--keep-last", type=click.IntRange(min=1), metavar="N",
               help="Keep the N newest compiler versions of each target; remove older toolchains.")
-@click.option("--older-than", callback=_duration, metavar="AGE", help="Remove entries not used for AGE (30d, 12h).")
+@click.option("--older-than", callback=duration, metavar="AGE", help="Remove entries not used for AGE (30d, 12h).")
 @click.option("--max-size", "max_sizes", multiple=True, metavar="[URL=]SIZE",
               help="Size budget per store (500G, 2T): least recently used entries go first. "
                    "URL=SIZE for one store; repeatable.")
@@ -157,11 +148,11 @@ def _result_text(result: PruneResult) -> str:
 @click.option("--garbage", is_flag=True,
               help="Remove neffcache's temp files and staging, uncommitted writes, stamps of removed "
                    "entries, abandoned S3 multipart uploads. Foreign files are always kept.")
-@click.option("--grace", metavar="AGE", callback=_duration, default="1h", show_default=True,
+@click.option("--grace", metavar="AGE", callback=duration, default="1h", show_default=True,
               help="Garbage younger than this may be a write in flight and stays.")
-@click.option("--hit-grace", metavar="AGE", callback=_duration, default="1h", show_default=True,
+@click.option("--hit-grace", metavar="AGE", callback=duration, default="1h", show_default=True,
               help="Entries used this recently are never removed by age or size.")
-@click.option("--lock-age", metavar="AGE", callback=_duration, default="6h", show_default=True,
+@click.option("--lock-age", metavar="AGE", callback=duration, default="6h", show_default=True,
               help="A runtime compile lock without a lease is stale after this long.")
 @click.option("--compiler", metavar="PATH", help="The neuronx-cc whose version 'current' means.")
 @click.option("--compiler-version", metavar="VERSION", help="What 'current' means, without running neuronx-cc.")
@@ -181,7 +172,7 @@ def _result_text(result: PruneResult) -> str:
                    "(default: setting prune_max_share, 0.5).")
 @click.option("--history", is_flag=True,
               help="List the journal of past prunes and quarantines of the stores (who, when, why), newest first.")
-@click.option("--since", metavar="AGE", callback=_duration, help="With --history: only actions of the last AGE (7d).")
+@click.option("--since", metavar="AGE", callback=duration, help="With --history: only actions of the last AGE (7d).")
 @endpoint_option
 @json_option
 def prune_cmd(stores: tuple[str, ...], keep_compilers: tuple[str, ...], keep_last: int | None,

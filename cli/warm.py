@@ -16,7 +16,7 @@ from neffcache.application.config import Settings, job_toolchain, load_settings
 from neffcache.application.warm_logs import expired_runs, remove_runs, warm_log_home
 from neffcache.toolchain import compiler_version as installed_version
 from neffcache.toolchain import find_compiler
-from neffcache.units import human_bytes, parse_duration
+from neffcache.units import human_bytes
 from neffcache.warmers.children import Children, Interrupted, stop_on_signals
 from neffcache.warmers.logscan import compile_patterns
 from neffcache.warmers.matrix import Shard, build_buckets
@@ -31,6 +31,7 @@ from .options import (
     PASS_THROUGH,
     bucket_options,
     chosen_layouts,
+    duration,
     endpoint_option,
     endpoint_url,
     index_options,
@@ -46,18 +47,11 @@ from .output import json_option, render, table
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
-    try:
-        return parse_duration(value) if value is not None else None
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
-
-
 def _compile_options(f: F) -> F:
     f = click.option("--retry-failed", is_flag=True,
                      help="Compile graphs again whose earlier compile failed with a compiler error (the "
                           "failure is cached; environment failures never are).")(f)
-    f = click.option("--failed-ttl", metavar="AGE", callback=_duration,
+    f = click.option("--failed-ttl", metavar="AGE", callback=duration,
                      help="Compile again a graph whose cached compiler error is older than AGE (7d): a fixed "
                           "compiler gets another chance (setting failed_ttl, NEFFCACHE_FAILED_TTL).")(f)
     f = click.option("--compile-memory", type=click.FloatRange(min=1), metavar="MB",

@@ -32,6 +32,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from neffcache.errors import ConfigError, EntryNotFound
 from neffcache.layouts import get_layout
@@ -59,8 +60,9 @@ class ReproCommand:
     lnc: int | None
 
 
-@dataclass(frozen=True)
-class Bundle:
+class Bundle(NamedTuple):
+    """An archive :func:`write_bundle` wrote: where, for which signature, what it holds."""
+
     path: Path
     signature: str
     members: tuple[str, ...]
