@@ -14,6 +14,7 @@ from neffcache.application.jobenv import job_env, render_env
 from neffcache.entry import EntryState
 from neffcache.errors import EntryNotFound
 from neffcache.keys import safe_relpath
+from neffcache.operations.failed import FailedGraph, failed_graphs
 from neffcache.operations.scan import ScanReport, load_entry, scan
 from neffcache.operations.verify import CheckStatus, VerifyReport, verify
 from neffcache.stores import open_store
@@ -45,7 +46,26 @@ def _manifest_summary(report: ScanReport) -> dict[str, dict[str, int]]:
     return {"tags": dict(tags.most_common()), "producers": dict(producers.most_common())}
 
 
-def _scan_text(report: ScanReport, show_entries: bool, manifests: bool = False) -> str:
+def _failures_json(failed: list[FailedGraph]) -> dict[str, object]:
+    by_class = Counter(f.verdict.failure_class.value for f in failed)
+    return {"compiler": by_class.get("compiler", 0), "environment": by_class.get("environment", 0),
+            "signatures": len({f.signature for f in failed}), "entries": [f.to_json() for f in failed[:1000]]}
+
+
+def _failures_text(failed: list[FailedGraph]) -> list[str]:
+    if not failed:
+        return []
+    compiler = [f for f in failed if not f.verdict.is_environment]
+    out = [f"failed: {len(compiler)} compiler errors ({len({f.signature for f in compiler})} signatures; "
+           f"`neffcache failures`), {len(failed) - len(compiler)} environment failures (the host failed the "
+           "compile, not the graph: warm compiles them again, `neffcache prune --failed environment` removes them)"]
+    out += [f"  {f.verdict.failure_class:<11} {f.signature}  {f.path}: {f.message[:120]}" for f in failed[:20]]
+    return out + ([f"  ... and {len(failed) - 20} more (--json lists them)"] if len(failed) > 20 else [])
+
+
+def _scan_text(report: ScanReport, show_entries: bool, manifests: bool = False,
+               failed: list[FailedGraph] | None = None) -> str:
+    failed = failed or []
     rows = []
     for s in report.namespaces():
         ns = s.namespace
@@ -76,6 +96,7 @@ def _scan_text(report: ScanReport, show_entries: bool, manifests: bool = False) 
     if report.foreign:
         out.append(f"foreign, kept: {len(report.foreign)} files no runtime or neffcache wrote (other tools', "
                    f"unknown), {human_bytes(report.foreign_size)}; neffcache never removes them")
+    out.extend(_failures_text(failed))
     for w in report.warnings:
         out.append(f"warning: {w}")
     return "\n".join(out)
@@ -96,7 +117,9 @@ def scan_cmd(store_url: str, manifests: bool, show_entries: bool, as_json: bool)
     STORE is a path or URL (/var/tmp/neuron-compile-cache, fsx:///mnt/fsx/cache, s3://bucket/prefix).
     A plain scan lists the store once (about the cost of `find`) and judges each entry by what
     the listing shows: its commit marker, its files and their names, an empty NEFF. It opens no
-    file: --manifests also compares every file's size with the entry's manifest, and
+    file but the failure logs of FAILED entries, each judged a compiler error (with its
+    signature) or an environment failure (the host failed the compile: warm compiles those
+    again); --manifests also compares every file's size with the entry's manifest, and
     `neffcache verify` checks the sha256 digests. Corrupt entries are listed as warnings (and
     the exit code is then 1); temp files of interrupted writes as garbage; files of other tools
     (or unknown) as foreign: reported with their size, never removed.
@@ -109,7 +132,10 @@ def scan_cmd(store_url: str, manifests: bool, show_entries: bool, as_json: bool)
     store = open_store(store_url, read_only=True, create=False, **store_options())
     with progress("scanning", enabled=not as_json) as bar:
         report = scan(store, read_manifests=manifests, progress=lambda n: bar.update(n, detail="files"))
-    data = report.to_json()
+    warnings: list[str] = []
+    failed = failed_graphs(store, report.entries, warnings=warnings)  # a small read per FAILED entry
+    data = {**report.to_json(), "failures": _failures_json(failed)}
+    data["warnings"] = [*report.warnings, *warnings]
     if manifests:
         data.update(_manifest_summary(report))
     if show_entries:
@@ -118,8 +144,9 @@ def scan_cmd(store_url: str, manifests: bool, show_entries: bool, as_json: bool)
                                **({"producer": e.manifest.producer, "tags": dict(e.manifest.tags),
                                    "created": e.manifest.created} if e.manifest is not None else {})}
                               for e in report.entries]
-    render(as_json, data, lambda: _scan_text(report, show_entries, manifests))
-    if report.warnings:  # a CORRUPT entry (a bad manifest, a bad name...): reported above, the rest listed
+    render(as_json, data, lambda: _scan_text(report, show_entries, manifests, failed)
+           + "".join(f"\nwarning: {w}" for w in warnings))
+    if report.warnings or warnings:  # a CORRUPT entry (a bad manifest, a bad name...): reported above, the rest listed
         sys.exit(SOME_ENTRIES_FAILED)
 
 

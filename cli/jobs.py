@@ -19,7 +19,7 @@ from neffcache.warmers.placement import Placement, open_placement
 from neffcache.warmers.report import GroupStatus, WarmReport
 
 from .errors import SOME_ENTRIES_FAILED, announce_index, killed_by
-from .options import endpoint_url, watch_index
+from .options import duration, endpoint_url, watch_index
 from .output import render, table
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -27,8 +27,11 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def compile_options(f: F) -> F:
     f = click.option("--retry-failed", is_flag=True,
-                     help="Compile graphs again whose earlier compile failed (the runtime recorded "
-                          "the failure in the cache).")(f)
+                     help="Compile graphs again whose earlier compile failed with a compiler error (the "
+                          "failure is cached; environment failures never are).")(f)
+    f = click.option("--failed-ttl", metavar="AGE", callback=duration,
+                     help="Compile again a graph whose cached compiler error is older than AGE (7d): a fixed "
+                          "compiler gets another chance (setting failed_ttl, NEFFCACHE_FAILED_TTL).")(f)
     f = click.option("--compile-memory", type=click.FloatRange(min=1), metavar="MB",
                      help="Peak memory of one compile; start another only while this much is free "
                           "(default: learned from the largest compile so far).")(f)

@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "neffcache.cli.warm",  # compiling: warm, rewarm, run
     "neffcache.cli.plan",  # before compiling: plan (what a job will miss, what it costs)
     "neffcache.cli.prune",  # cleaning: prune, reconcile
+    "neffcache.cli.failures",  # failed graphs by error signature, and a bundle for the compiler team
     "neffcache.cli.why_miss",  # explaining a miss: why-miss
     "neffcache.cli.upgrade",  # a compiler bump: upgrade-report
     "neffcache.cli.index",  # a running index server: stats, flush

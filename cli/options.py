@@ -71,6 +71,18 @@ def workload_argument(f: F) -> F:
     return click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED, callback=_workload)(f)
 
 
+def duration(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    """A click callback: ``30d``, ``12h``, ``90m`` or seconds, as seconds (None when not given)."""
+    from neffcache.units import parse_duration
+
+    if value is None:
+        return None
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+
+
 def tag_option(f: F) -> F:
     return click.option("--tag", "tags", multiple=True, callback=_parse_tags, metavar="KEY=VALUE",
                         help="A tag recorded with entries and events (model, team, bucket...); repeatable.")(f)

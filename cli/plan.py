@@ -155,7 +155,8 @@ def plan_cmd(command: tuple[str, ...], instance: str | None, lnc: int | None, co
              compiler: str | None, stores: tuple[str, ...], index_url: str | None, token: str | None,
              bucket_flags: tuple[str, ...], matrix_file: Path | None, shard: str | None, parallel: int | None,
              hosts: int, timeout: float | None, no_extract: bool, require_warm: bool, compile_misses: bool,
-             compile_timeout: float | None, compile_memory: float | None, retry_failed: bool, log_dir: Path | None,
+             compile_timeout: float | None, compile_memory: float | None, retry_failed: bool,
+             failed_ttl: float | None, log_dir: Path | None,
              tags: dict[str, str], as_json: bool, quiet: bool) -> None:
     """Tell, before a job runs, which of its graphs are cached and what the misses will cost.
 
@@ -174,7 +175,7 @@ def plan_cmd(command: tuple[str, ...], instance: str | None, lnc: int | None, co
     """
     buckets = build_buckets(bucket_flags, matrix_file)
     settings = job_settings(stores, instance=instance, compiler=compiler, compiler_version=compiler_version,
-                         index_url=index_url, token=token)
+                            index_url=index_url, token=token, failed_ttl=failed_ttl)
     toolchain = job_toolchain(settings, lnc)
     try:
         exe: Path | None = find_compiler(settings.compiler)
@@ -188,7 +189,7 @@ def plan_cmd(command: tuple[str, ...], instance: str | None, lnc: int | None, co
                        compiler=exe or Path("neuronx-cc"), buckets=buckets, patterns=compile_patterns(),
                        log_dir=logs.absolute(), shard=Shard.parse(shard), parallel=parallelism(settings, parallel),
                        timeout=timeout, compile_timeout=compile_timeout, compile_memory_mb=compile_memory,
-                       retry_failed=retry_failed, tags=all_tags)
+                       retry_failed=retry_failed, failed_ttl=settings.failed_ttl, tags=all_tags)
     request = PlanRequest(warm, installed_output(exe), extract=not no_extract, hosts=hosts,
                           compile_misses=compile_misses)
     report, index = _run(request, settings, all_tags, quiet)

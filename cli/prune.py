@@ -28,20 +28,12 @@ from neffcache.prune import (
 from neffcache.replication.reconcile import ReconcilePlan, plan_reconcile
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
-from neffcache.units import human_bytes, parse_duration, parse_size
+from neffcache.units import human_bytes, parse_size
 
 from .errors import SOME_ENTRIES_FAILED, announce_index
-from .options import endpoint_option, open_settings_index, store_option, store_options
+from .failures import failed_options, failed_rule
+from .options import duration, endpoint_option, open_settings_index, store_option, store_options
 from .output import json_option, progress, render, table
-
-
-def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
-    if value is None:
-        return None
-    try:
-        return parse_duration(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
 
 
 def budgets(values: tuple[str, ...], given: Sequence[str], stores: Sequence[Store]) -> dict[str, int]:
@@ -147,20 +139,20 @@ def _result_text(result: PruneResult) -> str:
                    "'current' is the installed neuronx-cc (or --compiler-version).")
 @click.option("--keep-last", type=click.IntRange(min=1), metavar="N",
               help="Keep the N newest compiler versions of each target; remove older toolchains.")
-@click.option("--older-than", callback=_duration, metavar="AGE", help="Remove entries not used for AGE (30d, 12h).")
+@click.option("--older-than", callback=duration, metavar="AGE", help="Remove entries not used for AGE (30d, 12h).")
 @click.option("--max-size", "max_sizes", multiple=True, metavar="[URL=]SIZE",
               help="Size budget per store (500G, 2T): least recently used entries go first. "
                    "URL=SIZE for one store; repeatable.")
-@click.option("--failed", is_flag=True, help="Remove cached compiler failures.")
+@failed_options
 @click.option("--stale-locks", is_flag=True, help="Remove leases and runtime compile locks whose holder is gone.")
 @click.option("--garbage", is_flag=True,
               help="Remove neffcache's temp files and staging, uncommitted writes, stamps of removed "
                    "entries, abandoned S3 multipart uploads. Foreign files are always kept.")
-@click.option("--grace", metavar="AGE", callback=_duration, default="1h", show_default=True,
+@click.option("--grace", metavar="AGE", callback=duration, default="1h", show_default=True,
               help="Garbage younger than this may be a write in flight and stays.")
-@click.option("--hit-grace", metavar="AGE", callback=_duration, default="1h", show_default=True,
+@click.option("--hit-grace", metavar="AGE", callback=duration, default="1h", show_default=True,
               help="Entries used this recently are never removed by age or size.")
-@click.option("--lock-age", metavar="AGE", callback=_duration, default="6h", show_default=True,
+@click.option("--lock-age", metavar="AGE", callback=duration, default="6h", show_default=True,
               help="A runtime compile lock without a lease is stale after this long.")
 @click.option("--compiler", metavar="PATH", help="The neuronx-cc whose version 'current' means.")
 @click.option("--compiler-version", metavar="VERSION", help="What 'current' means, without running neuronx-cc.")
@@ -180,14 +172,15 @@ def _result_text(result: PruneResult) -> str:
                    "(default: setting prune_max_share, 0.5).")
 @click.option("--history", is_flag=True,
               help="List the journal of past prunes and quarantines of the stores (who, when, why), newest first.")
-@click.option("--since", metavar="AGE", callback=_duration, help="With --history: only actions of the last AGE (7d).")
+@click.option("--since", metavar="AGE", callback=duration, help="With --history: only actions of the last AGE (7d).")
 @endpoint_option
 @json_option
 def prune_cmd(stores: tuple[str, ...], keep_compilers: tuple[str, ...], keep_last: int | None,
-              older_than: float | None, max_sizes: tuple[str, ...], failed: bool, stale_locks: bool, garbage: bool,
-              grace: float, hit_grace: float, lock_age: float, compiler: str | None, compiler_version: str | None,
-              source: str, use_index: bool, show_items: bool, workers: int, yes: bool, force: bool,
-              max_share: float | None, history: bool, since: float | None, as_json: bool) -> None:
+              older_than: float | None, max_sizes: tuple[str, ...], failed: str | None, failed_ttl: float | None,
+              stale_locks: bool, garbage: bool, grace: float, hit_grace: float, lock_age: float,
+              compiler: str | None, compiler_version: str | None, source: str, use_index: bool, show_items: bool,
+              workers: int, yes: bool, force: bool, max_share: float | None, history: bool, since: float | None,
+              as_json: bool) -> None:
     """Remove what no toolchain needs, nobody used, or breaks a budget — as a plan first.
 
     Prints the plan (entries, reason, size; totals per reason, toolchain and store) and
@@ -211,21 +204,21 @@ def prune_cmd(stores: tuple[str, ...], keep_compilers: tuple[str, ...], keep_las
       neffcache prune --store fsx:///mnt/fsx/neuron-cache --keep-compiler current
       neffcache prune --store /nvme/cache --store s3://bucket/cache --max-size /nvme/cache=500G --older-than 30d
       neffcache prune --store /var/tmp/neuron-compile-cache --failed --stale-locks --garbage --yes
+      neffcache prune --store fsx:///mnt/fsx/neuron-cache --failed environment --yes
       neffcache prune --store fsx:///mnt/fsx/neuron-cache --history --since 7d
     """
-    settings = load_settings(compiler=compiler, compiler_version=compiler_version)
+    settings = load_settings(compiler=compiler, compiler_version=compiler_version, failed_ttl=failed_ttl)
     given = _urls(stores, settings)
-    _check_flags(history=history, since=since, force=force, yes=yes,
-                 rules=bool(keep_compilers or keep_last or older_than or max_sizes or failed or stale_locks
-                            or garbage or yes))
+    rules = (keep_compilers, keep_last, older_than, max_sizes, failed, failed_ttl, stale_locks, garbage, yes)
+    _check_flags(history=history, since=since, force=force, yes=yes, rules=any(rules))
     if history:
         _history(given, since, as_json)
         return
     current, keep = _keep_compilers(keep_compilers, settings)
     opened = _stores(given, read_only=not yes)
     policy = PrunePolicy(keep_compilers=keep, keep_last=keep_last, older_than=older_than,
-                         max_size=budgets(max_sizes, given, opened), failed=failed, stale_locks=stale_locks,
-                         garbage=garbage, grace=grace, hit_grace=hit_grace, lock_age=lock_age,
+                         max_size=budgets(max_sizes, given, opened), **failed_rule(failed, settings.failed_ttl),
+                         stale_locks=stale_locks, garbage=garbage, grace=grace, hit_grace=hit_grace, lock_age=lock_age,
                          max_share=settings.prune_max_share if max_share is None else max_share, current=current,
                          quarantine_days=settings.quarantine_days)
     _prune(opened, policy, settings, source=source, use_index=use_index, show_items=show_items, workers=workers,

@@ -61,7 +61,8 @@ from .output import json_option, write_report
 def warm_cmd(instance: str | None, lnc: int | None, compiler_version: str | None, compiler: str | None,
              stores: tuple[str, ...], index_url: str | None, token: str | None, bucket_flags: tuple[str, ...],
              matrix_file: Path | None, parallel: int | None, shard: str | None, compile_timeout: float | None,
-             compile_memory: float | None, retry_failed: bool, timeout: float | None, two_phase: bool,
+             compile_memory: float | None, retry_failed: bool, failed_ttl: float | None, timeout: float | None,
+             two_phase: bool,
              no_prefetch: bool, patterns: tuple[str, ...], log_dir: Path | None, allow_failures: bool,
              quiet: bool, tags: dict[str, str], as_json: bool, command: tuple[str, ...]) -> None:
     """Compile a workload's graphs on a CPU host, compile-only, and publish the NEFFs.
@@ -81,7 +82,7 @@ def warm_cmd(instance: str | None, lnc: int | None, compiler_version: str | None
     """
     buckets = build_buckets(bucket_flags, matrix_file)  # a typo in the matrix fails before anything runs
     settings = job_settings(stores, instance=instance, compiler=compiler, compiler_version=compiler_version,
-                         index_url=index_url, token=token)
+                            index_url=index_url, token=token, failed_ttl=failed_ttl)
     toolchain = job_toolchain(settings, lnc)
     exe = find_compiler(settings.compiler)
     all_tags = {**settings.tags, **tags}
@@ -92,7 +93,8 @@ def warm_cmd(instance: str | None, lnc: int | None, compiler_version: str | None
                           buckets=buckets, patterns=compile_patterns(patterns), log_dir=logs.absolute(),
                           shard=Shard.parse(shard), parallel=parallelism(settings, parallel), two_phase=two_phase,
                           timeout=timeout, compile_timeout=compile_timeout, compile_memory_mb=compile_memory,
-                          retry_failed=retry_failed, prefetch=not no_prefetch, tags=all_tags)
+                          retry_failed=retry_failed, failed_ttl=settings.failed_ttl, prefetch=not no_prefetch,
+                          tags=all_tags)
     placement = open_job_placement(settings, all_tags, "warm")
     drive("warm", placement, lambda children: Warmer(request, placement, children, progress_lines(quiet)).run(),
            as_json, allow_failures)
@@ -114,7 +116,8 @@ def warm_cmd(instance: str | None, lnc: int | None, compiler_version: str | None
 def rewarm_cmd(from_version: str, instance: str | None, lnc: int | None, compiler_version: str | None,
                compiler: str | None, stores: tuple[str, ...], index_url: str | None, token: str | None, layout: str,
                parallel: int | None, shard: str | None, compile_timeout: float | None, compile_memory: float | None,
-               retry_failed: bool, allow_failures: bool, quiet: bool, tags: dict[str, str], as_json: bool) -> None:
+               retry_failed: bool, failed_ttl: float | None, allow_failures: bool, quiet: bool, tags: dict[str, str],
+               as_json: bool) -> None:
     """Recompile the stored HLOs of an old compiler's entries with the installed one.
 
     After a compiler bump, every entry of OLD that kept its HLO is compiled again with the
@@ -135,14 +138,15 @@ def rewarm_cmd(from_version: str, instance: str | None, lnc: int | None, compile
           --parallel 8 --shard 0/2
     """
     settings = job_settings(stores, instance=instance, compiler=compiler, compiler_version=compiler_version,
-                         index_url=index_url, token=token)
+                            index_url=index_url, token=token, failed_ttl=failed_ttl)
     exe = find_compiler(settings.compiler)
     new_version = settings.compiler_version or installed_version(exe)
     all_tags = {**settings.tags, **tags}
     request = RewarmRequest(from_version=from_version, to_version=new_version, compiler=exe, instance=instance,
                             lnc=lnc, layouts=chosen_layouts(layout), shard=Shard.parse(shard),
                             parallel=parallelism(settings, parallel), compile_timeout=compile_timeout,
-                            compile_memory_mb=compile_memory, retry_failed=retry_failed, tags=all_tags)
+                            compile_memory_mb=compile_memory, retry_failed=retry_failed, tags=all_tags,
+                            failed_ttl=settings.failed_ttl)
     placement = open_job_placement(settings, all_tags, "rewarm")
     drive("rewarm", placement, lambda children: Rewarmer(request, placement, children, progress_lines(quiet)).run(),
            as_json, allow_failures)

@@ -24,7 +24,7 @@ from sqlalchemy.exc import OperationalError
 
 from neffcache import __version__
 from neffcache.server.api.deps import AppState, TokenCache
-from neffcache.server.api.routes import entries, events, health, leases, stats, tokens, upgrades, usage
+from neffcache.server.api.routes import entries, events, failures, health, leases, stats, tokens, upgrades, usage
 from neffcache.server.config import ServerSettings
 from neffcache.server.observability.metrics import Metrics
 from neffcache.server.observability.middleware import BodyLimit, RequestMetrics
@@ -93,7 +93,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         loader=jinja2.FileSystemLoader(dashboard.TEMPLATES_DIR), autoescape=True, undefined=jinja2.StrictUndefined)
     app.state.neffcache = AppState(settings=settings, db=db, metrics=metrics,
                                    token_cache=TokenCache(ttl=settings.token_cache_seconds), templates=templates)
-    for module in (entries, events, leases, stats, tokens, usage, upgrades, health, dashboard):
+    for module in (entries, events, failures, leases, stats, tokens, usage, upgrades, health, dashboard):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=dashboard.STATIC_DIR), name="static")
     _install_handlers(app)

@@ -16,9 +16,11 @@ Used by the two-phase warm-up (graphs extracted by the workload, compiled here) 
 5. compile with ``neuronx-cc`` in its own process group, under a timeout, in a staging
    directory of the work store, while the memory gate says another compile fits;
 6. publish the entry, manifest first and marker last, to every writable tier (the work store
-   still under the runtime lock); register it in the index and send the events. A failure is
-   recorded the way the runtime records it (layout A: ``model.log`` beside the HLO, so
-   runtimes and ``--retry-failed`` agree on it).
+   still under the runtime lock); register it in the index and send the events. A failed
+   compile is judged (:mod:`.compile_failures`): a compiler error is recorded the way the
+   runtime records it (layout A: ``model.log`` beside the HLO, so runtimes and
+   ``--retry-failed`` agree on it) with its signature; an environment failure (killed, out of
+   memory, timed out, compiler missing) is retried with backoff and never recorded.
 """
 
 from __future__ import annotations
@@ -27,60 +29,48 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from neffcache.coordination.lease import StoreLease, try_acquire
-from neffcache.entry import EntryState, Namespace
 from neffcache.errors import EntryNotFound
 from neffcache.layouts import get_layout, locate
 from neffcache.operations.ingest import build_manifest
 from neffcache.operations.publish import publish
 from neffcache.operations.scan import load_entry
-from neffcache.stores.base import Source, Store
-from neffcache.toolchain import Toolchain
+from neffcache.stores.base import Source
 
 from .children import Children
+from .compile_failures import (
+    ENV_RETRIES,
+    RETRY_BACKOFF,
+    TAIL,
+    CompileRun,
+    failure_outcome,
+    judge,
+    record_compiler_error,
+    report_error,
+    retry_delay,
+    retryable,
+    standing_reason,
+)
+from .compile_jobs import CompileJob, CompileOutcome, record_outcome
 from .memory import MemoryGate
 from .placement import Placement
-from .report import CompileStatus, FailureKind, GroupStatus, WarmReport
+from .report import CompileStatus
 from .runtime_lock import RuntimeLock, lock_age
+
+# CompileJob, CompileOutcome and record_outcome live in .compile_jobs; callers import them here.
+__all__ = ["LEASE_TTL", "RUNTIME_LOCK_PATIENCE", "CompileJob", "CompileOutcome", "CompilePool", "record_outcome"]
 
 log = logging.getLogger(__name__)
 LEASE_TTL = 120.0
 # How long a runtime's compile lock is waited on before the graph is reported instead: the
 # runtime itself waits forever, which is the stale-lock trap (prune removes stale locks).
 RUNTIME_LOCK_PATIENCE = 3600.0
-_TAIL = 4000
 _STAGED_NEFF = "compiled.neff"  # our staging name; the entry's own name comes from the layout
-
-
-@dataclass(frozen=True)
-class CompileJob:
-    group: str  # the report row: a bucket, or the namespace a rewarm reads from
-    namespace: Namespace  # where the new entry goes
-    key: str
-    source: Store  # holds the HLO
-    hlo_path: str
-    flags: tuple[str, ...]
-    toolchain: Toolchain
-    tags: Mapping[str, str] = field(default_factory=dict)
-
-    @property
-    def path(self) -> str:
-        return get_layout(self.namespace.layout).plan_entry(self.namespace, self.key).path
-
-
-@dataclass(frozen=True)
-class CompileOutcome:
-    job: CompileJob
-    status: CompileStatus
-    seconds: float = 0.0
-    bytes: int = 0
-    reason: str = ""
-    tiers: int = 0  # how many tiers hold the new entry
 
 
 @dataclass
@@ -96,6 +86,10 @@ class CompilePool:
     lease_ttl: float = LEASE_TTL
     runtime_lock_patience: float = RUNTIME_LOCK_PATIENCE
     on_done: Callable[[CompileOutcome], None] | None = None
+    # A compiler error older than this (seconds) no longer stands: a fixed compiler gets another chance.
+    failed_ttl: float | None = None
+    env_retries: int = ENV_RETRIES  # more compiles of a graph after an environment failure
+    retry_backoff: float = RETRY_BACKOFF  # seconds before the first of them, doubled after
 
     def __post_init__(self) -> None:
         self._queue: deque[CompileJob] = deque()
@@ -127,7 +121,8 @@ class CompilePool:
     def drain(self) -> list[CompileOutcome]:
         """Run jobs until closed and done. Jobs whose lease another host holds come back later."""
         deferred: list[tuple[float, CompileJob]] = []  # (retry at, job)
-        attempts: dict[str, int] = {}
+        attempts: dict[str, int] = {}  # lease found held, per job
+        compiles: dict[str, int] = {}  # compiles that failed for the environment, per job
         outcomes: list[CompileOutcome] = []
         running: dict[Future[CompileOutcome | None], CompileJob] = {}
         pool = ThreadPoolExecutor(max(1, self.parallel), thread_name_prefix="neffcache-compile")
@@ -163,6 +158,14 @@ class CompilePool:
                         n = attempts[job.path] = attempts.get(job.path, 0) + 1
                         deferred.append((time.monotonic() + min(0.2 * 2 ** n, 5.0), job))
                         continue
+                    if retryable(outcome):
+                        tried = compiles[job.path] = compiles.get(job.path, 0) + 1
+                        if tried <= self.env_retries and not self.children.stopping.is_set():
+                            log.warning("%s: %s; compiling it again in %.0fs", job.path, outcome.reason,
+                                        retry_delay(tried, self.retry_backoff))
+                            deferred.append((time.monotonic() + retry_delay(tried, self.retry_backoff), job))
+                            continue
+                        outcome = replace(outcome, attempts=tried)
                     outcomes.append(outcome)
                     if self.on_done is not None:
                         self.on_done(outcome)
@@ -191,7 +194,8 @@ class CompilePool:
         try:
             if self.placement.bring_to_work(job.path):
                 return self._hit(job)
-            reason = self._failed_before(job)
+            reason = standing_reason(self.placement, job, retry_failed=self.retry_failed,
+                                     started_at=self.started_at, failed_ttl=self.failed_ttl)
             if reason is not None:
                 return CompileOutcome(job, CompileStatus.FAILED, reason=reason)
             lock_path = self._runtime_lock_path(job)
@@ -248,26 +252,6 @@ class CompilePool:
         self.placement.stamp([job.path])
         return CompileOutcome(job, CompileStatus.HIT)
 
-    def _failed_before(self, job: CompileJob) -> str | None:
-        """The recorded failure that stands for this run, if any (layout A keeps failures)."""
-        layout = get_layout(job.namespace.layout)
-        if layout.names(job.namespace, job.key).failure_log is None:
-            return None
-        for store in dict.fromkeys([self.placement.work, self.placement.coordinator]):
-            entry = load_entry(store, job.path, read_manifest=False)
-            if entry is None or entry.state is not EntryState.FAILED:
-                continue
-            log_name = layout.failure_log_of(entry)
-            info = entry.files.get(log_name) if log_name is not None else None
-            if log_name is None or info is None:
-                continue
-            fresh = info.mtime >= self.started_at
-            if not self.retry_failed or fresh:
-                text = store.read_bytes(entry.store_path(log_name)).decode(errors="replace")
-                hint = "" if fresh else " (cached failure; --retry-failed compiles it again)"
-                return f"{_summary(text)}{hint}"
-        return None
-
     def _compile(self, job: CompileJob, *, holding_runtime_lock: bool) -> CompileOutcome:
         work = self.placement.work
         with work.staging_dir() as tmp:
@@ -281,23 +265,28 @@ class CompilePool:
             cmd = [str(self.compiler), "compile", "--framework=XLA", f"--target={tc.target}",
                    f"--lnc={tc.lnc}", str(hlo), "--output", str(neff), *job.flags]
             started = time.monotonic()
-            with open(tmp / "compile.log", "wb") as out:
-                proc = self.children.spawn(cmd, stdout=out, stderr=out, cwd=str(tmp))
-                status = self.children.wait(proc, self.timeout)
+            run = self._run_compiler(cmd, tmp)
             seconds = time.monotonic() - started
-            output = (tmp / "compile.log").read_bytes()[-_TAIL:].decode(errors="replace")
             if self.children.stopping.is_set():
                 return CompileOutcome(job, CompileStatus.INTERRUPTED, seconds)
-            if status is None:
-                reason = f"compile timed out after {self.timeout:g}s (killed)"
-                self._record_failure(job, hlo, f"neffcache: {reason}\n{output}")
-                return CompileOutcome(job, CompileStatus.TIMEOUT, seconds, reason=reason)
-            if status != 0 or not neff.exists() or neff.stat().st_size == 0:
-                reason = f"neuronx-cc exited {status}: {_summary(output)}"
-                self._record_failure(job, hlo, output or reason)
-                return CompileOutcome(job, CompileStatus.FAILED, seconds, reason=reason)
+            if run.status != 0 or not neff.exists() or neff.stat().st_size == 0:
+                failed = judge(run)
+                report_error(self.placement, job, failed)
+                record_compiler_error(self.placement, job, self._files(job, hlo, None), cmd, failed)
+                return failure_outcome(job, run, failed, seconds, self.timeout)
             size, tiers = self._publish(job, hlo, neff, seconds, holding_runtime_lock)
         return CompileOutcome(job, CompileStatus.COMPILED, seconds, size, tiers=tiers)
+
+    def _run_compiler(self, cmd: list[str], tmp: Path) -> CompileRun:
+        """Run one compile in its own process group, under the timeout; output to compile.log."""
+        with open(tmp / "compile.log", "wb") as out:
+            try:
+                proc = self.children.spawn(cmd, stdout=out, stderr=out, cwd=str(tmp))
+            except OSError as exc:  # not installed, not executable: the host's failure, not the graph's
+                return CompileRun(None, "", exc)
+            status = self.children.wait(proc, self.timeout)
+        output = (tmp / "compile.log").read_bytes()[-TAIL:].decode(errors="replace")
+        return CompileRun(status, output)
 
     def _files(self, job: CompileJob, hlo: Path, neff: Path | None) -> dict[str, Source]:
         layout = get_layout(job.namespace.layout)
@@ -336,47 +325,3 @@ class CompilePool:
         self.placement.event("miss", job.path, job.namespace, tags=job.tags)
         self.placement.event("compile", job.path, job.namespace, compile_seconds=seconds, tags=job.tags)
         return manifest.size, len(held)
-
-    def _record_failure(self, job: CompileJob, hlo: Path, text: str) -> None:
-        self.placement.event("error", job.path, job.namespace, message=text[-_TAIL:], tags=job.tags)
-        log_name = get_layout(job.namespace.layout).names(job.namespace, job.key).failure_log
-        if log_name is None:
-            return  # the native runtime does not cache failures: neither do we
-        for store in dict.fromkeys([self.placement.work, self.placement.coordinator]):
-            # HLO and flags first, the log last: the entry reads as FAILED only once whole.
-            for name, source in self._files(job, hlo, None).items():
-                if store.stat(f"{job.path}/{name}") is None:
-                    store.put_file(f"{job.path}/{name}", source)
-            store.put_file(f"{job.path}/{log_name}", text.encode())
-
-
-def _summary(text: str) -> str:
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    errors = [ln for ln in lines if "ERROR" in ln or "error" in ln]
-    return (errors[0] if errors else lines[-1] if lines else "no output")[:300]
-
-
-def record_outcome(report: WarmReport, outcome: CompileOutcome) -> None:
-    """Count one compile outcome into its group's row. Not thread-safe: the caller holds
-    whatever lock guards ``report`` against its other writers."""
-    row = report.group(outcome.job.group)
-    status = outcome.status
-    if status is CompileStatus.INTERRUPTED:
-        row.worsen(GroupStatus.INTERRUPTED)
-        return
-    row.graphs += 1
-    if status is CompileStatus.HIT:
-        row.hits += 1
-    elif status is CompileStatus.COMPILED:
-        row.compiled += 1
-        row.compile_seconds += outcome.seconds
-        row.bytes += outcome.bytes
-        report.published += max(0, outcome.tiers - 1)
-    else:
-        row.failed += 1
-        row.worsen(GroupStatus.FAILED)
-        row.fail(outcome.job.path, _FAILURE_KIND.get(status, FailureKind.COMPILE), outcome.reason)
-
-
-# The failure kind a report lists for a compile that did not succeed (anything else: COMPILE).
-_FAILURE_KIND = {CompileStatus.TIMEOUT: FailureKind.TIMEOUT, CompileStatus.REFUSED: FailureKind.FLAGS}

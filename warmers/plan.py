@@ -194,7 +194,7 @@ class Planner:
         self.progress(f"compiling the {len(sources)} missing graph(s), {req.parallel} at a time")
         pool = CompilePool(placement, req.compiler, self.children, parallel=req.parallel, timeout=req.compile_timeout,
                            memory=MemoryGate(req.compile_memory_mb), retry_failed=req.retry_failed,
-                           on_done=lambda o: self.progress(outcome_line(o)))
+                           on_done=lambda o: self.progress(outcome_line(o)), failed_ttl=req.failed_ttl)
         jobs = [CompileJob(group, src.namespace, graph.key, src.store, src.hlo_path, src.flags,
                            graph.toolchain or req.toolchain, graph.tags)
                 for group, src, graph in sources.values()]

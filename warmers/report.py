@@ -24,7 +24,10 @@ class CompileStatus(enum.StrEnum):
     HIT = "hit"  # a tier already held the entry
     FAILED = "failed"
     REFUSED = "refused"  # its flags file does not back its key: never compiled
-    TIMEOUT = "timeout"
+    TIMEOUT = "timeout"  # stopped past --compile-timeout: an environment failure, never cached
+    # The host failed the compile (killed, out of memory, compiler missing, disk full...):
+    # retried a few times, never cached (neffcache.failures).
+    ENVIRONMENT = "environment"
     INTERRUPTED = "interrupted"  # the run was stopping: not attempted, or stopped mid-compile
 
 
@@ -56,6 +59,7 @@ class FailureKind(enum.StrEnum):
 
     COMPILE = "compile"  # the compiler rejected the graph (or its cached failure stands)
     TIMEOUT = "timeout"  # a compile or the workload ran past its timeout
+    ENVIRONMENT = "environment"  # the host failed the compile: not cached, the next run compiles it
     FLAGS = "flags"  # the flags file does not back the key: not compiled
     CRASH = "crash"  # the workload died or could not start
 
@@ -66,12 +70,19 @@ class Failure:
     what: str  # the entry path, or "workload"
     kind: FailureKind
     reason: str
+    signature: str = ""  # the error's signature (neffcache.failures), when a compile failed
+    attempts: int = 1  # compiles tried in this run (environment failures are retried)
 
     def __post_init__(self) -> None:
         self.kind = FailureKind(self.kind)  # a report read back from JSON holds the string
 
-    def to_json(self) -> dict[str, str]:
-        return {"group": self.group, "what": self.what, "kind": self.kind, "reason": self.reason}
+    def to_json(self) -> dict[str, str | int]:
+        out: dict[str, str | int] = {"group": self.group, "what": self.what, "kind": self.kind, "reason": self.reason}
+        if self.signature:
+            out["signature"] = self.signature
+        if self.attempts != 1:
+            out["attempts"] = self.attempts
+        return out
 
 
 @dataclass
@@ -92,8 +103,8 @@ class GroupReport:
     def __post_init__(self) -> None:
         self.status = GroupStatus(self.status)  # a report read back from JSON holds the string
 
-    def fail(self, what: str, kind: FailureKind, reason: str) -> None:
-        self.failures.append(Failure(self.name, what, kind, reason))
+    def fail(self, what: str, kind: FailureKind, reason: str, *, signature: str = "", attempts: int = 1) -> None:
+        self.failures.append(Failure(self.name, what, kind, reason, signature, attempts))
 
     def worsen(self, status: GroupStatus) -> None:
         self.status = self.status.worst(status)

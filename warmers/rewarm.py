@@ -63,6 +63,7 @@ class RewarmRequest:
     compile_memory_mb: float | None = None
     retry_failed: bool = False
     tags: Mapping[str, str] = field(default_factory=dict)
+    failed_ttl: float | None = None  # a cached compiler error older than this is compiled again
 
 
 def source_prefixes(req: RewarmRequest) -> list[str]:
@@ -102,7 +103,8 @@ class Rewarmer:
                            timeout=self.req.compile_timeout, memory=MemoryGate(self.req.compile_memory_mb),
                            retry_failed=self.req.retry_failed, started_at=self.started,
                            on_done=lambda o: self.progress(f"  {o.status:<9} {o.job.path}"
-                                                           + (f": {o.reason}" if o.reason else "")))
+                                                           + (f": {o.reason}" if o.reason else "")),
+                           failed_ttl=self.req.failed_ttl)
         for outcome in pool.run(jobs):
             record_outcome(self.report, outcome)
 

@@ -33,17 +33,20 @@ from pathlib import Path
 from neffcache.application.jobenv import job_env
 from neffcache.entry import EntryState, Namespace
 from neffcache.layouts import LAYOUTS, get_layout
+from neffcache.operations.failed import standing_failure
 from neffcache.operations.ingest import read_flags
 from neffcache.operations.scan import load_entry, scan
 from neffcache.toolchain import Toolchain
 
 from .children import Children, wait_all
+from .compile_failures import summary
 from .compiling import CompileJob, CompileOutcome, CompilePool, record_outcome
-from .logscan import LogEvent, Pattern
+from .logscan import Pattern
 from .matrix import Bucket, Shard, shard_buckets
 from .memory import MemoryGate
 from .placement import Placement
 from .report import FailureKind, GroupReport, GroupStatus, WarmReport, reporting
+from .runtime_failures import clear_failures, judge_bucket, record_runtime_failures
 from .watchdog import CompileWatchdog
 from .workload import WorkloadRun, clean_after_dead_workload, namespace_of, new_runtime_entries, run_workload
 
@@ -68,6 +71,7 @@ class WarmRequest:
     compile_timeout: float | None = None
     compile_memory_mb: float | None = None
     retry_failed: bool = False
+    failed_ttl: float | None = None  # a cached compiler error older than this is compiled again
     prefetch: bool = True
     tags: Mapping[str, str] = field(default_factory=dict)
     base_env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
@@ -131,6 +135,11 @@ class Warmer:
             self.progress(f"prefetching {', '.join(ns.path for ns in self.namespaces)} from the remote tiers")
             self.report.prefetched, _ = placement.prefetch(self.namespaces, parallel=max(4, req.parallel))
         env = workload_env(req, placement.work_root, self.report.notes)
+        if not req.two_phase:  # the runtime compiles: its failure logs that do not stand must go
+            cleared = clear_failures(placement.work, self.namespaces, ttl=req.failed_ttl)
+            if cleared:
+                self.report.notes.append(f"cleared {len(cleared)} failure log(s) that do not stand (environment "
+                                         "failures, or compiler errors older than the failure TTL): compiled again")
         buckets = shard_buckets(req.buckets, req.shard)
         if not buckets:
             self.report.notes.append(f"shard {req.shard.label} has no buckets ({len(req.buckets)} in all)")
@@ -244,33 +253,14 @@ class Warmer:
             row.compile_seconds += seconds[path] or 0.0
             row.bytes += entry.size
         row.compiled += sum(counter.unnamed("compile").values())
-        self._record_failures(run, row, unfinished, native_only=native_only)
+        judged = {} if native_only else judge_bucket(placement.work, failed, ttl=self.req.failed_ttl)
+        record_runtime_failures(placement, run, row, unfinished, judged, self._ns, self._ns_at,
+                                native_only=native_only)
         row.graphs = row.hits + row.compiled + row.failed
         if not counter.events and not run.mentioned and row.status is GroupStatus.OK:
             self.report.notes.append(f"bucket {bucket.name}: no cache log lines recognised; if the runtime "
                                      "logs differently, add --pattern KIND=REGEX")
 
-
-    def _record_failures(self, run: WorkloadRun, row: GroupReport, unfinished: list[LogEvent], *,
-                         native_only: bool) -> None:
-        """Name each failed graph in the bucket's row and report it to the index."""
-        placement, counter = self.placement, run.counter
-        for event in counter.failure_lines():
-            if native_only:
-                continue
-            what = event.entry or "graph"
-            if not any(f.what == what for f in row.failures):
-                row.fail(what, FailureKind.COMPILE, _excerpt(event.line))
-            placement.event("error", event.entry, self._ns(event.entry), message=event.line[-4000:])
-        for event in unfinished:
-            # No failure line (TorchNeuron raises): the run exited non-zero while compiling it.
-            what = event.entry or event.key or "graph"
-            said = next((line for line in reversed(run.tail) if what in line and line is not event.line),
-                        next((line for line in reversed(run.tail) if line.strip()), "no output")).strip()
-            row.fail(what, FailureKind.COMPILE, f"the runtime exited {row.exit_code} while compiling it: {said[:400]}")
-            placement.event("error", event.entry, self._ns_at(event.namespace), message=said[-4000:])
-        if row.failed:
-            row.worsen(GroupStatus.FAILED)
 
     def _compile_seconds(self, run: WorkloadRun, path: str) -> float | None:
         """From the lines (compile call to success/failure), else the honest bound from its files."""
@@ -307,7 +297,7 @@ class Warmer:
         return CompilePool(self.placement, self.req.compiler, self.children, parallel=self.req.parallel,
                            timeout=self.req.compile_timeout, memory=MemoryGate(self.req.compile_memory_mb),
                            retry_failed=self.req.retry_failed, started_at=self.started,
-                           on_done=lambda o: self.progress(outcome_line(o)))
+                           on_done=lambda o: self.progress(outcome_line(o)), failed_ttl=self.req.failed_ttl)
 
     def _queue_extracted(self, bucket: Bucket, run: WorkloadRun) -> None:
         assert self.pool is not None
@@ -352,26 +342,17 @@ class Warmer:
                 if got is not None:  # written by a runtime without us: new to the other tiers
                     with self._lock:
                         self.report.published += len(got[1]) - 1
-            elif entry.state is EntryState.FAILED and not self.req.retry_failed:
-                log_name = layout.failure_log_of(entry)
-                text = work.read_bytes(entry.store_path(log_name)).decode(errors="replace").strip() \
-                    if log_name else "failed"
+            elif entry.state is EntryState.FAILED and not self.req.retry_failed and (
+                    failed := standing_failure(work, entry, ttl=self.req.failed_ttl)) is not None:
                 row.graphs += 1
                 row.failed += 1
                 row.worsen(GroupStatus.FAILED)
-                row.fail(path, FailureKind.COMPILE,
-                         f"cached failure (--retry-failed compiles it again): {_excerpt(text)}")
+                row.fail(path, FailureKind.COMPILE, f"cached compiler error (--retry-failed compiles it again): "
+                         f"{summary(failed.text)} (signature {failed.signature})", signature=failed.signature)
             elif (hlo := layout.hlo_of(entry)) is not None:
                 jobs.append(CompileJob(row.name, entry.namespace, entry.key, work, entry.store_path(hlo),
                                        tuple(read_flags(work, entry)), self.req.toolchain, tags))
         return jobs
-
-
-def _excerpt(line: str) -> str:
-    text = re.sub(r"^\S+ \S+:\s+\d+\s+", "", line.strip())  # the wrapper's timestamp and pid
-    # The wrapper repeats the whole compiler command line; the entry path already says which.
-    text = re.sub(r"\[(?:'[^']*'(?:, )?){4,}\]", "[...]", text)
-    return text[:400]
 
 
 def _row_line(row: GroupReport, verb: str) -> str:

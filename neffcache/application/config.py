@@ -23,6 +23,7 @@ from typing import Any
 from neffcache.errors import ConfigError
 from neffcache.layouts.base import DEFAULT_LAYOUT
 from neffcache.toolchain import Toolchain, resolve_toolchain
+from neffcache.units import parse_duration
 
 ENV_PREFIX = "NEFFCACHE_"
 
@@ -51,6 +52,11 @@ class Settings:
     warm_log_days: float = 14.0
     # A prune plan removing more than this share of a store's entry bytes needs --force.
     prune_max_share: float = 0.5
+    # Seconds after which a cached compiler error no longer stands: warm and rewarm compile the
+    # graph again (a fixed compiler gets another chance) and `prune --failed expired` removes
+    # it. None: a compiler error stands until --retry-failed, as the runtime has it. A duration
+    # in the file or the variable ("7d", "12h", or seconds).
+    failed_ttl: float | None = None
     sources: tuple[str, ...] = ()  # where the values came from, for `neffcache config`
 
     @property
@@ -77,6 +83,13 @@ def _coerce(name: str, value: Any, where: str) -> Any:
             return {str(k): str(v) for k, v in dict(value).items()}
         if name == "parallel":
             return int(value)
+        if name == "failed_ttl":
+            if isinstance(value, bool):
+                raise ValueError("a duration, not true/false")
+            seconds = parse_duration(value) if isinstance(value, str) else float(value)
+            if not 0 < seconds < float("inf"):
+                raise ValueError("a duration > 0, e.g. 7d")
+            return seconds
         if name in _NUMBERS:
             number = float(value)
             if not 0 <= number < float("inf"):

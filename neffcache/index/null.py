@@ -71,6 +71,9 @@ class NullIndex:
     def stats(self, window: str = "7d", group_by: str = "team", **filters: str | None) -> dict[str, Any]:
         raise _not_configured()
 
+    def failures(self, window: str = "7d", top: int = 100) -> dict[str, Any]:
+        raise _not_configured()
+
     def usage_hits(self, toolchain: str, *, since: float, until: float) -> dict[str, int]:
         return {}
 

@@ -105,6 +105,11 @@ class IndexQueries:
         stats: dict[str, Any] = self.request("GET", "/v1/stats", params=params)
         return stats
 
+    def failures(self, window: str = "7d", top: int = 100) -> dict[str, Any]:
+        """The error events of ``window`` grouped by signature (GET /v1/failures)."""
+        found: dict[str, Any] = self.request("GET", "/v1/failures", params={"window": window, "top": top})
+        return found
+
     def usage_hits(self, toolchain: str, *, since: float, until: float, page_size: int = 5000) -> dict[str, int]:
         """Hits per entry path the index counted for ``toolchain`` (a label such as
         ``trn2-lnc2/neuronxcc-2.27.5334.0+f702b353``) from ``since`` to ``until``, every page.
@@ -261,6 +266,10 @@ class AskedQuestions:
 
     def stats(self, window: str = "7d", group_by: str = "team", **filters: str | None) -> dict[str, Any]:
         return self.queries.stats(window, group_by, **filters)
+
+    def failures(self, window: str = "7d", top: int = 100) -> dict[str, Any]:
+        """Failed graphs of ``window`` grouped by error signature (see :meth:`IndexQueries.failures`)."""
+        return self.queries.failures(window, top)
 
     def usage_hits(self, toolchain: str, *, since: float, until: float) -> dict[str, int]:
         """Hits per entry path for a toolchain label in a time range (see :meth:`IndexQueries.usage_hits`)."""

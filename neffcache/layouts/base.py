@@ -87,6 +87,16 @@ class LogLine:
 
 
 @dataclass(frozen=True)
+class FailureLog:
+    """What a runtime's record of a failed compile says (see :meth:`Layout.read_failure_log`):
+    the compiler command the runtime ran, when the record names it (None otherwise), and what
+    the compiler printed (with neffcache's note when neffcache wrote the record)."""
+
+    command: tuple[str, ...] | None
+    output: str
+
+
+@dataclass(frozen=True)
 class EnvProblem:
     """A variable in a job's environment that defeats this runtime's cache (``env``, ``doctor``).
 
@@ -180,6 +190,16 @@ class Layout(KeyQuestions, ABC):
         """The name of the runtime's record of a failed compile, if the entry has one."""
         name = self.names(entry.namespace, entry.key).failure_log
         return name if name is not None and name in entry.files else None
+
+    def read_failure_log(self, data: bytes) -> FailureLog:
+        """What the failure log's bytes ``data`` say (the runtime's own form; by default the
+        compiler's text as it is)."""
+        return FailureLog(None, data.decode(errors="replace"))
+
+    def failure_log_bytes(self, command: Sequence[str], output: str) -> bytes:
+        """The failure log a writer records for a compile that ran ``command`` and printed
+        ``output``, in the runtime's own form (by default the text alone)."""
+        return output.encode()
 
     def locks_of(self, entry: Entry) -> tuple[str, ...]:
         """Names of the runtime's lock files present in the entry (none by default)."""

@@ -22,6 +22,7 @@ is in neither the path nor the flags hash the runtime computes).
 
 from __future__ import annotations
 
+import ast
 import posixpath
 import re
 import shlex
@@ -36,6 +37,7 @@ from neffcache.layouts.base import (
     EntryNames,
     EntryPlan,
     EnvProblem,
+    FailureLog,
     Layout,
     Located,
     LogLine,
@@ -86,6 +88,7 @@ _LOG_RES: tuple[tuple[str, re.Pattern[str]], ...] = (
                            + r"\.(?:hlo_module|hlo)\.pb)(?=[\s'\",\]]|$)")),
     ("failure", re.compile(r"Got a cached failed neff at (?P<path>\S+?/model\.neff)(?=\.?(?:\s|$))")),
 )
+_FAILED_WITH = "Failed compilation with "  # how libneuronxla's failure log begins
 _CHEAP = ("Using a cached neff", "Call compiler with", "Compilation Successfully", "Compilation failed for",
           "Failed compilation with", "Got a cached failed neff")
 
@@ -123,6 +126,31 @@ class NeuronxccLayout(Layout):
         # A NEFF without model.done is uncommitted; a legacy entry's NEFF is its marker; else
         # the failure log makes it FAILED, else the HLO makes it EMPTY.
         return next((n for n in (NEFF, LOG, HLO, HLO_OLD) if n in entry.files), None)
+
+    # -- the failure log ---------------------------------------------------------------------
+    def read_failure_log(self, data: bytes) -> FailureLog:
+        """libneuronxla writes ``Failed compilation with [<the command as a Python list>]:
+        <stderr>`` (docs/runtimes.md, "Layout A"): the command (what the compiler got, flags
+        and all) and the compiler's text. A log of another form is the text as it is."""
+        text = data.decode(errors="replace")
+        if not text.startswith(_FAILED_WITH):
+            return FailureLog(None, text)
+        start = len(_FAILED_WITH)
+        # The list's end is the first "]" after which the prefix is a list of strings (a path
+        # may hold "]"); bounded, so a crafted log costs little.
+        for end in [m.start() for m in re.finditer(r"\]", text[start:start + 65536])][:200]:
+            try:
+                value = ast.literal_eval(text[start:start + end + 1])
+            except (ValueError, SyntaxError, MemoryError, RecursionError):
+                continue
+            if isinstance(value, list) and all(isinstance(v, str) for v in value):
+                rest = text[start + end + 1:]
+                return FailureLog(tuple(value), rest[1:].lstrip(" ") if rest.startswith(":") else rest)
+        return FailureLog(None, text)
+
+    def failure_log_bytes(self, command: Sequence[str], output: str) -> bytes:
+        """The runtime's own form, so a runtime and neffcache read each other's logs alike."""
+        return f"{_FAILED_WITH}{list(command)!r}: {output}".encode()
 
     # -- the flags file and the MODULE name (see neffcache.layouts.flags) ---------------------
     def flags_file(self, namespace: Namespace, key: str, flags: Sequence[str]) -> tuple[str, bytes]:

@@ -16,6 +16,7 @@ from neffcache.prune.model import (
     ALL_STORES,
     Basis,
     Budget,
+    FailedSelect,
     Foreign,
     Guard,
     ItemKind,
@@ -33,7 +34,8 @@ from neffcache.prune.run import PHASE_PAUSE_ENV
 from neffcache.toolchain import version_key
 
 __all__ = [
-    "ALL_STORES", "CURRENT", "JOURNAL_DIR", "PHASE_PAUSE_ENV", "PRUNE_LEASE", "Basis", "Budget", "Foreign", "Guard",
+    "ALL_STORES", "CURRENT", "JOURNAL_DIR", "PHASE_PAUSE_ENV", "PRUNE_LEASE", "Basis", "Budget", "FailedSelect",
+    "Foreign", "Guard",
     "ItemKind", "Kept", "PruneItem", "PrunePlan", "PrunePolicy", "PruneResult", "Reason", "Rule", "delete_order",
     "describe", "execute_plan", "plan_prune", "refusal", "resolve_keep_compilers", "version_key",
 ]

@@ -8,16 +8,19 @@ here lists a store: the plan builds candidates from its scan (:mod:`neffcache.pr
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, replace
 from queue import Queue
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from neffcache.entry import Entry, EntryState, FileInfo
+from neffcache.failures import FailureClass
+from neffcache.operations.failed import failed_graphs
 from neffcache.prune.model import Basis, ItemKind, PruneItem, Reason
 
 if TYPE_CHECKING:
     from neffcache.index import Index
+    from neffcache.stores.base import Store
 
 T = TypeVar("T")
 
@@ -41,6 +44,10 @@ class Candidate:
     files: tuple[FileInfo, ...] = ()  # empty for candidates from the index (no listing)
     stale_locks: bool = False  # LOCKED only by locks the stale-lock rule would remove
     lease_holder: str | None = None  # owner of a live publish lease on it, if any
+    # FAILED entries: who failed the compile, from the failure log (None: not read, e.g. a plan
+    # from the index, which keeps no logs); and its signature.
+    failure_class: FailureClass | None = None
+    failure_signature: str = ""
 
     @property
     def used(self) -> float:
@@ -56,6 +63,17 @@ def toolchain_label(version: str | None, target: str | None, lnc: int | None) ->
         return "(unknown toolchain)"
     where = f"{target} lnc={lnc}" if target else "(target not recorded)"
     return f"neuronxcc-{version} {where}"
+
+
+def with_failures(store: Store, entries: Iterable[Entry], candidates: dict[str, Candidate]) -> dict[str, Candidate]:
+    """``candidates`` with the FAILED ones' failure class and signature, read from their
+    failure logs (one small read each, in parallel): what ``--failed compiler|environment``
+    selects by."""
+    out = dict(candidates)
+    for failed in failed_graphs(store, [e for e in entries if e.path in candidates]):
+        c = out[failed.path]
+        out[failed.path] = replace(c, failure_class=failed.verdict.failure_class, failure_signature=failed.signature)
+    return out
 
 
 def created_time(entry: Entry) -> float:

@@ -37,6 +37,16 @@ def ago(seconds: float) -> str:
 
 
 
+class FailedSelect(enum.StrEnum):
+    """Which failed entries ``--failed`` removes (their failure logs say why they failed:
+    :mod:`neffcache.failures`)."""
+
+    ALL = "all"
+    COMPILER = "compiler"  # compiler errors: what the runtime rightly skips
+    ENVIRONMENT = "environment"  # the host failed them (Ctrl-C, an OOM kill...): the graph is fine
+    EXPIRED = "expired"  # any failure older than the failure TTL (failed_ttl)
+
+
 @dataclass(frozen=True)
 class PrunePolicy:
     """What to prune. Rules are off unless asked for; the grace periods have safe defaults."""
@@ -46,6 +56,8 @@ class PrunePolicy:
     older_than: float | None = None  # seconds without use
     max_size: Mapping[str, int] = field(default_factory=dict)  # store URL (or "*") -> bytes
     failed: bool = False
+    failed_select: FailedSelect = FailedSelect.ALL  # with ``failed``: which failures
+    failed_ttl: float | None = None  # seconds: ``expired`` failures are older than this
     stale_locks: bool = False
     garbage: bool = False
     # A write younger than this may still be in flight: its temp files and uncommitted entries stay.
@@ -75,6 +87,9 @@ class PrunePolicy:
             raise ConfigError(f"--max-share must be between 0 and 1, not {self.max_share:g}")
         if self.quarantine_days < 0:
             raise ConfigError("quarantine_days cannot be negative")
+        if self.failed and self.failed_select is FailedSelect.EXPIRED and not self.failed_ttl:
+            raise ConfigError("--failed expired needs the failure TTL: --failed-ttl 7d (or failed_ttl, "
+                              "NEFFCACHE_FAILED_TTL)")
         for store, limit in self.max_size.items():
             if limit < 0:
                 raise ConfigError(f"--max-size for {store} cannot be negative")
@@ -97,6 +112,7 @@ class PrunePolicy:
     def to_json(self) -> dict[str, Any]:
         return {"keep_compilers": list(self.keep_compilers), "keep_last": self.keep_last,
                 "older_than": self.older_than, "max_size": dict(self.max_size), "failed": self.failed,
+                "failed_select": self.failed_select, "failed_ttl": self.failed_ttl,
                 "stale_locks": self.stale_locks, "garbage": self.garbage, "grace": self.grace,
                 "hit_grace": self.hit_grace, "lock_age": self.lock_age, "max_share": self.max_share,
                 "current": self.current, "quarantine_days": self.quarantine_days}

@@ -33,7 +33,7 @@ from neffcache.layouts import LAYOUTS
 from neffcache.layouts.base import DEFAULT_LAYOUT
 from neffcache.manifest import read_manifest
 from neffcache.operations.scan import ScanReport, scan
-from neffcache.prune.candidates import Candidate, created_time, entry_item, index_usage, prefetched
+from neffcache.prune.candidates import Candidate, created_time, entry_item, index_usage, prefetched, with_failures
 from neffcache.prune.guard import check_keep_filters, guard_plan
 from neffcache.prune.model import ALL_STORES, Basis, Foreign, ItemKind, Kept, PruneItem, PrunePlan, PrunePolicy, Reason
 from neffcache.prune.remove import read_journals
@@ -222,6 +222,8 @@ def _list_store(store: Store, policy: PrunePolicy, index: Index | None, now: flo
     toolchains = _manifest_toolchains(store, report.entries) if policy.prunes_compilers else {}
     mine = {e.path: _candidate(store, e, stamps, usage, live, judge, toolchains)
             for e in (*report.entries, *report.uncommitted)}
+    if policy.failed:  # which failures are compiler errors and which the host's: their logs say
+        mine = with_failures(store, report.entries, mine)
     draft.candidates.extend(mine.values())
     found = read_journals(store)
     draft.journals[store.url] = tuple(found)

@@ -1,4 +1,5 @@
-"""The rules that choose entries to prune: toolchain, age, size budget, failed.
+"""The rules that choose entries to prune: toolchain, age, size budget, failed (all, or by
+class: compiler errors, environment failures, failures past the failure TTL).
 
 Rules see :class:`~neffcache.prune.candidates.Candidate` records, not store listings, so the
 same rules run on a scan of a store or on the index server's rows. Each entry gets at most one
@@ -14,8 +15,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from neffcache.entry import EntryState
+from neffcache.failures import FailureClass
 from neffcache.prune.candidates import Candidate, entry_item
-from neffcache.prune.model import Basis, Budget, Kept, PruneItem, PrunePolicy, Reason, ago
+from neffcache.prune.model import Basis, Budget, FailedSelect, Kept, PruneItem, PrunePolicy, Reason, ago
 from neffcache.toolchain import version_key
 
 Group = tuple[str | None, int | None]  # (target, lnc); None where the root has no target directory
@@ -89,9 +91,7 @@ def select_entries(candidates: Sequence[Candidate], policy: PrunePolicy, now: fl
                              "version directory) kept: compiler rules cannot tell what made them")
     committed = [c for c in candidates if c.committed]
     if policy.failed:
-        for c in committed:
-            if c.state is EntryState.FAILED:
-                take(c, Reason.FAILED, "cached compiler failure (the runtime skips it until retried)")
+        _failed(committed, policy, now, take, out)
     if policy.older_than is not None:
         cutoff = now - policy.older_than
         for c in committed:
@@ -105,6 +105,36 @@ def select_entries(candidates: Sequence[Candidate], policy: PrunePolicy, now: fl
         out.notes.append(f"{no_use} entries have no last-use record (no stamp, no index hit): their age is "
                          "the time they were committed to the store")
     return out
+
+
+def _failed(committed: Sequence[Candidate], policy: PrunePolicy, now: float,
+            take: Callable[[Candidate, Reason, str], None], out: Selection) -> None:
+    """``--failed all|compiler|environment|expired``: the FAILED entries of that kind. A class
+    is known only from the failure log (a plan from the index has none): an entry whose class
+    is unknown is kept by the class rules, and the plan says how many."""
+    unknown = 0
+    for c in committed:
+        if c.state is not EntryState.FAILED:
+            continue
+        cls = c.failure_class
+        sig = f", signature {c.failure_signature}" if c.failure_signature else ""
+        what = f"{cls} failure{sig}" if cls else "cached failure"
+        if policy.failed_select is FailedSelect.ALL:
+            take(c, Reason.FAILED, f"{what} (the runtime skips it until retried)")
+        elif policy.failed_select is FailedSelect.EXPIRED:
+            assert policy.failed_ttl is not None  # PrunePolicy refuses expired without a TTL
+            if now - c.created > policy.failed_ttl:
+                take(c, Reason.FAILED, f"{what} recorded {ago(now - c.created)} ago, past the failure TTL "
+                                       f"of {ago(policy.failed_ttl)}")
+        elif cls is None:
+            unknown += 1
+        elif cls.value == policy.failed_select.value:
+            why = ("the host failed the compile, not the graph" if cls is FailureClass.ENVIRONMENT
+                   else "the compiler rejected the graph")
+            take(c, Reason.FAILED, f"{what}: {why}")
+    if unknown:
+        out.notes.append(f"{unknown} failed entries kept: their failure logs were not read (a plan from the index), "
+                         f"so whether they are {policy.failed_select} failures is unknown")
 
 
 def _budgets(committed: Sequence[Candidate], policy: PrunePolicy, now: float, stores: Sequence[str],

@@ -21,10 +21,20 @@ Environment (the shim bakes defaults for these; a value set by the caller wins):
 ``NEFFSIM_COMPILER_VERSION``  version to report and embed (default ``2.27.5334.0+f702b353``)
 ``NEFFSIM_COMPILE_SECONDS``   seconds each compile takes (default 0); a ``compile_seconds``
                               field in the HLO header (see ``make_hlo``) wins for that graph
-``NEFFSIM_FAIL_MATCH``        regex; graphs whose name matches fail (exit 1, no NEFF)
+``NEFFSIM_FAIL_MATCH``        regex; graphs whose name matches fail with a compiler error
+                              (exit 1, no NEFF) whose message names the input path and a line
+                              number, as real compiler errors do
 ``NEFFSIM_HANG_MATCH``        regex; graphs whose name matches never finish (until killed)
+``NEFFSIM_KILL_MATCH``        regex; the compile of a matching graph SIGKILLs itself midway,
+                              as the kernel's OOM killer would (no output, no NEFF)
+``NEFFSIM_OOM_MATCH``         regex; a matching graph runs out of host memory: a Python
+                              ``MemoryError`` traceback and exit 1 (no NEFF)
+``NEFFSIM_ENV_FAIL_MATCH``    a library name (e.g. ``libfoo``); every ``compile`` fails as the
+                              dynamic loader does when that shared library is missing: its
+                              message and exit 127, before any input is read
 ``NEFFSIM_INVOCATION_LOG``    file; one JSON line per ``compile`` invocation (graph,
-                              hlo_sha256, pid, version, target, lnc), single O_APPEND write
+                              hlo_sha256, pid, version, target, lnc), single O_APPEND write,
+                              before any simulated fault: tests count every attempt
 ``NEFFSIM_COMPILE_MEMORY_MB`` allocate and touch this much memory while compiling
 ``NEFFSIM_NEFF_BYTES``        NEFF size (default 10x the HLO, clamped to 144 kB..20 MB)
 
@@ -36,6 +46,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -202,6 +213,43 @@ def _touch_memory(megabytes: float) -> bytearray:
     return buf
 
 
+def _log_invocation(req: CompileRequest, version: str, graph: str, sha: str) -> None:
+    log = os.environ.get("NEFFSIM_INVOCATION_LOG")
+    if log:
+        record = {"graph": graph, "hlo_sha256": sha, "pid": os.getpid(), "version": version,
+                  "target": req.target, "lnc": req.lnc, "time": time.time()}
+        append_line(Path(log), json.dumps(record, sort_keys=True))
+
+
+def _environment_fault(graph: str) -> int | None:
+    """The simulated host failures of one compile (see the module docstring), or None."""
+    if _matches("NEFFSIM_KILL_MATCH", graph):
+        sys.stdout.flush()
+        os.kill(os.getpid(), signal.SIGKILL)  # like the OOM killer: no chance to say anything
+    if _matches("NEFFSIM_OOM_MATCH", graph):
+        print(
+            "Traceback (most recent call last):\n"
+            '  File "neuronxcc/driver/Job.py", line 344, in run\n'
+            f"numpy.core._exceptions._ArrayMemoryError: MemoryError: Unable to allocate 3.20 GiB for graph {graph}",
+            file=sys.stderr,
+        )
+        return 1
+    return None
+
+
+def _compiler_error(req: CompileRequest, graph: str, sha: str) -> int:
+    # The line number depends on the graph, the path on where the input lies: two hosts hitting
+    # the same error print different paths and numbers (neffcache.failures.signature).
+    line = int(sha[:6], 16) % 5000
+    print(
+        f"ERROR:neuronxcc: [NCC_ESIM001] Simulated compiler error in graph {graph} "
+        f"(hlo sha256 {sha[:16]}): matched NEFFSIM_FAIL_MATCH at {Path(req.input).absolute()}:{line}\n"
+        "Compiler status ERROR",
+        file=sys.stderr,
+    )
+    return 1
+
+
 def compile_graph(req: CompileRequest, version: str) -> int:
     """Run one simulated compile. Returns the exit status."""
     try:
@@ -214,11 +262,7 @@ def compile_graph(req: CompileRequest, version: str) -> int:
     graph = header.get("graph")
     if not isinstance(graph, str):
         graph = f"{Path(req.input).name}:{sha[:12]}"
-    log = os.environ.get("NEFFSIM_INVOCATION_LOG")
-    if log:
-        record = {"graph": graph, "hlo_sha256": sha, "pid": os.getpid(), "version": version,
-                  "target": req.target, "lnc": req.lnc, "time": time.time()}
-        append_line(Path(log), json.dumps(record, sort_keys=True))
+    _log_invocation(req, version, graph, sha)
 
     per_graph = header.get("compile_seconds")
     seconds = (float(per_graph) if isinstance(per_graph, (int, float))
@@ -230,14 +274,11 @@ def compile_graph(req: CompileRequest, version: str) -> int:
             _sleep(3600)
     _sleep(seconds)
     del held
+    fault = _environment_fault(graph)
+    if fault is not None:
+        return fault
     if _matches("NEFFSIM_FAIL_MATCH", graph):
-        print(
-            f"ERROR:neuronxcc: [NCC_ESIM001] Simulated compiler error in graph {graph} "
-            f"(hlo sha256 {sha[:16]}): matched NEFFSIM_FAIL_MATCH\n"
-            "Compiler status ERROR",
-            file=sys.stderr,
-        )
-        return 1
+        return _compiler_error(req, graph, sha)
     size = int(env_float("NEFFSIM_NEFF_BYTES", -1, error=UsageError))
     neff = build_neff(hlo, compiler_version=version, target=req.target, lnc=req.lnc,
                       flags=req.codegen_flags, graph=graph, size=size if size >= 0 else None)
@@ -249,6 +290,17 @@ def compile_graph(req: CompileRequest, version: str) -> int:
         return 1
     print("Compiler status PASS")
     return 0
+
+
+def _missing_library() -> int | None:
+    """``NEFFSIM_ENV_FAIL_MATCH``: the loader's message for a missing library, and its exit 127."""
+    library = os.environ.get("NEFFSIM_ENV_FAIL_MATCH", "").strip()
+    if not library:
+        return None
+    name = library if ".so" in library else f"{library}.so.1"
+    print(f"neuronx-cc: error while loading shared libraries: {name}: cannot open shared object file: "
+          "No such file or directory", file=sys.stderr)
+    return 127
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -268,7 +320,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if "-h" in args[1:] or "--help" in args[1:]:
             print(USAGE)
             return 0
-        return compile_graph(parse_compile_args(args[1:]), compiler_version())
+        request = parse_compile_args(args[1:])
+        missing = _missing_library()
+        if missing is not None:
+            _log_invocation(request, compiler_version(), Path(request.input).name, "")
+            return missing
+        return compile_graph(request, compiler_version())
     except UsageError as exc:
         print(f"{USAGE}\nneuronx-cc: error: {exc}", file=sys.stderr)
         return 2

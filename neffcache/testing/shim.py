@@ -9,7 +9,8 @@ The script exports the chosen settings as defaults: a ``NEFFSIM_*`` variable tha
 has set (even to the empty string) wins over the baked value, so one shim serves many tests.
 
 Also a CLI: ``python -m neffcache.testing.shim BIN_DIR [--version V] [--compile-seconds S]
-[--fail-match RE] [--hang-match RE] [--invocation-log FILE]`` prints the installed path.
+[--fail-match RE] [--hang-match RE] [--kill-match RE] [--oom-match RE] [--env-fail LIBRARY]
+[--invocation-log FILE]`` prints the installed path.
 """
 
 from __future__ import annotations
@@ -49,10 +50,16 @@ def install_compiler_shim(
     hang_match: str | None = None,
     invocation_log: Path | None = None,
     python: str = sys.executable,
+    kill_match: str | None = None,
+    oom_match: str | None = None,
+    env_fail: str | None = None,
 ) -> Path:
     """Write an executable ``bin_dir/neuronx-cc`` running the simulated compiler; return its path.
 
-    ``python`` must be able to import neffcache (the default, the running interpreter, can).
+    ``python`` must be able to import neffcache (the default, the running interpreter, can; a
+    ``python`` that does not exist makes a compiler that cannot start, exit 127).
+    ``fail_match``, ``hang_match``, ``kill_match``, ``oom_match`` and ``env_fail`` bake the
+    faults of :mod:`neffcache.testing.compiler` (``NEFFSIM_*_MATCH``).
     Raises ValueError for a version that could not be a directory name.
     """
     try:
@@ -62,8 +69,10 @@ def install_compiler_shim(
     settings = {"NEFFSIM_COMPILER_VERSION": version, "NEFFSIM_COMPILE_SECONDS": repr(float(compile_seconds))}
     if fail_match is not None:
         settings["NEFFSIM_FAIL_MATCH"] = fail_match
-    if hang_match is not None:
-        settings["NEFFSIM_HANG_MATCH"] = hang_match
+    for name, value in (("NEFFSIM_HANG_MATCH", hang_match), ("NEFFSIM_KILL_MATCH", kill_match),
+                        ("NEFFSIM_OOM_MATCH", oom_match), ("NEFFSIM_ENV_FAIL_MATCH", env_fail)):
+        if value is not None:
+            settings[name] = value
     if invocation_log is not None:
         settings["NEFFSIM_INVOCATION_LOG"] = str(Path(invocation_log).absolute())
     bin_dir = Path(bin_dir)
@@ -112,11 +121,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compile-seconds", type=float, default=0.0)
     parser.add_argument("--fail-match", help="regex of graph names that fail to compile")
     parser.add_argument("--hang-match", help="regex of graph names whose compile never ends")
+    parser.add_argument("--kill-match", help="regex of graph names whose compile is SIGKILLed (like the OOM killer)")
+    parser.add_argument("--oom-match", help="regex of graph names whose compile runs out of memory (MemoryError)")
+    parser.add_argument("--env-fail", metavar="LIBRARY", help="every compile fails to load this shared library")
     parser.add_argument("--invocation-log", type=Path, help="append one JSON line per compile here")
     ns = parser.parse_args(argv)
     path = install_compiler_shim(
         ns.bin_dir, version=ns.version, compile_seconds=ns.compile_seconds,
         fail_match=ns.fail_match, hang_match=ns.hang_match, invocation_log=ns.invocation_log,
+        kill_match=ns.kill_match, oom_match=ns.oom_match, env_fail=ns.env_fail,
     )
     print(path)
     return 0

@@ -154,12 +154,14 @@ def _build(store: Store, entry: Entry) -> Build:
 
 
 def _failure(store: Store, entry: Entry) -> str:
-    name = get_layout(entry.layout).failure_log_of(entry)
+    layout = get_layout(entry.layout)
+    name = layout.failure_log_of(entry)
     if name is None:
         return "(no failure log)"
     try:
         with store.open_read(entry.store_path(name)) as stream:
-            return failure_signature(stream.read(MAX_LOG_BYTES))
+            # The compiler's text, without the runtime's "Failed compilation with [<command>]:".
+            return failure_signature(layout.read_failure_log(stream.read(MAX_LOG_BYTES)).output.encode())
     except (StoreError, OSError) as exc:
         log.warning("could not read %s in %s: %s", name, store.url, exc)
         return f"(failure log unreadable: {exc})"

@@ -145,6 +145,25 @@ def test_config_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
         load_settings()
 
 
+def test_failed_ttl_from_the_file_the_environment_and_a_flag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                             ) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert load_settings().failed_ttl is None  # by default a compiler error stands, as the runtime has it
+    (tmp_path / "neffcache.toml").write_text('failed_ttl = "7d"\n')
+    assert load_settings().failed_ttl == 7 * 86400
+    monkeypatch.setenv("NEFFCACHE_FAILED_TTL", "12h")
+    assert load_settings().failed_ttl == 12 * 3600
+    assert load_settings(failed_ttl=60.0).failed_ttl == 60.0
+    for bad in ("0", "soon", "-1d"):
+        monkeypatch.setenv("NEFFCACHE_FAILED_TTL", bad)
+        with pytest.raises(ConfigError, match="failed_ttl"):
+            load_settings()
+    monkeypatch.delenv("NEFFCACHE_FAILED_TTL")
+    (tmp_path / "neffcache.toml").write_text("failed_ttl = true\n")
+    with pytest.raises(ConfigError, match="failed_ttl"):
+        load_settings()
+
+
 def test_show_entry(tmp_path: Path) -> None:
     from neffcache.stores.local import LocalStore
 

@@ -51,6 +51,8 @@ def parse_invocation(argv: list[str] | tuple[str, ...]) -> Invocation:
     parent = click.Context(cli, info_name="neffcache")
     path: list[str] = []
     while isinstance(command, click.Group):
+        if command.invoke_without_command and path and (not rest or rest[0].startswith("-")):
+            break  # a group that is a command of its own too (`neffcache failures --window 7d`)
         if not rest:
             raise click.UsageError(f"missing subcommand after {' '.join(['neffcache', *path])}")
         sub = command.get_command(parent, rest[0])

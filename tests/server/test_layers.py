@@ -24,6 +24,8 @@ LAYERS = ("config", "storage", "services", "observability", "api", "ui", "app")
 # What the server may import from the library, and why it needs each.
 LIBRARY = {
     "neffcache.errors": "the one error hierarchy (ConfigError, InvalidKey, IndexServerError)",
+    "neffcache.failure_groups": "error events grouped by signature for /v1/failures, as `neffcache failures` "
+                                "groups the stores' failure logs",
     "neffcache.index.records": "what clients send: the records the server validates and stores",
     "neffcache.instances": "the instance catalog: the operator's prices must name instance types it knows",
     "neffcache.keys": "safe_relpath: the one check that an entry path from outside stays relative",

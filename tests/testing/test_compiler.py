@@ -137,3 +137,40 @@ def test_hung_compile_stops_promptly_on_sigterm(sim: Sim, hlo_file: Path) -> Non
     assert proc.wait(timeout=5) != 0
     assert time.monotonic() - start < 1
     assert not (sim.root / "hang.neff").exists()
+
+
+def _compile(sim: Sim, hlo: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    return sim.compile("compile", str(hlo), "--framework", "XLA", "--target", "trn2", "--output",
+                       str(sim.root / "out.neff"), **env)
+
+
+def test_host_failures_fail_like_the_host(sim: Sim, hlo_file: Path) -> None:
+    """SIMULATED host failures: SIGKILL (the OOM killer's signal), a MemoryError, a missing
+    shared library (the loader's message, exit 127); each logs its invocation first and
+    writes no NEFF."""
+    killed = _compile(sim, hlo_file, NEFFSIM_KILL_MATCH="b128/g0")
+    assert killed.returncode == -signal.SIGKILL and killed.stderr == ""
+    oom = _compile(sim, hlo_file, NEFFSIM_OOM_MATCH="b128")
+    assert oom.returncode == 1 and "MemoryError" in oom.stderr
+    loader = _compile(sim, hlo_file, NEFFSIM_ENV_FAIL_MATCH="libfoo")
+    assert loader.returncode == 127
+    assert ("error while loading shared libraries: libfoo.so.1: cannot open shared object file: "
+            "No such file or directory") in loader.stderr
+    assert not (sim.root / "out.neff").exists()
+    assert len(sim.compiles()) == 3
+    assert _compile(sim, hlo_file, NEFFSIM_KILL_MATCH="b256").returncode == 0  # another graph: compiles
+
+
+def test_a_compiler_error_names_the_input_path_and_a_line(sim: Sim, hlo_file: Path) -> None:
+    proc = _compile(sim, hlo_file, NEFFSIM_FAIL_MATCH="b128")
+    assert proc.returncode == 1
+    assert f"at {hlo_file}:" in proc.stderr and "[NCC_ESIM001]" in proc.stderr
+
+
+def test_the_shim_bakes_the_host_faults(tmp_path: Path, hlo_file: Path) -> None:
+    shim = install_compiler_shim(tmp_path / "bin", kill_match="b128", env_fail="libbar")
+    text = shim.read_text()
+    assert "NEFFSIM_KILL_MATCH=b128" in text and "NEFFSIM_ENV_FAIL_MATCH=libbar" in text
+    broken = install_compiler_shim(tmp_path / "broken", python=str(tmp_path / "no-such-python"))
+    proc = subprocess.run([str(broken), "--version"], capture_output=True, text=True, check=False)
+    assert proc.returncode == 127  # a compiler that cannot start: the shell's "not found"

@@ -25,9 +25,9 @@ DOCUMENTED: dict[type[enum.StrEnum], list[str]] = {
     TransferOutcome: ["copied", "skipped", "failed", "filtered", "busy", "cancelled"],
     TierOp: ["open", "get", "promote", "publish", "prefetch", "push"],
     TierProblemKind: ["down", "corrupt", "changed", "busy"],
-    CompileStatus: ["compiled", "hit", "failed", "refused", "timeout", "interrupted"],
+    CompileStatus: ["compiled", "hit", "failed", "refused", "timeout", "environment", "interrupted"],
     GroupStatus: ["ok", "failed", "timeout", "crashed", "interrupted"],
-    FailureKind: ["compile", "timeout", "flags", "crash"],
+    FailureKind: ["compile", "timeout", "environment", "flags", "crash"],
 }
 
 

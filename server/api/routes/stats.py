@@ -19,6 +19,12 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 MAX_WINDOW = 400 * 86400
 
 
+# The window of the read endpoints (/v1/stats, /v1/failures): how far back, and where it ends.
+Window = Annotated[str, Query(pattern=WINDOW_PATTERN, description="e.g. 24h, 7d, 2w, or seconds")]
+WindowEnd = Annotated[float | None, Query(ge=946684800, le=7258118400, allow_inf_nan=False,
+                                          description="window end, epoch seconds (default now)")]
+
+
 def window_seconds(text: str) -> float:
     """'90m', '24h', '7d', '2w' or plain seconds; capped at 400 days."""
     match = re.fullmatch(r"([0-9]+)([smhdw]?)", text)
@@ -38,9 +44,8 @@ def build_query(window: str, end: float | None, group_by: GroupBy, team: str | N
 @router.get("", name="stats.get", summary="Cache statistics", responses=AUTH_ERRORS)
 def get_stats(
     access: ReadAccess,
-    window: Annotated[str, Query(pattern=WINDOW_PATTERN, description="e.g. 24h, 7d, 2w, or seconds")] = "7d",
-    end: Annotated[float | None, Query(ge=946684800, le=7258118400, allow_inf_nan=False,
-                                       description="window end, epoch seconds (default now)")] = None,
+    window: Window = "7d",
+    end: WindowEnd = None,
     group_by: GroupBy = "team",
     team: QText = None,
     model: QText = None,

@@ -1,0 +1,1 @@
+../../neffcache/failure_groups.py
