@@ -1,12 +1,14 @@
 """The signature of a failed compile: what ``upgrade-report`` lists beside each new failure.
 
-THE SEAM for the failure-signature normaliser (being built on the branch ``failures``): when it
-lands, :func:`failure_signature` calls it, and nothing else changes (its one caller is
-:mod:`neffcache.upgrades.compare`). Until then the signature is the log's first line that is
-not blank, which for neuronx-cc is its ``ERROR ...`` line, cut to :data:`MAX_SIGNATURE` characters.
+It is :func:`neffcache.failures.signature` (16 hex digits over the normalised error lines:
+paths, numbers, hashes and temp names stripped), the very key ``neffcache failures`` groups by
+and ``neffcache failures bundle`` takes, followed by the first error line as written, so a
+reader sees what failed and can pack a reproduction of it in one step.
 """
 
 from __future__ import annotations
+
+from neffcache.failures import first_error, signature
 
 MAX_SIGNATURE = 300
 # A failure log is untrusted and may be large (a runtime's whole stderr): read this much of it.
@@ -14,8 +16,10 @@ MAX_LOG_BYTES = 64 * 1024
 
 
 def failure_signature(log: bytes) -> str:
-    """The signature of a failed compile whose log holds ``log`` (its first bytes will do)."""
+    """``"<signature>: <first error line>"`` of a failed compile whose log holds ``log`` (its
+    first bytes will do), printable, at most :data:`MAX_SIGNATURE` characters."""
     text = log[:MAX_LOG_BYTES].decode(errors="replace")
-    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
-    printable = "".join(c if c.isprintable() else "?" for c in first)
-    return printable[:MAX_SIGNATURE] or "(empty log)"
+    if not text.strip():
+        return "(empty log)"
+    first = "".join(c if c.isprintable() else "?" for c in first_error(text))
+    return f"{signature(text)}: {first}"[:MAX_SIGNATURE]

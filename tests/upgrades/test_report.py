@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from neffcache.entry import EntryState
+from neffcache.failures import signature
 from neffcache.upgrades import Build, GraphComparison, GraphStatus, Regression, UpgradeReport
 from neffcache.upgrades.signature import MAX_SIGNATURE, failure_signature
 
@@ -74,11 +75,16 @@ def test_json_holds_every_graph() -> None:
     assert data["weights"] == {"by": "hits", "unused_weight": 0.1, "rule": "weight = hits in the window + 0.1"}
 
 
-@pytest.mark.parametrize(("log", "signature"), [
-    (b"\n\n  ERROR:neuronxcc: [NCC_E123] bad op  \nmore\n", "ERROR:neuronxcc: [NCC_E123] bad op"),
-    (b"", "(empty log)"),
-    (b"caf\xc3\xa9 \xff\x1b[31m red", "caf\u00e9 \ufffd?[31m red"),
-    (b"x" * 10_000, "x" * MAX_SIGNATURE),
-])
-def test_the_signature_is_the_first_line_for_now(log: bytes, signature: str) -> None:
-    assert failure_signature(log) == signature
+def test_the_signature_is_the_failures_key_and_the_first_error_line() -> None:
+    log = b"\n\n  ERROR:neuronxcc: [NCC_E123] bad op at /tmp/w1/x.pb:12  \nmore\n"
+    sig = failure_signature(log)
+    assert sig == f"{signature(log.decode())}: ERROR:neuronxcc: [NCC_E123] bad op at /tmp/w1/x.pb:12"
+    # Paths and numbers differ between hosts: the key `neffcache failures` groups by does not.
+    other = failure_signature(log.replace(b"/tmp/w1/x.pb:12", b"/scratch/q/y.pb:99"))
+    assert other.split(":")[0] == sig.split(":")[0]
+
+
+def test_the_signature_of_an_odd_log_is_printable_and_bounded() -> None:
+    assert failure_signature(b"") == failure_signature(b" \n\n") == "(empty log)"
+    assert all(c.isprintable() for c in failure_signature(b"caf\xc3\xa9 \xff\x1b[31m red"))
+    assert len(failure_signature(b"x" * 10_000)) == MAX_SIGNATURE
