@@ -194,6 +194,8 @@ def discover_bucket(req: WarmRequest, scratch: Scratch, bucket: Bucket, children
     # Its notes are about pointing a real job at a store (warm and env print them): not the plan's.
     env = workload_env(contract, str(root), [])
     env.update({**bucket.env(), ENV_RECORDS: str(records), "TMPDIR": str(scratch.tmp)})
+    for layout in LAYOUTS.values():  # host-local runtime state (TorchNeuron's lock dir) stays private too
+        env.update(layout.private_env(str(scratch.tmp)))
     namespaces = [layout.namespace_for(req.toolchain) for layout in LAYOUTS.values()]
     run = run_workload(bucket.name, bucket.command(req.command), env, children=children, patterns=req.patterns,
                        root=str(root), namespaces=namespaces, log_path=req.log_dir / log_name(bucket),

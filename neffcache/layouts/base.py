@@ -312,6 +312,12 @@ class Layout(KeyQuestions, ABC):
         (variables to set, ``None`` for one to unset; notes for the report)."""
         return {}, []
 
+    def private_env(self, scratch: str) -> dict[str, str]:
+        """Variables that move this runtime's host-local state (locks, work directories: not the
+        cache itself) under ``scratch``, for a run that must not touch what real jobs on the host
+        share (``plan``'s discovery). Default: the runtime keeps none."""
+        return {}
+
     def env_problems(self, environ: Mapping[str, str]) -> list[EnvProblem]:
         """Settings in ``environ`` that would make this runtime ignore the cache neffcache manages
         (layout A: ``--cache_dir`` in ``NEURON_CC_FLAGS``)."""

@@ -185,6 +185,11 @@ class TorchNeuronLayout(Layout):
         rank = {manifest: 0, marker: 9}
         return sorted(names, key=lambda n: (rank.get(n, 1), n))
 
+    def private_env(self, scratch: str) -> dict[str, str]:
+        # Its compile locks live in a local directory shared by every job of the host
+        # (default /tmp/local_cache); a plan's recording compiles must not hold those.
+        return {LOCAL_DIR_VAR: posixpath.join(scratch, "torchneuron-local")}
+
     def job_env(self, root: str, namespace: Namespace) -> dict[str, str]:
         ns_root = posixpath.join(root, namespace.path) if namespace.path else root
         env = {"TORCH_NEURONX_NEFF_CACHE_DIR": posixpath.join(ns_root, "neff") if namespace.path else ns_root}

@@ -205,3 +205,13 @@ def test_a_ci_host_plans_and_warms_against_s3_alone(cli: Cli, tmp_path: Path, s3
     for entry in entries:
         neff = get_layout(entry.layout).neff_of(entry)
         assert neff is not None and not is_placeholder(remote.read_bytes(entry.store_path(neff))[:64])
+
+
+def test_layout_b_locks_of_a_plan_stay_out_of_the_hosts_shared_lock_dir(cli: Cli, tmp_path: Path) -> None:
+    """TorchNeuron keeps compile locks in one host-local directory every job shares: a plan's
+    recording compiles must not take locks there (a job would wait on them)."""
+    host_local = tmp_path / "host-local"
+    data = plan_json(cli, tmp_path, *plan_args(tmp_path / "store", backend="native"), rc=0,
+                     TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR=str(host_local))
+    assert data_totals(data)["misses"] == 4
+    assert not host_local.exists(), list(host_local.rglob("*"))
