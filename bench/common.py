@@ -18,17 +18,21 @@ from pathlib import Path
 VERSION = "2.27.5334.0+f702b353"
 
 
-def neff_sizes(count: int, seed: int = 7, low: int = 100_000, high: int = 20_000_000) -> list[int]:
+MAX_NEFF = 20_000_000  # the largest NEFF of a realistic cache (the log-uniform tail)
+
+
+def neff_sizes(count: int, seed: int = 7, low: int = 100_000, high: int = MAX_NEFF) -> list[int]:
     """Log-uniform sizes between 100 kB and 20 MB: most NEFFs are small, a few are large."""
     rng = random.Random(seed)
     return [int(math.exp(rng.uniform(math.log(low), math.log(high)))) for _ in range(count)]
 
 
-def make_runtime_cache(root: Path, count: int, *, seed: int = 7, prefix: str = "trn2-lnc2") -> int:
+def make_runtime_cache(root: Path, count: int, *, seed: int = 7, prefix: str = "trn2-lnc2",
+                       max_neff: int = MAX_NEFF) -> int:
     """A layout-A cache as libneuronxla writes it (no manifests); returns the bytes written."""
     total = 0
     block = os.urandom(1 << 20)
-    for i, size in enumerate(neff_sizes(count, seed)):
+    for i, size in enumerate(neff_sizes(count, seed, high=max_neff)):
         graph = int(hashlib.sha256(f"{seed}-{i}".encode()).hexdigest()[:15], 16)
         entry = root / prefix / f"neuronxcc-{VERSION}" / f"MODULE_{graph}+d41d8cd9"
         entry.mkdir(parents=True, exist_ok=True)

@@ -114,12 +114,7 @@ class LatencyProxy:
 def make_cache(base: Path, entries: int, max_neff: int, source: str) -> tuple[Path, int, int]:
     """The tree to push (see the module docstring); returns (root, files, bytes)."""
     runtime = base / "runtime"
-    import bench.common as common
-
-    if max_neff != 20_000_000:
-        original = common.neff_sizes
-        common.neff_sizes = lambda count, seed=7, low=100_000, high=max_neff: original(count, seed, low, high)
-    make_runtime_cache(runtime, entries)
+    make_runtime_cache(runtime, entries, max_neff=max_neff)
     if source == "runtime":
         files = [f for f in runtime.rglob("*") if f.is_file()]
         return runtime, len(files), sum(f.stat().st_size for f in files)

@@ -27,7 +27,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench.common import Timing, print_ratio, timed
+from bench.common import Timing, load_average, neffcache_measured, print_ratio, timed
 from neffcache.testing.hlo import make_hlo
 from neffcache.testing.shim import install_compiler_shim, simulated_env
 
@@ -68,19 +68,22 @@ def baseline(base: Path, env: dict[str, str], buckets: list[int], graphs: int, p
     subprocess.run(["bash", "-c", script], env=env, check=True)
 
 
-def warm(base: Path, env: dict[str, str], buckets: list[int], graphs: int, parallel: int, two_phase: bool) -> None:
+def warm(base: Path, env: dict[str, str], buckets: list[int], graphs: int, parallel: int, two_phase: bool) -> float:
+    """Run one warm-up into an empty store; returns neffcache's own peak RSS in MB."""
     store = base / "store"
     shutil.rmtree(store, ignore_errors=True)
-    argv = [sys.executable, "-m", "neffcache.cli.main", "warm", "--instance", INSTANCE, "--store", str(store),
+    hwm = base / "warm.hwm"
+    argv = neffcache_measured(hwm, ["warm", "--instance", INSTANCE, "--store", str(store),
             "--bucket", "SEQ=" + ",".join(map(str, buckets)), "--parallel", str(parallel), "--quiet", "--json",
             *(["--two-phase"] if two_phase else []), "--log-dir", str(base / "logs"), "--",
             sys.executable, "-m", "neffcache.testing.workload", "--model", MODEL, "--bucket", "{SEQ}",
-            "--graphs", str(graphs)]
+            "--graphs", str(graphs)])
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise SystemExit(f"warm failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     totals = json.loads(proc.stdout)["totals"]
     assert totals["compiled"] == len(buckets) * graphs, totals
+    return int(hwm.read_text()) / 1024
 
 
 def run(base: Path, buckets: int, graphs: int, parallel: int, compile_seconds: float, rounds: int
@@ -95,10 +98,12 @@ def run(base: Path, buckets: int, graphs: int, parallel: int, compile_seconds: f
             baseline(base, env, sizes, graphs, parallel)
         assert _compiles(base) == expected
         with timed("two-phase", times):
-            warm(base, env, sizes, graphs, parallel, two_phase=True)
+            rss = warm(base, env, sizes, graphs, parallel, two_phase=True)
+        best["rss two-phase"] = max(best.get("rss two-phase", 0.0), rss)
         assert _compiles(base) == expected
         with timed("one-phase", times):
-            warm(base, env, sizes, graphs, parallel, two_phase=False)
+            rss = warm(base, env, sizes, graphs, parallel, two_phase=False)
+        best["rss one-phase"] = max(best.get("rss one-phase", 0.0), rss)
         assert _compiles(base) == expected
         for t in times:
             best[t.label] = min(best.get(t.label, t.seconds), t.seconds)
@@ -117,6 +122,7 @@ def main() -> None:
     args = parser.parse_args()
     print(f"{args.buckets} buckets x {args.graphs} graphs = {args.buckets * args.graphs} compiles of "
           f"{args.compile_seconds:g}s (simulated neuronx-cc), {args.parallel} at a time, cpus={os.cpu_count()}")
+    print(f"load average at start: {load_average()}")
     with tempfile.TemporaryDirectory(prefix="neffcache-warm-bench-", dir=args.dir) as tmp:
         best = run(Path(tmp), args.buckets, args.graphs, args.parallel, args.compile_seconds, args.rounds)
     print("\nbest of rounds:")
@@ -125,6 +131,9 @@ def main() -> None:
                 f"(overhead {best['two-phase'] - best['xargs']:+.2f}s)")
     print_ratio("warm (one-phase)", best["one-phase"], best["xargs"], xargs,
                 f"(overhead {best['one-phase'] - best['xargs']:+.2f}s)")
+    print(f"peak RSS of neffcache warm (its own process, not the workloads'): two-phase "
+          f"{best['rss two-phase']:.0f} MB, one-phase {best['rss one-phase']:.0f} MB")
+    print(f"load average at end: {load_average()}")
 
 
 if __name__ == "__main__":
