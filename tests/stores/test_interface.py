@@ -82,7 +82,7 @@ def _violations(path: Path, classes: set[str], attributes: set[str]) -> list[str
 
 
 def _sources() -> list[Path]:
-    files = []
+    files: list[Path] = []
     for top in SCANNED:
         files.extend(p for p in sorted((ROOT / top).rglob("*.py")) if EXEMPT not in p.parents)
     return files
