@@ -197,7 +197,7 @@ def run_cmd(instance: str | None, lnc: int | None, compiler_version: str | None,
     request = RunRequest(command=command, toolchain=toolchain,
                          patterns=compile_patterns(patterns, defaults=not no_default_patterns),
                          prefetch=prefetch or bool(prefetch_tags), prefetch_tags=parsed_prefetch, tags=all_tags,
-                         publish=not no_publish)
+                         publish=not no_publish, failed_ttl=settings.failed_ttl)
     placement = open_job_placement(settings, all_tags, "run")
     try:
         result = run_job(request, placement)
@@ -212,6 +212,11 @@ def run_cmd(instance: str | None, lnc: int | None, compiler_version: str | None,
                    f"{'y' if result.published == 1 else 'ies'}"
                    + (f", prefetched {result.prefetched}" if result.prefetched else "")
                    + f"; exit {result.exit_code}", err=True)
+        if result.cleared:
+            n = len(result.cleared)
+            click.echo(f"neffcache run: cleared {n} failure{'' if n == 1 else 's'} the host caused "
+                       "(killed, out of memory, missing library...): the next job compiles "
+                       f"{'it' if n == 1 else 'them'} again", err=True)
         for problem in result.problems:
             click.echo(f"neffcache run: PROBLEM: {problem}", err=True)
         if report_file is not None and result.graphs:

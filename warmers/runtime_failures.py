@@ -8,7 +8,9 @@ the root then skips the graph. neffcache reads each such log through the layout 
 (:mod:`neffcache.failures`). A log that does not stand (an environment failure, or a compiler
 error older than the failure TTL) is **removed**, so the graph is an EMPTY entry again and the
 runtime compiles it on its next lookup. Before each warm-up every such log in the work
-namespaces is cleared; after each bucket, those the bucket's own run left.
+namespaces is cleared; after each bucket, those the bucket's own run left; after a job under
+``neffcache run``, those the job left (a production job's OOM-killed compile must not make every
+later job skip the graph).
 
 Why remove the log rather than pass the runtime its retry flag
 (``--retry_failed_compilation``): the flag is global to the process, so it would recompile
@@ -28,6 +30,7 @@ import logging
 import re
 import time
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 from neffcache.entry import EntryState, Namespace
 from neffcache.failures import FailureCause, note
@@ -85,21 +88,27 @@ def clear_failures(store: Store, namespaces: Sequence[Namespace], *, ttl: float 
     return cleared
 
 
-def judge_bucket(store: Store, paths: Sequence[str], *, ttl: float | None) -> dict[str, FailedGraph]:
-    """After a bucket: the failures its runtime recorded for ``paths`` (or found cached), each
-    judged; those that do not stand are cleared at once (a job sharing the root must not skip
-    a graph the host, not the compiler, failed)."""
+class Judgement(NamedTuple):
+    failures: dict[str, FailedGraph]  # by entry path: every failure found, judged
+    cleared: list[str]  # the paths whose failure log was removed
+
+
+def judge_bucket(store: Store, paths: Sequence[str], *, ttl: float | None) -> Judgement:
+    """After a bucket (or a job under ``neffcache run``): the failures its runtime recorded for
+    ``paths`` (or found cached), each judged; those that do not stand are cleared at once (a job
+    sharing the root must not skip a graph the host, not the compiler, failed)."""
     now = time.time()
     judged: dict[str, FailedGraph] = {}
+    cleared: list[str] = []
     for path in paths:
         entry = load_entry(store, path, read_manifest=False)
         failed = read_failed(store, entry) if entry is not None else None
         if failed is None:
             continue
         judged[path] = failed
-        if not failed.stands(now, ttl):
-            clear_failure(store, failed)
-    return judged
+        if not failed.stands(now, ttl) and clear_failure(store, failed):
+            cleared.append(path)
+    return Judgement(judged, cleared)
 
 
 def _excerpt(line: str) -> str:

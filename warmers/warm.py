@@ -253,7 +253,7 @@ class Warmer:
             row.compile_seconds += seconds[path] or 0.0
             row.bytes += entry.size
         row.compiled += sum(counter.unnamed("compile").values())
-        judged = {} if native_only else judge_bucket(placement.work, failed, ttl=self.req.failed_ttl)
+        judged = {} if native_only else judge_bucket(placement.work, failed, ttl=self.req.failed_ttl).failures
         record_runtime_failures(placement, run, row, unfinished, judged, self._ns, self._ns_at,
                                 native_only=native_only)
         row.graphs = row.hits + row.compiled + row.failed

@@ -40,6 +40,7 @@ from neffcache.toolchain import Toolchain
 from .children import exit_status
 from .logscan import KINDS, LogCounter, Pattern
 from .placement import Placement
+from .runtime_failures import judge_bucket
 from .workload import namespace_of, new_runtime_entries
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,7 @@ class RunRequest:
     prefetch_tags: Mapping[str, str] = field(default_factory=dict)
     tags: Mapping[str, str] = field(default_factory=dict)
     publish: bool = True
+    failed_ttl: float | None = None  # a compiler error the job met, older than this, is cleared too
     base_env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
 
 
@@ -69,6 +71,7 @@ class RunResult:
     seconds: float = 0.0
     failures: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # tiers that were down or refused
+    cleared: list[str] = field(default_factory=list)  # failure logs removed: the host, not the graph, failed
     namespaces: dict[str, dict[str, int]] = field(default_factory=dict)  # counts per namespace
     compile_seconds: dict[str, float] = field(default_factory=dict)  # per entry published
     # Each graph the job missed: neffcache.misses.reported's record, read by `why-miss --from-report`.
@@ -78,7 +81,8 @@ class RunResult:
         return {"exit_code": self.exit_code, **{k: self.counts.get(k, 0) for k in KINDS},
                 "prefetched": self.prefetched, "published": self.published, "seconds": round(self.seconds, 3),
                 "failures": self.failures, "problems": self.problems, "env": self.env,
-                "namespaces": self.namespaces, "compile_seconds": self.compile_seconds, "graphs": self.graphs}
+                "namespaces": self.namespaces, "cleared_failures": self.cleared,
+                "compile_seconds": self.compile_seconds, "graphs": self.graphs}
 
 
 def _pump(src: IO[bytes], dst: IO[bytes], counter: LogCounter) -> None:
@@ -215,6 +219,9 @@ def _after(req: RunRequest, placement: Placement, counter: LogCounter, namespace
             placement.event("error", event.entry, ns,
                             message=f"the job exited {result.exit_code} while compiling {what}")
             result.failures.append(what)
+    # The runtime caches an OOM-killed or Ctrl-C'd compile like a compiler error; left there,
+    # every later job on this root would skip the graph (warmers/runtime_failures.py).
+    result.cleared = judge_bucket(placement.work, failed, ttl=req.failed_ttl).cleared
     result.graphs = _missed_graphs(req, placement, misses, compiled, failed)
 
 

@@ -92,3 +92,23 @@ def test_signals_reach_the_job(cli: Cli, tmp_path: Path) -> None:
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 42 and out == "got SIGTERM\n"
+
+
+def test_run_clears_a_failure_the_host_caused_so_the_next_job_compiles_it(cli: Cli, tmp_path: Path) -> None:
+    """The runtime records an OOM-killed compile as a failure like any other; left there, every
+    later job on the root would skip the graph for ever. `run` judges what its job recorded
+    and removes the logs that do not stand (docs/warmers.md); a real compiler error stays."""
+    store, report = tmp_path / "s", tmp_path / "r.json"
+    rc, _, err = _run(cli, store, "--report", str(report), NEFFSIM_OOM_MATCH="g2")
+    assert rc == 1 and json.loads(report.read_text())["failure"] == 1
+    assert "cleared 1 failure the host caused" in err
+    assert not list(store.rglob("model.log"))  # the OOM is not cached
+    rc, _, err = _run(cli, store, "--report", str(report))  # the next job compiles g2 and succeeds
+    assert rc == 0, err
+    assert json.loads(report.read_text())["compile"] == 1
+
+    rc, _, err = _run(cli, tmp_path / "c", NEFFSIM_FAIL_MATCH="g2")
+    assert rc == 1 and "cleared" not in err
+    assert len(list((tmp_path / "c").rglob("model.log"))) == 1  # a compiler error stands
+    rc, _, _ = _run(cli, tmp_path / "c")
+    assert rc == 1  # and the runtime skips it, as it would without neffcache
