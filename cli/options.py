@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from neffcache.layouts import LAYOUTS
+from neffcache.tags import check_user_tags
 
 if TYPE_CHECKING:
     from neffcache.application.config import Settings
@@ -24,6 +25,10 @@ def _parse_tags(ctx: click.Context, param: click.Parameter, values: tuple[str, .
         if not sep or not key.strip():
             raise click.BadParameter(f"expected KEY=VALUE, got {value!r}", ctx=ctx, param=param)
         tags[key.strip()] = val.strip()
+    try:
+        check_user_tags(tags)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
     return tags
 
 

@@ -32,12 +32,13 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # Values: the error hierarchy, the instance catalog and toolchains, neffcache's key
     # function, entries and their manifests, sizes and durations for people (units), the names
     # of the operations' outcomes, why a compile failed and its signature (failures) and
-    # failures grouped by signature (failure_groups: the index server groups with them too).
+    # failures grouped by signature (failure_groups: the index server groups with them too),
+    # what a user-given tag may be (tags: the index server checks with the same rules).
     # Plain data and pure functions; no I/O but reading a manifest's bytes.
     ("values", ("neffcache", "neffcache.errors", "neffcache.instances", "neffcache.toolchain",
                 "neffcache.keys", "neffcache.manifest", "neffcache.entry", "neffcache.units",
                 "neffcache.outcomes", "neffcache.placeholder",
-                "neffcache.readiness", "neffcache.failures", "neffcache.failure_groups")),
+                "neffcache.readiness", "neffcache.failures", "neffcache.failure_groups", "neffcache.tags")),
     # Where bytes live: the Store interface, its backends and the URL registry. A store owns
     # every backend difference and its own file names (the control dir, the temp-name marker).
     ("stores", ("neffcache.stores.*",)),

@@ -22,6 +22,7 @@ from typing import Any
 
 from neffcache.errors import ConfigError
 from neffcache.layouts.base import DEFAULT_LAYOUT
+from neffcache.tags import check_user_tags
 from neffcache.toolchain import Toolchain, resolve_toolchain
 from neffcache.units import parse_duration
 
@@ -79,8 +80,11 @@ def _coerce(name: str, value: Any, where: str) -> Any:
                 pairs = [p.split("=", 1) for p in value.split(",") if p.strip()]
                 if any(len(p) != 2 for p in pairs):
                     raise ValueError("expected k=v,k=v")
-                return {k.strip(): v.strip() for k, v in pairs}
-            return {str(k): str(v) for k, v in dict(value).items()}
+                tags = {k.strip(): v.strip() for k, v in pairs}
+            else:
+                tags = {str(k): str(v) for k, v in dict(value).items()}
+            check_user_tags(tags)
+            return tags
         if name == "parallel":
             return int(value)
         if name == "failed_ttl":

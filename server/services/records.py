@@ -16,6 +16,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 from neffcache.errors import ConfigError
 from neffcache.index.records import MAX_LOOKUP_BATCH, MAX_RECORD_FLAG_LEN, MAX_RECORD_FLAGS
 from neffcache.keys import safe_relpath
+from neffcache.tags import MAX_INDEXED_TAGS, MAX_TAG_NAME, MAX_TAG_VALUE, TAG_NAME_PATTERN
 from neffcache.toolchain import LAYOUT_NAMES, Toolchain
 
 _PRINTABLE = r"^[^\x00-\x1f\x7f]*$"
@@ -25,8 +26,8 @@ StoreURL = Annotated[str, StringConstraints(min_length=1, max_length=1024, patte
 Message = Annotated[str, StringConstraints(max_length=8192, pattern=r"^[^\x00]*$")]
 KeyStr = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9_.+=@,-]+$")]
 EventId = Annotated[str, StringConstraints(min_length=8, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
-TagName = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
-TagValue = Annotated[str, StringConstraints(max_length=256, pattern=_PRINTABLE)]
+TagName = Annotated[str, StringConstraints(min_length=1, max_length=MAX_TAG_NAME, pattern=TAG_NAME_PATTERN)]
+TagValue = Annotated[str, StringConstraints(max_length=MAX_TAG_VALUE, pattern=_PRINTABLE)]
 LeaseName = Annotated[str, StringConstraints(min_length=1, max_length=1024, pattern=r"^[^\x00-\x1f\x7f]+$")]
 Owner = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+$")]
 # Epoch seconds between 2000 and 2200: catches milliseconds and garbage alike.
@@ -117,7 +118,7 @@ class EntryIn(Strict):
     size: Annotated[int, Field(ge=0, le=2**62)]
     neff_sha256: Sha256 | None = None
     store: StoreURL
-    tags: Annotated[dict[TagName, TagValue], Field(max_length=32)] = Field(default_factory=dict)
+    tags: Annotated[dict[TagName, TagValue], Field(max_length=MAX_INDEXED_TAGS)] = Field(default_factory=dict)
     created: Epoch
     producer: Label = ""
     compile_seconds: Seconds | None = None
