@@ -24,6 +24,7 @@ from sqlalchemy.exc import OperationalError
 
 from neffcache import __version__
 from neffcache.server.api.deps import AppState, TokenCache
+from neffcache.server.api.hot import HotLookups
 from neffcache.server.api.routes import entries, events, failures, health, leases, stats, tokens, upgrades, usage
 from neffcache.server.config import ServerSettings
 from neffcache.server.observability.metrics import Metrics
@@ -97,7 +98,9 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=dashboard.STATIC_DIR), name="static")
     _install_handlers(app)
-    # Added last = outermost: the body limit runs before routing, metrics see every response.
+    # Added last = outermost: the body limit runs before routing, metrics see every response;
+    # the hot lookups innermost, so both still apply to them (server/api/hot.py).
+    app.add_middleware(HotLookups, state=app.state.neffcache, routes=entries.router.routes)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     app.add_middleware(RequestMetrics, metrics=metrics)
     metrics.declare_ops(name for route in app.routes if (name := getattr(route, "name", None)))

@@ -109,13 +109,13 @@ def _unauthorized(detail: str) -> HTTPException:
     return HTTPException(status.HTTP_401_UNAUTHORIZED, detail, headers={"WWW-Authenticate": "Bearer"})
 
 
-def _is_admin(state: AppState, presented: str) -> bool:
+def is_admin(state: AppState, presented: str) -> bool:
     admin = state.settings.admin_token
     return admin is not None and hmac.compare_digest(presented.encode(), admin.get_secret_value().encode())
 
 
 def _identify(state: AppState, presented: str) -> Principal | None:
-    if _is_admin(state, presented):
+    if is_admin(state, presented):
         return Principal(name="bootstrap-admin", scope="admin")
     info = state.token_cache.get(presented)
     if info is None:
@@ -172,7 +172,7 @@ def require(scope: str) -> Callable[..., Awaitable[Access]]:
     async def dependency(request: Request, credentials: BearerDep) -> Access:
         state: AppState = request.app.state.neffcache
         presented = presented_token(request, credentials, scope)
-        if presented is None or state.token_cache.settled(presented) or _is_admin(state, presented):
+        if presented is None or state.token_cache.settled(presented) or is_admin(state, presented):
             return Access(check_access(state, presented, scope), state)  # no database: stay on the loop
         return Access(await run_in_threadpool(check_access, state, presented, scope), state)
 

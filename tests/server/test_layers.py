@@ -32,6 +32,7 @@ LIBRARY = {
     "neffcache.readiness": "the readiness rule (hit weights, the rewarm tag) upgrade-report uses too",
     "neffcache.toolchain": "Toolchain: the one definition of a valid compiler version, target and LNC",
     "neffcache.units": "human_bytes: sizes in the one unit system the CLI prints too",
+    "neffcache.tags": "what a user-given tag may be: the CLI checks with the same rules",
 }
 # ``from neffcache import __version__`` (API title, dashboard footer): the package root's value.
 ROOT_NAMES = {"__version__"}
