@@ -1,33 +1,58 @@
-"""Scanning 100k entries vs a bare ``find`` of the same tree.
+"""Scanning 10k to 1M entries of layout A and layout B vs a bare ``find`` of the same tree.
 
     .venv/bin/python -m bench.scan_bench --entries 100000
+    .venv/bin/python -m bench.scan_bench --layout both --entries 10000,100000,1000000 \\
+        --tree /work/tmp-scan/trees --rounds 2
 
-The tree is a layout-A cache (4 files per entry, as libneuronxla writes them). ``find -type f``
-only lists names; ``find -printf '%s %T@'`` also stats every file, as a scan must (sizes for the
-report, modification times for age). neffcache lists, stats and classifies every entry (state,
-size, namespace). All run on a warm dentry cache.
+Layout A is a libneuronxla cache (4 files per entry, one directory each); layout B TorchNeuron's
+native cache (a NEFF per entry in 65,536 shard directories, an HLO for every 4th): see
+bench/scan_tree.py, which makes both without writing a data block (sparse files of realistic
+sizes). ``find -type f`` only lists names; ``find -printf '%P %s %T@'`` also stats every file,
+as a scan must (sizes for the report, modification times for age): it is the fair baseline.
+neffcache lists, stats and classifies every entry (state, size, namespace). All run on a warm
+dentry cache (each round runs ``find`` first).
+
+Measured per layout and size, best of ``--rounds``: the library's ``scan(store)`` in this
+process, and the CLI's ``neffcache scan ROOT`` (the plain summary) and ``neffcache scan ROOT
+--json`` each as its own process, with its peak RSS (VmHWM, recorded by the process itself:
+bench/common.py's HWM_LAUNCHER). The goal (issue 17) is a scan within 1.5x of ``find -printf``,
+its cost linear in entries and its memory bounded; the last table gives microseconds and peak
+RSS per entry at each size, so linearity reads down a column.
 
 A scan pauses the cyclic garbage collector while it builds its objects; the collection it
 defers runs at the next allocation after it returns. The "with deferred GC" figure adds a full
 ``gc.collect()`` right after each scan, so the saving is not just moved out of the timing.
+
+``--tree DIR`` keeps the trees (``DIR/<layout>-<entries>/``) and reuses them on the next run: a
+million layout-A entries is 5M inodes and takes many minutes to make (and to delete), so build
+once, outside the benchmark lock, with ``--build-only``, then time them under the lock.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
+import json
 import os
+import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
-from bench.common import VERSION, print_ratio
+from bench.common import VERSION, load_average, neffcache_measured, print_ratio
+from bench.scan_tree import build_layout_a, build_layout_b
 from neffcache.operations.scan import scan
 from neffcache.stores.local import LocalStore
 
+GOAL = "(goal: <= 1.5x)"
+
 
 def build(root: Path, entries: int, manifests: bool = False) -> None:
+    """Layout A with real (tiny) contents: a manifest must match the files it lists."""
     ns = root / "trn2-lnc2" / f"neuronxcc-{VERSION}"
     ns.mkdir(parents=True)
     files = {"model.hlo_module.pb": b"h", "compile_flags.json": b"[]", "model.neff": b"n", "model.done": b""}
@@ -48,58 +73,204 @@ def build(root: Path, entries: int, manifests: bool = False) -> None:
             os.close(fd)
 
 
+def build_tree(root: Path, layout: str, entries: int, manifests: bool) -> int:
+    """Make the tree; returns the files in it."""
+    if manifests:
+        build(root, entries, manifests=True)
+        return entries * 5
+    made = build_layout_a(root, entries) if layout == "a" else build_layout_b(root, entries)
+    return made.files
+
+
+def inodes_needed(layout: str, entries: int) -> int:
+    return entries * 5 if layout == "a" else entries * 5 // 4 + min(entries, 65_536) * 2 + 520
+
+
+def check_room(parent: Path, layout: str, entries: int) -> None:
+    free = os.statvfs(parent).f_favail
+    need = inodes_needed(layout, entries)
+    if free < need * 1.2:
+        raise SystemExit(f"{parent}: {free} free inodes, a layout-{layout.upper()} tree of {entries} "
+                         f"entries needs about {need}: choose another --tree or TMPDIR")
+
+
+def remove_tree(path: Path) -> None:
+    # rm -rf, not shutil.rmtree: at millions of files Python's per-file overhead adds minutes.
+    subprocess.run(["rm", "-rf", "--one-file-system", str(path)], check=True)
+
+
+@contextlib.contextmanager
+def tree(layout: str, entries: int, manifests: bool, keep: Path | None) -> Iterator[Path]:
+    """The cache root of a built tree: kept under ``keep`` (and reused if complete) or temporary."""
+    home = (keep / f"{layout}-{entries}{'-manifests' if manifests else ''}" if keep
+            else Path(tempfile.mkdtemp(prefix="neffcache-scan-")))
+    stamp = home / "built.json"
+    try:
+        if stamp.exists():
+            print(f"layout {layout.upper()}: reusing {home} ({stamp.read_text().strip()})", flush=True)
+        else:
+            if home.exists() and keep:
+                remove_tree(home)  # an interrupted build
+            home.mkdir(parents=True, exist_ok=True)
+            check_room(home, layout, entries)
+            started = time.perf_counter()
+            files = build_tree(home / "cache", layout, entries, manifests)
+            seconds = time.perf_counter() - started
+            stamp.write_text(json.dumps({"entries": entries, "files": files, "build_seconds": round(seconds, 1)}))
+            print(f"layout {layout.upper()}: built {entries} entries ({files} files) in {seconds:.1f}s "
+                  f"({seconds / files * 1e6:.1f} us per file), load {load_average()}", flush=True)
+        yield home / "cache"
+    finally:
+        if keep is None:
+            remove_tree(home)
+
+
+@dataclass
+class Best:
+    """Best (smallest) time of each measurement, and the largest peak RSS of each process."""
+
+    seconds: dict[str, float]
+    rss_kib: dict[str, int]
+
+    def time(self, label: str, seconds: float) -> None:
+        self.seconds[label] = min(self.seconds.get(label, seconds), seconds)
+
+    def rss(self, label: str, kib: int) -> None:
+        self.rss_kib[label] = max(self.rss_kib.get(label, kib), kib)
+
+
+def timed_shell(command: str) -> float:
+    started = time.perf_counter()
+    subprocess.run(command, shell=True, check=True)
+    return time.perf_counter() - started
+
+
+def run_cli(root: Path, args: list[str], entries: int, hwm: Path) -> tuple[float, int]:
+    """``neffcache scan ROOT *args`` as its own process: (seconds, peak RSS in KiB)."""
+    started = time.perf_counter()
+    done = subprocess.run(neffcache_measured(hwm, ["scan", str(root), *args]), capture_output=True, check=False)
+    seconds = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"neffcache scan {' '.join(args)} exited {done.returncode}: {done.stderr.decode()[-2000:]}")
+    if "--json" in args:
+        got = json.loads(done.stdout)["entries"]
+        assert got == entries, f"neffcache scan --json found {got} entries, not {entries}"
+    return seconds, int(hwm.read_text())
+
+
+def one_round(root: Path, store: LocalStore, entries: int, manifests: bool, cli: bool, best: Best,
+              hwm: Path) -> None:
+    best.time("find", timed_shell(f"find {root} -type f | wc -l > /dev/null"))
+    best.time("find -printf", timed_shell(f"find {root} -type f -printf '%P %s %T@\\n' | wc -l > /dev/null"))
+    started = time.perf_counter()
+    report = scan(store)
+    scanned = time.perf_counter()
+    gc.collect()
+    best.time("scan", scanned - started)
+    best.time("scan+gc", time.perf_counter() - started)
+    assert len(report.entries) == entries, f"scan found {len(report.entries)} entries, not {entries}"
+    del report  # freed here, not inside the next measurement
+    if manifests:
+        started = time.perf_counter()
+        report = scan(store, read_manifests=True)
+        best.time("scan --manifests", time.perf_counter() - started)
+        assert len(report.entries) == entries and not report.warnings, report.warnings[:3]
+        del report
+    if cli:
+        for label, args in (("cli", []), ("cli --json", ["--json"])):
+            seconds, kib = run_cli(root, args, entries, hwm)
+            best.time(label, seconds)
+            best.rss(label, kib)
+    print("  round: " + ", ".join(f"{k} {v:.2f}s" for k, v in best.seconds.items())
+          + " (best so far)" + "".join(f", {k} peak RSS {v / 1024:.0f} MiB" for k, v in best.rss_kib.items()),
+          flush=True)
+
+
+def measure(layout: str, entries: int, args: argparse.Namespace) -> dict[str, object]:
+    with tree(layout, entries, args.manifests, args.tree) as root:
+        if args.build_only:
+            return {}
+        store = LocalStore(root, read_only=True, list_workers=args.list_workers)
+        best = Best({}, {})
+        with tempfile.TemporaryDirectory(prefix="neffcache-scan-hwm-") as tmp:
+            for _ in range(args.rounds):
+                one_round(root, store, entries, args.manifests, not args.no_cli, best, Path(tmp) / "hwm")
+        report_ratios(layout, entries, best, store.list_workers)
+        return {"layout": layout, "entries": entries, **best.seconds,
+                **{f"{k} rss": v for k, v in best.rss_kib.items()}}
+
+
+def report_ratios(layout: str, entries: int, best: Best, list_workers: int) -> None:
+    s = best.seconds
+    what = f"layout {layout.upper()}, scan of {entries} entries"
+    print(f"{what}: list_workers={list_workers}")
+    print_ratio(what, s["scan"], s["find"], "find -type f")
+    print_ratio(what, s["scan"], s["find -printf"], "find -printf size+mtime (the same information)", GOAL)
+    print_ratio(f"{what} with deferred GC", s["scan+gc"], s["find -printf"], "find -printf size+mtime", GOAL)
+    if "scan --manifests" in s:
+        print_ratio(f"{what} reading every manifest", s["scan --manifests"], s["find -printf"], "find -printf")
+        print_ratio(f"{what} reading every manifest", s["scan --manifests"], s["scan"], "the listing-only scan")
+    for label in ("cli", "cli --json"):
+        if label in s:
+            command = "`neffcache scan`" + (" --json" if label.endswith("json") else "")
+            print_ratio(f"layout {layout.upper()}, {command} of {entries} entries", s[label], s["find -printf"],
+                        "find -printf size+mtime",
+                        f"{GOAL}; peak RSS {best.rss_kib[label] / 1024:.0f} MiB")
+
+
+def print_table(rows: list[dict[str, object]]) -> None:
+    """One line per layout and size: the ratios, and cost and memory per entry (linearity)."""
+    print("\n| layout | entries | find -printf | scan | ratio | CLI | ratio | CLI --json | ratio | peak RSS "
+          "(--json) | us/entry (scan) | bytes/entry (RSS) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for row in rows:
+        s = {k: v for k, v in row.items() if isinstance(v, float)}
+        n = int(str(row["entries"]))
+        base = s["find -printf"]
+        cli = s.get("cli", float("nan"))
+        cli_json = s.get("cli --json", float("nan"))
+        rss = int(str(row.get("cli --json rss", 0)))
+        print(f"| {str(row['layout']).upper()} | {n:,} | {base:.2f} s | {s['scan']:.2f} s | {s['scan'] / base:.2f}x "
+              f"| {cli:.2f} s | {cli / base:.2f}x | {cli_json:.2f} s | {cli_json / base:.2f}x "
+              f"| {rss / 1024:.0f} MiB | {s['scan'] / n * 1e6:.1f} | {rss * 1024 / n:.0f} |")
+
+
+def parse_entries(text: str) -> list[int]:
+    try:
+        return [int(part.replace("_", "")) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--entries takes counts such as 10000,100000, not {text!r}") from None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--entries", type=int, default=100_000)
+    parser.add_argument("--entries", type=parse_entries, default=[100_000],
+                        help="Entries per tree; a comma-separated list measures each size (default 100000)")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--layout", choices=("a", "b", "both"), default="a",
+                        help="a: libneuronxla's (4 files per entry); b: TorchNeuron's native (a NEFF per entry)")
     parser.add_argument("--manifests", action="store_true",
-                        help="Give every entry a manifest (as neffcache publishes them); the scan then reads "
-                             "each one to compare its file sizes, as a plain `neffcache scan` does")
+                        help="Give every entry a manifest (as neffcache publishes them, layout A, real contents); "
+                             "the scan then reads each one to compare its file sizes, as `scan --manifests` does")
     parser.add_argument("--list-workers", type=int, default=None,
                         help="LocalStore listing threads (default: the store's own, 1 on a local disk)")
+    parser.add_argument("--tree", type=Path, default=None,
+                        help="Keep the trees under this directory and reuse them on the next run")
+    parser.add_argument("--build-only", action="store_true", help="Make the trees (with --tree) and stop")
+    parser.add_argument("--no-cli", action="store_true", help="Skip the `neffcache scan` processes")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="neffcache-scan-") as tmp:
-        root = Path(tmp) / "cache"
-        started = time.perf_counter()
-        build(root, args.entries, args.manifests)
-        print(f"built {args.entries} entries ({args.entries * 4} files) in {time.perf_counter() - started:.1f}s")
-        store = LocalStore(root, read_only=True, list_workers=args.list_workers)
-        best_find = best_stat = best_scan = best_gc = best_read = float("inf")
-        for r in range(args.rounds):
-            t = time.perf_counter()
-            subprocess.run(f"find {root} -type f | wc -l > /dev/null", shell=True, check=True)
-            best_find = min(best_find, time.perf_counter() - t)
-            t = time.perf_counter()
-            subprocess.run(f"find {root} -type f -printf '%P %s %T@\\n' | wc -l > /dev/null", shell=True, check=True)
-            best_stat = min(best_stat, time.perf_counter() - t)
-            t = time.perf_counter()
-            report = scan(store)
-            scanned = time.perf_counter()
-            gc.collect()
-            best_scan = min(best_scan, scanned - t)
-            best_gc = min(best_gc, time.perf_counter() - t)
-            assert len(report.entries) == args.entries
-            print(f"round {r + 1}: find {best_find:.2f}s, find -printf {best_stat:.2f}s, "
-                  f"scan {best_scan:.2f}s, with deferred GC {best_gc:.2f}s (best so far)")
-            del report  # freed here, not inside the next round's timing
-            if args.manifests:
-                t = time.perf_counter()
-                report = scan(store, read_manifests=True)
-                best_read = min(best_read, time.perf_counter() - t)
-                assert len(report.entries) == args.entries and not report.warnings, report.warnings[:3]
-                print(f"round {r + 1}: scan reading every manifest {best_read:.2f}s (best so far)")
-                del report
-        print(f"list_workers={store.list_workers}")
-        print_ratio(f"scan of {args.entries} entries", best_scan, best_find, "find -type f")
-        print_ratio(f"scan of {args.entries} entries", best_scan, best_stat,
-                    "find -printf size+mtime (the same information)")
-        print_ratio(f"scan of {args.entries} entries with deferred GC", best_gc, best_stat,
-                    "find -printf size+mtime")
-        if args.manifests:
-            print_ratio(f"scan of {args.entries} entries reading every manifest", best_read, best_stat,
-                        "find -printf size+mtime")
-            print_ratio(f"scan of {args.entries} entries reading every manifest", best_read, best_scan,
-                        "the listing-only scan")
+    if args.build_only and args.tree is None:
+        parser.error("--build-only needs --tree (else the trees are deleted as soon as they are made)")
+    if args.manifests and args.layout != "a":
+        parser.error("--manifests builds layout A only")
+    print(f"load average at start: {load_average()}", flush=True)
+    if shutil.which("find") is None:
+        raise SystemExit("the baseline needs GNU find")
+    rows = [measure(layout, entries, args) for layout in (("a", "b") if args.layout == "both" else (args.layout,))
+            for entries in args.entries]
+    if not args.build_only:
+        print_table(rows)
+    print(f"load average at end: {load_average()}")
 
 
 if __name__ == "__main__":
