@@ -35,7 +35,7 @@ SUITE: dict[str, tuple[str, Callable[[int], list[str]]]] = {
     "memory": ("bench.memory_bench", lambda n: ["--size-mib", *_count(20)(n)]),
     "s3": ("bench.s3_bench", lambda n: ["--entries", *_count(30)(n), "--rounds", "1", "--latency-ms", "20",
                                         "--max-neff", "2000000"]),
-    "scan": ("bench.scan_bench", lambda n: ["--entries", *_count(10_000)(n), "--rounds", "2"]),
+    "scan": ("bench.scan_bench", lambda n: ["--layout", "both", "--entries", *_count(10_000)(n), "--rounds", "2"]),
     "prune": ("bench.prune_bench", lambda n: ["--entries", *_count(10_000)(n), "--rounds", "1", "--index-rows", "0"]),
     "index": ("bench.index_bench", lambda n: ["--entries", *_count(1_000)(n), "--lookups", *_count(2_000)(n),
                                               "--events", *_count(5_000)(n), "--rounds", "1"]),

@@ -5,7 +5,7 @@
         --tree /work/tmp-scan/trees --rounds 2
 
 Layout A is a libneuronxla cache (4 files per entry, one directory each); layout B TorchNeuron's
-native cache (a NEFF per entry in 65,536 shard directories, an HLO for every 4th): see
+native cache (a NEFF per entry in 65,536 shard directories, an HLO for one in 4): see
 bench/scan_tree.py, which makes both without writing a data block (sparse files of realistic
 sizes). ``find -type f`` only lists names; ``find -printf '%P %s %T@'`` also stats every file,
 as a scan must (sizes for the report, modification times for age): it is the fair baseline.

@@ -12,7 +12,7 @@ MODULE_<n>+<flags>/`` with the four files of a committed entry. Layout B (TorchN
 cache, neffcache/layouts/torchneuron.py): ``trn2-lnc2/torchneuron-<ver>/neff/<k0k1>/<k2k3>/
 <key>.neff`` with 32-hex keys spread over the 65,536 shard directories as the runtime's XXH3
 keys are (10k entries fill ~10k shards with one NEFF each, 1M fill all of them with ~15), and
-for every ``hlo_every``-th entry its lowered HLO at ``hlo/<k0k1>/<k2k3>/<key>.hlo`` (the same key,
+for one entry in ``hlo_every`` its lowered HLO at ``hlo/<k0k1>/<k2k3>/<key>.hlo`` (the same key,
 so the same entry).
 
 :func:`add_debris` adds what a scan must tell apart from entries (docs/runtimes.md, "Files of
@@ -60,6 +60,12 @@ def layout_b_key(i: int) -> str:
     return f"{(i * _SPREAD) & 0xFFFF:04x}{(i * _KEY_MIX) & ((1 << 112) - 1):028x}"
 
 
+def has_hlo(i: int, every: int) -> bool:
+    """Whether entry ``i`` has an HLO: one in ``every``, hashed from all of ``i``'s bits (a rule on
+    ``i`` mod 2**16 would put every HLO in the same quarter of the shard directories)."""
+    return ((i * 0x9E3779B97F4A7C15) >> 61) % every == 0
+
+
 def _sized(name: str, size: int, dir_fd: int) -> None:
     fd = os.open(name, _CREATE, 0o644, dir_fd=dir_fd)
     try:
@@ -98,7 +104,7 @@ def build_layout_a(root: Path, entries: int, *, start: int = 0, namespace: str =
 
 
 def build_layout_b(root: Path, entries: int, *, hlo_every: int = 4, namespace: str = LAYOUT_B_NS) -> Built:
-    """``entries`` layout-B entries (a NEFF each; an HLO for every ``hlo_every``-th), filled one
+    """``entries`` layout-B entries (a NEFF each; an HLO for one in ``hlo_every``), filled one
     shard directory at a time: entry ``i`` lies in shard ``i * _SPREAD mod 2**16``."""
     ns = _open_dir(root / namespace)
     files = dirs = 0
@@ -113,9 +119,9 @@ def build_layout_b(root: Path, entries: int, *, hlo_every: int = 4, namespace: s
             members = range(rank, entries, SHARDS)
             made = _fill_shard(ns, "neff", shard, [(f"{layout_b_key(i)}.neff", neff_size(i)) for i in members])
             made += _fill_shard(ns, "hlo", shard, [(f"{layout_b_key(i)}.hlo", 14_000 + (i * 977) % 200_000)
-                                                   for i in members if i % hlo_every == 0])
+                                                   for i in members if has_hlo(i, hlo_every)])
             files += made
-            dirs += 1 + any(i % hlo_every == 0 for i in members)
+            dirs += 1 + any(has_hlo(i, hlo_every) for i in members)
     finally:
         os.close(ns)
     return Built(entries, files, dirs)
