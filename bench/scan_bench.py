@@ -35,6 +35,7 @@ import contextlib
 import gc
 import json
 import os
+import resource
 import shutil
 import subprocess
 import tempfile
@@ -139,34 +140,44 @@ class Best:
         self.rss_kib[label] = max(self.rss_kib.get(label, kib), kib)
 
 
-def timed_shell(command: str) -> float:
-    started = time.perf_counter()
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed_shell(command: str) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the command's processes)."""
+    started, cpu = time.perf_counter(), children_cpu()
     subprocess.run(command, shell=True, check=True)
-    return time.perf_counter() - started
+    return time.perf_counter() - started, children_cpu() - cpu
 
 
-def run_cli(root: Path, args: list[str], entries: int, hwm: Path) -> tuple[float, int]:
-    """``neffcache scan ROOT *args`` as its own process: (seconds, peak RSS in KiB)."""
-    started = time.perf_counter()
+def run_cli(root: Path, args: list[str], entries: int, hwm: Path) -> tuple[float, float, int]:
+    """``neffcache scan ROOT *args`` as its own process: (seconds, CPU seconds, peak RSS in KiB)."""
+    started, cpu = time.perf_counter(), children_cpu()
     done = subprocess.run(neffcache_measured(hwm, ["scan", str(root), *args]), capture_output=True, check=False)
-    seconds = time.perf_counter() - started
+    seconds, cpu = time.perf_counter() - started, children_cpu() - cpu
     if done.returncode != 0:
         raise SystemExit(f"neffcache scan {' '.join(args)} exited {done.returncode}: {done.stderr.decode()[-2000:]}")
     if "--json" in args:
         got = json.loads(done.stdout)["entries"]
         assert got == entries, f"neffcache scan --json found {got} entries, not {entries}"
-    return seconds, int(hwm.read_text())
+    return seconds, cpu, int(hwm.read_text())
 
 
 def one_round(root: Path, store: LocalStore, entries: int, manifests: bool, cli: bool, best: Best,
               hwm: Path) -> None:
-    best.time("find", timed_shell(f"find {root} -type f | wc -l > /dev/null"))
-    best.time("find -printf", timed_shell(f"find {root} -type f -printf '%P %s %T@\\n' | wc -l > /dev/null"))
-    started = time.perf_counter()
+    for label, command in (("find", f"find {root} -type f | wc -l > /dev/null"),
+                           ("find -printf", f"find {root} -type f -printf '%P %s %T@\\n' | wc -l > /dev/null")):
+        seconds, cpu = timed_shell(command)
+        best.time(label, seconds)
+        best.time(f"{label} cpu", cpu)
+    started, cpu = time.perf_counter(), time.process_time()
     report = scan(store)
-    scanned = time.perf_counter()
+    scanned, cpu = time.perf_counter(), time.process_time() - cpu
     gc.collect()
     best.time("scan", scanned - started)
+    best.time("scan cpu", cpu)
     best.time("scan+gc", time.perf_counter() - started)
     assert len(report.entries) == entries, f"scan found {len(report.entries)} entries, not {entries}"
     del report  # freed here, not inside the next measurement
@@ -178,8 +189,9 @@ def one_round(root: Path, store: LocalStore, entries: int, manifests: bool, cli:
         del report
     if cli:
         for label, args in (("cli", []), ("cli --json", ["--json"])):
-            seconds, kib = run_cli(root, args, entries, hwm)
+            seconds, cpu, kib = run_cli(root, args, entries, hwm)
             best.time(label, seconds)
+            best.time(f"{label} cpu", cpu)
             best.rss(label, kib)
     print("  round: " + ", ".join(f"{k} {v:.2f}s" for k, v in best.seconds.items())
           + " (best so far)" + "".join(f", {k} peak RSS {v / 1024:.0f} MiB" for k, v in best.rss_kib.items()),
@@ -207,6 +219,8 @@ def report_ratios(layout: str, entries: int, best: Best, list_workers: int) -> N
     print_ratio(what, s["scan"], s["find"], "find -type f")
     print_ratio(what, s["scan"], s["find -printf"], "find -printf size+mtime (the same information)", GOAL)
     print_ratio(f"{what} with deferred GC", s["scan+gc"], s["find -printf"], "find -printf size+mtime", GOAL)
+    # CPU seconds do not grow with the load of a shared machine as wall seconds do.
+    print_ratio(f"{what}, CPU time", s["scan cpu"], s["find -printf cpu"], "find -printf's CPU time", GOAL)
     if "scan --manifests" in s:
         print_ratio(f"{what} reading every manifest", s["scan --manifests"], s["find -printf"], "find -printf")
         print_ratio(f"{what} reading every manifest", s["scan --manifests"], s["scan"], "the listing-only scan")
@@ -216,13 +230,15 @@ def report_ratios(layout: str, entries: int, best: Best, list_workers: int) -> N
             print_ratio(f"layout {layout.upper()}, {command} of {entries} entries", s[label], s["find -printf"],
                         "find -printf size+mtime",
                         f"{GOAL}; peak RSS {best.rss_kib[label] / 1024:.0f} MiB")
+            print_ratio(f"layout {layout.upper()}, {command} of {entries} entries, CPU time", s[f"{label} cpu"],
+                        s["find -printf cpu"], "find -printf's CPU time")
 
 
 def print_table(rows: list[dict[str, object]]) -> None:
     """One line per layout and size: the ratios, and cost and memory per entry (linearity)."""
-    print("\n| layout | entries | find -printf | scan | ratio | CLI | ratio | CLI --json | ratio | peak RSS "
-          "(--json) | us/entry (scan) | bytes/entry (RSS) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("\n| layout | entries | find -printf | scan | ratio | CPU ratio | CLI | ratio | CLI --json | ratio "
+          "| peak RSS (--json) | us/entry (scan) | CPU us/entry | bytes/entry (RSS) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         s = {k: v for k, v in row.items() if isinstance(v, float)}
         n = int(str(row["entries"]))
@@ -231,8 +247,10 @@ def print_table(rows: list[dict[str, object]]) -> None:
         cli_json = s.get("cli --json", float("nan"))
         rss = int(str(row.get("cli --json rss", 0)))
         print(f"| {str(row['layout']).upper()} | {n:,} | {base:.2f} s | {s['scan']:.2f} s | {s['scan'] / base:.2f}x "
+              f"| {s['scan cpu'] / s['find -printf cpu']:.2f}x "
               f"| {cli:.2f} s | {cli / base:.2f}x | {cli_json:.2f} s | {cli_json / base:.2f}x "
-              f"| {rss / 1024:.0f} MiB | {s['scan'] / n * 1e6:.1f} | {rss * 1024 / n:.0f} |")
+              f"| {rss / 1024:.0f} MiB | {s['scan'] / n * 1e6:.1f} | {s['scan cpu'] / n * 1e6:.1f} "
+              f"| {rss * 1024 / n:.0f} |")
 
 
 def parse_entries(text: str) -> list[int]:
