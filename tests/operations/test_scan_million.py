@@ -14,8 +14,8 @@ of layout B and the ``model.done`` of layout A, an entry's size the sum of its f
 Both the library's ``scan`` and the CLI's ``neffcache scan --json`` (its own process) must
 report exactly those counts and sizes, in total and per namespace.
 
-Slow (about 5 minutes on 2 busy cores): it runs in CI (``.ci/run`` sets
-NEFFCACHE_REQUIRE_SERVICES=1; CI services set CI=true), and elsewhere only with
+Slow (3.5 minutes of CPU with the scan of 2026-12; 18 minutes on 2 cores at load 12-15): it
+runs in CI (``.ci/run`` sets NEFFCACHE_REQUIRE_SERVICES=1; CI services set CI=true), and elsewhere only with
 NEFFCACHE_SLOW=1. The tree goes to /dev/shm when that is a tmpfs with room for its inodes
 (sparse files take no memory there beyond their inodes): a million files are made and removed
 there several times faster than on a shared disk. Otherwise it goes to ``tmp_path``. Either
