@@ -7,9 +7,12 @@ A chunk reads and removes through :func:`chunk_files`: on a local store, a
 :class:`~neffcache.stores.local_remove.LocalRemoval` opened after the chunk's leases are held and
 closed with the chunk (each directory walked to once, no symlink followed; what it unlinks in a
 directory are names its own listing of that directory found and the plan agreed with). The
-re-check (:func:`relist`) is ``load_entry`` without the manifest, run through it. The two
-lookups whose freshness the protocols depend on never go through it: publish leases
-(neffcache/coordination/write_leases.py) and last-use stamps of age and size reasons.
+re-check (:func:`relist`) is ``load_entry`` without the manifest, run through it, and so is
+the look for each entry's publish lease under a group lease: a publisher checks the group lease
+after taking its own (neffcache/coordination/write_leases.py), so only a lease that existed
+before the chunk's group leases were taken can belong to a publisher that writes, and the
+chunk's directories are opened after that. Last-use stamps of age and size reasons are read
+afresh (a use recorded during the chunk must count).
 """
 
 from __future__ import annotations
@@ -78,6 +81,7 @@ class ChunkFiles(Protocol):
 
     def list_files(self, rel: str) -> list[FileInfo]: ...
     def stat(self, path: str) -> FileInfo | None: ...
+    def exists(self, path: str) -> bool: ...
     def discard(self, paths: Iterable[str], *, prune_dirs: bool = False) -> None: ...
 
 
@@ -98,6 +102,9 @@ class StoreFiles:
 
     def stat(self, path: str) -> FileInfo | None:
         return self.store.stat(path)
+
+    def exists(self, path: str) -> bool:
+        return self.store.exists(path)
 
     def discard(self, paths: Iterable[str], *, prune_dirs: bool = False) -> None:
         self.store.discard(paths, prune_dirs=prune_dirs)
@@ -225,15 +232,16 @@ class StoreRun:
         added to ``leases``); every other is recorded as skipped or failed."""
         approved: list[tuple[PruneItem, Entry]] = []
         for item in chunk:
-            if grouped:
+            if blocked:
                 holder = blocked.get(prune_group_lease(item.path))
                 if holder is not None:
                     self.skip(item, f"its prune group is held by {holder}")
                     continue
             # Under the group lease a publisher that has not taken its lease yet will wait for
-            # ours: only one that already holds it (or left it behind) needs looking at. Looked
-            # up afresh each time (never through the chunk's held directories).
-            if not grouped or self.store.exists(lease_path(publish_lease_name(item.path))):
+            # ours: only one that already holds it (or left it behind) needs looking at. So the
+            # look may go through the chunk's directories, opened after the group leases were
+            # taken: a lease (or its shard directory) made since belongs to such a waiter.
+            if not grouped or files.exists(lease_path(publish_lease_name(item.path))):
                 got = try_acquire(self.store, publish_lease_name(item.path), ttl=PUBLISH_LEASE_TTL)
                 if isinstance(got, LeaseRecord):
                     self.skip(item, f"being published by {got.owner} (live lease)")
@@ -282,7 +290,7 @@ class StoreRun:
         self.store.discard([journal])  # its directory stays: the next chunk writes its journal there
         with self.lock:
             for item, entry in approved:
-                self.removed.append(dataclasses.replace(item, size=entry.size))
+                self.removed.append(item if item.size == entry.size else dataclasses.replace(item, size=entry.size))
                 self.done += 1
         if self.index is not None and self.index.enabled:
             for item, entry in approved:

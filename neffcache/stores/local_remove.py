@@ -22,8 +22,9 @@ Why holding the descriptors keeps the containment argument true:
   before the next one is opened (eviction may close it), so one is never reused stale;
 - what was found missing is remembered for the batch only (a stamp directory that does not
   exist is not looked for once per entry): the batch is short, and a stamp left behind only
-  makes an entry look used. Lease files are never looked up through this cache: the prune
-  group protocol (neffcache/coordination/write_leases.py) needs a fresh lookup each time.
+  makes an entry look used. A caller that needs to see files made during the batch does not
+  look through it (a prune reads last-use stamps afresh; neffcache/prune/run.py says why its
+  look for publish leases may go through the batch).
 """
 
 from __future__ import annotations
@@ -111,6 +112,10 @@ class LocalRemoval:
         except (FileNotFoundError, NotADirectoryError):
             return None
         return FileInfo(path, st.st_size, st.st_mtime) if stat.S_ISREG(st.st_mode) else None
+
+    def exists(self, path: str) -> bool:
+        """``Store.exists`` (a file, or an in-root link to one), as of the batch's directories."""
+        return self.stat(path) is not None
 
     def discard(self, paths: Iterable[str], *, prune_dirs: bool = False) -> None:
         """``Store.discard`` of a local store (paths from its listing or neffcache's own names)."""
