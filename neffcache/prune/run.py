@@ -36,7 +36,7 @@ from neffcache.operations.scan import group_files, own_files
 from neffcache.prune.model import ItemKind, Kept, PruneItem, PrunePlan, Reason, ago
 from neffcache.prune.remove import JOURNAL_DIR, delete_order
 from neffcache.prune.sweep import LockJudge, lease_stale
-from neffcache.stores.base import TEMP_MARKER, IncompleteUpload, Store
+from neffcache.stores.base import IncompleteUpload, Store
 from neffcache.stores.local_remove import LocalRemoval
 from neffcache.stores.safepath import SafeRoot
 
@@ -126,18 +126,11 @@ def relist(files: ChunkFiles, path: str) -> Entry | None:
         return None
     lay = LAYOUTS[probe.namespace.layout]
     if lay.entry_is_dir:
-        # What group_files makes of one entry directory's listing, without its general search:
-        # the directory located as a scan locates it, our temp files left out.
-        found = next((got for d in LAYOUTS.values() if d.entry_is_dir and (got := d.locate_dir(probe.base))), None)
-        if found is None or found.path != probe.path:
-            return None
-        # (A store's listing may descend: files nested below an entry are never its own.)
-        named = {name: i for i in files.list_files(probe.base)
-                 for head, _, name in (i.path.rpartition("/"),) if head == probe.base and TEMP_MARKER not in name}
-        return own_files(lay, lay.classify(found, named, None, None))[0] if named else None
-    own = lay.names(probe.namespace, probe.key)
-    names = dict.fromkeys(n for n in (own.hlo, own.flags, own.neff, own.manifest, own.marker) if n)
-    infos = [i for n in names if (i := files.stat(f"{probe.base}/{n}" if probe.base else n))]
+        infos = files.list_files(probe.base)
+    else:
+        own = lay.names(probe.namespace, probe.key)
+        names = dict.fromkeys(n for n in (own.hlo, own.flags, own.neff, own.manifest, own.marker) if n)
+        infos = [i for n in names if (i := files.stat(f"{probe.base}/{n}" if probe.base else n))]
     group = group_files(infos)[0].get(probe.path)
     if group is None:
         return None

@@ -76,26 +76,33 @@ class LocalRemoval:
                                path=rel) from exc
 
     def list_files(self, rel: str) -> list[FileInfo]:
-        """The files directly in ``rel`` (a local store's ``iter_files`` without the descent: an
-        entry's own files are never nested). In-root file links count with their target's
-        size; any other link, and a file that went away meanwhile, is left out."""
+        """A local store's ``iter_files(rel)``: the files below ``rel``, subdirectories included
+        (vLLM's entries nest theirs). In-root file links count with their target's size; any
+        other link, and a file that went away meanwhile, is left out."""
         fd = self.directory(rel)
         if fd is None:
             return []
         out: list[FileInfo] = []
-        with os.scandir(fd) as it:
+        subdirs: list[str] = []
+        prefix = f"{rel}/" if rel else ""
+        with os.scandir(fd) as it:  # its own duplicate of fd: valid whatever the cache closes
             for item in it:
                 try:
+                    if item.is_dir(follow_symlinks=False):
+                        subdirs.append(prefix + item.name)
+                        continue
                     if item.is_file(follow_symlinks=False):
                         st = item.stat(follow_symlinks=False)
                     elif item.is_symlink():
-                        st = self.safe.resolve_listed_link(fd, rel, item.name)
+                        st = self.safe.resolve_listed_link(fd, rel, item.name)  # walks from the root
                     else:
                         continue
                 except (FileNotFoundError, NotADirectoryError, UnsafePath):
                     continue
                 if stat.S_ISREG(st.st_mode):
-                    out.append(FileInfo(f"{rel}/{item.name}" if rel else item.name, st.st_size, st.st_mtime))
+                    out.append(FileInfo(prefix + item.name, st.st_size, st.st_mtime))
+        for sub in subdirs:  # after the loop: opening them may evict ``fd`` from the cache
+            out.extend(self.list_files(sub))
         return out
 
     def stat(self, path: str) -> FileInfo | None:
