@@ -1,14 +1,21 @@
 """Prune benchmarks: plan + execute on a big local cache vs ``rm -rf``; a plan over index rows.
 
     .venv/bin/python -m bench.prune_bench --entries 100000 --rounds 2
+    .venv/bin/python -m bench.prune_bench --entries 1000000 --rounds 1 --layout b --dir /big/scratch
     .venv/bin/python -m bench.prune_bench --entries 0 --index-rows 1000000
 
-Local: a layout-A cache as libneuronxla leaves it (no manifests), ``--entries`` entries of an
-old compiler plus 1% of the current one, copied fresh for every run. neffcache plans
-``--keep-compiler <current>`` (one listing of the whole cache) and executes it: per entry its
-publish lease, a re-listing compared with the plan, the chunk journal, then marker, blobs and
-the anchor file, and the lease dropped. The baseline removes the same paths (the old
-``neuronxcc-<ver>/`` directory) with ``rm -rf``, which checks and promises nothing.
+Local: ``--entries`` entries of an old compiler plus 1% of the current one, built fresh for
+each side of every round with descriptors (``openat``; not timed), tiny files (the cost is per
+file and directory; 1M entries must fit the disk). ``--layout a``: libneuronxla's
+``MODULE_<i>+d41d8cd9/`` directories (4 files, no manifests); ``--layout b``: TorchNeuron's
+native cache, ``torchneuron-<ver>/neff/<k0k1>/<k2k3>/<key>.neff`` plus ``hlo/.../<key>.hlo``,
+32-hex keys. neffcache plans ``--keep-compiler <current>`` (one listing of the whole cache) and
+executes it: per chunk a prune group lease and the journal, per entry a look for its publish
+lease, a re-listing compared with the plan, then marker, blobs and the anchor file. Plan and
+execute are timed apart. The baseline removes the same paths (the old ``<runtime>-<ver>/``
+directory) with ``rm -rf``, which checks and promises nothing. ``--cli`` (the default) also
+runs ``neffcache prune --yes`` on a fresh copy in its own process and reports its peak RSS
+(VmHWM).
 
 Index: ``--index-rows`` entries registered in an index server (SQLite, uvicorn on 127.0.0.1)
 for one store; neffcache plans ``--keep-compiler`` from the index's rows (``--source index``,
@@ -20,65 +27,157 @@ own process (``uvicorn --factory``), as deployed.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import hashlib
 import os
 import shutil
 import socket
+import subprocess
 import tempfile
 import time
 from pathlib import Path
 
-from bench.common import Timing, print_ratio, sh, timed
+from bench.common import Timing, load_average, neffcache_measured, print_ratio, sh, timed
 from neffcache.prune import PrunePolicy, execute_plan, plan_prune
 from neffcache.stores.local import LocalStore
 
 OLD = "2.21.33363.0+82129205"
 NEW = "2.27.5334.0+f702b353"
 NS = "trn2-lnc2"
+# Tiny contents: the cost of a prune is per file and directory, not per byte, and 1M entries
+# must fit the disk (each non-empty file still takes a 4 KiB block on ext4).
+A_FILES = (("model.hlo_module.pb", b"HLO-0123"), ("compile_flags.json", b"[]"), ("model.neff", b"NEFF0123"),
+           ("model.done", b""))
+B_FILES = (("neff", ".neff", b"NEFF0123"), ("hlo", ".hlo", b""))  # an HLO's bytes matter to no prune rule
+FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
 
 
-def make_cache(root: Path, old: int, new: int) -> None:
-    """Entries as libneuronxla writes them, small files (the cost of prune is per file, not per byte)."""
-    hlo, neff = os.urandom(2048), os.urandom(8192)
-    for version, count in ((OLD, old), (NEW, new)):
-        ns = root / NS / f"neuronxcc-{version}"
-        ns.mkdir(parents=True)
-        for i in range(count):
-            entry = ns / f"MODULE_{i}+d41d8cd9"
-            entry.mkdir()
-            (entry / "model.hlo_module.pb").write_bytes(hlo)
-            (entry / "compile_flags.json").write_bytes(b"[]")
-            (entry / "model.neff").write_bytes(neff)
-            (entry / "model.done").write_bytes(b"")
+def namespace(layout: str, version: str) -> str:
+    return f"{NS}/{'neuronxcc' if layout == 'a' else 'torchneuron'}-{version}"
 
 
-def bench_local(entries: int, rounds: int, workers: int, base: Path) -> None:
-    template = base / "template"
-    started = time.monotonic()
-    make_cache(template, entries, max(1, entries // 100))
-    print(f"cache: {entries} old + {max(1, entries // 100)} current entries, 4 files each "
-          f"(made in {time.monotonic() - started:.0f}s)")
+def _mkdirs(parent: int, names: list[str]) -> int:
+    """Make (or open) ``names`` below the directory ``parent``; returns the last one's descriptor."""
+    fd = os.dup(parent)
+    for name in names:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(name, 0o755, dir_fd=fd)
+        nfd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=fd)
+        os.close(fd)
+        fd = nfd
+    return fd
+
+
+def _write(fd: int, name: str, data: bytes) -> None:
+    out = os.open(name, FILE_FLAGS, 0o644, dir_fd=fd)
+    if data:
+        os.write(out, data)
+    os.close(out)
+
+
+def build_tree(root: Path, layout: str, old: int, new: int) -> tuple[int, int]:
+    """A cache of ``old`` entries of an old compiler and ``new`` of the current one, written with
+    descriptors (openat, no path resolved twice): 1M entries in minutes, not an hour.
+
+    Layout A: ``<ns>/neuronxcc-<ver>/MODULE_<i>+d41d8cd9/`` with libneuronxla's four files.
+    Layout B (TorchNeuron's native cache): ``<ns>/torchneuron-<ver>/neff/<k0k1>/<k2k3>/<key>.neff``
+    and ``hlo/<k0k1>/<k2k3>/<key>.hlo``, 32-hex keys. Returns (files, bytes written)."""
+    root.mkdir(parents=True, exist_ok=True)
+    rfd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    files = size = 0
+    try:
+        for version, count in ((OLD, old), (NEW, new)):
+            nsfd = _mkdirs(rfd, namespace(layout, version).split("/"))
+            try:
+                if layout == "a":
+                    for i in range(count):
+                        efd = _mkdirs(nsfd, [f"MODULE_{i}+d41d8cd9"])
+                        for name, data in A_FILES:
+                            _write(efd, name, data)
+                        os.close(efd)
+                    files, size = files + 4 * count, size + count * sum(len(d) for _, d in A_FILES)
+                else:
+                    keys = sorted(hashlib.md5(f"{version}-{i}".encode()).hexdigest() for i in range(count))
+                    for kind, suffix, data in B_FILES:
+                        shard, sfd = "", -1
+                        for key in keys:
+                            if key[:4] != shard:
+                                if sfd >= 0:
+                                    os.close(sfd)
+                                shard, sfd = key[:4], _mkdirs(nsfd, [kind, key[:2], key[2:4]])
+                            _write(sfd, key + suffix, data)
+                        if sfd >= 0:
+                            os.close(sfd)
+                    files, size = files + 2 * count, size + count * sum(len(d) for _, _, d in B_FILES)
+            finally:
+                os.close(nsfd)
+    finally:
+        os.close(rfd)
+    return files, size
+
+
+def fresh(base: Path, side: str, layout: str, entries: int) -> Path:
+    """A new copy of the cache for one side of a round (built, not timed; flushed to disk)."""
+    root = base / side
+    shutil.rmtree(root, ignore_errors=True)
+    build_tree(root, layout, entries, max(1, entries // 100))
+    os.sync()
+    return root
+
+
+def run_cli(root: Path, base: Path, workers: int) -> tuple[float, int]:
+    """``neffcache prune --keep-compiler current --yes`` in its own process: (seconds, peak RSS kB)."""
+    hwm = base / "hwm"
+    cmd = neffcache_measured(hwm, ["prune", "--store", str(root), "--keep-compiler", "current",
+                                   "--compiler-version", NEW, "--no-index", "--workers", str(workers),
+                                   "--yes", "--force"])
+    env = {**os.environ, "NEFFCACHE_INDEX_URL": ""}
+    started = time.perf_counter()
+    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - started, int(hwm.read_text())
+
+
+def bench_local(entries: int, rounds: int, workers: int, base: Path, layout: str, cli: bool) -> None:
+    new = max(1, entries // 100)
+    per_entry = len(A_FILES) if layout == "a" else len(B_FILES)
+    blocks = sum(1 for _, d in A_FILES if d) if layout == "a" else sum(1 for _, _, d in B_FILES if d)
+    contents = sum(len(d) for _, d in A_FILES) if layout == "a" else sum(len(d) for _, _, d in B_FILES)
+    print(f"cache (layout {layout.upper()}): {entries} old + {new} current entries, {per_entry} files each, "
+          f"{contents} bytes of contents per entry (~{(entries + new) * blocks * 4 // 1024} MiB on disk, "
+          f"a 4 KiB block per non-empty file); load average {load_average()}")
+    old_ns = namespace(layout, OLD)
     best: dict[str, float] = {}
     for r in range(rounds):
         times: list[Timing] = []
-        for side in ("rm", "neffcache"):
-            shutil.rmtree(base / side, ignore_errors=True)
-            sh(f"cp -a {template} {base / side} && sync")
+        started = time.monotonic()
+        rm_root = fresh(base, "rm", layout, entries)
+        built = time.monotonic() - started
         with timed("rm -rf", times):
-            sh(f"rm -rf {base / 'rm' / NS / f'neuronxcc-{OLD}'}")
-        store = LocalStore(base / "neffcache")
+            sh(f"rm -rf {rm_root / old_ns}")
+        shutil.rmtree(rm_root)
+        store = LocalStore(fresh(base, "neffcache", layout, entries))
         with timed("neffcache plan", times):
             plan = plan_prune([store], PrunePolicy(keep_compilers=(NEW,), current=NEW))
         with timed("neffcache execute", times):
             result = execute_plan(plan, [store], workers=workers, force=True)  # the bench empties a store
         assert len(result.removed) == entries and not result.skipped, result.skipped[:3]
-        assert not (base / "neffcache" / NS / f"neuronxcc-{OLD}").exists()
+        assert not (base / "neffcache" / old_ns).exists()
         times.append(Timing("neffcache plan+execute", times[-1].seconds + times[-2].seconds))
         for t in times:
             best[t.label] = min(best.get(t.label, t.seconds), t.seconds)
-        print(f"round {r + 1}: " + ", ".join(f"{t.label} {t.seconds:.2f}s" for t in times))
-    print_ratio(f"prune {entries} entries (plan+execute, {workers} workers)", best["neffcache plan+execute"],
-                best["rm -rf"], "rm -rf")
+        print(f"round {r + 1} (each tree built in {built:.0f}s, untimed): "
+              + ", ".join(f"{t.label} {t.seconds:.2f}s" for t in times) + f"; load average {load_average()}")
+    shutil.rmtree(base / "neffcache", ignore_errors=True)
+    title = f"prune {entries} entries, layout {layout.upper()}"
+    print_ratio(f"{title} (plan+execute, {workers} workers)", best["neffcache plan+execute"], best["rm -rf"], "rm -rf")
+    print_ratio(f"{title} (execute alone)", best["neffcache execute"], best["rm -rf"], "rm -rf")
     print(f"  of which plan {best['neffcache plan']:.2f}s, execute {best['neffcache execute']:.2f}s")
+    if cli:
+        seconds, peak = run_cli(fresh(base, "cli", layout, entries), base, workers)
+        shutil.rmtree(base / "cli", ignore_errors=True)
+        print(f"  neffcache prune --yes (own process): {seconds:.2f}s, peak RSS {peak / 1024:.0f} MiB "
+              f"({peak * 1024 / (entries + new):.0f} bytes per entry)")
+    print(f"load average at the end {load_average()}")
 
 
 def fill_index(url: str, rows: int, store_url: str) -> None:
@@ -108,7 +207,6 @@ def fill_index(url: str, rows: int, store_url: str) -> None:
 
 
 def bench_index(rows: int, base: Path) -> None:
-    import subprocess
     import sys
 
     import httpx
@@ -180,6 +278,10 @@ def main() -> None:
     parser.add_argument("--entries", type=int, default=100_000, help="Old-toolchain entries (0: skip).")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--layout", choices=("a", "b"), default="a",
+                        help="a: libneuronxla's MODULE_ directories; b: TorchNeuron's sharded NEFF cache.")
+    parser.add_argument("--cli", action=argparse.BooleanOptionalAction, default=True,
+                        help="Also time `neffcache prune --yes` in its own process and report its peak RSS.")
     parser.add_argument("--index-rows", type=int, default=0, help="Index rows to plan over (0: skip).")
     parser.add_argument("--dir", type=Path, default=None, help="Scratch directory (default: a temp dir).")
     args = parser.parse_args()
@@ -187,7 +289,7 @@ def main() -> None:
     base.mkdir(parents=True, exist_ok=True)
     try:
         if args.entries:
-            bench_local(args.entries, args.rounds, args.workers, base)
+            bench_local(args.entries, args.rounds, args.workers, base, args.layout, args.cli)
         if args.index_rows:
             bench_index(args.index_rows, base)
     finally:

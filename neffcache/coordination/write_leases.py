@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import re
 import time
 from collections.abc import Iterator
 
@@ -26,6 +27,7 @@ PUBLISH_LEASE_TTL = 300.0
 # for one (a prune holds it while it removes at most one chunk, well under a second on a disk).
 PRUNE_GROUPS = 64
 PRUNE_GROUP_WAIT = 30.0
+_SHARDS_RE = re.compile(r"(?:^|/)[0-9a-f]{2}/[0-9a-f]{2}$")  # a sharded layout's ab/cd/
 
 
 def publish_lease_name(entry_path: str) -> str:
@@ -39,8 +41,13 @@ def prune_group_lease(entry_path: str) -> str:
     publisher checks the group's *after* taking its own, so one of the two always sees the
     other. Only on stores one host writes (:attr:`Store.single_writer`): there a lookup of a
     name created a moment ago by another process is never answered from a stale cache (an NFS
-    client's negative lookups may be); shared stores keep per-entry publish leases."""
-    directory, _, _ = entry_path.rpartition("/")
+    client's negative lookups may be); shared stores keep per-entry publish leases.
+
+    Groups are per directory of entries, shard directories left out: TorchNeuron's cache
+    (``<ns>/neff/ab/cd/<key>``) holds one or two entries per ``ab/cd/`` at scale, and a group
+    per shard directory would cost a lease per entry again; its groups are per ``<ns>/neff/``.
+    Publisher and prune compute the name with this one function (both sides of one version)."""
+    directory = _SHARDS_RE.sub("", entry_path.rpartition("/")[0])
     group = int(hashlib.sha256(entry_path.encode()).hexdigest()[:8], 16) % PRUNE_GROUPS
     return f"prune-group:{directory}#{group}"
 

@@ -13,8 +13,13 @@ looked for: a live one skips the entry, a stale one is taken over (neffcache/coo
 Then the chunk's journal is written (``.neffcache/prune/<plan>-<n>.json``: the files about to
 go), and the files are removed in phases across the chunk — see :func:`delete_order` — so at
 every instant each entry reads either as it was or as absent (uncommitted), never as a
-different entry. A prune killed at any point leaves at most journaled, uncommitted remains,
-which the next plan lists as ``interrupted`` and its execution finishes.
+different entry. On a local store the chunk's re-listings and removals go through directory
+descriptors opened once for the chunk, after its leases are held
+(:func:`neffcache.prune.run.chunk_files`): each entry directory is opened once, listed by its
+descriptor, and its files unlinked and itself removed relative to the descriptors, as ``rm -rf``
+does, instead of a walk from the root per phase; lease files are still looked up afresh.
+A prune killed at any point leaves at most journaled, uncommitted remains, which the next plan
+lists as ``interrupted`` and its execution finishes.
 """
 
 from __future__ import annotations
@@ -147,6 +152,24 @@ def _group_tasks(entries: list[PruneItem]) -> list[list[tuple[list[PruneItem], t
     return tasks
 
 
+def _emptied_dirs(removed: Iterable[PruneItem]) -> set[str]:
+    """The directories the removed entries' files were in (an entry directory itself left out:
+    its last phase removed it) and all their ancestors, deepest tried first by
+    ``remove_empty_dirs``. A layout-B entry's files lie in two shard trees (``neff/ab/cd/``,
+    ``hlo/ab/cd/``) whose directories, removed or not by the chunks, all need a last look."""
+    dirs: set[str] = set()
+    for item in removed:
+        if item.kind is not ItemKind.ENTRY:
+            continue
+        heads = {f.path.rpartition("/")[0] for f in item.files} or {item.path.rpartition("/")[0]}
+        for head in heads:
+            rel = head if head != item.path else head.rpartition("/")[0]
+            while rel and rel not in dirs:
+                dirs.add(rel)
+                rel = rel.rpartition("/")[0]
+    return dirs
+
+
 def _run_store(run: StoreRun, items: list[PruneItem], workers: int,
                progress: Callable[[int, int], None] | None, done: Callable[[], int], total: int) -> None:
     entries = [i for i in items if i.kind is ItemKind.ENTRY]
@@ -178,8 +201,7 @@ def _run_store(run: StoreRun, items: list[PruneItem], workers: int,
             raise
     # Chunks running side by side each saw the others' entries in a shared directory: now that
     # all are done, remove what they left empty (namespace and shard directories).
-    run.store.remove_empty_dirs({i.path.rpartition("/")[0] for i in run.removed if i.kind is ItemKind.ENTRY},
-                                control=True)
+    run.store.remove_empty_dirs(_emptied_dirs(run.removed), control=True)
     # Loose items after the entries: an orphan stamp or lease may belong to an entry above.
     for item in items:
         if item.kind is not ItemKind.ENTRY and not run.stop.is_set():

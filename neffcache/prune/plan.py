@@ -108,7 +108,7 @@ def _candidate(store: Store, entry: Entry, stamps: Mapping[str, FileInfo], usage
         state=entry.state, size=entry.size, created=created_time(entry), last_used=last_used, basis=basis,
         committed=entry.committed, files=tuple(sorted(entry.files.values(), key=lambda f: f.path)),
         stale_locks=entry.state is EntryState.LOCKED and judge.all_stale(entry),
-        lease_holder=live.get(publish_lease_name(entry.path)),
+        lease_holder=live.get(publish_lease_name(entry.path)) if live else None,  # most often no live lease
     )
 
 

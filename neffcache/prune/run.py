@@ -2,6 +2,17 @@
 
 See :mod:`neffcache.prune.execute` for the protocol a chunk follows (leases, journal, phases).
 :class:`StoreRun` holds what one store's run removed, skipped and failed.
+
+A chunk reads and removes through :func:`chunk_files`: on a local store, a
+:class:`~neffcache.stores.local_remove.LocalRemoval` opened after the chunk's leases are held and
+closed with the chunk (each directory walked to once, no symlink followed; what it unlinks in a
+directory are names its own listing of that directory found and the plan agreed with). The
+re-check (:func:`relist`) is ``load_entry`` without the manifest, run through it, and so is
+the look for each entry's publish lease under a group lease: a publisher checks the group lease
+after taking its own (neffcache/coordination/write_leases.py), so only a lease that existed
+before the chunk's group leases were taken can belong to a publisher that writes, and the
+chunk's directories are opened after that. Last-use stamps of age and size reasons are read
+afresh (a use recorded during the chunk must count).
 """
 
 from __future__ import annotations
@@ -13,18 +24,21 @@ import os
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from neffcache.coordination.lease import LeaseRecord, StoreLease, lease_path, try_acquire
 from neffcache.coordination.stamps import stamp_path
 from neffcache.coordination.write_leases import PUBLISH_LEASE_TTL, prune_group_lease, publish_lease_name
 from neffcache.entry import Entry, EntryState, FileInfo
 from neffcache.errors import EntryNotFound, InvalidKey, ReadOnlyStore, StoreUnavailable
-from neffcache.operations.scan import load_entry
+from neffcache.layouts import LAYOUTS
+from neffcache.operations.scan import group_files, own_files
 from neffcache.prune.model import ItemKind, Kept, PruneItem, PrunePlan, Reason, ago
 from neffcache.prune.remove import JOURNAL_DIR, delete_order
 from neffcache.prune.sweep import LockJudge, lease_stale
 from neffcache.stores.base import IncompleteUpload, Store
+from neffcache.stores.local_remove import LocalRemoval
+from neffcache.stores.safepath import SafeRoot
 
 if TYPE_CHECKING:
     from neffcache.index import Index
@@ -59,6 +73,68 @@ def _same_files(current: Iterable[FileInfo], planned: Iterable[FileInfo]) -> boo
     if now.keys() != then.keys():
         return False
     return all(now[p].size == then[p].size and same_time(now[p].mtime, then[p].mtime) for p in now)
+
+
+class ChunkFiles(Protocol):
+    """What a chunk reads and removes through: a local store's :class:`LocalRemoval` (each
+    directory opened once for the chunk), or :class:`StoreFiles` (the store's own calls)."""
+
+    def list_files(self, rel: str) -> list[FileInfo]: ...
+    def stat(self, path: str) -> FileInfo | None: ...
+    def exists(self, path: str) -> bool: ...
+    def discard(self, paths: Iterable[str], *, prune_dirs: bool = False) -> None: ...
+
+
+class StoreFiles:
+    """:class:`ChunkFiles` of a store with no local root (S3, fsspec): its own calls."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def __enter__(self) -> StoreFiles:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def list_files(self, rel: str) -> list[FileInfo]:
+        return list(self.store.iter_files(rel))
+
+    def stat(self, path: str) -> FileInfo | None:
+        return self.store.stat(path)
+
+    def exists(self, path: str) -> bool:
+        return self.store.exists(path)
+
+    def discard(self, paths: Iterable[str], *, prune_dirs: bool = False) -> None:
+        self.store.discard(paths, prune_dirs=prune_dirs)
+
+
+def chunk_files(store: Store) -> LocalRemoval | StoreFiles:
+    """A local store's chunk goes through descriptors held for the chunk: one ``openat`` per
+    directory instead of a walk from the root per phase (neffcache/stores/local_remove.py says
+    why that keeps every containment property)."""
+    root = store.local_root
+    return LocalRemoval(SafeRoot(str(root), store.url)) if root is not None else StoreFiles(store)
+
+
+def relist(files: ChunkFiles, path: str) -> Entry | None:
+    """The entry at ``path`` as it is now, listed again (``load_entry`` without the manifest,
+    through ``files``), or None when nothing is there."""
+    probe = next((got for lay in LAYOUTS.values() if (got := lay.locate_entry(path))), None)
+    if probe is None:
+        return None
+    lay = LAYOUTS[probe.namespace.layout]
+    if lay.entry_is_dir:
+        infos = files.list_files(probe.base)
+    else:
+        own = lay.names(probe.namespace, probe.key)
+        names = dict.fromkeys(n for n in (own.hlo, own.flags, own.neff, own.manifest, own.marker) if n)
+        infos = [i for n in names if (i := files.stat(f"{probe.base}/{n}" if probe.base else n))]
+    group = group_files(infos)[0].get(probe.path)
+    if group is None:
+        return None
+    return own_files(lay, lay.classify(group.located, group.files, None, None))[0]
 
 
 class StoreRun:
@@ -117,7 +193,6 @@ class StoreRun:
     def entries(self, chunk: Sequence[PruneItem], number: int, groups: Sequence[str] = ()) -> None:
         """Re-check and remove one chunk; ``groups``: the prune group leases its entries are in
         (none: each entry's publish lease instead)."""
-        approved: list[tuple[PruneItem, Entry]] = []
         leases: list[StoreLease] = []
         group_leases: list[StoreLease] = []
         blocked: dict[str, str] = {}
@@ -130,43 +205,56 @@ class StoreRun:
                 else:
                     got.keep_alive()
                     group_leases.append(got)
-            for item in chunk:
-                if groups:
-                    holder = blocked.get(prune_group_lease(item.path))
-                    if holder is not None:
-                        self.skip(item, f"its prune group is held by {holder}")
-                        continue
-                # Under the group lease a publisher that has not taken its lease yet will wait for
-                # ours: only one that already holds it (or left it behind) needs looking at.
-                if not groups or self.store.exists(lease_path(publish_lease_name(item.path))):
-                    got = try_acquire(self.store, publish_lease_name(item.path), ttl=PUBLISH_LEASE_TTL)
-                    if isinstance(got, LeaseRecord):
-                        self.skip(item, f"being published by {got.owner} (live lease)")
-                        continue
-                    leases.append(got)
-                try:
-                    current = load_entry(self.store, item.path, read_manifest=False)
-                    why = self._recheck(item, current)
-                except STORE_WIDE:
-                    raise
-                except ENTRY_FAULTS as exc:
-                    self.fail(item, exc)
-                    continue
-                if why is not None or current is None:
-                    self.skip(item, why or "gone already")
-                    continue
-                approved.append((item, current))
-            if approved and any(lease.lost for lease in group_leases):
-                for item, _ in approved:
-                    self.skip(item, "a prune group lease was lost (a stalled execution): rerun")
-            elif approved:
-                self._remove(approved, number)
+            # The chunk's directories are opened once, after its leases are held, and closed
+            # with the chunk: every listing and removal below goes through them.
+            with chunk_files(self.store) as files:
+                approved = self._approve(chunk, bool(groups), blocked, leases, files)
+                if approved and any(lease.lost for lease in group_leases):
+                    for item, _ in approved:
+                        self.skip(item, "a prune group lease was lost (a stalled execution): rerun")
+                elif approved:
+                    self._remove(approved, number, files)
         finally:
             self._release(leases, started)
             for lease in group_leases:
                 lease.release()
 
-    def _remove(self, approved: list[tuple[PruneItem, Entry]], number: int) -> None:
+    def _approve(self, chunk: Sequence[PruneItem], grouped: bool, blocked: Mapping[str, str],
+                 leases: list[StoreLease], files: ChunkFiles) -> list[tuple[PruneItem, Entry]]:
+        """The entries of ``chunk`` still as planned (their publish leases, when taken, are
+        added to ``leases``); every other is recorded as skipped or failed."""
+        approved: list[tuple[PruneItem, Entry]] = []
+        for item in chunk:
+            if blocked:
+                holder = blocked.get(prune_group_lease(item.path))
+                if holder is not None:
+                    self.skip(item, f"its prune group is held by {holder}")
+                    continue
+            # Under the group lease a publisher that has not taken its lease yet will wait for
+            # ours: only one that already holds it (or left it behind) needs looking at. So the
+            # look may go through the chunk's directories, opened after the group leases were
+            # taken: a lease (or its shard directory) made since belongs to such a waiter.
+            if not grouped or files.exists(lease_path(publish_lease_name(item.path))):
+                got = try_acquire(self.store, publish_lease_name(item.path), ttl=PUBLISH_LEASE_TTL)
+                if isinstance(got, LeaseRecord):
+                    self.skip(item, f"being published by {got.owner} (live lease)")
+                    continue
+                leases.append(got)
+            try:
+                current = relist(files, item.path)
+                why = self._recheck(item, current)
+            except STORE_WIDE:
+                raise
+            except ENTRY_FAULTS as exc:
+                self.fail(item, exc)
+                continue
+            if why is not None or current is None:
+                self.skip(item, why or "gone already")
+                continue
+            approved.append((item, current))
+        return approved
+
+    def _remove(self, approved: list[tuple[PruneItem, Entry]], number: int, files: ChunkFiles) -> None:
         journal = f"{JOURNAL_DIR}/{self.plan.id}-{number}.json"
         body = {"plan": self.plan.id, "created_at": self.plan.created_at,
                 "entries": {e.path: sorted(f.path for f in e.files.values()) for _, e in approved}}
@@ -175,8 +263,8 @@ class StoreRun:
         pause = float(os.environ.get(PHASE_PAUSE_ENV) or 0.0)
         try:
             for phase in range(3):
-                self.store.discard([p for order in orders if phase < len(order) for p in order[phase]],
-                                   prune_dirs=phase == 2)
+                files.discard([p for order in orders if phase < len(order) for p in order[phase]],
+                              prune_dirs=phase == 2)
                 if pause:
                     time.sleep(pause)
         except STORE_WIDE:
@@ -185,9 +273,9 @@ class StoreRun:
             # Some file of the chunk would not go. Find whose, entry by entry (each in its phases,
             # so each still reads as whole or absent); every other entry is removed all the same.
             log.debug("chunk %s: %s; removing entry by entry", number, exc)
-            approved = self._remove_each(approved, orders)
+            approved = self._remove_each(approved, orders, files)
         try:
-            self.store.discard([stamp_path(item.path) for item, _ in approved], prune_dirs=True)
+            files.discard([stamp_path(item.path) for item, _ in approved], prune_dirs=True)
         except STORE_WIDE:
             raise
         except ENTRY_FAULTS as exc:  # a stamp left behind only makes the entry look used: harmless
@@ -195,7 +283,7 @@ class StoreRun:
         self.store.discard([journal])  # its directory stays: the next chunk writes its journal there
         with self.lock:
             for item, entry in approved:
-                self.removed.append(dataclasses.replace(item, size=entry.size))
+                self.removed.append(item if item.size == entry.size else dataclasses.replace(item, size=entry.size))
                 self.done += 1
         if self.index is not None and self.index.enabled:
             for item, entry in approved:
@@ -204,14 +292,14 @@ class StoreRun:
                                       toolchain=entry.toolchain, store=self.store.url,
                                       message=f"prune ({item.reason.value}): {item.detail}")
 
-    def _remove_each(self, approved: list[tuple[PruneItem, Entry]], orders: list[list[list[str]]]
-                     ) -> list[tuple[PruneItem, Entry]]:
+    def _remove_each(self, approved: list[tuple[PruneItem, Entry]], orders: list[list[list[str]]],
+                     files: ChunkFiles) -> list[tuple[PruneItem, Entry]]:
         """Remove entries one at a time; the ones that fail are recorded. Returns the removed."""
         removed = []
         for (item, entry), order in zip(approved, orders, strict=True):
             try:
                 for phase, paths in enumerate(order):
-                    self.store.discard(paths, prune_dirs=phase == len(order) - 1)
+                    files.discard(paths, prune_dirs=phase == len(order) - 1)
             except STORE_WIDE:
                 raise
             except ENTRY_FAULTS as exc:

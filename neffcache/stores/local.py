@@ -29,10 +29,11 @@ its target's path). What is left is the window between that check and the caller
 this store does itself (``open_read``, ``get_file``, ``put_file`` from a file below the root,
 such as a staging file) go through descriptors and have none.
 
-The store is the interface and its error mapping; the work is done by three modules beside it:
+The store is the interface and its error mapping; the work is done by four modules beside it:
 :mod:`~neffcache.stores.local_listing` (the walk a scan runs), :mod:`~neffcache.stores.local_write`
-(temp name, rename, ``link(2)``, shared modes) and :mod:`~neffcache.stores.safepath` (the
-descriptor walk, and the descriptor cache of batch deletes).
+(temp name, rename, ``link(2)``, shared modes), :mod:`~neffcache.stores.local_remove` (batch
+deletes through descriptors held for the batch) and :mod:`~neffcache.stores.safepath` (the
+descriptor walk).
 """
 
 from __future__ import annotations
@@ -53,14 +54,9 @@ from neffcache.errors import AccessDenied, EntryNotFound, StoreError, StoreUnava
 from neffcache.keys import is_canonical_relpath, safe_relpath
 from neffcache.stores.base import CONTROL_DIR, TEMP_MARKER, DirListing, Source, Store
 from neffcache.stores.local_listing import list_threaded, walk
+from neffcache.stores.local_remove import LocalRemoval
 from neffcache.stores.local_write import SHARED_DIR_MODE, publish_temp, temp_name, write_temp
-from neffcache.stores.safepath import (
-    DIR_FLAGS,
-    BatchDirs,
-    SafeRoot,
-    copy_fd,
-    lexists,
-)
+from neffcache.stores.safepath import DIR_FLAGS, SafeRoot, copy_fd, lexists
 
 log = logging.getLogger(__name__)
 
@@ -261,56 +257,19 @@ class LocalStore(Store):
 
         ``prune_dirs`` removes the directories the unlinks emptied (``control``: also those
         under ``.neffcache/``, which otherwise churn and are kept)."""
-        removed = 0
-        parents: set[str] = set()
-        by_dir: dict[str, list[str]] = {}
-        for path in paths:
-            head, _, name = path.rpartition("/")
-            by_dir.setdefault(head, []).append(name)
-        with BatchDirs(self._safe) as dirs:
-            for head, names in by_dir.items():
-                try:
-                    fd = dirs.open(head)
-                except (FileNotFoundError, NotADirectoryError):
-                    continue
-                except PermissionError as exc:
-                    raise AccessDenied(f"cannot delete in {self.root / head}: {exc.strerror}", store=self.url,
-                                       path=head) from exc
-                for name in names:
-                    try:
-                        os.unlink(name, dir_fd=fd)
-                    except (FileNotFoundError, NotADirectoryError):
-                        continue
-                    except PermissionError as exc:
-                        path = f"{head}/{name}" if head else name
-                        raise AccessDenied(f"cannot delete {self.root / path}: {exc.strerror}", store=self.url,
-                                           path=path) from exc
-                    removed += 1
-                    parents.add(head)
-        # Empty entry and shard directories would otherwise pile up (and slow every scan).
-        if prune_dirs:
-            self.remove_empty_dirs(parents, control=control)
-        return removed
+        with self.removal() as batch:
+            return batch.unlink(paths, prune_dirs=prune_dirs, control=control)
 
     def remove_empty_dirs(self, directories: Iterable[str], *, control: bool = False) -> None:
         """Remove each directory and its parents while they are empty; never the root, never
         through a symlink (rmdir of a link fails), and ``.neffcache/`` only with ``control``."""
-        full: set[str] = set()  # found not empty: every entry of a namespace shares one parent
-        with BatchDirs(self._safe) as dirs:
-            for directory in sorted(set(directories), key=lambda p: p.count("/"), reverse=True):
-                rel = directory
-                while rel and rel not in full:
-                    if not control and (rel == CONTROL_DIR or rel.startswith(CONTROL_DIR + "/")):
-                        break  # lease shards and the like churn constantly and are few: keep them
-                    head = rel.rpartition("/")[0]
-                    try:
-                        fd = dirs.open(head)
-                        dirs.forget(rel)
-                        os.rmdir(rel.rpartition("/")[2], dir_fd=fd)
-                    except OSError:
-                        full.add(rel)
-                        break
-                    rel = head
+        with self.removal() as batch:
+            batch.remove_empty_dirs(directories, control=control)
+
+    def removal(self) -> LocalRemoval:
+        """A batch of reads and removals through directory descriptors opened once
+        (:mod:`neffcache.stores.local_remove`)."""
+        return LocalRemoval(self._safe)
 
     def move(self, src: str, dst: str) -> None:
         self.check_writable()

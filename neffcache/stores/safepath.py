@@ -29,6 +29,7 @@ import contextlib
 import errno
 import os
 import posixpath
+import resource
 import stat
 from collections.abc import Iterator
 
@@ -247,9 +248,14 @@ class SafeRoot:
 
 class BatchDirs:
     """Directory descriptors of one batch operation: each ancestor is walked to once (a prune
-    of 100k entries opens each namespace directory once, not once per file)."""
+    of 100k entries opens each namespace directory once, not once per file).
 
-    LIMIT = 256  # descriptors held at most; the cache starts over beyond
+    A descriptor it returns is valid until the next :meth:`open`: beyond :attr:`LIMIT` the
+    least recently used is closed (so a caller uses one before asking for another)."""
+
+    # Descriptors held at most: a prune chunk's 256 entry directories and their parents (512 for
+    # layout B's two shard directories an entry), four chunks at a time, within the process's limit.
+    LIMIT = max(32, min(1024, resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 16))
 
     def __init__(self, safe: SafeRoot) -> None:
         self.safe = safe
@@ -263,8 +269,9 @@ class BatchDirs:
 
     def open(self, rel: str) -> int:
         """The directory's descriptor, owned by the cache (do not close it)."""
-        fd = self.fds.get(rel)
+        fd = self.fds.pop(rel, None)
         if fd is not None:
+            self.fds[rel] = fd  # most recently used last: eviction takes the least recently used
             return fd
         if rel:
             head = rel.rpartition("/")[0]
@@ -272,7 +279,7 @@ class BatchDirs:
         else:
             fd = self.safe.open_root()
         if len(self.fds) >= self.LIMIT:
-            self.close()
+            os.close(self.fds.pop(next(iter(self.fds))))  # the least recently used
         self.fds[rel] = fd
         return fd
 
