@@ -205,11 +205,13 @@ def timed(generator: Generator, load: Load, items: int, pid: int | None = None) 
     cpu = cpu_seconds(pid) if pid is not None else 0.0
     outcome = generator.run(load)
     RETRIED_503[0] += outcome.retried_503
+    RECONNECTS[0] += outcome.reconnects
     server_cpu = (cpu_seconds(pid) - cpu) / items if pid is not None else None
     return Run(items / outcome.seconds, outcome.latencies, server_cpu, outcome.cpu_seconds / items)
 
 
 RETRIED_503 = [0]
+RECONNECTS = [0]
 
 
 class BareSQL:
@@ -431,7 +433,8 @@ def print_table(results: list[Result], args: argparse.Namespace) -> None:
         print(f"{kind}: server peak RSS {sum(peaks) / 1024:,.0f} MiB over {len(peaks)} process(es) "
               f"({', '.join(f'{p / 1024:,.0f}' for p in peaks)} MiB; supervisor first when --workers > 1)")
     print(f"Load average during the run: {os.getloadavg()[0]:.1f} (1 min), {os.getloadavg()[1]:.1f} (5 min); "
-          f"ingest requests retried after a 503: {RETRIED_503[0]}")
+          f"ingest requests retried after a 503: {RETRIED_503[0]}; keep-alive connections the server closed "
+          f"while idle, reopened: {RECONNECTS[0]}")
 
 
 def main() -> None:
