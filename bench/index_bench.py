@@ -191,6 +191,11 @@ def server(url: str, workers: int, log: Path) -> Iterator[tuple[str, int]]:
                     raise RuntimeError(f"server did not start; see {log}")
                 time.sleep(0.1)
             yield port, proc.pid
+        except BaseException:
+            out.flush()
+            tail = log.read_text(errors="replace").splitlines()[-40:]
+            print(f"server log ({log}), last lines:\n" + "\n".join(tail), file=sys.stderr)
+            raise
         finally:
             proc.terminate()
             proc.wait(timeout=30)

@@ -176,8 +176,10 @@ def drive(port: int, load: Load) -> Outcome:
             latencies.append(time.perf_counter() - conn.started)
             _check(load, index, status, body)
             conn.next += 1
-            if not conn.send():
+            if not conn.send():  # its share is done: closed, so the server's idle timeout cannot reach it
                 busy -= 1
+                selector.unregister(conn.sock)
+                conn.sock.close()
         now = time.perf_counter()
         for conn in [c for c in waiting if c.resume_at <= now]:
             waiting.remove(conn)
