@@ -115,18 +115,19 @@ def rows_statement(where: ColumnElement[bool]) -> Select[Any]:
                   ).where(where)
 
 
-# Built once: constructing the statement costs more than SQLite takes to run it.
-_LOOKUP = rows_statement(table_of(Entry).c.path == bindparam("path"))
+# Built once: constructing the statement costs more than SQLite takes to run it. The hot path
+# runs the same statement on the driver's connection (storage/driver.py, api/hot.py).
+LOOKUP = rows_statement(table_of(Entry).c.path == bindparam("path"))
 
 
 def lookup_entry(conn: Connection, path: str) -> dict[str, Any] | None:
     """One entry as the API returns it, in a single SELECT (stores and tags aggregated in
     subqueries): this is the hot path every cache lookup of every host goes through."""
-    row = conn.execute(_LOOKUP, {"path": path}).first()
+    row = conn.execute(LOOKUP, {"path": path}).first()
     return row_json(row) if row is not None else None
 
 
-_ROW_NAMES: tuple[str, ...] = tuple(str(column.key) for column in _LOOKUP.selected_columns)
+_ROW_NAMES: tuple[str, ...] = tuple(str(column.key) for column in LOOKUP.selected_columns)
 
 
 def row_json(row: Any) -> dict[str, Any]:
