@@ -72,7 +72,7 @@ class DriverRead:
             if self._idle:
                 return self._idle.pop()
         proxied = self._engine.raw_connection()
-        conn = proxied.driver_connection
+        conn: Any = proxied.driver_connection
         proxied.detach()  # ours from now on; the pool opens another in its place when it needs one
         if self._autocommit:
             conn.rollback()  # no transaction may be open when autocommit is switched on
