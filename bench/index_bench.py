@@ -180,7 +180,7 @@ def server(url: str, workers: int, log: Path) -> Iterator[tuple[str, int]]:
                                 env=env, stdout=out, stderr=subprocess.STDOUT)
         base = f"http://127.0.0.1:{port}"
         try:
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + 180  # workers import the app slowly on a loaded machine
             while True:
                 try:
                     if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
