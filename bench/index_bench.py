@@ -4,8 +4,9 @@ PostgreSQL, each against a bare SQL loop on the same database (the baseline of t
     .venv/bin/python -m bench.index_bench --entries 100000 --databases sqlite,postgresql
 
 What runs: the real server (``neffcache serve``, one process unless --workers) on 127.0.0.1,
-queried by --clients threads with keep-alive HTTP connections (bearer token checked on every
-request). Lookups are GET /v1/entries/{path} of random entries
+queried over --clients keep-alive HTTP connections by a load generator in its own process
+(bench/index_load.py; its CPU is printed beside the server's), bearer token checked on every
+request; the server's peak RSS is printed too. Lookups are GET /v1/entries/{path} of random entries
 (the entry row, its stores and tags). Batch lookups are POST /v1/entries/lookup of --batch-keys
 random paths per request (what `neffcache plan` sends), from one client and from --clients.
 Ingest is POST /v1/events of --batch events per request (dedup insert, hourly rollup upsert,
