@@ -4,8 +4,9 @@ PostgreSQL, each against a bare SQL loop on the same database (the baseline of t
     .venv/bin/python -m bench.index_bench --entries 100000 --databases sqlite,postgresql
 
 What runs: the real server (``neffcache serve``, one process unless --workers) on 127.0.0.1,
-queried by --clients threads with keep-alive HTTP connections (bearer token checked on every
-request). Lookups are GET /v1/entries/{path} of random entries
+queried over --clients keep-alive HTTP connections by a load generator in its own process
+(bench/index_load.py; its CPU is printed beside the server's), bearer token checked on every
+request; the server's peak RSS is printed too. Lookups are GET /v1/entries/{path} of random entries
 (the entry row, its stores and tags). Batch lookups are POST /v1/entries/lookup of --batch-keys
 random paths per request (what `neffcache plan` sends), from one client and from --clients.
 Ingest is POST /v1/events of --batch events per request (dedup insert, hourly rollup upsert,
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import http.client
 import json
 import os
 import random
@@ -30,9 +30,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-import urllib.parse
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -42,6 +40,7 @@ from typing import Any
 
 import httpx
 
+from bench.index_load import Generator, Load, request
 from neffcache.server.services import catalog
 from neffcache.server.services.records import EntryIn
 from neffcache.server.storage.db import Database, migrate
@@ -63,6 +62,7 @@ class Result:
     baseline_p50_ms: float
     baseline_p99_ms: float
     cpu_per_item: float | None  # server CPU seconds per lookup / per event
+    client_cpu_per_item: float | None  # the load generator's, likewise
 
     @property
     def ratio(self) -> float:
@@ -181,7 +181,7 @@ def server(url: str, workers: int, log: Path) -> Iterator[tuple[str, int]]:
                                 env=env, stdout=out, stderr=subprocess.STDOUT)
         base = f"http://127.0.0.1:{port}"
         try:
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + 180  # workers import the app slowly on a loaded machine
             while True:
                 try:
                     if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
@@ -191,88 +191,33 @@ def server(url: str, workers: int, log: Path) -> Iterator[tuple[str, int]]:
                 if time.monotonic() > deadline or proc.poll() is not None:
                     raise RuntimeError(f"server did not start; see {log}")
                 time.sleep(0.1)
-            yield base, proc.pid
+            yield port, proc.pid
+        except BaseException:
+            out.flush()
+            tail = log.read_text(errors="replace").splitlines()[-40:]
+            print(f"server log ({log}), last lines:\n" + "\n".join(tail), file=sys.stderr)
+            raise
         finally:
             proc.terminate()
             proc.wait(timeout=30)
 
 
-class Http:
-    """A keep-alive HTTP/1.1 connection from the standard library. The load generator shares the
-    machine with the server, so it must be cheap: httpx costs ~4x more CPU per request than
-    http.client and would measure the client instead of the server."""
-
-    def __init__(self, base: str) -> None:
-        host, port = base.removeprefix("http://").split(":")
-        self.conn = http.client.HTTPConnection(host, int(port), timeout=60)
-        self.headers = {"Authorization": f"Bearer {ADMIN}", "Content-Type": "application/json"}
-
-    def request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
-        self.conn.request(method, urllib.parse.quote(path), body=body, headers=self.headers)
-        response = self.conn.getresponse()
-        return response.status, response.read()
-
-    def close(self) -> None:
-        self.conn.close()
+def lookup_load(port: int, wanted: list[str], clients: int) -> Load:
+    return Load([request("GET", port, f"/v1/entries/{path}", ADMIN) for path in wanted], "lookup", clients)
 
 
-def run_clients(clients: int, jobs: list[Any], work: Callable[[Http, Any], None], base: str
-                ) -> tuple[float, list[float]]:
-    """Spread ``jobs`` over ``clients`` threads; returns (seconds, per-job latencies)."""
-    latencies: list[float] = []
-    lock = threading.Lock()
-    shares = [jobs[i::clients] for i in range(clients)]
-
-    def worker(share: list[Any]) -> None:
-        mine = []
-        connection = Http(base)
-        try:
-            for job in share:
-                started = time.perf_counter()
-                work(connection, job)
-                mine.append(time.perf_counter() - started)
-        finally:
-            connection.close()
-        with lock:
-            latencies.extend(mine)
-
-    threads = [threading.Thread(target=worker, args=(share,)) for share in shares]
-    started = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return time.perf_counter() - started, latencies
-
-
-def lookup_request(connection: Http, path: str) -> None:
-    status, body = connection.request("GET", f"/v1/entries/{path}")
-    if status != 200:
-        raise RuntimeError(f"lookup {path}: {status} {body[:200]!r}")
-
-
-def batch_request(connection: Http, body: bytes) -> None:
-    status, answer = connection.request("POST", "/v1/entries/lookup", body)
-    if status != 200:
-        raise RuntimeError(f"batch lookup: {status} {answer[:200]!r}")
-    if b'"missing":[]' not in answer:  # every key asked exists (checked without parsing 1 MB here)
-        raise RuntimeError(f"batch lookup missed keys: {answer[-200:]!r}")
+def timed(generator: Generator, load: Load, items: int, pid: int | None = None) -> Run:
+    """One loop of the load generator; ``pid``: the server whose CPU per item is measured."""
+    cpu = cpu_seconds(pid) if pid is not None else 0.0
+    outcome = generator.run(load)
+    RETRIED_503[0] += outcome.retried_503
+    RECONNECTS[0] += outcome.reconnects
+    server_cpu = (cpu_seconds(pid) - cpu) / items if pid is not None else None
+    return Run(items / outcome.seconds, outcome.latencies, server_cpu, outcome.cpu_seconds / items)
 
 
 RETRIED_503 = [0]
-
-
-def ingest_request(connection: Http, batch: bytes) -> None:
-    # Like the real client: a 503 (SQLite's busy timeout ran out on an overloaded machine) is
-    # retried after a pause; the batch is idempotent, so a retry can never double-count.
-    for _ in range(10):
-        status, body = connection.request("POST", "/v1/events", batch)
-        if status != 503:
-            break
-        RETRIED_503[0] += 1
-        time.sleep(1.0)
-    if status != 200 or json.loads(body)["accepted"] + json.loads(body)["duplicates"] != batch.count(b'"id"'):
-        raise RuntimeError(f"ingest: {status} {body[:200]!r}")
+RECONNECTS = [0]
 
 
 class BareSQL:
@@ -354,11 +299,13 @@ def timed_loop(jobs: list[Any], fn: Callable[[Any], None]) -> tuple[float, list[
 
 @dataclass
 class Run:
-    """One timed loop: rate, latencies, and the server CPU it cost (None for baselines)."""
+    """One timed loop: rate, latencies, the server CPU it cost and the load generator's (None
+    for baselines), per item."""
 
     rate: float
     latencies: list[float]
     cpu_per_item: float | None = None
+    client_cpu_per_item: float | None = None
 
     @property
     def p50(self) -> float:
@@ -374,50 +321,43 @@ def best(runs: list[Run]) -> Run:
     return max(runs, key=lambda run: run.rate)
 
 
-def batch_rounds(base: str, pid: int, args: argparse.Namespace, bare: BareSQL, all_paths: list[str],
+def batch_rounds(gen: Generator, pid: int, args: argparse.Namespace, bare: BareSQL, all_paths: list[str],
                  rng: random.Random) -> dict[str, Run]:
     """Batch lookups of ``--batch-keys`` paths: rates in keys per second, latencies per batch."""
     keys = args.batch_keys
     asked = [rng.sample(all_paths, keys) for _ in range(args.batch_lookups)]
-    bodies = [json.dumps({"paths": paths}).encode() for paths in asked]
+    bodies = [request("POST", gen.port, "/v1/entries/lookup", ADMIN, json.dumps({"paths": paths}).encode())
+              for paths in asked]
     runs: dict[str, Run] = {}
     seconds, latencies = timed_loop(asked, bare.lookup_in)
     runs["sql batch"] = Run(len(asked) * keys / seconds, latencies)
-    cpu = cpu_seconds(pid)
-    seconds, latencies = run_clients(1, bodies, batch_request, base)
-    runs["batch 1"] = Run(len(bodies) * keys / seconds, latencies, (cpu_seconds(pid) - cpu) / (len(bodies) * keys))
-    cpu = cpu_seconds(pid)
-    seconds, latencies = run_clients(args.clients, bodies, batch_request, base)
-    runs["batch n"] = Run(len(bodies) * keys / seconds, latencies, (cpu_seconds(pid) - cpu) / (len(bodies) * keys))
+    runs["batch 1"] = timed(gen, Load(bodies, "batch", 1), len(bodies) * keys, pid)
+    runs["batch n"] = timed(gen, Load(bodies, "batch", args.clients), len(bodies) * keys, pid)
     single = asked[0][: max(1, args.lookups // 5)]  # the same keys, one request each
-    seconds, latencies = run_clients(1, single, lookup_request, base)
-    runs["single loop"] = Run(len(single) / seconds, latencies)
+    runs["single loop"] = timed(gen, lookup_load(gen.port, single, 1), len(single))
     return runs
 
 
-def one_round(url: str, base: str, pid: int, args: argparse.Namespace, wanted: list[str],
+def one_round(url: str, gen: Generator, pid: int, args: argparse.Namespace, wanted: list[str],
               rng: random.Random, all_paths: list[str]) -> dict[str, Run]:
-    batches = [json.dumps(events(args.batch, args.entries, rng)).encode() for _ in range(args.events // args.batch)]
-    baseline_batches = [events(args.batch, args.entries, rng) for _ in range(len(batches))]
+    sent_batches = [events(args.batch, args.entries, rng) for _ in range(args.events // args.batch)]
+    ingest = Load([request("POST", gen.port, "/v1/events", ADMIN, json.dumps(batch).encode())
+                   for batch in sent_batches], "ingest", args.clients, [len(batch) for batch in sent_batches])
+    baseline_batches = [events(args.batch, args.entries, rng) for _ in range(len(sent_batches))]
     runs: dict[str, Run] = {}
     bare = BareSQL(url)
     try:
         seconds, latencies = timed_loop(wanted, bare.lookup)
         runs["sql lookups"] = Run(len(wanted) / seconds, latencies)
         single = wanted[: max(1, len(wanted) // 5)]
-        seconds, latencies = run_clients(1, single, lookup_request, base)
-        runs["lookups 1"] = Run(len(single) / seconds, latencies)
-        cpu = cpu_seconds(pid)
-        seconds, latencies = run_clients(args.clients, wanted, lookup_request, base)
-        runs["lookups n"] = Run(len(wanted) / seconds, latencies, (cpu_seconds(pid) - cpu) / len(wanted))
-        sent = len(batches) * args.batch
+        runs["lookups 1"] = timed(gen, lookup_load(gen.port, single, 1), len(single), pid)
+        runs["lookups n"] = timed(gen, lookup_load(gen.port, wanted, args.clients), len(wanted), pid)
+        sent = len(sent_batches) * args.batch
         seconds, latencies = timed_loop(baseline_batches, bare.insert)
         runs["sql events"] = Run(sent / seconds, latencies)
-        cpu = cpu_seconds(pid)
-        seconds, latencies = run_clients(args.clients, batches, ingest_request, base)
-        runs["events"] = Run(sent / seconds, latencies, (cpu_seconds(pid) - cpu) / sent)
+        runs["events"] = timed(gen, ingest, sent, pid)
         if args.batch_lookups:
-            runs.update(batch_rounds(base, pid, args, bare, all_paths, rng))
+            runs.update(batch_rounds(gen, pid, args, bare, all_paths, rng))
     finally:
         bare.close()
     return runs
@@ -431,16 +371,17 @@ def bench_database(kind: str, args: argparse.Namespace, workdir: Path) -> list[R
         all_paths = paths(args.entries)
         wanted = [rng.choice(all_paths) for _ in range(args.lookups)]
         rounds: list[dict[str, Run]] = []
-        with server(url, args.workers, workdir / f"server-{kind}.log") as (base, pid):
-            run_clients(args.clients, wanted[:500], lookup_request, base)  # warm-up (and the page cache)
+        with server(url, args.workers, workdir / f"server-{kind}.log") as (port, pid), Generator(port) as gen:
+            gen.run(lookup_load(port, wanted[:500], args.clients))  # warm-up (and the page cache)
             for n in range(args.rounds):
-                rounds.append(one_round(url, base, pid, args, wanted, rng, all_paths))
+                rounds.append(one_round(url, gen, pid, args, wanted, rng, all_paths))
                 print(f"[{kind}] round {n + 1}/{args.rounds} done", file=sys.stderr)
+            PEAK_RSS[kind] = peak_rss_kib(pid)
     pick = {name: best([r[name] for r in rounds]) for name in rounds[0]}
 
     def result(what: str, ours: Run, baseline: Run) -> Result:
         return Result(kind, what, ours.rate, ours.p50, ours.p99, baseline.rate, baseline.p50, baseline.p99,
-                      ours.cpu_per_item)
+                      ours.cpu_per_item, ours.client_cpu_per_item)
 
     results = [
         result("lookups, 1 client", pick["lookups 1"], pick["sql lookups"]),
@@ -455,31 +396,51 @@ def bench_database(kind: str, args: argparse.Namespace, workdir: Path) -> list[R
     return results
 
 
+def peak_rss_kib(pid: int) -> list[int]:
+    """Peak RSS (VmHWM, KiB) of the server process and of each of its workers, read while alive."""
+    pids = [pid]
+    with contextlib.suppress(OSError):
+        pids += [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    peaks = []
+    for p in pids:
+        with contextlib.suppress(OSError):
+            status = Path(f"/proc/{p}/status").read_text()
+            peaks.append(int(status.split("VmHWM:", 1)[1].split()[0]))
+    return peaks
+
+
+PEAK_RSS: dict[str, list[int]] = {}
 SINGLE_LOOP: dict[str, Run] = {}  # per database: the single-key loop the batch rows are set against
 
 
 def print_table(results: list[Result], args: argparse.Namespace) -> None:
-    print(f"\nindex server, {args.entries:,} entries, {args.clients} client threads, {args.workers} server "
-          f"process(es), {os.cpu_count()} cores, best of {args.rounds} rounds; baseline = bare SQL loop, "
-          "same database, one connection\n")
-    header = (f"{'database':<11}{'what':<22}{'server/s':>10}{'p50 ms':>8}{'p99 ms':>8}{'CPU us':>8}"
+    print(f"\nindex server, {args.entries:,} entries, {args.clients} client connections (load generator: its own "
+          f"process), {args.workers} server process(es), {os.cpu_count()} cores, best of {args.rounds} rounds; "
+          "baseline = bare SQL loop, same database, one connection\n")
+    header = (f"{'database':<11}{'what':<22}{'server/s':>10}{'p50 ms':>8}{'p99 ms':>8}{'CPU us':>8}{'gen us':>8}"
               f"{'bare SQL/s':>12}{'p50 ms':>8}{'p99 ms':>8}{'ratio':>7}")
     print(header)
     print("-" * len(header))
     for r in results:
         cpu = f"{r.cpu_per_item * 1e6:>8.0f}" if r.cpu_per_item is not None else f"{'':>8}"
-        print(f"{r.database:<11}{r.what:<22}{r.rate:>10,.0f}{r.p50_ms:>8.2f}{r.p99_ms:>8.2f}{cpu}"
+        gen = f"{r.client_cpu_per_item * 1e6:>8.1f}" if r.client_cpu_per_item is not None else f"{'':>8}"
+        print(f"{r.database:<11}{r.what:<22}{r.rate:>10,.0f}{r.p50_ms:>8.2f}{r.p99_ms:>8.2f}{cpu}{gen}"
               f"{r.baseline_rate:>12,.0f}{r.baseline_p50_ms:>8.2f}{r.baseline_p99_ms:>8.2f}{r.ratio:>7.2f}")
     print("\nratio = server rate / bare SQL rate. CPU us = server CPU per lookup / per event / per key of a batch\n"
-          "(all workers). Latency of events and of batch lookups is per request (one batch); batch rates are keys/s,\n"
+          "(all workers); gen us = the load generator's own CPU per item (its process, timed loop only).\n"
+          "Latency of events and of batch lookups is per request (one batch); batch rates are keys/s,\n"
           "their bare SQL baseline one IN-list SELECT of the rows plus one each of their stores and tags.")
     for kind, single in SINGLE_LOOP.items():
         batch = next(r for r in results if r.database == kind and r.what.endswith(", 1 client")
                      and r.what.startswith("batch"))
         print(f"{kind}: batch lookups, 1 client, {batch.rate:,.0f} keys/s vs the single-key loop over HTTP, "
               f"1 client, {single.rate:,.0f} keys/s (p99 {single.p99:.2f} ms a key): {batch.rate / single.rate:.1f}x")
+    for kind, peaks in PEAK_RSS.items():
+        print(f"{kind}: server peak RSS {sum(peaks) / 1024:,.0f} MiB over {len(peaks)} process(es) "
+              f"({', '.join(f'{p / 1024:,.0f}' for p in peaks)} MiB; supervisor first when --workers > 1)")
     print(f"Load average during the run: {os.getloadavg()[0]:.1f} (1 min), {os.getloadavg()[1]:.1f} (5 min); "
-          f"ingest requests retried after a 503: {RETRIED_503[0]}")
+          f"ingest requests retried after a 503: {RETRIED_503[0]}; keep-alive connections the server closed "
+          f"while idle, reopened: {RECONNECTS[0]}")
 
 
 def main() -> None:

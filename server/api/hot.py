@@ -6,7 +6,10 @@ framework: route matching over every route, dependency solving, the exception an
 middlewares, against a sixth in the query. :class:`HotLookups` sits just inside the body-limit
 and metrics middlewares and answers the one case that dominates, a successful lookup by a
 token already verified, with the very pieces the route uses (:func:`~.deps.check_access`,
-:func:`~.routes.common.checked_path`, ``entries._lookup``) and the same ``JSONResponse``.
+:func:`~.routes.common.checked_path`, the route's SELECT ``catalog.LOOKUP`` and
+``catalog.row_json``) and the same response class. The SELECT runs on the driver's own
+connection (server/storage/driver.py): SQLAlchemy's execution around it had cost twice the
+query (docs/index-server.md#performance).
 
 Why the contract cannot change: the hot path answers only a 200 it is sure of. Every other case
 (no bearer token, a token not verified in the last minute or that is the wrong scope, a path the
@@ -23,11 +26,12 @@ import logging
 from typing import Any
 
 from fastapi.concurrency import run_in_threadpool
-from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from neffcache.server.api.deps import AppState, check_access, is_admin
+from neffcache.server.api.responses import FastJSONResponse
+from neffcache.server.services import catalog
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +43,8 @@ class HotLookups:
     def __init__(self, app: ASGIApp, state: AppState, routes: list[BaseRoute]) -> None:
         self.app = app
         self.state = state
+        # The route's SELECT on the driver's own connections (server/storage/driver.py).
+        self.read = state.db.driver_read(catalog.LOOKUP, "path")
         self.route = next(r for r in routes if getattr(r, "name", None) == ROUTE_NAME)
         # Paths under the prefix that other GET routes take before the lookup's catch-all.
         self.taken = frozenset(
@@ -52,7 +58,7 @@ class HotLookups:
             await self.app(scope, receive, send)
             return
         scope["route"] = self.route  # what RequestMetrics labels the request by
-        await JSONResponse(found)(scope, receive, send)
+        await FastJSONResponse(found)(scope, receive, send)
 
     async def _answer(self, scope: Scope) -> dict[str, Any] | None:
         """The entry, when this is a lookup the hot path may answer; None hands it to the app."""
@@ -71,13 +77,13 @@ class HotLookups:
             return None  # verifying or stamping a token touches the database: the app does it
         # Imported here: the routes import this package's deps, and app.py imports both.
         from neffcache.server.api.routes.common import checked_path
-        from neffcache.server.api.routes.entries import _lookup
 
         try:
             check_access(state, presented, "read")
             clean = checked_path(rest)
-            db = state.db
-            return _lookup(db, clean) if db.inline_reads else await run_in_threadpool(_lookup, db, clean)
+            read = self.read.first
+            row = read(clean) if state.db.inline_reads else await run_in_threadpool(read, clean)
+            return catalog.row_json(row) if row is not None else None
         except Exception:  # refused (HTTPException) or failed: the app answers it, with its own status and body
             log.debug("hot lookup handed to the app", exc_info=True)
             return None

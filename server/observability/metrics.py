@@ -192,6 +192,8 @@ class Metrics:
             "neffcache_index_request_seconds", "request latency on this replica", ["op"], registry=self.registry,
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0),
         )
+        self._counted: dict[tuple[str, int], Counter] = {}  # (op, status) -> its child; bounded by routes x statuses
+        self._timed: dict[str, Histogram] = {}
         self.ingested = Counter("neffcache_index_events_ingested", "events received by this replica",
                                 ["result"], registry=self.registry)
         for result in ("accepted", "duplicate", "expired"):
@@ -212,8 +214,16 @@ class Metrics:
             self.latency.labels(op)
 
     def observe(self, op: str, status: int, seconds: float) -> None:
-        self.requests.labels(op, result_of(status)).inc()
-        self.latency.labels(op).observe(seconds)
+        # The labelled children, found once per (op, result): ``labels()`` validates and locks
+        # on every call, a few microseconds a request on the hot path (docs/index-server.md#performance).
+        counter = self._counted.get((op, status))
+        if counter is None:
+            counter = self._counted[(op, status)] = self.requests.labels(op, result_of(status))
+        timer = self._timed.get(op)
+        if timer is None:
+            timer = self._timed[op] = self.latency.labels(op)
+        counter.inc()
+        timer.observe(seconds)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

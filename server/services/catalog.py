@@ -8,10 +8,10 @@ never resets neffcache's own usage stamps (hit count, last use).
 from __future__ import annotations
 
 import json
+import operator
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, Select, bindparam, delete, exists, func, select
@@ -115,28 +115,50 @@ def rows_statement(where: ColumnElement[bool]) -> Select[Any]:
                   ).where(where)
 
 
-# Built once: constructing the statement costs more than SQLite takes to run it.
-_LOOKUP = rows_statement(table_of(Entry).c.path == bindparam("path"))
+# Built once: constructing the statement costs more than SQLite takes to run it. The hot path
+# runs the same statement on the driver's connection (storage/driver.py, api/hot.py).
+LOOKUP = rows_statement(table_of(Entry).c.path == bindparam("path"))
 
 
 def lookup_entry(conn: Connection, path: str) -> dict[str, Any] | None:
     """One entry as the API returns it, in a single SELECT (stores and tags aggregated in
     subqueries): this is the hot path every cache lookup of every host goes through."""
-    row = conn.execute(_LOOKUP, {"path": path}).first()
+    row = conn.execute(LOOKUP, {"path": path}).first()
     return row_json(row) if row is not None else None
 
 
-_ROW_NAMES: tuple[str, ...] = tuple(str(column.key) for column in _LOOKUP.selected_columns)
+_ROW_NAMES: tuple[str, ...] = tuple(str(column.key) for column in LOOKUP.selected_columns)
 
 
-def row_json(row: Any) -> dict[str, Any]:
-    """The API form of a row of :func:`rows_statement`."""
-    # A Row's attribute access costs ~0.3 us a name, a third of the time a batch lookup spends
-    # in Python: the tuple is read once into a namespace, whose attributes are plain lookups.
-    values = SimpleNamespace(**dict(zip(_ROW_NAMES, row, strict=True)))
-    stores_text, tags_text = values.stores_, values.tags_
-    return entry_json(values, stores_text.split("\n") if stores_text else [],
-                      dict(item.split("=", 1) for item in tags_text.split("\n")) if tags_text else {})
+_FIELDS = ("path", "layout", "key", "namespace", "compiler_version", "target", "lnc", "toolchain", "state", "size",
+           "neff_sha256", "created", "registered", "updated", "producer", "compile_seconds", "hit_count",
+           "last_used", "hlo_sha256", "hlo_size", "flags", "stores_", "tags_")
+# One C call picks every value a row's API form needs, in that order: a batch lookup renders a
+# thousand rows, and reading them by name (a Row's attributes, or a namespace built per row)
+# had been a fifth of its server time (docs/index-server.md#performance).
+_PICK = operator.itemgetter(*(_ROW_NAMES.index(name) for name in _FIELDS))
+
+
+def row_json(row: Sequence[Any]) -> dict[str, Any]:
+    """The API form of a row of :func:`rows_statement` (a Row or a driver's tuple): the same
+    dict :func:`entry_json` makes, key for key and in the same order."""
+    if len(row) != len(_ROW_NAMES):
+        raise ValueError(f"a row of {len(row)} columns, not {len(_ROW_NAMES)}")
+    (path, layout, key, namespace, compiler_version, target, lnc, label, state, size, neff_sha256, created,
+     registered, updated, producer, compile_seconds, hit_count, last_used, hlo_sha256, hlo_size, flags,
+     stores_text, tags_text) = _PICK(row)
+    return {
+        "path": path, "layout": layout, "key": key, "namespace": namespace,
+        "toolchain": ({"compiler_version": compiler_version, "target": target, "lnc": lnc}
+                      if compiler_version is not None else None),
+        "toolchain_label": label, "state": state, "size": size, "neff_sha256": neff_sha256,
+        "stores": sorted(stores_text.split("\n")) if stores_text else [],
+        "tags": dict(sorted(item.split("=", 1) for item in tags_text.split("\n"))) if tags_text else {},
+        "created": created, "registered": registered, "updated": updated, "producer": producer,
+        "compile_seconds": compile_seconds, "hit_count": hit_count, "last_used": last_used,
+        "hlo_sha256": hlo_sha256, "hlo_size": hlo_size,
+        "flags": json.loads(flags) if flags is not None else None,
+    }
 
 
 def entry_json(row: Any, stores: list[str], tags: dict[str, str]) -> dict[str, Any]:

@@ -91,7 +91,7 @@ class ToolchainIn(Strict):
     @model_validator(mode="after")
     def _valid(self) -> ToolchainIn:
         try:  # one definition of a valid toolchain: the library's
-            Toolchain(self.compiler_version, self.target, self.lnc)
+            _namespace_dir(self.compiler_version, self.target, self.lnc)
         except ConfigError as exc:
             raise ValueError(str(exc)) from None
         return self
@@ -99,7 +99,15 @@ class ToolchainIn(Strict):
     @property
     def label(self) -> str:
         # The same string as the namespace directory, so charts and paths read alike.
-        return Toolchain(self.compiler_version, self.target, self.lnc).namespace_dir
+        return _namespace_dir(self.compiler_version, self.target, self.lnc)
+
+
+# Cached: every event of a batch names a toolchain, nearly always one of a handful, and building
+# the library's Toolchain (which checks the version) twice per event was a tenth of an ingest.
+# A refused toolchain raises ConfigError, which lru_cache does not cache.
+@functools.lru_cache(maxsize=1024)
+def _namespace_dir(compiler_version: str, target: str, lnc: int) -> str:
+    return Toolchain(compiler_version, target, lnc).namespace_dir
 
 
 def toolchain_label(toolchain: ToolchainIn | None) -> str:

@@ -30,6 +30,7 @@ from sqlalchemy.sql.expression import FunctionElement
 from sqlalchemy.types import Double, String
 
 from neffcache.errors import ConfigError
+from neffcache.server.storage.driver import DriverRead
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +137,7 @@ class Database:
         self._write_engine = self.engine.execution_options(**{_WRITE_OPTION: True})
         self._write_turn: contextlib.AbstractContextManager[Any] = (
             threading.Lock() if self.engine.dialect.name == "sqlite" else contextlib.nullcontext())
+        self._driver_reads: list[DriverRead] = []
         single: dict[str, Any] = {_SINGLE_READ_OPTION: True}
         if self.inline_reads:
             # Its own small pool: inline reads run on the event loop, which must never wait for a
@@ -168,6 +170,14 @@ class Database:
         with self._single_read_engine.connect() as conn:
             yield conn
 
+    def driver_read(self, statement: Any, name: str) -> DriverRead:
+        """``statement`` (one SELECT, bind parameter ``name``) run on DB-API connections of
+        its own, as :meth:`single_read` would run it: the lookup hot path (storage/driver.py)."""
+        engine = self._single_read_engine.engine if self.inline_reads else self.engine
+        read = DriverRead(engine, statement, name, autocommit=not self.inline_reads)
+        self._driver_reads.append(read)
+        return read
+
     @contextmanager
     def write(self) -> Iterator[Session]:
         # SQLite has one writer at a time and its busy handler polls without a queue: with a
@@ -190,6 +200,8 @@ class Database:
         raise AssertionError("unreachable")
 
     def dispose(self) -> None:
+        for read in self._driver_reads:
+            read.close()
         self.engine.dispose()
         if self.inline_reads:
             self._single_read_engine.engine.dispose()

@@ -14,11 +14,11 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, HTTPException, Query, status
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse
 from pydantic import StringConstraints
 
 from neffcache.index.records import SAMPLE_TARGETS
 from neffcache.server.api.deps import ReadAccess, WriteAccess
+from neffcache.server.api.responses import FastJSONResponse
 from neffcache.server.api.routes.common import AUTH_ERRORS, WRITE_ERRORS, QText, checked_path, not_found
 from neffcache.server.api.schemas import MAX_BATCH, Problem, RegisterResult
 from neffcache.server.services import catalog, lookups
@@ -89,13 +89,13 @@ def list_entries(
 
 @router.post("/lookup", name="entries.lookup_many", summary="Look up many entries", response_model=LookupResult,
              responses=WRITE_ERRORS)  # WRITE_ERRORS for its 413: the scope needed is read
-async def lookup_many(asked: LookupRequest, access: ReadAccess) -> JSONResponse:
+async def lookup_many(asked: LookupRequest, access: ReadAccess) -> FastJSONResponse:
     """Many entries by path in one round trip (``plan``: every graph a job will look up), each
     with the stores that hold it; the paths the index has no entry for are listed in ``missing``.
     Each path is checked like a single lookup's (a bad one is a 422 naming it), and a request
     carries at most 10,000 of them (the client splits longer lists). Needs read scope."""
     found, missing = await run_in_threadpool(_lookup_many, access.db, asked.paths)
-    return JSONResponse({"found": found, "missing": missing})  # rows as they are: see lookup_entry
+    return FastJSONResponse({"found": found, "missing": missing})  # rows as they are: see lookup_entry
 
 
 def _lookup_many(db: Database, paths: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
@@ -106,7 +106,7 @@ def _lookup_many(db: Database, paths: list[str]) -> tuple[list[dict[str, Any]], 
 @router.get("/similar", name="entries.similar", summary="Entries near a graph", response_model=SimilarEntries,
             responses=AUTH_ERRORS)
 async def similar_entries(access: ReadAccess, hlo_sha256: Digest = None, model: Model = None,
-                          limit: Annotated[int, Query(ge=1, le=lookups.MAX_SIMILAR)] = 50) -> JSONResponse:
+                          limit: Annotated[int, Query(ge=1, le=lookups.MAX_SIMILAR)] = 50) -> FastJSONResponse:
     """Entries that share a graph's HLO digest, or carry its ``model`` tag (give one or both),
     newest first: what ``why-miss`` compares a missed graph with, across every store."""
     if hlo_sha256 is None and model is None:
@@ -116,7 +116,7 @@ async def similar_entries(access: ReadAccess, hlo_sha256: Digest = None, model: 
         with db.read() as session:
             return lookups.similar(session.connection(), hlo_sha256=hlo_sha256, model=model, limit=limit)
 
-    return JSONResponse({"entries": await run_in_threadpool(ask, access.db)})
+    return FastJSONResponse({"entries": await run_in_threadpool(ask, access.db)})
 
 
 @router.get("/compile-samples", name="entries.compile_samples", summary="Compile times by HLO size",
@@ -135,7 +135,7 @@ async def compile_samples(access: ReadAccess, target: Target,
 
 @router.get("/{path:path}", name="entries.lookup", summary="Look up one entry", response_model=EntryOut,
             responses={**AUTH_ERRORS, 404: {"model": Problem, "description": "no such entry"}})
-async def lookup_entry(path: str, access: ReadAccess) -> JSONResponse:
+async def lookup_entry(path: str, access: ReadAccess) -> FastJSONResponse:
     """One entry by its store-relative path, with the stores that hold it and its usage stamps."""
     clean = checked_path(path)
     db = access.db
@@ -143,7 +143,7 @@ async def lookup_entry(path: str, access: ReadAccess) -> JSONResponse:
     if found is None:
         raise not_found(f"entry {clean!r}")
     # Built straight from the row (the hot path): the declared response_model documents the shape.
-    return JSONResponse(found)
+    return FastJSONResponse(found)
 
 
 def _lookup(db: Database, path: str) -> dict[str, Any] | None:
