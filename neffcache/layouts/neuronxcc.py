@@ -41,6 +41,7 @@ from neffcache.layouts.base import (
     Layout,
     Located,
     LogLine,
+    new_located,
     parse_target_dir,
 )
 from neffcache.layouts.flags import FLAGS_JSON, FLAGS_TXT
@@ -287,7 +288,7 @@ class NeuronxccLayout(Layout):
             ns = namespaces[parent] = self.namespace_dir(parent)
         if ns is None:
             return None
-        return Located(ns, key, directory, directory, "")
+        return new_located(ns, key, directory, directory, "")
 
     def locate(self, path: str) -> Located | None:
         match = _PATH_RE.match(path)
@@ -298,7 +299,7 @@ class NeuronxccLayout(Layout):
         ns_path = posixpath.dirname(posixpath.dirname(path))
         ns = Namespace(self.name, ns_path, ver, target, lnc)
         base = posixpath.join(ns_path, match.group("key"))
-        return Located(ns, match.group("key"), base, base, match.group("name"))
+        return new_located(ns, match.group("key"), base, base, match.group("name"))
 
     def plan_entry(self, namespace: Namespace, key: str) -> EntryPlan:
         base = posixpath.join(namespace.path, key) if namespace.path else key
@@ -395,6 +396,7 @@ class NeuronxccLayout(Layout):
 
     # -- what scan, load_entry and prune ask (issue #11) ---------------------------------------
     entry_is_dir = True
+    entry_is_flat_dir = True  # files below an entry's directory are never its own (foreign)
 
     def locate_entry(self, path: str) -> Located | None:
         return self.locate(f"{path}/{NEFF}")

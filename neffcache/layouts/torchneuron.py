@@ -58,6 +58,7 @@ from neffcache.layouts.base import (
     Layout,
     Located,
     LogLine,
+    new_located,
     parse_target_dir,
 )
 from neffcache.manifest import Manifest
@@ -130,14 +131,14 @@ class TorchNeuronLayout(Layout):
             ns = Namespace(self.name, ns_path, match.group("ver"), target, lnc)
             key = match.group("key")
             name = path[len(ns_path) + 1:]
-            return Located(ns, key, posixpath.join(ns_path, "neff", shard(key)), ns_path, name)
+            return new_located(ns, key, posixpath.join(ns_path, "neff", shard(key)), ns_path, name)
         match = _BARE_RE.match(path)
         if match and match.group("suffix") in (".neff", ".neffcache.json"):
             if match.group("a") + match.group("b") != match.group("key")[:4]:
                 return None
             ns = Namespace(self.name, "", None)
             key = match.group("key")
-            return Located(ns, key, shard(key), "", path)
+            return new_located(ns, key, shard(key), "", path)
         return None
 
     def is_runtime_file(self, path: str) -> bool:

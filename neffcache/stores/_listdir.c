@@ -158,6 +158,10 @@ static PyObject *make_info(PyTypeObject *info_type, PyObject *path, long long si
     PyTuple_SET_ITEM(info, 0, path);
     PyTuple_SET_ITEM(info, 1, psize);
     PyTuple_SET_ITEM(info, 2, pmtime);
+    /* A str, an int and a float cannot be part of a cycle: out of the collector's sight, as
+     * CPython's own collector leaves such tuples after its first pass over them. A scan
+     * holds four per entry; every full collection would walk them all. */
+    PyObject_GC_UnTrack(info);
     return info;
 }
 
