@@ -41,19 +41,6 @@ class Located:
     name: str
 
 
-# A frozen dataclass's __init__ sets each field through object.__setattr__: ~2 us for an
-# Entry's 12 fields, paid once per entry by every scan. These two build the same objects
-# (the same fields in the same order, in the instance __dict__) at a third of the cost.
-_new = object.__new__
-
-
-def new_located(namespace: Namespace, key: str, path: str, base: str, name: str) -> Located:
-    """``Located(namespace, key, path, base, name)``, made the fast way (see above)."""
-    loc = _new(Located)
-    loc.__dict__.update(namespace=namespace, key=key, path=path, base=base, name=name)
-    return loc
-
-
 @dataclass(frozen=True)
 class EntryPlan:
     """The store paths of an entry that is about to be written, in commit order."""
@@ -151,13 +138,12 @@ class Layout(KeyQuestions, ABC):
     def entry_at(located: Located, files: Mapping[str, FileInfo], state: EntryState, problems: list[str],
                  manifest: Manifest | None, *, manifest_name: str, marker_name: str, committed: bool = True,
                  extra: tuple[str, ...] = ()) -> Entry:
-        """The entry ``classify`` decided on, where ``located`` says it lies (an ``Entry(...)``
-        made the fast way: see :func:`new_located`; tests/layouts/test_fast_objects.py compares)."""
-        entry = _new(Entry)
+        """The entry ``classify`` decided on, where ``located`` says it lies: ``Entry(...)`` made
+        the fast way (neffcache/layouts/fast.py says why), once per entry of every scan."""
+        entry = object.__new__(Entry)
         entry.__dict__.update(namespace=located.namespace, key=located.key, path=located.path, base=located.base,
                               files=dict(files), state=state, problems=tuple(problems), manifest=manifest,
-                              manifest_name=manifest_name, marker_name=marker_name, extra=extra,
-                              committed=committed)
+                              manifest_name=manifest_name, marker_name=marker_name, extra=extra, committed=committed)
         return entry
 
     @abstractmethod
@@ -349,9 +335,8 @@ class Layout(KeyQuestions, ABC):
     # True when an entry is one directory of its own (its ``base``): listing that directory
     # finds all its files. False when entries share a directory (layout B's shards).
     entry_is_dir: bool = False
-    # True when an entry's files are exactly the files directly in its directory: nothing in a
-    # subdirectory belongs to it (layout A; layout C's entries hold nested artifacts). A summary
-    # counts such an entry as soon as the listing has left its directory.
+    # True when an entry's files are exactly those directly in its directory (layout A; C's hold
+    # nested ones): a summary counts such an entry once the listing has left its directory.
     entry_is_flat_dir: bool = False
 
     def locate_dir(self, directory: str, namespaces: dict[str, Namespace | None] | None = None

@@ -41,9 +41,9 @@ from neffcache.layouts.base import (
     Layout,
     Located,
     LogLine,
-    new_located,
     parse_target_dir,
 )
+from neffcache.layouts.fast import new_located
 from neffcache.layouts.flags import FLAGS_JSON, FLAGS_TXT
 from neffcache.layouts.keyparts import KeyRule
 from neffcache.manifest import MANIFEST_NAME, Manifest
@@ -272,11 +272,9 @@ class NeuronxccLayout(Layout):
 
     def locate_dir(self, directory: str, namespaces: dict[str, Namespace | None] | None = None
                    ) -> Located | None:
-        """The entry whose directory is ``directory`` (name left empty).
-
-        ``namespaces`` caches :meth:`namespace_dir` by directory across calls: a scan then runs
-        one regex per namespace, not one per entry, and its entries share one Namespace.
-        """
+        """The entry whose directory is ``directory`` (name left empty). ``namespaces`` caches
+        :meth:`namespace_dir` by directory across calls: a scan then runs one regex per
+        namespace, not one per entry, and its entries share one Namespace."""
         parent, _, key = directory.rpartition("/")
         if not key.startswith(KEY_PREFIX) or len(key) == len(KEY_PREFIX):
             return None

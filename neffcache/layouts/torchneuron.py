@@ -58,9 +58,9 @@ from neffcache.layouts.base import (
     Layout,
     Located,
     LogLine,
-    new_located,
     parse_target_dir,
 )
+from neffcache.layouts.fast import new_located
 from neffcache.manifest import Manifest
 from neffcache.toolchain import Toolchain
 

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 from neffcache.entry import Entry, EntryState, FileInfo, Namespace
 from neffcache.layouts import LAYOUTS
-from neffcache.layouts.base import new_located
+from neffcache.layouts.fast import new_located
 from neffcache.operations.grouping import Group, Grouper, Progress, judge
 from neffcache.operations.scan import NamespaceSummary, ScanReport
 from neffcache.stores.base import DirListing, Store

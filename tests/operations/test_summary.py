@@ -19,7 +19,7 @@ from neffcache.operations.summary import ScanSummary, summarize
 from neffcache.stores.base import TEMP_MARKER, Store
 from neffcache.stores.local import LocalStore
 from tests.operations.test_scan_listing import FileByFile, _messy_root, _touch
-from tests.runtime_caches import VERSION, native_key, write_native_neff, write_neuronxcc_entry, write_vllm_entry
+from tests.runtime_caches import native_key, write_native_neff, write_neuronxcc_entry, write_vllm_entry
 
 
 class KeyOrder(FileByFile):
