@@ -25,6 +25,7 @@ lists; tests/stores/test_listing_paths.py runs the listing and containment cases
 from __future__ import annotations
 
 import errno
+import importlib
 import os
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -45,10 +46,11 @@ def _load_native() -> ModuleType | None:
     if os.environ.get("NEFFCACHE_NATIVE", "1").strip().lower() in ("0", "false", "no", "off"):
         return None
     try:
-        from neffcache.stores import _listdir
+        # By its full name: ``from neffcache.stores import`` would read as importing the package
+        # (tests/test_layers.py), which imports this module.
+        return importlib.import_module("neffcache.stores._listdir")
     except ImportError:
         return None
-    return _listdir
 
 
 # Read at call time: tests set it to None to run the Python loop.
