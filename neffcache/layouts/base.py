@@ -138,13 +138,10 @@ class Layout(KeyQuestions, ABC):
     def entry_at(located: Located, files: Mapping[str, FileInfo], state: EntryState, problems: list[str],
                  manifest: Manifest | None, *, manifest_name: str, marker_name: str, committed: bool = True,
                  extra: tuple[str, ...] = ()) -> Entry:
-        """The entry ``classify`` decided on, where ``located`` says it lies: ``Entry(...)`` made
-        the fast way (neffcache/layouts/fast.py says why), once per entry of every scan."""
-        entry = object.__new__(Entry)
-        entry.__dict__.update(namespace=located.namespace, key=located.key, path=located.path, base=located.base,
-                              files=dict(files), state=state, problems=tuple(problems), manifest=manifest,
-                              manifest_name=manifest_name, marker_name=marker_name, extra=extra, committed=committed)
-        return entry
+        """The entry ``classify`` decided on, where ``located`` says it lies."""
+        return Entry(namespace=located.namespace, key=located.key, path=located.path, base=located.base,
+                     files=dict(files), state=state, problems=tuple(problems), manifest=manifest,
+                     manifest_name=manifest_name, marker_name=marker_name, extra=extra, committed=committed)
 
     @abstractmethod
     def plan_entry(self, namespace: Namespace, key: str) -> EntryPlan:

@@ -43,7 +43,6 @@ from neffcache.layouts.base import (
     LogLine,
     parse_target_dir,
 )
-from neffcache.layouts.fast import new_located
 from neffcache.layouts.flags import FLAGS_JSON, FLAGS_TXT
 from neffcache.layouts.keyparts import KeyRule
 from neffcache.manifest import MANIFEST_NAME, Manifest
@@ -286,7 +285,7 @@ class NeuronxccLayout(Layout):
             ns = namespaces[parent] = self.namespace_dir(parent)
         if ns is None:
             return None
-        return new_located(ns, key, directory, directory, "")
+        return Located(ns, key, directory, directory, "")
 
     def locate(self, path: str) -> Located | None:
         match = _PATH_RE.match(path)
@@ -297,7 +296,7 @@ class NeuronxccLayout(Layout):
         ns_path = posixpath.dirname(posixpath.dirname(path))
         ns = Namespace(self.name, ns_path, ver, target, lnc)
         base = posixpath.join(ns_path, match.group("key"))
-        return new_located(ns, match.group("key"), base, base, match.group("name"))
+        return Located(ns, match.group("key"), base, base, match.group("name"))
 
     def plan_entry(self, namespace: Namespace, key: str) -> EntryPlan:
         base = posixpath.join(namespace.path, key) if namespace.path else key

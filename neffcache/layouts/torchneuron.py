@@ -60,7 +60,6 @@ from neffcache.layouts.base import (
     LogLine,
     parse_target_dir,
 )
-from neffcache.layouts.fast import new_located
 from neffcache.manifest import Manifest
 from neffcache.toolchain import Toolchain
 
@@ -131,14 +130,14 @@ class TorchNeuronLayout(Layout):
             ns = Namespace(self.name, ns_path, match.group("ver"), target, lnc)
             key = match.group("key")
             name = path[len(ns_path) + 1:]
-            return new_located(ns, key, posixpath.join(ns_path, "neff", shard(key)), ns_path, name)
+            return Located(ns, key, posixpath.join(ns_path, "neff", shard(key)), ns_path, name)
         match = _BARE_RE.match(path)
         if match and match.group("suffix") in (".neff", ".neffcache.json"):
             if match.group("a") + match.group("b") != match.group("key")[:4]:
                 return None
             ns = Namespace(self.name, "", None)
             key = match.group("key")
-            return new_located(ns, key, shard(key), "", path)
+            return Located(ns, key, shard(key), "", path)
         return None
 
     def is_runtime_file(self, path: str) -> bool:

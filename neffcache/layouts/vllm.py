@@ -37,7 +37,6 @@ from collections.abc import Mapping
 
 from neffcache.entry import Entry, EntryState, FileInfo, Namespace
 from neffcache.layouts.base import TARGET_DIR_RE, EntryNames, EntryPlan, Layout, Located, parse_target_dir
-from neffcache.layouts.fast import new_located
 from neffcache.manifest import MANIFEST_NAME, Manifest
 from neffcache.toolchain import Toolchain
 
@@ -86,7 +85,7 @@ class VllmLayout(Layout):
         if any(part in (".", "..") for part in name.split("/")):
             return None
         base = self.entry_base(ns, match.group("key"))
-        return new_located(ns, match.group("key"), base, base, name)
+        return Located(ns, match.group("key"), base, base, name)
 
     # An entry is its <hash> directory: a scan resolves it once, and load_entry lists it whole
     # (nested artifacts too). Subdirectories match neither regex, so their files reach the
@@ -107,7 +106,7 @@ class VllmLayout(Layout):
         key = match.group("key")
         if key in (".", ".."):
             return None
-        return new_located(ns, key, directory, directory, "")
+        return Located(ns, key, directory, directory, "")
 
     def locate_entry(self, path: str) -> Located | None:
         return self.locate(f"{path}/{MARKER}")

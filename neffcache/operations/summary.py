@@ -40,8 +40,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from neffcache.entry import Entry, EntryState, FileInfo, Namespace
-from neffcache.layouts import LAYOUTS
-from neffcache.layouts.fast import new_located
+from neffcache.layouts import LAYOUTS, Located
 from neffcache.operations.grouping import Group, Grouper, Progress, judge
 from neffcache.operations.scan import NamespaceSummary, ScanReport
 from neffcache.stores.base import DirListing, Store
@@ -185,7 +184,7 @@ class _KeptEntries:
             namespace, base = self.where[path_form]
             for key, record in kept.items():
                 path = path_form.replace(_KEY, key)
-                group = Group(new_located(namespace, key, path, base, ""))
+                group = Group(Located(namespace, key, path, base, ""))
                 for i in range(0, len(record), 2):
                     name = str(record[i]).replace(_KEY, key)
                     group.files[name] = FileInfo(f"{base}/{name}" if base else name, int(record[i + 1]), 0.0)
