@@ -23,7 +23,7 @@ When has an entry been seen whole? It depends on how its layout spreads its file
   no listing order puts them together, so such an entry is only known whole at the end. Until
   then it is kept as a small record, not as files: its namespace and base (shared per shard),
   and per file the name with the key taken out (shared: a handful of forms) and the size.
-  About a quarter of the memory of its ``FileInfo`` objects; mtimes are not kept (a summary
+  A fraction of the memory of its ``FileInfo`` objects; mtimes are not kept (a summary
   reports no ages).
 - **Entries with nested files** (layout C: vLLM's compile cache) are kept as groups until the
   end: the threaded listing reaches their subdirectories late. A vLLM cache holds few entries
