@@ -16,8 +16,10 @@ from neffcache.errors import EntryNotFound
 from neffcache.keys import safe_relpath
 from neffcache.operations.failed import FailedGraph, failed_graphs
 from neffcache.operations.scan import ScanReport, load_entry, scan
+from neffcache.operations.summary import ScanSummary, summarize
 from neffcache.operations.verify import CheckStatus, VerifyReport, verify
 from neffcache.stores import open_store
+from neffcache.stores.base import Store
 from neffcache.units import human_bytes
 
 from .errors import CORRUPT, SOME_ENTRIES_FAILED, announce_index
@@ -63,43 +65,54 @@ def _failures_text(failed: list[FailedGraph]) -> list[str]:
     return out + ([f"  ... and {len(failed) - 20} more (--json lists them)"] if len(failed) > 20 else [])
 
 
-def _scan_text(report: ScanReport, show_entries: bool, manifests: bool = False,
+def _scan_text(summary: ScanSummary, report: ScanReport | None, show_entries: bool, manifests: bool = False,
                failed: list[FailedGraph] | None = None) -> str:
+    """The text of a scan: from its totals alone, or with the full report for --entries/--manifests."""
     failed = failed or []
     rows = []
-    for s in report.namespaces():
+    for s in summary.namespaces:
         ns = s.namespace
         tc = f"{ns.target or '?'} lnc={ns.lnc or '?'}"
         rows.append([ns.label, ns.layout, ns.compiler_version or "?", tc, s.entries,
                      *(s.states.get(st, 0) for st in STATES), human_bytes(s.size)])
-    out = [f"{report.store}: {len(report.entries)} entries, {human_bytes(report.size)} "
-           f"(scanned in {report.seconds:.2f}s)"]
+    out = [f"{summary.store}: {summary.entries} entries, {human_bytes(summary.size)} "
+           f"(scanned in {summary.seconds:.2f}s)"]
     if rows:
         out.append(table(rows, ["namespace", "layout", "compiler", "target", "entries", *STATES, "size"]))
-    if manifests:
-        summary = _manifest_summary(report)
-        for title, counts in (("tags", summary["tags"]), ("producers", summary["producers"])):
-            shown = ", ".join(f"{k} ({n})" for k, n in list(counts.items())[:20])
-            out.append(f"{title}: {shown or '(no manifests)'}" + (" ..." if len(counts) > 20 else ""))
-    if show_entries:
+    if report is not None and manifests:
+        out.extend(_manifests_text(report))
+    if report is not None and show_entries:
         out.append("")
-        if manifests:
-            out.append(table([[e.path, e.state.value, human_bytes(e.size), e.manifest.producer if e.manifest else "-",
-                               ",".join(f"{k}={v}" for k, v in sorted(e.manifest.tags.items())) if e.manifest else "-"]
-                              for e in report.entries], ["entry", "state", "size", "producer", "tags"]))
-        else:
-            out.append(table([[e.path, e.state.value, human_bytes(e.size), "yes" if e.has_manifest else "no"]
-                              for e in report.entries], ["entry", "state", "size", "manifest"]))
-    if report.garbage_count:
-        out.append(f"garbage: {len(report.garbage)} temp files and {len(report.uncommitted)} "
-                   f"uncommitted entries, {human_bytes(report.garbage_size)} (neffcache prune --garbage)")
-    if report.foreign:
-        out.append(f"foreign, kept: {len(report.foreign)} files no runtime or neffcache wrote (other tools', "
-                   f"unknown), {human_bytes(report.foreign_size)}; neffcache never removes them")
+        out.append(_entries_table(report, manifests))
+    if summary.garbage_count:
+        out.append(f"garbage: {summary.garbage_files} temp files and {summary.uncommitted_entries} "
+                   f"uncommitted entries, {human_bytes(summary.garbage_size)} (neffcache prune --garbage)")
+    if summary.foreign_files:
+        out.append(f"foreign, kept: {summary.foreign_files} files no runtime or neffcache wrote (other tools', "
+                   f"unknown), {human_bytes(summary.foreign_size)}; neffcache never removes them")
     out.extend(_failures_text(failed))
-    for w in report.warnings:
-        out.append(f"warning: {w}")
+    out.extend(f"warning: {w}" for w in summary.warnings)
+    if summary.warning_count > len(summary.warnings):
+        out.append(f"warning: ... and {summary.warning_count - len(summary.warnings)} more (--json lists them all)")
     return "\n".join(out)
+
+
+def _manifests_text(report: ScanReport) -> list[str]:
+    summary = _manifest_summary(report)
+    out = []
+    for title, counts in (("tags", summary["tags"]), ("producers", summary["producers"])):
+        shown = ", ".join(f"{k} ({n})" for k, n in list(counts.items())[:20])
+        out.append(f"{title}: {shown or '(no manifests)'}" + (" ..." if len(counts) > 20 else ""))
+    return out
+
+
+def _entries_table(report: ScanReport, manifests: bool) -> str:
+    if manifests:
+        return table([[e.path, e.state.value, human_bytes(e.size), e.manifest.producer if e.manifest else "-",
+                       ",".join(f"{k}={v}" for k, v in sorted(e.manifest.tags.items())) if e.manifest else "-"]
+                      for e in report.entries], ["entry", "state", "size", "producer", "tags"])
+    return table([[e.path, e.state.value, human_bytes(e.size), "yes" if e.has_manifest else "no"]
+                  for e in report.entries], ["entry", "state", "size", "manifest"])
 
 
 @click.command("scan")
@@ -122,7 +135,9 @@ def scan_cmd(store_url: str, manifests: bool, show_entries: bool, as_json: bool)
     again); --manifests also compares every file's size with the entry's manifest, and
     `neffcache verify` checks the sha256 digests. Corrupt entries are listed as warnings (and
     the exit code is then 1); temp files of interrupted writes as garbage; files of other tools
-    (or unknown) as foreign: reported with their size, never removed.
+    (or unknown) as foreign: reported with their size, never removed. A plain scan keeps only
+    the totals as it lists (its memory does not grow with the entries); --entries, --manifests
+    and --json keep every entry.
 
     \b
     Examples:
@@ -130,6 +145,9 @@ def scan_cmd(store_url: str, manifests: bool, show_entries: bool, as_json: bool)
       neffcache scan s3://my-bucket/neuron-cache --manifests --endpoint-url http://minio:9000
     """
     store = open_store(store_url, read_only=True, create=False, **store_options())
+    if not (as_json or show_entries or manifests):
+        _scan_summary(store)
+        return
     with progress("scanning", enabled=not as_json) as bar:
         report = scan(store, read_manifests=manifests, progress=lambda n: bar.update(n, detail="files"))
     warnings: list[str] = []
@@ -144,9 +162,21 @@ def scan_cmd(store_url: str, manifests: bool, show_entries: bool, as_json: bool)
                                **({"producer": e.manifest.producer, "tags": dict(e.manifest.tags),
                                    "created": e.manifest.created} if e.manifest is not None else {})}
                               for e in report.entries]
-    render(as_json, data, lambda: _scan_text(report, show_entries, manifests, failed)
+    summary = ScanSummary.of_report(report, max_warnings=len(report.warnings))
+    render(as_json, data, lambda: _scan_text(summary, report, show_entries, manifests, failed)
            + "".join(f"\nwarning: {w}" for w in warnings))
     if report.warnings or warnings:  # a CORRUPT entry (a bad manifest, a bad name...): reported above, the rest listed
+        sys.exit(SOME_ENTRIES_FAILED)
+
+
+def _scan_summary(store: Store) -> None:
+    """A plain scan: the totals from one streaming pass (neffcache.operations.summary), no entry list."""
+    with progress("scanning", enabled=True) as bar:
+        summary = summarize(store, progress=lambda n: bar.update(n, detail="files"))
+    warnings: list[str] = []
+    failed = failed_graphs(store, summary.failed, warnings=warnings)  # a small read per FAILED entry
+    click.echo(_scan_text(summary, None, False, False, failed) + "".join(f"\nwarning: {w}" for w in warnings))
+    if summary.warning_count or warnings:
         sys.exit(SOME_ENTRIES_FAILED)
 
 

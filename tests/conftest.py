@@ -27,6 +27,7 @@ def _isolate_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
         # A developer's own settings must not leak into tests.
         if var.startswith(("NEFFCACHE_", "NEURON_", "TORCH_NEURONX_", "NEFFSIM_")) and var not in (
             "NEFFCACHE_SPOOL_DIR", "NEFFCACHE_REQUIRE_SERVICES", "NEFFCACHE_TEST_POSTGRES_URL",
+            "NEFFCACHE_NATIVE",  # which listing a test run uses (tests/stores/test_listing_paths.py)
         ):
             monkeypatch.delenv(var, raising=False)
     yield

@@ -332,6 +332,9 @@ class Layout(KeyQuestions, ABC):
     # True when an entry is one directory of its own (its ``base``): listing that directory
     # finds all its files. False when entries share a directory (layout B's shards).
     entry_is_dir: bool = False
+    # True when an entry's files are exactly those directly in its directory (layout A; C's hold
+    # nested ones): a summary counts such an entry once the listing has left its directory.
+    entry_is_flat_dir: bool = False
 
     def locate_dir(self, directory: str, namespaces: dict[str, Namespace | None] | None = None
                    ) -> Located | None:

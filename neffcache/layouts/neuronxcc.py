@@ -271,11 +271,9 @@ class NeuronxccLayout(Layout):
 
     def locate_dir(self, directory: str, namespaces: dict[str, Namespace | None] | None = None
                    ) -> Located | None:
-        """The entry whose directory is ``directory`` (name left empty).
-
-        ``namespaces`` caches :meth:`namespace_dir` by directory across calls: a scan then runs
-        one regex per namespace, not one per entry, and its entries share one Namespace.
-        """
+        """The entry whose directory is ``directory`` (name left empty). ``namespaces`` caches
+        :meth:`namespace_dir` by directory across calls: a scan then runs one regex per
+        namespace, not one per entry, and its entries share one Namespace."""
         parent, _, key = directory.rpartition("/")
         if not key.startswith(KEY_PREFIX) or len(key) == len(KEY_PREFIX):
             return None
@@ -395,6 +393,7 @@ class NeuronxccLayout(Layout):
 
     # -- what scan, load_entry and prune ask (issue #11) ---------------------------------------
     entry_is_dir = True
+    entry_is_flat_dir = True  # files below an entry's directory are never its own (foreign)
 
     def locate_entry(self, path: str) -> Located | None:
         return self.locate(f"{path}/{NEFF}")

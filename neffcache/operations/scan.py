@@ -16,25 +16,25 @@ reported with their size and never removed by anything (docs/runtimes.md).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import gc
 import logging
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from neffcache.entry import Entry, EntryState, FileInfo, Namespace
 from neffcache.errors import CorruptEntry, EntryNotFound
-from neffcache.layouts import LAYOUTS, Located, locate
-from neffcache.layouts.base import Layout
+from neffcache.layouts import LAYOUTS
 from neffcache.manifest import Manifest, read_manifest
-from neffcache.stores.base import CONTROL_DIR, TEMP_MARKER, DirListing, Store
+from neffcache.operations.grouping import Group, Progress, group_dirs, group_files, judge, own_files
+from neffcache.stores.base import Store
 
 log = logging.getLogger(__name__)
-Progress = Callable[[int], None]
-CONTROL_PREFIX = CONTROL_DIR + "/"
+# Re-exported: callers group files and split foreign ones with the scan's own rules.
+__all__ = ["NamespaceSummary", "Progress", "ScanReport", "group_dirs", "group_files", "load_entry", "own_files",
+           "scan"]
 
 
 @dataclass(frozen=True)
@@ -124,135 +124,6 @@ class ScanReport:
         }
 
 
-@dataclass
-class _Group:
-    located: Located
-    files: dict[str, FileInfo] = field(default_factory=dict)
-    problems: list[str] = field(default_factory=list)  # what the listing would not follow or read
-
-
-def group_files(files: Iterable[FileInfo], progress: Progress | None = None, *,
-                foreign: list[FileInfo] | None = None) -> tuple[dict[str, _Group], list[FileInfo], int]:
-    """Assign listed files to entries; return (groups by entry path, garbage, control-file count).
-    Files no layout claims are appended to ``foreign`` when given."""
-    listings = (DirListing(head, [name], [info])
-                for info in files for head, _, name in (info.path.rpartition("/"),))
-    return group_dirs(listings, progress, foreign=foreign)
-
-
-def group_dirs(listings: Iterable[DirListing], progress: Progress | None = None,
-               warnings: list[str] | None = None, *, foreign: list[FileInfo] | None = None
-               ) -> tuple[dict[str, _Group], list[FileInfo], int]:
-    """:func:`group_files` for listings by directory (``Store.iter_dirs``): the fast path.
-
-    A listing's problems (a symlink not followed, an unreadable directory) make the entry they
-    lie in CORRUPT with the reason; one outside any entry is added to ``warnings``."""
-    groups: dict[str, _Group] = {}
-    garbage: list[FileInfo] = []
-    unclaimed: list[FileInfo] = foreign if foreign is not None else []
-    control = 0
-    count = 0
-    layouts = list(LAYOUTS.values())
-    # Layouts whose entries are directories (layout A): resolve each directory once, not
-    # each file (a scan of 100k entries would otherwise run 400k regex matches). A directory
-    # may come in several listings.
-    dir_layouts = [lay for lay in layouts if lay.entry_is_dir]
-    entry_dirs: dict[str, _Group | None] = {}
-    namespaces: dict[str, Namespace | None] = {}
-    for listing in listings:
-        directory, names, files, problems = listing
-        if problems:
-            _place_problems(directory, problems, groups, namespaces, warnings, dir_layouts)
-        if progress is not None:
-            before, count = count, count + len(files)
-            if count // 5000 != before // 5000:
-                progress(count)
-        in_control = directory == CONTROL_DIR or directory.startswith(CONTROL_PREFIX)
-        # Names hold no "/": a marker found in the joined names lies within one name.
-        if TEMP_MARKER in "/".join(names):
-            kept_names, kept_files = _without_temp_files(names, files, garbage)
-            if not in_control:
-                names, files = kept_names, kept_files
-        if in_control:
-            control += len(files)  # temp files there too: they are control files and garbage
-            continue
-        if not files:
-            continue  # no group for a directory of temp files only
-        if directory in entry_dirs:
-            group = entry_dirs[directory]
-        else:
-            group = entry_dirs[directory] = _entry_dir_group(directory, dir_layouts, namespaces, groups)
-        if group is not None:
-            group.files.update(zip(names, files, strict=True))
-        else:
-            _group_each_file(files, layouts, groups, unclaimed)
-    return groups, garbage, control
-
-
-def _without_temp_files(names: list[str], files: list[FileInfo],
-                        garbage: list[FileInfo]) -> tuple[list[str], list[FileInfo]]:
-    """A listing's names and files without our temp files, which go to ``garbage``."""
-    kept_names: list[str] = []
-    kept_files: list[FileInfo] = []
-    for name, info in zip(names, files, strict=True):
-        if TEMP_MARKER in name:
-            garbage.append(info)
-        else:
-            kept_names.append(name)
-            kept_files.append(info)
-    return kept_names, kept_files
-
-
-def _entry_dir_group(directory: str, dir_layouts: list[Layout], namespaces: dict[str, Namespace | None],
-                     groups: dict[str, _Group]) -> _Group | None:
-    """The group of the entry ``directory`` is, for a layout whose entries are directories."""
-    found = _locate_dir(directory, dir_layouts, namespaces)
-    if found is None:
-        return None
-    # A listing's problem may have made the entry's group already.
-    return groups.setdefault(found.path, _Group(found))
-
-
-def _locate_dir(directory: str, dir_layouts: list[Layout], namespaces: dict[str, Namespace | None]
-                ) -> Located | None:
-    """The entry whose directory is ``directory``, in whichever layout claims it."""
-    return next((got for lay in dir_layouts if (got := lay.locate_dir(directory, namespaces))), None)
-
-
-def _group_each_file(files: list[FileInfo], layouts: list[Layout], groups: dict[str, _Group],
-                     unclaimed: list[FileInfo]) -> None:
-    """Place files one by one (layouts whose entries are files, or a directory no layout knows)."""
-    for info in files:
-        located = locate(info.path)
-        if located is None:
-            # Not an entry's, not a temp name of ours: another tool's or unknown. Kept.
-            if not any(lay.is_runtime_file(info.path) for lay in layouts):
-                unclaimed.append(info)
-            continue
-        other = groups.get(located.path)
-        if other is None:
-            other = groups[located.path] = _Group(located)
-        other.files[located.name] = info
-
-
-def _place_problems(directory: str, problems: tuple[tuple[str, str], ...], groups: dict[str, _Group],
-                    namespaces: dict[str, Namespace | None], warnings: list[str] | None,
-                    dir_layouts: list[Layout]) -> None:
-    for name, reason in problems:
-        path = f"{directory}/{name}" if directory else name
-        # In an entry's directory, or the entry's directory itself, or (layout B) a file's entry.
-        found = (_locate_dir(directory, dir_layouts, namespaces) or _locate_dir(path, dir_layouts, namespaces)
-                 or locate(path))
-        if found is None:
-            if warnings is not None:
-                warnings.append(f"{path}: {reason}")
-            continue
-        group = groups.get(found.path)
-        if group is None:
-            group = groups[found.path] = _Group(found)
-        group.problems.append(f"{path}: {reason}")
-
-
 @contextlib.contextmanager
 def _gc_paused() -> Iterator[None]:
     """No cyclic garbage collection while a scan builds its objects.
@@ -273,7 +144,7 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _read_manifest(store: Store, group: _Group, manifest_name: str) -> tuple[Manifest | None, str | None]:
+def _read_manifest(store: Store, group: Group, manifest_name: str) -> tuple[Manifest | None, str | None]:
     path = f"{group.located.base}/{manifest_name}" if group.located.base else manifest_name
     try:
         listed = group.files.get(manifest_name)
@@ -294,39 +165,21 @@ def scan(store: Store, *, prefix: str = "", read_manifests: bool = False, layout
                      progress=progress, workers=workers)
 
 
-def own_files(lay: Layout, entry: Entry) -> tuple[Entry | None, list[FileInfo]]:
-    """The entry without the files in its directory that are not its (another tool's), and
-    those files; None when none of its files is the runtime's or neffcache's (a directory that
-    only looks like an entry: optimum-neuron's traced model, say). Files nested below an entry
-    never reach an entry (no layout locates them): they are foreign too."""
-    names = lay.foreign_names(entry)
-    if not names:
-        return entry, []
-    foreign = [entry.files[n] for n in names if n in entry.files]
-    files = {n: info for n, info in entry.files.items() if n not in names}
-    if not files:
-        return None, foreign
-    return dataclasses.replace(entry, files=files, extra=()), foreign
-
-
 def _scan(store: Store, started: float, *, prefix: str, read_manifests: bool, layout: str | None,
           progress: Progress | None, workers: int) -> ScanReport:
     foreign: list[FileInfo] = []
     warnings: list[str] = []
     groups, garbage, control = group_dirs(store.iter_dirs(prefix), progress, warnings, foreign=foreign)
 
-    def build(group: _Group) -> tuple[Entry | None, list[FileInfo]]:
+    def build(group: Group) -> tuple[Entry | None, list[FileInfo]]:
+        if not read_manifests:
+            return judge(group)
         lay = LAYOUTS[group.located.namespace.layout]
         manifest, error = (None, None)
-        if read_manifests:
-            name = lay.plan_entry(group.located.namespace, group.located.key).manifest_name
-            if name in group.files:
-                manifest, error = _read_manifest(store, group, name)
-        entry = lay.classify(group.located, group.files, manifest, error)
-        if group.problems:
-            entry = dataclasses.replace(entry, state=EntryState.CORRUPT, committed=True,
-                                        problems=(*entry.problems, *group.problems))
-        return own_files(lay, entry)
+        name = lay.plan_entry(group.located.namespace, group.located.key).manifest_name
+        if name in group.files:
+            manifest, error = _read_manifest(store, group, name)
+        return judge(group, manifest, error)
 
     selected = [g for g in groups.values() if layout is None or g.located.namespace.layout == layout]
     if read_manifests and len(selected) > 1:
@@ -368,5 +221,5 @@ def load_entry(store: Store, path: str, *, read_manifest: bool = True) -> Entry 
     manifest, error = (None, None)
     if read_manifest and plan.manifest_name in group.files:
         manifest, error = _read_manifest(store, group, plan.manifest_name)
-    entry, _ = own_files(lay, lay.classify(group.located, group.files, manifest, error))
+    entry, _ = judge(group, manifest, error)
     return entry

@@ -1,0 +1,202 @@
+"""Routing listed files to entries: the part of a scan between the listing and the layouts.
+
+Every listed file ends up in exactly one place: an entry's group (the files a layout locates
+in it), ``garbage`` (neffcache's temp names), a count of control files (``.neffcache/``),
+nothing (a runtime's own file outside any entry: layout A's root ``lock``), or ``foreign``.
+A listing's problems (a symlink not followed, an unreadable directory) go to the entry they
+lie in, which is then CORRUPT, or to the warnings.
+
+:class:`Grouper` takes one listing at a time, so a caller may also take finished groups out
+as it goes (:mod:`neffcache.operations.summary` does, to keep its memory bounded);
+:func:`group_dirs` feeds it a whole listing (``scan``). :func:`judge` turns a group into an
+entry, the same way for both.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable
+
+from neffcache.entry import Entry, EntryState, FileInfo, Namespace
+from neffcache.layouts import LAYOUTS, Located, locate
+from neffcache.layouts.base import Layout
+from neffcache.manifest import Manifest
+from neffcache.stores.base import CONTROL_DIR, TEMP_MARKER, DirListing
+
+Progress = Callable[[int], None]
+CONTROL_PREFIX = CONTROL_DIR + "/"
+
+
+class Group:
+    """The files (by name relative to the entry's base) and problems found for one entry.
+
+    A plain class with slots, not a dataclass: a scan makes one per entry."""
+
+    __slots__ = ("files", "located", "problems")
+
+    def __init__(self, located: Located) -> None:
+        self.located = located
+        self.files: dict[str, FileInfo] = {}
+        self.problems: list[str] = []  # what the listing would not follow or read
+
+
+class Grouper:
+    """Assigns listings to entry groups, one listing at a time (:meth:`add`).
+
+    ``groups`` (by entry path), ``garbage``, ``unclaimed`` (foreign files) and ``control`` grow
+    as listings come; ``created`` lists every group made since the caller last cleared it.
+    """
+
+    def __init__(self, progress: Progress | None = None, warnings: list[str] | None = None, *,
+                 foreign: list[FileInfo] | None = None) -> None:
+        self.groups: dict[str, Group] = {}
+        self.garbage: list[FileInfo] = []
+        self.unclaimed: list[FileInfo] = foreign if foreign is not None else []
+        self.warnings = warnings
+        self.control = 0
+        self.created: list[Group] = []
+        self._progress = progress
+        self._count = 0
+        self._layouts = list(LAYOUTS.values())
+        # Layouts whose entries are directories (layout A): resolve each directory once, not
+        # each file (a scan of 100k entries would otherwise run 400k regex matches). A
+        # directory may come in several listings: ``entry_dirs`` remembers its group.
+        self._dir_layouts = [lay for lay in self._layouts if lay.entry_is_dir]
+        self.entry_dirs: dict[str, Group | None] = {}
+        self._namespaces: dict[str, Namespace | None] = {}
+
+    def add(self, listing: DirListing) -> None:
+        directory, names, files, problems = listing
+        if problems:
+            self._place_problems(directory, problems)
+        if self._progress is not None:
+            before, self._count = self._count, self._count + len(files)
+            if self._count // 5000 != before // 5000:
+                self._progress(self._count)
+        in_control = directory == CONTROL_DIR or directory.startswith(CONTROL_PREFIX)
+        # Names hold no "/": a marker found in the joined names lies within one name.
+        if TEMP_MARKER in "/".join(names):
+            kept_names, kept_files = _without_temp_files(names, files, self.garbage)
+            if not in_control:
+                names, files = kept_names, kept_files
+        if in_control:
+            self.control += len(files)  # temp files there too: they are control files and garbage
+            return
+        if not files:
+            return  # no group for a directory of temp files only
+        entry_dirs = self.entry_dirs
+        if directory in entry_dirs:
+            group = entry_dirs[directory]
+        else:
+            group = entry_dirs[directory] = self._entry_dir_group(directory)
+        if group is not None:
+            group.files.update(zip(names, files, strict=True))
+        else:
+            self._group_each_file(files)
+
+    def _group(self, found: Located) -> Group:
+        group = self.groups.get(found.path)
+        if group is None:
+            group = self.groups[found.path] = Group(found)
+            self.created.append(group)
+        return group
+
+    def _locate_dir(self, directory: str) -> Located | None:
+        """The entry whose directory is ``directory``, in whichever layout claims it."""
+        for lay in self._dir_layouts:
+            got = lay.locate_dir(directory, self._namespaces)
+            if got is not None:
+                return got
+        return None
+
+    def _entry_dir_group(self, directory: str) -> Group | None:
+        """The group of the entry ``directory`` is, for a layout whose entries are directories."""
+        found = self._locate_dir(directory)
+        # A listing's problem may have made the entry's group already.
+        return None if found is None else self._group(found)
+
+    def _group_each_file(self, files: list[FileInfo]) -> None:
+        """Place files one by one (layouts whose entries are files, or a directory no layout knows)."""
+        for info in files:
+            located = locate(info.path)
+            if located is None:
+                # Not an entry's, not a temp name of ours: another tool's or unknown. Kept.
+                if not any(lay.is_runtime_file(info.path) for lay in self._layouts):
+                    self.unclaimed.append(info)
+                continue
+            self._group(located).files[located.name] = info
+
+    def _place_problems(self, directory: str, problems: tuple[tuple[str, str], ...]) -> None:
+        for name, reason in problems:
+            path = f"{directory}/{name}" if directory else name
+            # In an entry's directory, or the entry's directory itself, or (layout B) a file's entry.
+            found = self._locate_dir(directory) or self._locate_dir(path) or locate(path)
+            if found is None:
+                if self.warnings is not None:
+                    self.warnings.append(f"{path}: {reason}")
+                continue
+            self._group(found).problems.append(f"{path}: {reason}")
+
+
+def group_dirs(listings: Iterable[DirListing], progress: Progress | None = None,
+               warnings: list[str] | None = None, *, foreign: list[FileInfo] | None = None
+               ) -> tuple[dict[str, Group], list[FileInfo], int]:
+    """Assign listings by directory (``Store.iter_dirs``) to entries; return (groups by entry
+    path, garbage, control-file count). Files no layout claims are appended to ``foreign``.
+
+    A listing's problems (a symlink not followed, an unreadable directory) make the entry they
+    lie in CORRUPT with the reason; one outside any entry is added to ``warnings``."""
+    grouper = Grouper(progress, warnings, foreign=foreign)
+    add = grouper.add
+    for listing in listings:
+        add(listing)
+    return grouper.groups, grouper.garbage, grouper.control
+
+
+def group_files(files: Iterable[FileInfo], progress: Progress | None = None, *,
+                foreign: list[FileInfo] | None = None) -> tuple[dict[str, Group], list[FileInfo], int]:
+    """:func:`group_dirs` for files one by one."""
+    listings = (DirListing(head, [name], [info])
+                for info in files for head, _, name in (info.path.rpartition("/"),))
+    return group_dirs(listings, progress, foreign=foreign)
+
+
+def _without_temp_files(names: list[str], files: list[FileInfo],
+                        garbage: list[FileInfo]) -> tuple[list[str], list[FileInfo]]:
+    """A listing's names and files without our temp files, which go to ``garbage``."""
+    kept_names: list[str] = []
+    kept_files: list[FileInfo] = []
+    for name, info in zip(names, files, strict=True):
+        if TEMP_MARKER in name:
+            garbage.append(info)
+        else:
+            kept_names.append(name)
+            kept_files.append(info)
+    return kept_names, kept_files
+
+
+def own_files(lay: Layout, entry: Entry) -> tuple[Entry | None, list[FileInfo]]:
+    """The entry without the files in its directory that are not its (another tool's), and
+    those files; None when none of its files is the runtime's or neffcache's (a directory that
+    only looks like an entry: optimum-neuron's traced model, say). Files nested below an entry
+    never reach an entry (no layout locates them): they are foreign too."""
+    names = lay.foreign_names(entry)
+    if not names:
+        return entry, []
+    foreign = [entry.files[n] for n in names if n in entry.files]
+    files = {n: info for n, info in entry.files.items() if n not in names}
+    if not files:
+        return None, foreign
+    return dataclasses.replace(entry, files=files, extra=()), foreign
+
+
+def judge(group: Group, manifest: Manifest | None = None, error: str | None = None
+          ) -> tuple[Entry | None, list[FileInfo]]:
+    """The entry a group makes (None: not an entry, its files are another tool's) and the
+    foreign files in its directory. The listing's problems make it CORRUPT."""
+    lay = LAYOUTS[group.located.namespace.layout]
+    entry = lay.classify(group.located, group.files, manifest, error)
+    if group.problems:
+        entry = dataclasses.replace(entry, state=EntryState.CORRUPT, committed=True,
+                                    problems=(*entry.problems, *group.problems))
+    return own_files(lay, entry)

@@ -1,0 +1,266 @@
+"""The totals of a scan without its entry lists: what a plain ``neffcache scan`` prints.
+
+:func:`~neffcache.operations.scan.scan` keeps every entry and every file it listed (a
+``FileInfo`` per file, an ``Entry`` per entry): over a GB at a million entries. A summary needs
+counters only, so :func:`summarize` consumes the listing as a stream, judges each entry with the
+scan's own code (:func:`~neffcache.operations.grouping.judge`, the layouts' ``classify``) as
+soon as all its files have been seen, adds it to the per-namespace counters and drops it. Its
+totals are the full report's (tests/operations/test_summary.py compares them on trees of every
+layout, with garbage, foreign files, failed, locked, corrupt and uncommitted entries).
+
+When has an entry been seen whole? It depends on how its layout spreads its files:
+
+- **One flat directory per entry** (layout A, ``Layout.entry_is_flat_dir``): its files are
+  those of its directory and nothing below it. A store lists a directory and its subtree as one
+  run: the local walk is depth first and lists each directory in one listing; an object store
+  lists in key order, so every key under ``dir/`` comes between the first and the last of them
+  (only the directory's own subdirectories come in between); the threaded local listing
+  (shared mounts) lists each directory whole, once. So once a listing of a directory outside
+  the entry's subtree arrives, no more file of the entry can come, and it is judged. At most
+  a few such entries are open at a time.
+- **Entries whose files lie in two trees** (layout B: ``neff/ab/cd/<key>.neff`` and
+  ``hlo/ab/cd/<key>.hlo``), which a walk reaches far apart (one whole tree, then the other):
+  no listing order puts them together, so such an entry is only known whole at the end. Until
+  then it is kept as a small record, not as files: its namespace and base (shared per shard),
+  and per file the name with the key taken out (shared: a handful of forms) and the size.
+  A fraction of the memory of its ``FileInfo`` objects; mtimes are not kept (a summary
+  reports no ages).
+- **Entries with nested files** (layout C: vLLM's compile cache) are kept as groups until the
+  end: the threaded listing reaches their subdirectories late. A vLLM cache holds few entries
+  (one per compiled model configuration), not millions.
+
+FAILED entries are kept (the plain scan reads each one's failure log); warnings are kept up to
+``max_warnings`` and counted beyond. Everything else is a counter.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from neffcache.entry import Entry, EntryState, FileInfo, Namespace
+from neffcache.layouts import LAYOUTS, Located
+from neffcache.operations.grouping import Group, Grouper, Progress, judge
+from neffcache.operations.scan import NamespaceSummary, ScanReport
+from neffcache.stores.base import DirListing, Store
+
+MAX_WARNINGS = 1000
+_KEY = "\0"  # stands for the entry's key in a kept name: no file name holds a NUL
+
+
+@dataclass(frozen=True)
+class ScanSummary:
+    """What a scan found, as totals: per namespace, garbage, foreign files, warnings."""
+
+    store: str
+    namespaces: tuple[NamespaceSummary, ...]
+    garbage_files: int  # temp files of interrupted writes
+    uncommitted_entries: int
+    garbage_size: int
+    foreign_files: int
+    foreign_size: int
+    control_files: int
+    warnings: tuple[str, ...]  # the first ``max_warnings``: listing problems, then CORRUPT entries by path
+    warning_count: int
+    failed: tuple[Entry, ...] = ()  # the FAILED entries (their logs are worth a read)
+    seconds: float = 0.0
+
+    @property
+    def entries(self) -> int:
+        return sum(s.entries for s in self.namespaces)
+
+    @property
+    def size(self) -> int:
+        return sum(s.size for s in self.namespaces)
+
+    @property
+    def garbage_count(self) -> int:
+        return self.garbage_files + self.uncommitted_entries
+
+    def by_state(self) -> dict[str, int]:
+        counts: Counter[str] = Counter()
+        for s in self.namespaces:
+            counts.update(s.states)
+        return {s.value: counts.get(s.value, 0) for s in EntryState}
+
+    @classmethod
+    def of_report(cls, report: ScanReport, max_warnings: int = MAX_WARNINGS) -> ScanSummary:
+        """The summary of a full report: what :func:`summarize` finds in the same tree."""
+        return cls(report.store, tuple(report.namespaces()), len(report.garbage), len(report.uncommitted),
+                   report.garbage_size, len(report.foreign), report.foreign_size, report.control_files,
+                   report.warnings[:max_warnings], len(report.warnings),
+                   tuple(e for e in report.entries if e.state is EntryState.FAILED), report.seconds)
+
+
+@dataclass
+class _Tally:
+    """The counters a summary keeps."""
+
+    max_warnings: int
+    # One lookup per entry: [entries, size, Counter of states]
+    namespaces: dict[Namespace, tuple[list[int], Counter[str]]] = field(default_factory=dict)
+    garbage_files: int = 0
+    garbage_size: int = 0
+    uncommitted: int = 0
+    foreign_files: int = 0
+    foreign_size: int = 0
+    listing_warnings: list[str] = field(default_factory=list)
+    corrupt_warnings: list[tuple[str, str]] = field(default_factory=list)
+    warning_count: int = 0
+    failed: list[Entry] = field(default_factory=list)
+
+    def warn(self, text: str) -> None:
+        self.warning_count += 1
+        if len(self.listing_warnings) < self.max_warnings:
+            self.listing_warnings.append(text)
+
+    def foreign(self, files: list[FileInfo]) -> None:
+        self.foreign_files += len(files)
+        self.foreign_size += sum(f.size for f in files)
+
+    def garbage(self, files: list[FileInfo]) -> None:
+        self.garbage_files += len(files)
+        self.garbage_size += sum(f.size for f in files)
+
+    def group(self, group: Group) -> None:
+        entry, theirs = judge(group)
+        if theirs:
+            self.foreign(theirs)
+        if entry is None:
+            return
+        size = entry.size
+        if not entry.committed:
+            self.uncommitted += 1
+            self.garbage_size += size
+            return
+        ns = entry.namespace
+        found = self.namespaces.get(ns)
+        if found is None:
+            found = self.namespaces[ns] = ([0, 0], Counter())
+        counts, states = found
+        counts[0] += 1
+        counts[1] += size
+        state = entry.state
+        states[state.value] += 1
+        if state is EntryState.CORRUPT:
+            self.warning_count += 1
+            if len(self.corrupt_warnings) < self.max_warnings:
+                self.corrupt_warnings.append((entry.path, f"{entry.path}: {'; '.join(entry.problems)}"))
+        elif state is EntryState.FAILED:
+            self.failed.append(entry)
+
+
+class _KeptEntries:
+    """Entries known whole only at the end of the listing (layout B), as small records."""
+
+    def __init__(self) -> None:
+        self.forms: dict[str, str] = {}  # one copy of each name form (a name with the key taken out)
+        self.where: dict[str, tuple[Namespace, str]] = {}  # path form -> (namespace, base)
+        self.records: dict[str, dict[str, tuple[str | int, ...]]] = {}  # path form -> key -> (form, size)*
+        self.problems: dict[str, list[str]] = {}  # entry path -> problems (rare)
+
+    def _form(self, text: str, key: str) -> str:
+        form = text.replace(key, _KEY)
+        return self.forms.setdefault(form, form)
+
+    def add(self, group: Group) -> None:
+        loc = group.located
+        path_form = self._form(loc.path, loc.key)
+        if path_form not in self.where:
+            self.where[path_form] = (loc.namespace, loc.base)
+        kept = self.records.setdefault(path_form, {})
+        record = list(kept.get(loc.key, ()))
+        for name, info in group.files.items():
+            record += (self._form(name, loc.key), info.size)
+        kept[loc.key] = tuple(record)
+        if group.problems:
+            self.problems.setdefault(loc.path, []).extend(group.problems)
+
+    def groups(self) -> list[Group]:
+        """Every kept entry as a group again, and forget them."""
+        out = []
+        for path_form, kept in self.records.items():
+            namespace, base = self.where[path_form]
+            for key, record in kept.items():
+                path = path_form.replace(_KEY, key)
+                group = Group(Located(namespace, key, path, base, ""))
+                for i in range(0, len(record), 2):
+                    name = str(record[i]).replace(_KEY, key)
+                    group.files[name] = FileInfo(f"{base}/{name}" if base else name, int(record[i + 1]), 0.0)
+                group.problems = self.problems.get(path, [])
+                out.append(group)
+        self.records.clear()
+        return out
+
+
+def summarize(store: Store, *, prefix: str = "", progress: Progress | None = None,
+              max_warnings: int = MAX_WARNINGS) -> ScanSummary:
+    """The totals ``scan(store, prefix=prefix)`` reports, from one pass over the listing that
+    keeps no entry list (the module docstring says what it keeps, and why that is exact)."""
+    started = time.monotonic()
+    tally = _Tally(max_warnings)
+    warnings: list[str] = []
+    foreign: list[FileInfo] = []
+    grouper = Grouper(progress, warnings, foreign=foreign)
+    kept = _KeptEntries()
+    open_flat: list[Group] = []  # entries of a flat directory not yet judged
+    for listing in store.iter_dirs(prefix):
+        if open_flat:
+            open_flat = _judge_left(listing, open_flat, grouper, tally)
+        grouper.add(listing)
+        _drain(listing, grouper, tally, kept, open_flat, warnings, foreign)
+    for group in open_flat:
+        tally.group(grouper.groups.pop(group.located.path))
+    for group in kept.groups():
+        tally.group(group)
+    for group in grouper.groups.values():  # entries with nested files, kept whole
+        tally.group(group)
+    return _result(store, tally, grouper.control, time.monotonic() - started)
+
+
+def _judge_left(listing: DirListing, open_flat: list[Group], grouper: Grouper, tally: _Tally) -> list[Group]:
+    """Judge the open flat-directory entries the listing has left (it is outside their tree)."""
+    directory = listing.directory
+    still = []
+    for group in open_flat:
+        base = group.located.base
+        if directory == base or directory.startswith(base + "/"):
+            still.append(group)
+        else:
+            tally.group(grouper.groups.pop(group.located.path))
+    return still
+
+
+def _drain(listing: DirListing, grouper: Grouper, tally: _Tally, kept: _KeptEntries, open_flat: list[Group],
+           warnings: list[str], foreign: list[FileInfo]) -> None:
+    """Move what the last listing added out of the grouper: counters, open or kept entries."""
+    # The directory cache only saves a lookup when a directory comes again: bounded here.
+    grouper.entry_dirs.pop(listing.directory, None)
+    for group in grouper.created:
+        lay = LAYOUTS[group.located.namespace.layout]
+        if lay.entry_is_flat_dir:
+            open_flat.append(group)
+        elif not lay.entry_is_dir:
+            kept.add(grouper.groups.pop(group.located.path))
+    grouper.created.clear()
+    if grouper.garbage:
+        tally.garbage(grouper.garbage)
+        grouper.garbage.clear()
+    if foreign:
+        tally.foreign(foreign)
+        foreign.clear()
+    for text in warnings:
+        tally.warn(text)
+    warnings.clear()
+
+
+def _result(store: Store, tally: _Tally, control: int, seconds: float) -> ScanSummary:
+    namespaces = tuple(NamespaceSummary(ns, counts[0], counts[1], dict(states))
+                       for ns, (counts, states) in sorted(tally.namespaces.items(),
+                                                          key=lambda kv: (kv[0].layout, kv[0].path)))
+    corrupt = [text for _, text in sorted(tally.corrupt_warnings)]
+    shown = (tally.listing_warnings + corrupt)[:tally.max_warnings]
+    return ScanSummary(store.url, namespaces, tally.garbage_files, tally.uncommitted, tally.garbage_size,
+                       tally.foreign_files, tally.foreign_size, control, tuple(shown), tally.warning_count,
+                       tuple(sorted(tally.failed, key=lambda e: e.path)), seconds)

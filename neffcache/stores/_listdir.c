@@ -1,0 +1,565 @@
+/* neffcache.stores._listdir: the listing loop of a scan, in C.
+ *
+ * The pure-Python listing (neffcache/stores/local_listing.py) spends ~3 us per file on
+ * os.scandir + DirEntry.stat (the syscall plus a stat_result) before any scan work starts: a
+ * floor of ~1.5x `find -printf`. This module does the same syscalls and builds only what the
+ * scan keeps: names, and FileInfo tuples (path, size, mtime) made directly through the
+ * FileInfo type's tp_alloc (a NamedTuple is a tuple subclass).
+ *
+ * Containment is the Python listing's, syscall for syscall:
+ *  - a directory is opened with openat(parent, name, O_RDONLY|O_DIRECTORY|O_NOFOLLOW|O_CLOEXEC),
+ *    so a symlinked directory fails (ELOOP/ENOTDIR) instead of being followed;
+ *  - entries are classified by d_type, and by fstatat(AT_SYMLINK_NOFOLLOW) where the
+ *    filesystem gives DT_UNKNOWN; regular files are stat'ed with AT_SYMLINK_NOFOLLOW;
+ *  - a symlink is never resolved here: its name is handed back (``links``) for
+ *    SafeRoot.resolve_listed_link, which applies the root's rules and words the problems.
+ * Errors are the ones os.scandir and DirEntry.stat raise (OSError with errno), at the same
+ * points: a name that vanished (ENOENT, ENOTDIR) is skipped, anything else fails the listing
+ * of that directory, and the caller reports it as the Python walk does.
+ *
+ * The syscalls of one directory run with the GIL released (a shared mount's stat is a round
+ * trip to a metadata server: listing threads then overlap); the Python objects are built after.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define KIND_DIR 1
+#define KIND_FILE 2
+#define KIND_LINK 3
+
+typedef struct {
+    size_t name;  /* offset of the name in the arena */
+    size_t len;
+    int kind;
+    long long size;
+    double mtime;
+} Item;
+
+typedef struct {
+    Item *items;
+    size_t count, cap;
+    char *arena;
+    size_t used, room;
+} Listing;
+
+static void listing_free(Listing *l) {
+    free(l->items);
+    free(l->arena);
+    memset(l, 0, sizeof(*l));
+}
+
+static int listing_add(Listing *l, const char *name, size_t len, int kind, const struct stat *st) {
+    if (l->count == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 64;
+        Item *items = realloc(l->items, cap * sizeof(Item));
+        if (items == NULL) return -1;
+        l->items = items;
+        l->cap = cap;
+    }
+    if (l->used + len + 1 > l->room) {
+        size_t room = l->room ? l->room * 2 : 4096;
+        while (room < l->used + len + 1) room *= 2;
+        char *arena = realloc(l->arena, room);
+        if (arena == NULL) return -1;
+        l->arena = arena;
+        l->room = room;
+    }
+    Item *it = &l->items[l->count++];
+    it->name = l->used;
+    it->len = len;
+    it->kind = kind;
+    it->size = st ? (long long)st->st_size : 0;
+    /* CPython's st_mtime (posixmodule.c fill_time): seconds + nanoseconds * 1e-9. */
+    it->mtime = st ? (double)st->st_mtim.tv_sec + (unsigned long)st->st_mtim.tv_nsec * 1e-9 : 0.0;
+    memcpy(l->arena + l->used, name, len);
+    l->arena[l->used + len] = '\0';
+    l->used += len + 1;
+    return 0;
+}
+
+/* List the directory open as ``fd`` (not consumed) into ``l``, without the GIL. Returns 0, or
+ * an errno value (ENOMEM for an allocation failure). */
+static int list_dir_nogil(int fd, Listing *l) {
+    int dfd = dup(fd);  /* os.scandir(fd) too: closedir closes the copy, the caller's fd stays */
+    if (dfd < 0) return errno;
+    DIR *dir = fdopendir(dfd);
+    if (dir == NULL) {
+        int err = errno;
+        close(dfd);
+        return err;
+    }
+    int result = 0;
+    for (;;) {
+        errno = 0;
+        struct dirent *de = readdir(dir);
+        if (de == NULL) {
+            result = errno;
+            break;
+        }
+        const char *name = de->d_name;
+        if (name[0] == '.' && (name[1] == '\0' || (name[1] == '.' && name[2] == '\0'))) continue;
+        struct stat st;
+        int kind = 0;
+        switch (de->d_type) {
+        case DT_DIR: kind = KIND_DIR; break;
+        case DT_LNK: kind = KIND_LINK; break;
+        case DT_REG:
+        case DT_UNKNOWN:
+            if (fstatat(dirfd(dir), name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+                if (errno == ENOENT || errno == ENOTDIR) continue;  /* removed while we listed */
+                result = errno;
+                goto done;
+            }
+            if (S_ISREG(st.st_mode)) kind = KIND_FILE;
+            else if (de->d_type == DT_REG) continue;  /* no longer a regular file */
+            else if (S_ISDIR(st.st_mode)) kind = KIND_DIR;
+            else if (S_ISLNK(st.st_mode)) kind = KIND_LINK;
+            break;
+        default: break;  /* sockets, FIFOs, devices: nothing a cache holds */
+        }
+        if (kind == 0) continue;
+        if (listing_add(l, name, strlen(name), kind, kind == KIND_FILE ? &st : NULL) != 0) {
+            result = ENOMEM;
+            break;
+        }
+    }
+done:
+    rewinddir(dir);  /* the descriptor is shared with the caller's: leave it at the start */
+    closedir(dir);
+    return result;
+}
+
+static PyObject *raise_errno(int err) {
+    if (err == ENOMEM) return PyErr_NoMemory();
+    errno = err;
+    return PyErr_SetFromErrno(PyExc_OSError);
+}
+
+static PyObject *make_info(PyTypeObject *info_type, PyObject *path, long long size, double mtime) {
+    PyObject *info = info_type->tp_alloc(info_type, 3);
+    if (info == NULL) return NULL;
+    PyObject *psize = PyLong_FromLongLong(size);
+    PyObject *pmtime = PyFloat_FromDouble(mtime);
+    if (psize == NULL || pmtime == NULL) {
+        Py_XDECREF(psize);
+        Py_XDECREF(pmtime);
+        Py_DECREF(info);
+        return NULL;
+    }
+    Py_INCREF(path);
+    PyTuple_SET_ITEM(info, 0, path);
+    PyTuple_SET_ITEM(info, 1, psize);
+    PyTuple_SET_ITEM(info, 2, pmtime);
+    /* A str, an int and a float cannot be part of a cycle: out of the collector's sight, as
+     * CPython's own collector leaves such tuples after its first pass over them. A scan
+     * holds four per entry; every full collection would walk them all. */
+    PyObject_GC_UnTrack(info);
+    return info;
+}
+
+/* (subdirs, names, files, links) of a Listing; ``prefix`` is the directory's path plus "/"
+ * (bytes, empty at the root). Subdirectory names are returned as bytes when ``raw_dirs``. */
+static PyObject *build(Listing *l, const char *prefix, size_t plen, PyTypeObject *info_type, int raw_dirs) {
+    PyObject *subdirs = PyList_New(0), *names = PyList_New(0), *files = PyList_New(0), *links = PyList_New(0);
+    char *buf = NULL;
+    size_t bufcap = 0;
+    if (subdirs == NULL || names == NULL || files == NULL || links == NULL) goto fail;
+    for (size_t i = 0; i < l->count; i++) {
+        Item *it = &l->items[i];
+        const char *name = l->arena + it->name;
+        PyObject *obj;
+        if (it->kind == KIND_DIR && raw_dirs) {
+            obj = PyBytes_FromStringAndSize(name, (Py_ssize_t)it->len);
+        } else {
+            obj = PyUnicode_DecodeFSDefaultAndSize(name, (Py_ssize_t)it->len);
+        }
+        if (obj == NULL) goto fail;
+        PyObject *target = it->kind == KIND_DIR ? subdirs : it->kind == KIND_LINK ? links : names;
+        if (PyList_Append(target, obj) != 0) {
+            Py_DECREF(obj);
+            goto fail;
+        }
+        if (it->kind == KIND_FILE) {
+            size_t need = plen + it->len;
+            if (need > bufcap) {
+                char *nbuf = realloc(buf, need + 256);
+                if (nbuf == NULL) {
+                    Py_DECREF(obj);
+                    PyErr_NoMemory();
+                    goto fail;
+                }
+                buf = nbuf;
+                bufcap = need + 256;
+            }
+            PyObject *path;
+            if (plen == 0) {
+                path = obj;
+                Py_INCREF(path);
+            } else {
+                memcpy(buf, prefix, plen);
+                memcpy(buf + plen, name, it->len);
+                path = PyUnicode_DecodeFSDefaultAndSize(buf, (Py_ssize_t)need);
+            }
+            if (path == NULL) {
+                Py_DECREF(obj);
+                goto fail;
+            }
+            PyObject *info = make_info(info_type, path, it->size, it->mtime);
+            Py_DECREF(path);
+            if (info == NULL || PyList_Append(files, info) != 0) {
+                Py_XDECREF(info);
+                Py_DECREF(obj);
+                goto fail;
+            }
+            Py_DECREF(info);
+        }
+        Py_DECREF(obj);
+    }
+    free(buf);
+    return Py_BuildValue("(NNNN)", subdirs, names, files, links);
+fail:
+    free(buf);
+    Py_XDECREF(subdirs);
+    Py_XDECREF(names);
+    Py_XDECREF(files);
+    Py_XDECREF(links);
+    return NULL;
+}
+
+static int check_info_type(PyObject *type) {
+    if (!PyType_Check(type) || !PyType_IsSubtype((PyTypeObject *)type, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "info_type must be a tuple subclass (FileInfo)");
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(list_dir_doc,
+"list_dir(fd, prefix, info_type) -> (subdirs, names, files, links)\n\n"
+"List the open directory ``fd`` (not closed). ``prefix`` is its store path plus '/' ('' at the\n"
+"root); ``files[i]`` is ``info_type((prefix + names[i], size, mtime))``. Symlinks are not\n"
+"followed: their names are in ``links``. Raises OSError as os.scandir would.");
+
+static PyObject *list_dir(PyObject *self, PyObject *args) {
+    (void)self;
+    int fd;
+    PyObject *prefix, *info_type;
+    if (!PyArg_ParseTuple(args, "iUO:list_dir", &fd, &prefix, &info_type)) return NULL;
+    if (check_info_type(info_type) != 0) return NULL;
+    PyObject *raw = PyUnicode_EncodeFSDefault(prefix);
+    if (raw == NULL) return NULL;
+    Listing l = {0};
+    int err;
+    Py_BEGIN_ALLOW_THREADS
+    err = list_dir_nogil(fd, &l);
+    Py_END_ALLOW_THREADS
+    PyObject *out = err ? raise_errno(err)
+                        : build(&l, PyBytes_AS_STRING(raw), (size_t)PyBytes_GET_SIZE(raw),
+                                (PyTypeObject *)info_type, 0);
+    listing_free(&l);
+    Py_DECREF(raw);
+    return out;
+}
+
+/* ---- Walker: the depth-first walk of local_listing.walk, one directory per __next__ ------ */
+
+typedef struct {
+    int fd;
+    char *rel;  /* the directory's store path (bytes, no trailing "/") */
+    size_t rlen;
+    PyObject *subdirs;  /* list of bytes names still to visit */
+    Py_ssize_t next;
+} Frame;
+
+typedef struct {
+    PyObject_HEAD
+    PyTypeObject *info_type;
+    Frame *frames;
+    size_t depth, cap;
+    int started;
+} Walker;
+
+static void frame_close(Frame *f) {
+    if (f->fd >= 0) close(f->fd);
+    f->fd = -1;
+    free(f->rel);
+    f->rel = NULL;
+    Py_CLEAR(f->subdirs);
+}
+
+static void walker_dealloc(Walker *w) {
+    for (size_t i = 0; i < w->depth; i++) frame_close(&w->frames[i]);
+    free(w->frames);
+    Py_XDECREF(w->info_type);
+    Py_TYPE(w)->tp_free((PyObject *)w);
+}
+
+static int walker_push(Walker *w, int fd, const char *rel, size_t rlen) {
+    if (w->depth == w->cap) {
+        size_t cap = w->cap ? w->cap * 2 : 16;
+        Frame *frames = realloc(w->frames, cap * sizeof(Frame));
+        if (frames == NULL) return -1;
+        w->frames = frames;
+        w->cap = cap;
+    }
+    Frame *f = &w->frames[w->depth];
+    f->rel = malloc(rlen + 1);
+    if (f->rel == NULL) return -1;
+    memcpy(f->rel, rel, rlen);
+    f->rel[rlen] = '\0';
+    f->rlen = rlen;
+    f->fd = fd;
+    f->subdirs = NULL;
+    f->next = 0;
+    w->depth++;
+    return 0;
+}
+
+static void walker_pop(Walker *w) {
+    frame_close(&w->frames[--w->depth]);
+}
+
+static PyObject *decode(const char *s, size_t n) {
+    return PyUnicode_DecodeFSDefaultAndSize(s, (Py_ssize_t)n);
+}
+
+/* List the top frame's directory: (rel, names, files, links, problems, fd) to yield, or
+ * Py_None when it has nothing to report. When the listing fails, returns NULL with no
+ * exception set and the errno value in ``*oserr``. */
+static PyObject *walker_list_top(Walker *w, int *oserr) {
+    Frame *f = &w->frames[w->depth - 1];
+    Listing l = {0};
+    int err;
+    Py_BEGIN_ALLOW_THREADS
+    err = list_dir_nogil(f->fd, &l);
+    Py_END_ALLOW_THREADS
+    *oserr = 0;
+    if (err) {
+        listing_free(&l);
+        if (err == ENOMEM) return PyErr_NoMemory();
+        *oserr = err;
+        return NULL;
+    }
+    char *prefix = malloc(f->rlen + 2);
+    if (prefix == NULL) {
+        listing_free(&l);
+        return PyErr_NoMemory();
+    }
+    memcpy(prefix, f->rel, f->rlen);
+    size_t plen = f->rlen;
+    if (plen) prefix[plen++] = '/';
+    PyObject *built = build(&l, prefix, plen, w->info_type, 1);
+    free(prefix);
+    listing_free(&l);
+    if (built == NULL) return NULL;
+    PyObject *subdirs = PyTuple_GET_ITEM(built, 0), *names = PyTuple_GET_ITEM(built, 1);
+    PyObject *files = PyTuple_GET_ITEM(built, 2), *links = PyTuple_GET_ITEM(built, 3);
+    Py_INCREF(subdirs);
+    f->subdirs = subdirs;
+    f->next = 0;
+    if (PyList_GET_SIZE(files) == 0 && PyList_GET_SIZE(links) == 0) {
+        Py_DECREF(built);
+        Py_RETURN_NONE;
+    }
+    PyObject *rel = decode(f->rel, f->rlen);
+    if (rel == NULL) {
+        Py_DECREF(built);
+        return NULL;
+    }
+    PyObject *out = Py_BuildValue("(NOOOOi)", rel, names, files, links, PyTuple_New(0), f->fd);
+    Py_DECREF(built);
+    return out;
+}
+
+/* The problem listing of an unopenable or unreadable child: (prel, [], [], [], ((name, reason),), -1). */
+static PyObject *problem(Frame *parent, PyObject *name, PyObject *reason) {
+    PyObject *rel = decode(parent->rel, parent->rlen);
+    if (rel == NULL) return NULL;
+    PyObject *uname = PyUnicode_DecodeFSDefaultAndSize(PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name));
+    if (uname == NULL) {
+        Py_DECREF(rel);
+        return NULL;
+    }
+    return Py_BuildValue("(N[][][]((NN))i)", rel, uname, reason, -1);
+}
+
+static PyObject *unreadable(int err) {
+    return PyUnicode_FromFormat("unreadable directory (%s)", strerror(err));
+}
+
+static PyObject *walker_next(Walker *w) {
+    if (!w->started) {
+        w->started = 1;
+        int oserr;
+        PyObject *out = walker_list_top(w, &oserr);
+        if (out == NULL) {
+            while (w->depth) walker_pop(w);
+            return oserr ? raise_errno(oserr) : NULL;  /* the start itself: raised, as walk() does */
+        }
+        if (out != Py_None) return out;
+        Py_DECREF(out);
+    }
+    while (w->depth) {
+        Frame *f = &w->frames[w->depth - 1];
+        if (f->subdirs == NULL || f->next >= PyList_GET_SIZE(f->subdirs)) {
+            walker_pop(w);
+            continue;
+        }
+        PyObject *name = PyList_GET_ITEM(f->subdirs, f->next++);
+        Py_INCREF(name);
+        const char *cname = PyBytes_AS_STRING(name);
+        int cfd, err = 0;
+        Py_BEGIN_ALLOW_THREADS
+        cfd = openat(f->fd, cname, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (cfd < 0) err = errno;
+        Py_END_ALLOW_THREADS
+        if (cfd < 0) {
+            PyObject *reason = NULL;
+            if (err == ENOENT) {
+                Py_DECREF(name);
+                continue;
+            }
+            if (err == ELOOP || err == ENOTDIR) {
+                struct stat st;  /* SafeRoot.is_link: a link is reported, a file that replaced it skipped */
+                if (fstatat(f->fd, cname, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISLNK(st.st_mode)) {
+                    Py_DECREF(name);
+                    continue;
+                }
+                reason = PyUnicode_FromString("a symlinked directory (not followed)");
+            } else {
+                reason = unreadable(err);
+            }
+            PyObject *out = reason ? problem(f, name, reason) : NULL;
+            Py_DECREF(name);
+            return out;
+        }
+        size_t nlen = (size_t)PyBytes_GET_SIZE(name);
+        char *rel = malloc(f->rlen + nlen + 2);
+        if (rel == NULL) {
+            close(cfd);
+            Py_DECREF(name);
+            return PyErr_NoMemory();
+        }
+        size_t rlen = 0;
+        if (f->rlen) {
+            memcpy(rel, f->rel, f->rlen);
+            rel[f->rlen] = '/';
+            rlen = f->rlen + 1;
+        }
+        memcpy(rel + rlen, cname, nlen);
+        rlen += nlen;
+        int pushed = walker_push(w, cfd, rel, rlen);
+        free(rel);
+        if (pushed != 0) {
+            close(cfd);
+            Py_DECREF(name);
+            return PyErr_NoMemory();
+        }
+        int oserr;
+        PyObject *out = walker_list_top(w, &oserr);
+        if (out == NULL) {
+            if (!oserr) {
+                Py_DECREF(name);
+                return NULL;
+            }
+            /* Unreadable: reported against the parent, as the Python walk does. */
+            walker_pop(w);
+            PyObject *reason = unreadable(oserr);
+            out = reason ? problem(&w->frames[w->depth - 1], name, reason) : NULL;
+            Py_DECREF(name);
+            return out;
+        }
+        Py_DECREF(name);
+        if (out != Py_None) return out;
+        Py_DECREF(out);
+    }
+    return NULL;  /* StopIteration */
+}
+
+static PyObject *walker_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    int fd;
+    PyObject *start, *info_type;
+    static char *kwlist[] = {"fd", "start", "info_type", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iUO:Walker", kwlist, &fd, &start, &info_type)) return NULL;
+    if (check_info_type(info_type) != 0) return NULL;
+    PyObject *raw = PyUnicode_EncodeFSDefault(start);
+    if (raw == NULL) return NULL;
+    Walker *w = (Walker *)type->tp_alloc(type, 0);
+    if (w == NULL) {
+        Py_DECREF(raw);
+        return NULL;
+    }
+    Py_INCREF(info_type);
+    w->info_type = (PyTypeObject *)info_type;
+    if (walker_push(w, fd, PyBytes_AS_STRING(raw), (size_t)PyBytes_GET_SIZE(raw)) != 0) {
+        Py_DECREF(raw);
+        Py_DECREF(w);
+        return PyErr_NoMemory();
+    }
+    Py_DECREF(raw);
+    return (PyObject *)w;
+}
+
+static PyObject *walker_close(Walker *w, PyObject *unused) {
+    (void)unused;
+    while (w->depth) walker_pop(w);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef walker_methods[] = {
+    {"close", (PyCFunction)walker_close, METH_NOARGS, "Close every descriptor the walk holds."},
+    {NULL, NULL, 0, NULL},
+};
+
+PyDoc_STRVAR(walker_doc,
+"Walker(fd, start, info_type)\n\n"
+"Depth first from the open directory ``fd`` (consumed: closed by the walk) whose store path is\n"
+"``start``. Yields (rel, names, files, links, problems, fd) per directory with files, links or\n"
+"problems; ``fd`` is the listed directory's descriptor, valid until the next step (-1 for a\n"
+"problem listing). Symlinks are never followed; a subdirectory that cannot be opened or listed\n"
+"is a problem of its parent's, worded as local_listing.dir_problem words it.");
+
+static PyTypeObject WalkerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "neffcache.stores._listdir.Walker",
+    .tp_basicsize = sizeof(Walker),
+    .tp_dealloc = (destructor)walker_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = walker_doc,
+    .tp_iter = PyObject_SelfIter,
+    .tp_iternext = (iternextfunc)walker_next,
+    .tp_methods = walker_methods,
+    .tp_new = walker_new,
+};
+
+static PyMethodDef methods[] = {
+    {"list_dir", list_dir, METH_VARARGS, list_dir_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "neffcache.stores._listdir",
+    "The listing loop of a local scan in C (see neffcache/stores/local_listing.py).", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__listdir(void) {
+    if (PyType_Ready(&WalkerType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    Py_INCREF(&WalkerType);
+    if (PyModule_AddObject(m, "Walker", (PyObject *)&WalkerType) < 0) {
+        Py_DECREF(&WalkerType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

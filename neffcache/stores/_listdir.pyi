@@ -1,0 +1,17 @@
+"""Types of the C listing helper (neffcache/stores/_listdir.c)."""
+
+from collections.abc import Iterator
+
+from neffcache.entry import FileInfo
+
+# (subdirectory names, file names, their FileInfos, symlink names)
+Listed = tuple[list[str], list[str], list[FileInfo], list[str]]
+# (directory, file names, their FileInfos, symlink names, problems, the directory's descriptor)
+Step = tuple[str, list[str], list[FileInfo], list[str], tuple[tuple[str, str], ...], int]
+
+def list_dir(fd: int, prefix: str, info_type: type[FileInfo], /) -> Listed: ...
+
+class Walker(Iterator[Step]):
+    def __init__(self, fd: int, start: str, info_type: type[FileInfo]) -> None: ...
+    def __next__(self) -> Step: ...
+    def close(self) -> None: ...

@@ -1,0 +1,118 @@
+"""A summary's totals are the full scan's, on every layout and every listing order the stores
+produce (neffcache/operations/summary.py says why streaming is exact)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from neffcache.entry import EntryState, FileInfo
+from neffcache.layouts.torchneuron import shard
+from neffcache.operations.scan import scan
+from neffcache.operations.summary import ScanSummary, summarize
+from neffcache.stores.base import TEMP_MARKER, Store
+from neffcache.stores.local import LocalStore
+from tests.operations.test_scan_listing import FileByFile, _messy_root, _touch
+from tests.runtime_caches import native_key, write_native_neff, write_neuronxcc_entry, write_vllm_entry
+
+
+class KeyOrder(FileByFile):
+    """Lists in key order, as S3 and fsspec do: ``Store.iter_dirs``' default groups the runs."""
+
+    def iter_files(self, prefix: str = "") -> Iterator[FileInfo]:
+        yield from sorted(self.inner.iter_files(prefix))
+
+
+def _all_layouts(root: Path) -> None:
+    """Entries of layouts A, B and C in every state, with garbage, foreign files and problems."""
+    _messy_root(root)  # A and B, temp files, foreign files, control files, a runtime lock
+    for i in range(40):
+        write_neuronxcc_entry(root, f"ok-{i}".encode(), target="trn1")
+    write_neuronxcc_entry(root, b"failed", state="FAILED")
+    write_neuronxcc_entry(root, b"failed-2", state="FAILED")
+    write_neuronxcc_entry(root, b"locked-2", state="LOCKED")
+    write_neuronxcc_entry(root, b"empty", state="EMPTY")
+    write_neuronxcc_entry(root, b"empty-neff", neff=b"")  # CORRUPT: an empty NEFF
+    linked = write_neuronxcc_entry(root, b"linked")
+    (linked / "escape").symlink_to("/etc/hostname")  # CORRUPT: a link out of the root
+    (linked / "nested").mkdir()
+    (linked / "nested" / "x.bin").write_bytes(b"nested")  # foreign: below an entry
+    (root / "stray-link").symlink_to("/etc")  # a warning outside any entry
+    ns = root / "trn2-lnc2" / "torchneuron-2.9.0"
+    for i in range(60):
+        key = native_key(f"op-{i}")
+        if i % 3 != 1:
+            write_native_neff(ns / "neff", f"op-{i}", b"" if i == 9 else None)  # i == 9: CORRUPT
+        if i % 3 != 0:
+            _touch(ns / "hlo" / f"{shard(key)}.hlo", b"HLO" * i)  # i % 3 == 1: EMPTY (no NEFF)
+            _touch(ns / "hlo" / f"{shard(key)}.flags.json", b"[]")
+        if i == 12:
+            (ns / "neff" / f"{shard(key)}.neff").unlink()
+            _touch(ns / "neff" / f"{shard(key)}.neffcache.json", b"{}")  # uncommitted
+    _touch(ns / "neff" / "zz" / "notes.txt")  # foreign in a layout-B namespace
+    _touch(ns / "neff" / "ab" / "cd" / f"x{TEMP_MARKER}1")  # our temp file
+    vllm = root / "trn2-lnc2" / "vllm-0.9.1"
+    write_vllm_entry(vllm, "llama")
+    write_vllm_entry(vllm, "mistral", complete=False)  # LOCKED
+    _touch(vllm / "torch_compile_cache" / "x.py")  # foreign
+
+
+def _without_seconds(summary: ScanSummary) -> ScanSummary:
+    return dataclasses.replace(summary, seconds=0.0)
+
+
+@pytest.mark.parametrize("order", ["walk", "threaded", "key order"])
+def test_a_summary_is_the_full_reports_totals(tmp_path: Path, order: str) -> None:
+    root = tmp_path / "c"
+    _all_layouts(root)
+    local = LocalStore(root)
+    store: Store = {"walk": local, "threaded": LocalStore(root, list_workers=4), "key order": KeyOrder(local, 0)}[order]
+    report = scan(store)
+    summary = summarize(store)
+    assert _without_seconds(summary) == _without_seconds(ScanSummary.of_report(report))
+    # The tree has what it should, so the comparison covers every case.
+    states = summary.by_state()
+    assert all(states[s.value] for s in EntryState), states
+    assert {ns.namespace.layout for ns in summary.namespaces} == {"neuronxcc", "torchneuron", "vllm"}
+    assert summary.garbage_files and summary.uncommitted_entries >= 3 and summary.foreign_files >= 7
+    assert len(summary.failed) == 2 and summary.warning_count == len(report.warnings) >= 2  # CORRUPT entries
+    if order != "key order":  # what a listing would not follow (only local stores have such problems)
+        assert summary.warning_count >= 4 and any("stray-link" in w for w in summary.warnings)
+    assert summary.entries == len(report.entries) and summary.size == report.size
+
+
+def test_warnings_are_capped_and_counted(tmp_path: Path) -> None:
+    root = tmp_path / "c"
+    for i in range(5):
+        write_neuronxcc_entry(root, f"bad-{i}".encode(), neff=b"")
+    summary = summarize(LocalStore(root), max_warnings=2)
+    assert summary.warning_count == 5 and len(summary.warnings) == 2
+    assert summary.by_state()["CORRUPT"] == 5
+
+
+def test_the_plain_scan_command_prints_the_full_scans_text(tmp_path: Path) -> None:
+    """The plain command (a summary) and --entries (the full report) print the same totals."""
+    root = tmp_path / "c"
+    _all_layouts(root)
+
+    def cli(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "neffcache.cli.main", "scan", str(root), *args],
+                              capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})
+        assert done.returncode == 1, done.stdout + done.stderr  # CORRUPT entries
+        return done.stdout
+
+    def without_timing(text: str) -> list[str]:
+        return [line.split(" (scanned in")[0] for line in text.splitlines()]
+
+    plain = without_timing(cli())
+    detailed = without_timing(cli("--entries"))
+    entry_table = detailed.index("", 1)
+    table_end = next(i for i, line in enumerate(detailed) if line.startswith("garbage:"))
+    assert plain == detailed[:entry_table] + detailed[table_end:]
+    assert any("failed: 2 compiler errors" in line or "failed:" in line for line in plain)

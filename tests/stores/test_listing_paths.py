@@ -1,0 +1,141 @@
+"""The local listing has two paths, the C helper (neffcache/stores/_listdir.c) and the Python
+loop (the fallback where it was not built, or with NEFFCACHE_NATIVE=0): they must list the same
+files with the same sizes and mtimes, and report the same problems instead of following a link.
+
+The cases of tests/hostile/ that concern listing run on the C path with the rest of the suite;
+:func:`test_hostile_listing_cases_on_the_python_path` runs them again on the Python path."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from neffcache.operations.scan import scan
+from neffcache.stores import local_listing
+from neffcache.stores.base import DirListing
+from neffcache.stores.local import LocalStore
+
+REPO = Path(__file__).resolve().parents[2]
+NATIVE = local_listing.native
+
+
+@pytest.fixture(params=["native", "python"])
+def listing_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    if request.param == "python":
+        monkeypatch.setattr(local_listing, "native", None)
+    else:
+        assert NATIVE is not None, "the C listing helper is not built (test_the_c_helper_is_built says why)"
+        monkeypatch.setattr(local_listing, "native", NATIVE)
+    yield request.param
+
+
+def test_the_c_helper_is_built() -> None:
+    """This repository's install (pip install -e, the Makefile) builds the helper: a build that
+    failed silently (it is optional) would leave every scan on the slow path unnoticed."""
+    assert NATIVE is not None, "neffcache.stores._listdir did not build: run `pip install -e .` and read its output"
+    forced = subprocess.run([sys.executable, "-c", "from neffcache.stores import local_listing as m; "
+                             "print(m.native is None)"], capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "NEFFCACHE_NATIVE": "0"}, check=True)
+    assert forced.stdout.strip() == "True"
+
+
+def _hostile_tree(root: Path, outside: Path) -> None:
+    """Every kind of name a listing meets, and every link it must not follow."""
+    (root / "ns" / "entry").mkdir(parents=True)
+    (root / "ns" / "entry" / "a.bin").write_bytes(b"a" * 10)
+    (root / "ns" / "entry" / "empty").write_bytes(b"")
+    (root / "ns" / "deep" / "er" / "est").mkdir(parents=True)
+    (root / "ns" / "deep" / "er" / "est" / "f").write_bytes(b"f" * 3)
+    (root / "ns" / "in-root-link").symlink_to("entry/a.bin")  # listed with its target's size
+    (root / "ns" / "abs-in-root-link").symlink_to(root / "ns" / "entry" / "a.bin")
+    (root / "ns" / "out-link").symlink_to(outside / "secret")  # a problem, never followed
+    (root / "ns" / "dangling").symlink_to("nowhere")
+    (root / "ns" / "dir-link").symlink_to("entry")  # a symlinked directory: not followed
+    (root / "ns" / "out-dir-link").symlink_to(outside)
+    (root / "ns" / "root-link").symlink_to("..")
+    os.mkfifo(root / "ns" / "fifo")  # nothing a cache holds: skipped
+    (root / "ns" / "h\udcff-name").write_bytes(b"x")  # a name that is not UTF-8 (surrogateescape)
+    (root / "top").write_bytes(b"t")
+    (root / "emptydir").mkdir()
+    outside.mkdir(exist_ok=True)
+    (outside / "secret").write_bytes(b"s" * 99)
+
+
+def _listed(store: LocalStore, prefix: str = "") -> list[DirListing]:
+    return sorted((DirListing(d.directory, sorted(d.names), sorted(d.files), tuple(sorted(d.problems)))
+                   for d in store.iter_dirs(prefix)), key=lambda d: (d.directory, d.problems))
+
+
+def test_both_paths_list_the_same(tmp_path: Path, listing_path: str) -> None:
+    root = tmp_path / "root"
+    _hostile_tree(root, tmp_path / "outside")
+    got = _listed(LocalStore(root))
+    by_path = {f.path: f for d in got for f in d.files}
+    assert set(by_path) == {"ns/entry/a.bin", "ns/entry/empty", "ns/deep/er/est/f", "ns/in-root-link",
+                            "ns/abs-in-root-link", "ns/h\udcff-name", "top"}
+    assert by_path["ns/in-root-link"].size == 10 and by_path["ns/entry/empty"].size == 0
+    st = os.stat(root / "ns" / "entry" / "a.bin")
+    assert by_path["ns/entry/a.bin"].mtime == st.st_mtime  # the same float os.stat gives
+    problems = {(d.directory, name): reason for d in got for name, reason in d.problems}
+    assert set(problems) == {("ns", n) for n in ("out-link", "dangling", "dir-link", "out-dir-link", "root-link")}
+    assert "outside the root" in problems[("ns", "out-link")]
+    assert problems[("ns", "dir-link")] == "a symlink to a directory (not followed)"
+    # Each file in exactly one listing, each listing once per directory (a scan relies on it).
+    assert len(by_path) == sum(len(d.files) for d in got)
+    for d in got:
+        assert [f.path for f in d.files] == [f"{d.directory}/{n}" if d.directory else n for n in d.names]
+    # The threaded listing (shared mounts) lists the same.
+    assert _listed(LocalStore(root, list_workers=4)) == got
+    assert _listed(LocalStore(root), "ns/deep") == [d for d in got if d.directory.startswith("ns/deep")]
+
+
+def test_the_paths_agree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "root"
+    _hostile_tree(root, tmp_path / "outside")
+    assert NATIVE is not None
+    native = _listed(LocalStore(root))
+    monkeypatch.setattr(local_listing, "native", None)
+    assert _listed(LocalStore(root)) == native
+
+
+def test_an_unopenable_start_is_refused_on_both_paths(tmp_path: Path, listing_path: str) -> None:
+    root = tmp_path / "root"
+    _hostile_tree(root, tmp_path / "outside")
+    from neffcache.errors import UnsafePath
+
+    with pytest.raises(UnsafePath):
+        list(LocalStore(root).iter_dirs("ns/dir-link"))
+    assert list(LocalStore(root).iter_dirs("ns/missing")) == []
+
+
+def test_a_scan_reports_the_same_on_both_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.operations.test_scan_listing import _messy_root, _same
+
+    root = tmp_path / "c"
+    _messy_root(root)
+    native = scan(LocalStore(root))
+    assert NATIVE is not None and len(native.entries) == 5 and len(native.foreign) == 4
+    monkeypatch.setattr(local_listing, "native", None)
+    _same(native, scan(LocalStore(root)))
+
+
+def test_hostile_listing_cases_on_the_python_path(tmp_path: Path) -> None:
+    """The hostile cases that list (symlinks planted anywhere, an unreadable entry directory,
+    an entry of in-root links), in a pytest of their own with NEFFCACHE_NATIVE=0; their CLI
+    subprocesses inherit it."""
+    tests = ["tests/hostile/test_unreadable_and_links.py", "tests/hostile/test_planted_links.py",
+             "tests/hostile/test_primitives.py::test_iter_dirs_reports_instead_of_following",
+             "tests/operations/test_scan_listing.py"]
+    code = ("import sys, pytest; from neffcache.stores import local_listing as m; "
+            "assert m.native is None; sys.exit(pytest.main(sys.argv[1:]))")
+    done = subprocess.run([sys.executable, "-c", code, "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+                           "--basetemp", str(tmp_path / "inner"), *tests],
+                          cwd=REPO, capture_output=True, text=True, timeout=280,
+                          env={**os.environ, "NEFFCACHE_NATIVE": "0"})
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert " passed" in done.stdout and "skipped" not in done.stdout, done.stdout[-2000:]
