@@ -20,7 +20,7 @@ import gc
 import logging
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -33,8 +33,17 @@ from neffcache.stores.base import Store
 
 log = logging.getLogger(__name__)
 # Re-exported: callers group files and split foreign ones with the scan's own rules.
-__all__ = ["NamespaceSummary", "Progress", "ScanReport", "group_dirs", "group_files", "load_entry", "own_files",
-           "scan"]
+__all__ = [
+    "NamespaceSummary",
+    "Progress",
+    "ScanReport",
+    "entry_at",
+    "group_dirs",
+    "group_files",
+    "load_entry",
+    "own_files",
+    "scan",
+]
 
 
 @dataclass(frozen=True)
@@ -203,23 +212,33 @@ def _scan(store: Store, started: float, *, prefix: str, read_manifests: bool, la
 
 def load_entry(store: Store, path: str, *, read_manifest: bool = True) -> Entry | None:
     """One entry by its path (the listing of just its files), or None when nothing is there."""
+    return entry_at(path, lambda base: list(store.iter_files(base)), store.stat,
+                    store if read_manifest else None)
+
+
+def entry_at(path: str, list_files: Callable[[str], Iterable[FileInfo]], stat: Callable[[str], FileInfo | None],
+             manifests: Store | None = None) -> Entry | None:
+    """The entry at ``path`` from its files as ``list_files`` (an entry directory) and ``stat``
+    (the named files of a flat layout) see them now; its manifest read from ``manifests`` when
+    given. One home for :func:`load_entry` and prune's re-listing through held descriptors."""
     probe = next((got for lay in LAYOUTS.values() if (got := lay.locate_entry(path))), None)
     if probe is None:
         return None
     lay = LAYOUTS[probe.namespace.layout]
     if lay.entry_is_dir:
-        infos = list(store.iter_files(probe.base))
+        infos = list(list_files(probe.base))
     else:
         own = lay.names(probe.namespace, probe.key)
         names = dict.fromkeys(n for n in (own.hlo, own.flags, own.neff, own.manifest, own.marker) if n)
-        infos = [i for n in names if (i := store.stat(f"{probe.base}/{n}" if probe.base else n))]
+        infos = [i for n in names if (i := stat(f"{probe.base}/{n}" if probe.base else n))]
     groups, _, _ = group_files(infos)
     group = groups.get(probe.path)
     if group is None:
         return None
-    plan = lay.plan_entry(group.located.namespace, group.located.key)
     manifest, error = (None, None)
-    if read_manifest and plan.manifest_name in group.files:
-        manifest, error = _read_manifest(store, group, plan.manifest_name)
+    if manifests is not None:
+        plan = lay.plan_entry(group.located.namespace, group.located.key)
+        if plan.manifest_name in group.files:
+            manifest, error = _read_manifest(manifests, group, plan.manifest_name)
     entry, _ = judge(group, manifest, error)
     return entry

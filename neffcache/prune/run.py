@@ -31,8 +31,7 @@ from neffcache.coordination.stamps import stamp_path
 from neffcache.coordination.write_leases import PUBLISH_LEASE_TTL, prune_group_lease, publish_lease_name
 from neffcache.entry import Entry, EntryState, FileInfo
 from neffcache.errors import EntryNotFound, InvalidKey, ReadOnlyStore, StoreUnavailable
-from neffcache.layouts import LAYOUTS
-from neffcache.operations.scan import group_files, own_files
+from neffcache.operations.scan import entry_at
 from neffcache.prune.model import ItemKind, Kept, PruneItem, PrunePlan, Reason, ago
 from neffcache.prune.remove import JOURNAL_DIR, delete_order
 from neffcache.prune.sweep import LockJudge, lease_stale
@@ -119,22 +118,9 @@ def chunk_files(store: Store) -> LocalRemoval | StoreFiles:
 
 
 def relist(files: ChunkFiles, path: str) -> Entry | None:
-    """The entry at ``path`` as it is now, listed again (``load_entry`` without the manifest,
-    through ``files``), or None when nothing is there."""
-    probe = next((got for lay in LAYOUTS.values() if (got := lay.locate_entry(path))), None)
-    if probe is None:
-        return None
-    lay = LAYOUTS[probe.namespace.layout]
-    if lay.entry_is_dir:
-        infos = files.list_files(probe.base)
-    else:
-        own = lay.names(probe.namespace, probe.key)
-        names = dict.fromkeys(n for n in (own.hlo, own.flags, own.neff, own.manifest, own.marker) if n)
-        infos = [i for n in names if (i := files.stat(f"{probe.base}/{n}" if probe.base else n))]
-    group = group_files(infos)[0].get(probe.path)
-    if group is None:
-        return None
-    return own_files(lay, lay.classify(group.located, group.files, None, None))[0]
+    """The entry at ``path`` as it is now, listed again through ``files`` (no manifest read),
+    or None when nothing is there."""
+    return entry_at(path, files.list_files, files.stat)
 
 
 class StoreRun:
