@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench                      # every benchmark once, at 1x (a few minutes)
     .venv/bin/python -m bench --scale 1,10,100     # the scaling table of docs/performance.md
-    .venv/bin/python -m bench --only scan,prune --scale 10
+    .venv/bin/python -m bench --only scan,prune --scale 10 --tmp /mnt/big   # trees on a roomy tmpfs
 
 Each benchmark is its own module (``python -m bench.<name> --help``) and prints its ratios, its
 peak RSS and the load average; this runner only picks the sizes, so the scaling table's rows
@@ -42,6 +42,11 @@ SUITE: dict[str, tuple[str, Callable[[int], list[str]]]] = {
 }
 
 
+# Benchmarks that build big trees, and the flag that puts them under --tmp (a million layout-A
+# entries is 5M inodes: more than a default /dev/shm holds, and slow to make on a disk).
+TREE_FLAGS: dict[str, str] = {"scan": "--tree", "prune": "--dir"}
+
+
 def parse_list(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
@@ -50,6 +55,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scale", default="1", help="Comma-separated multiples of the 1x work (default: 1).")
     parser.add_argument("--only", default=",".join(SUITE), help=f"Comma-separated benchmarks ({', '.join(SUITE)}).")
+    parser.add_argument("--tmp", default=None,
+                        help="Directory for the trees of scan (kept, reused) and prune (built per round); "
+                             "default: each benchmark's own temporary directory.")
     parser.add_argument("--dry-run", action="store_true", help="Print the commands without running them.")
     args = parser.parse_args()
     names = parse_list(args.only)
@@ -67,6 +75,8 @@ def main() -> None:
         module, argv_at = SUITE[name]
         for scale in scales:
             command = [sys.executable, "-m", module, *argv_at(scale)]
+            if args.tmp and name in TREE_FLAGS:
+                command += [TREE_FLAGS[name], f"{args.tmp}/{name}"]
             print(f"\n=== {name} at {scale}x: {' '.join(command[1:])}  (load {load_average()})", flush=True)
             if args.dry_run:
                 continue
