@@ -41,6 +41,42 @@ class Located:
     name: str
 
 
+class ShardDir:
+    """One directory of a layout whose entries are files sharing directories (layout B's
+    ``neff/ab/cd``), resolved once for all its files (:meth:`Layout.shard_dir`): a scan then
+    does per file only what must be per file, the key from the name (:meth:`key_of`).
+
+    ``entry_dir``: the prefix of the paths of the entries whose files lie here; ``name_dir``:
+    the prefix of their names (relative to ``base``). A plain class with slots: a scan of a
+    million entries makes one per shard directory, 131,072 of them.
+    """
+
+    __slots__ = ("base", "entry_dir", "name_dir", "namespace", "shard", "suffixes")
+
+    def __init__(self, namespace: Namespace, base: str, entry_dir: str, name_dir: str, shard: str,
+                 suffixes: frozenset[str]) -> None:
+        self.namespace = namespace
+        self.base = base
+        self.entry_dir = entry_dir
+        self.name_dir = name_dir
+        self.shard = shard  # every key here starts with it
+        self.suffixes = suffixes  # what may follow a key (``.neff``)
+
+    def key_of(self, name: str) -> str | None:
+        """The key of the entry a file named ``name`` here belongs to, when the name is one of
+        the plain forms (``<key><suffix>``); None otherwise, and the caller asks
+        :meth:`Layout.locate` of the whole path (which decides every other name exactly as a
+        scan always has). So this may only say yes to names ``locate`` places the same way."""
+        key, dot, rest = name.partition(".")
+        if (dot and "." + rest in self.suffixes and 32 <= len(key) <= 64 and key.startswith(self.shard)
+                and not key.strip(_HEX_DIGITS)):
+            return key
+        return None
+
+
+_HEX_DIGITS = "0123456789abcdef"
+
+
 @dataclass(frozen=True)
 class EntryPlan:
     """The store paths of an entry that is about to be written, in commit order."""
@@ -340,6 +376,14 @@ class Layout(KeyQuestions, ABC):
                    ) -> Located | None:
         """The entry whose directory is ``directory`` (name left empty), for layouts whose
         entries are directories (:attr:`entry_is_dir`): a scan resolves each directory once."""
+        return None
+
+    def shard_dir(self, directory: str, namespaces: dict[str, Namespace | None] | None = None
+                  ) -> ShardDir | None:
+        """``directory`` resolved once for its files, for layouts whose entries are files that
+        share directories (layout B's shards); None when none of its files can be this layout's
+        (the default). ``namespaces`` caches namespaces by path across calls, so the entries of
+        a namespace share one Namespace."""
         return None
 
     def locate_entry(self, path: str) -> Located | None:
