@@ -378,6 +378,16 @@ class Layout(KeyQuestions, ABC):
         entries are directories (:attr:`entry_is_dir`): a scan resolves each directory once."""
         return None
 
+    # Layouts whose entries spread their files over sibling trees under a namespace, the same
+    # shard path in each (layout B: ``<ns>/neff/ab/cd`` and ``<ns>/hlo/ab/cd``): their names.
+    # A walk reaches the two far apart; a summary lists them in step instead (operations/summary).
+    spread_trees: tuple[str, ...] = ()
+
+    def spread_namespace(self, directory: str) -> str | None:
+        """The namespace directory of which ``directory`` is one of the :attr:`spread_trees`
+        (``<ns>/neff`` -> ``<ns>``), or None."""
+        return None
+
     def shard_dir(self, directory: str, namespaces: dict[str, Namespace | None] | None = None
                   ) -> ShardDir | None:
         """``directory`` resolved once for its files, for layouts whose entries are files that

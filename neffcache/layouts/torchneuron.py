@@ -74,12 +74,14 @@ _MANAGED_RE = re.compile(
     r"(?P<a>[0-9a-f]{2})/(?P<b>[0-9a-f]{2})/" + _KEY + r"(?P<suffix>\.[a-z.]+)$"
 )
 _BARE_RE = re.compile(r"^(?P<a>[0-9a-f]{2})/(?P<b>[0-9a-f]{2})/" + _KEY + r"(?P<suffix>\.[a-z.]+)$")
+_TREES = ("hlo", "neff")  # the two trees an entry's files lie in, at the same shard path
 # A shard directory, resolved once for its files (:meth:`TorchNeuronLayout.shard_dir`). ``\Z``,
 # not ``$``: a directory named ``cd\n`` is not a shard (``$`` would match before the newline).
 _MANAGED_DIR_RE = re.compile(
-    "^(?P<ns>" + TARGET_DIR_RE + r"torchneuron-(?P<ver>[0-9][^/]*))/(?P<kind>neff|hlo)/"
+    "^(?P<ns>" + TARGET_DIR_RE + r"torchneuron-(?P<ver>[0-9][^/]*))/(?:" + "|".join(_TREES) + r")/"
     r"(?P<a>[0-9a-f]{2})/(?P<b>[0-9a-f]{2})\Z"
 )
+_TREE_DIR_RE = re.compile("^(?P<ns>" + TARGET_DIR_RE + r"torchneuron-[0-9][^/]*)/(?:" + "|".join(_TREES) + r")\Z")
 _BARE_DIR_RE = re.compile(r"^(?P<a>[0-9a-f]{2})/(?P<b>[0-9a-f]{2})\Z")
 _MANAGED_SUFFIXES = frozenset(_SUFFIXES)
 _BARE_SUFFIXES = frozenset((".neff", ".neffcache.json"))
@@ -149,6 +151,13 @@ class TorchNeuronLayout(Layout):
             key = match.group("key")
             return Located(ns, key, shard(key), "", path)
         return None
+
+    # An entry's files lie in two trees, at the same shard path in each (the module docstring).
+    spread_trees = _TREES
+
+    def spread_namespace(self, directory: str) -> str | None:
+        match = _TREE_DIR_RE.match(directory)
+        return match.group("ns") if match else None
 
     def shard_dir(self, directory: str, namespaces: dict[str, Namespace | None] | None = None
                   ) -> ShardDir | None:

@@ -27,14 +27,14 @@ from __future__ import annotations
 import errno
 import importlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from types import ModuleType
 from typing import TYPE_CHECKING
 
 from neffcache.entry import FileInfo
 from neffcache.errors import UnsafePath
-from neffcache.stores.base import DirListing
+from neffcache.stores.base import DirListing, SkipDirs
 from neffcache.stores.safepath import DIR_FLAGS, SafeRoot
 
 if TYPE_CHECKING:
@@ -164,12 +164,16 @@ def list_rels(safe: SafeRoot, directories: list[str]) -> tuple[list[str], list[D
     return subdirs, listings
 
 
-def walk(safe: SafeRoot, fd: int, start: str) -> Iterator[DirListing]:
+def walk(safe: SafeRoot, fd: int, start: str, skip: SkipDirs | None = None) -> Iterator[DirListing]:
     """Depth first from the open directory ``fd`` (consumed), each subdirectory opened relative
-    to its parent: no path is resolved twice, and at most one descriptor per level is held."""
+    to its parent: no path is resolved twice, and at most one descriptor per level is held.
+    The subtrees ``skip`` names are left alone (not even opened)."""
     if native is None:
-        return _walk_python(safe, fd, start)
-    return _walk_native(safe, native.Walker(fd, start, FileInfo))
+        return _walk_python(safe, fd, start, skip)
+    if skip is None:
+        return _walk_native(safe, native.Walker(fd, start, FileInfo))
+    names = frozenset(os.fsencode(n) for n in skip.names)
+    return _walk_native(safe, native.Walker(fd, start, FileInfo, names, skip.test))
 
 
 def _walk_native(safe: SafeRoot, walker: Walker) -> Iterator[DirListing]:
@@ -188,7 +192,7 @@ def _walk_native(safe: SafeRoot, walker: Walker) -> Iterator[DirListing]:
         walker.close()
 
 
-def _walk_python(safe: SafeRoot, fd: int, start: str) -> Iterator[DirListing]:
+def _walk_python(safe: SafeRoot, fd: int, start: str, skip: SkipDirs | None = None) -> Iterator[DirListing]:
     frames: list[tuple[int, str, Iterator[str]]] = [(fd, start, iter(()))]
     try:
         subdirs, listing = list_fd(safe, fd, start)
@@ -203,6 +207,8 @@ def _walk_python(safe: SafeRoot, fd: int, start: str) -> Iterator[DirListing]:
                 os.close(pfd)
                 continue
             rel = f"{prel}/{name}" if prel else name
+            if skip is not None and name in skip.names and skip.test(rel):
+                continue
             try:
                 cfd = os.open(name, DIR_FLAGS, dir_fd=pfd)
             except FileNotFoundError:
@@ -224,6 +230,76 @@ def _walk_python(safe: SafeRoot, fd: int, start: str) -> Iterator[DirListing]:
     finally:
         for frame in frames:
             os.close(frame[0])
+
+
+def walk_together(safe: SafeRoot, trees: Sequence[str]) -> Iterator[tuple[str, list[DirListing]]]:
+    """The directories ``trees`` walked in step (:meth:`Store.iter_dirs_together`): depth first
+    over the union of their relative subdirectories (sorted), each relative directory listed
+    in every tree that has it before the walk goes below it. Problems are the walk's own:
+    what cannot be opened is a problem of its parent's, worded by :func:`dir_problem`."""
+    frames: list[tuple[int, str]] = []
+    problems: list[DirListing] = []
+    try:
+        for tree in trees:
+            parent, _, name = tree.rpartition("/")
+            try:
+                pfd = safe.open_dir(parent)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            try:
+                frames.append((os.open(name, DIR_FLAGS, dir_fd=pfd), tree))
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                reason = dir_problem(safe, pfd, name, exc)
+                if reason is not None:
+                    problems.append(DirListing(parent, [], [], ((name, reason),)))
+            finally:
+                os.close(pfd)
+    except BaseException:
+        for fd, _ in frames:
+            os.close(fd)
+        raise
+    yield from _in_step(safe, frames, "", problems)
+
+
+def _in_step(safe: SafeRoot, frames: list[tuple[int, str]], rel: str,
+             batch: list[DirListing]) -> Iterator[tuple[str, list[DirListing]]]:
+    """List the relative directory ``rel`` open in each tree as ``frames`` (consumed; no yield
+    comes between opening them and this call, so they are always closed), then what lies
+    below it, in step. ``batch``: what could not be opened of ``rel``, reported with it."""
+    subdirs: dict[str, list[tuple[int, str]]] = {}  # name -> (parent fd, parent path) per tree
+    try:
+        for fd, path in frames:
+            try:
+                names, listing = list_fd(safe, fd, path)
+            except OSError as exc:
+                head, _, name = path.rpartition("/")
+                batch.append(DirListing(head, [], [], ((name, f"unreadable directory ({exc.strerror})"),)))
+                continue
+            if listing is not None:
+                batch.append(listing)
+            for name in names:
+                subdirs.setdefault(name, []).append((fd, path))
+        if batch:
+            yield rel, batch
+        for name in sorted(subdirs):
+            child_rel = f"{rel}/{name}" if rel else name
+            children: list[tuple[int, str]] = []
+            problems: list[DirListing] = []
+            for pfd, path in subdirs[name]:
+                try:
+                    children.append((os.open(name, DIR_FLAGS, dir_fd=pfd), f"{path}/{name}"))
+                except FileNotFoundError:
+                    continue
+                except OSError as exc:
+                    reason = dir_problem(safe, pfd, name, exc)
+                    if reason is not None:
+                        problems.append(DirListing(path, [], [], ((name, reason),)))
+            yield from _in_step(safe, children, child_rel, problems)
+    finally:
+        for fd, _ in frames:
+            os.close(fd)
 
 
 def list_threaded(safe: SafeRoot, fd: int, start: str, workers: int) -> Iterator[DirListing]:
