@@ -117,13 +117,13 @@ class TorchNeuronLayout(Layout):
 
     @staticmethod
     def names_for(namespace: Namespace, key: str) -> dict[str, str]:
-        bare = namespace.path == ""
-        neff_dir = "" if bare else "neff/"
+        sharded = shard(key)  # once: a scan asks this of every entry
+        neff = sharded if namespace.path == "" else f"neff/{sharded}"
         return {
-            "neff": f"{neff_dir}{shard(key)}.neff",
-            "manifest": f"{neff_dir}{shard(key)}.neffcache.json",
-            "hlo": f"hlo/{shard(key)}.hlo",
-            "flags": f"hlo/{shard(key)}{_FLAGS_SUFFIX}",
+            "neff": f"{neff}.neff",
+            "manifest": f"{neff}.neffcache.json",
+            "hlo": f"hlo/{sharded}.hlo",
+            "flags": f"hlo/{sharded}{_FLAGS_SUFFIX}",
         }
 
     def locate(self, path: str) -> Located | None:
