@@ -7,6 +7,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from neffcache.entry import Entry, EntryState, FileInfo, Namespace
 from neffcache.instances import TARGETS
@@ -30,9 +31,11 @@ def parse_target_dir(match: re.Match[str]) -> tuple[str | None, int | None]:
     return tdir.split("-lnc")[0], int(match.group("lnc"))
 
 
-@dataclass(frozen=True)
-class Located:
-    """Where one listed file belongs: which entry, under which name."""
+class Located(NamedTuple):
+    """Where one listed file belongs: which entry, under which name.
+
+    A NamedTuple, not a dataclass: a scan makes one per entry (a frozen dataclass's
+    ``__init__`` costs a microsecond, a million times)."""
 
     namespace: Namespace
     key: str
@@ -64,13 +67,15 @@ class ShardDir:
 
     def key_of(self, name: str) -> str | None:
         """The key of the entry a file named ``name`` here belongs to, when the name is one of
-        the plain forms (``<key><suffix>``); None otherwise, and the caller asks
+        the plain forms (``<key><suffix>``: 32 to 64 lowercase hex digits, then a suffix of
+        ``suffixes`` from the first dot on); None otherwise, and the caller asks
         :meth:`Layout.locate` of the whole path (which decides every other name exactly as a
         scan always has). So this may only say yes to names ``locate`` places the same way."""
-        key, dot, rest = name.partition(".")
-        if (dot and "." + rest in self.suffixes and 32 <= len(key) <= 64 and key.startswith(self.shard)
-                and not key.strip(_HEX_DIGITS)):
-            return key
+        dot = name.find(".")
+        if 32 <= dot <= 64 and name[dot:] in self.suffixes:
+            key = name[:dot]
+            if key.startswith(self.shard) and not key.strip(_HEX_DIGITS):
+                return key
         return None
 
 

@@ -265,41 +265,62 @@ def walk_together(safe: SafeRoot, trees: Sequence[str]) -> Iterator[tuple[str, l
 
 def _in_step(safe: SafeRoot, frames: list[tuple[int, str]], rel: str,
              batch: list[DirListing]) -> Iterator[tuple[str, list[DirListing]]]:
-    """List the relative directory ``rel`` open in each tree as ``frames`` (consumed; no yield
-    comes between opening them and this call, so they are always closed), then what lies
-    below it, in step. ``batch``: what could not be opened of ``rel``, reported with it."""
-    subdirs: dict[str, list[tuple[int, str]]] = {}  # name -> (parent fd, parent path) per tree
+    """List the relative directory ``rel`` open in each tree as ``frames`` (consumed: closed
+    however the walk ends), then what lies below it, in step, depth first. ``batch``: what
+    could not be opened of ``rel``, reported with it. A loop over a stack, not recursion: a
+    million entries are a hundred thousand shard directories, each a step."""
+    # Per level: the descriptors to close when done, the level's path, and its subdirectories
+    # still to visit: (name, [(parent fd, parent path) in each tree that has it]).
+    stack: list[tuple[list[tuple[int, str]], str, Iterator[tuple[str, list[tuple[int, str]]]]]] = []
+    current: list[tuple[int, str]] | None = frames
     try:
-        for fd, path in frames:
-            try:
-                names, listing = list_fd(safe, fd, path)
-            except OSError as exc:
-                head, _, name = path.rpartition("/")
-                batch.append(DirListing(head, [], [], ((name, f"unreadable directory ({exc.strerror})"),)))
-                continue
-            if listing is not None:
-                batch.append(listing)
-            for name in names:
-                subdirs.setdefault(name, []).append((fd, path))
-        if batch:
-            yield rel, batch
-        for name in sorted(subdirs):
-            child_rel = f"{rel}/{name}" if rel else name
-            children: list[tuple[int, str]] = []
-            problems: list[DirListing] = []
-            for pfd, path in subdirs[name]:
+        while current is not None:
+            subdirs: dict[str, list[tuple[int, str]]] = {}
+            for fd, path in current:
                 try:
-                    children.append((os.open(name, DIR_FLAGS, dir_fd=pfd), f"{path}/{name}"))
-                except FileNotFoundError:
-                    continue
+                    names, listing = list_fd(safe, fd, path)
                 except OSError as exc:
-                    reason = dir_problem(safe, pfd, name, exc)
-                    if reason is not None:
-                        problems.append(DirListing(path, [], [], ((name, reason),)))
-            yield from _in_step(safe, children, child_rel, problems)
+                    head, _, name = path.rpartition("/")
+                    batch.append(DirListing(head, [], [], ((name, f"unreadable directory ({exc.strerror})"),)))
+                    continue
+                if listing is not None:
+                    batch.append(listing)
+                for name in names:
+                    subdirs.setdefault(name, []).append((fd, path))
+            if subdirs:
+                stack.append((current, rel, iter(sorted(subdirs.items()))))
+            else:
+                for fd, _ in current:
+                    os.close(fd)
+            current = None
+            if batch:
+                yield rel, batch
+            while stack:
+                _, parent_rel, pending = stack[-1]
+                step = next(pending, None)
+                if step is None:
+                    for fd, _ in stack.pop()[0]:
+                        os.close(fd)
+                    continue
+                name, parents = step
+                rel = f"{parent_rel}/{name}" if parent_rel else name
+                current, batch = [], []
+                for pfd, path in parents:
+                    try:
+                        current.append((os.open(name, DIR_FLAGS, dir_fd=pfd), f"{path}/{name}"))
+                    except FileNotFoundError:
+                        continue
+                    except OSError as exc:
+                        reason = dir_problem(safe, pfd, name, exc)
+                        if reason is not None:
+                            batch.append(DirListing(path, [], [], ((name, reason),)))
+                break
     finally:
-        for fd, _ in frames:
+        for fd, _ in current or ():
             os.close(fd)
+        for level, _, _ in stack:
+            for fd, _ in level:
+                os.close(fd)
 
 
 def list_threaded(safe: SafeRoot, fd: int, start: str, workers: int) -> Iterator[DirListing]:
