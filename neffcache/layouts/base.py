@@ -180,9 +180,8 @@ class Layout(KeyQuestions, ABC):
                  manifest: Manifest | None, *, manifest_name: str, marker_name: str, committed: bool = True,
                  extra: tuple[str, ...] = ()) -> Entry:
         """The entry ``classify`` decided on, where ``located`` says it lies."""
-        return Entry(namespace=located.namespace, key=located.key, path=located.path, base=located.base,
-                     files=dict(files), state=state, problems=tuple(problems), manifest=manifest,
-                     manifest_name=manifest_name, marker_name=marker_name, extra=extra, committed=committed)
+        return Entry.listed(located.namespace, located.key, located.path, located.base, dict(files), state,
+                            tuple(problems), manifest, manifest_name, marker_name, extra, committed)
 
     @abstractmethod
     def plan_entry(self, namespace: Namespace, key: str) -> EntryPlan:
