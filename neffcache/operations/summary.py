@@ -254,25 +254,28 @@ def _listings(store: Store, prefix: str, spread: dict[str, list[str]]) -> Iterat
 def _in_step(batches: Iterator[tuple[str, list[DirListing]]], grouper: Grouper, tally: _Tally,
              warnings: list[str], foreign: list[FileInfo]) -> None:
     """Count the entries of spread trees listed in step (``Store.iter_dirs_together``): each
-    entry once the batches have left the relative directory whose batch made it."""
-    open_groups: list[tuple[str, Group]] = []  # (the relative directory that made it, group)
+    entry once the batches have left the relative directory whose batch made it. The batches
+    come depth first, so the open ones form a path from the root: a stack."""
+    groups = grouper.groups
+    opened: list[tuple[str, list[Group]]] = []  # (relative directory, the groups its batch made)
     for rel, batch in batches:
-        if open_groups:
-            still = []
-            for made_in, group in open_groups:
-                if rel == made_in or rel.startswith(made_in + "/") or not made_in:
-                    still.append((made_in, group))
-                else:
-                    tally.group(grouper.groups.pop(group.located.path))
-            open_groups = still
+        while opened:
+            made_in = opened[-1][0]
+            if made_in and rel != made_in and not rel.startswith(made_in + "/"):
+                for group in opened.pop()[1]:
+                    tally.group(groups.pop(group.located.path))
+            else:
+                break
         for listing in batch:
             grouper.add(listing)
             grouper.entry_dirs.pop(listing.directory, None)
-        open_groups.extend((rel, group) for group in grouper.created)
-        grouper.created.clear()
+        if grouper.created:
+            opened.append((rel, grouper.created))
+            grouper.created = []
         _drain_counters(grouper, tally, warnings, foreign)
-    for _, group in open_groups:
-        tally.group(grouper.groups.pop(group.located.path))
+    for _, made in opened:
+        for group in made:
+            tally.group(groups.pop(group.located.path))
 
 
 def _judge_left(listing: DirListing, open_flat: list[Group], grouper: Grouper, tally: _Tally) -> list[Group]:
