@@ -9,6 +9,10 @@ ways, chosen by :class:`~neffcache.stores.local.LocalStore` from its ``list_work
 - :func:`list_threaded`, breadth first on many threads, for shared mounts (Lustre, NFS) where
   every stat is a round trip to a metadata server.
 
+:func:`walk` can leave subtrees out (``SkipDirs``), and :func:`walk_together` lists sibling trees
+in step (layout B's ``hlo/`` and ``neff/``, the same shard path in each): a summary then knows an
+entry whole once its shard is listed (neffcache/operations/summary.py).
+
 Both follow no symlink (:mod:`neffcache.stores.safepath`): a link to a file inside the root is
 listed with its target's size, anything else that cannot be listed is reported in
 ``DirListing.problems`` instead of raising, so one bad directory does not hide the rest.
