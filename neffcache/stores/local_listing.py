@@ -250,6 +250,11 @@ def walk_together(safe: SafeRoot, trees: Sequence[str]) -> Iterator[tuple[str, l
                 pfd = safe.open_dir(parent)
             except (FileNotFoundError, NotADirectoryError):
                 continue
+            except (UnsafePath, OSError) as exc:  # swapped for a link, or unreadable, since the walk
+                head, _, leaf = parent.rpartition("/")
+                why = exc.reason if isinstance(exc, UnsafePath) else f"unreadable directory ({exc.strerror or exc})"
+                problems.append(DirListing(head, [], [], ((leaf, why),)))
+                continue
             try:
                 frames.append((os.open(name, DIR_FLAGS, dir_fd=pfd), tree))
             except FileNotFoundError:

@@ -176,3 +176,14 @@ def test_skipped_trees_are_left_alone_then_listed_in_step(tmp_path: Path, listin
     assert _normal(rest_listed + [d for _, batch in batches for d in batch]) == _listed(store)
     # The threaded listing (shared mounts) cannot leave a tree out: the caller lists everything.
     assert LocalStore(root, list_workers=4).iter_dirs_skipping("", SkipDirs(frozenset({"a"}), later)) is None
+
+
+def test_trees_in_step_below_a_link_are_a_problem_not_an_error(tmp_path: Path, listing_path: str) -> None:
+    """A tree's parent swapped for a symlink after the walk left the tree out: reported, not raised."""
+    root = tmp_path / "root"
+    (root / "real" / "hlo").mkdir(parents=True)
+    (root / "real" / "hlo" / "f").write_bytes(b"1")
+    (root / "ns").symlink_to("real")
+    batches = list(LocalStore(root).iter_dirs_together(["ns/hlo", "ns/neff"]))
+    assert [(rel, [(d.directory, d.files, [n for n, _ in d.problems]) for d in batch]) for rel, batch in batches] == [
+        ("", [("", [], ["ns"]), ("", [], ["ns"])])]
