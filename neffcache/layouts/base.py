@@ -7,6 +7,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from neffcache.entry import Entry, EntryState, FileInfo, Namespace
 from neffcache.instances import TARGETS
@@ -30,15 +31,55 @@ def parse_target_dir(match: re.Match[str]) -> tuple[str | None, int | None]:
     return tdir.split("-lnc")[0], int(match.group("lnc"))
 
 
-@dataclass(frozen=True)
-class Located:
-    """Where one listed file belongs: which entry, under which name."""
+class Located(NamedTuple):
+    """Where one listed file belongs: which entry, under which name.
+
+    A NamedTuple, not a dataclass: a scan makes one per entry (a frozen dataclass's
+    ``__init__`` costs a microsecond, a million times)."""
 
     namespace: Namespace
     key: str
     path: str
     base: str
     name: str
+
+
+class ShardDir:
+    """One directory of a layout whose entries are files sharing directories (layout B's
+    ``neff/ab/cd``), resolved once for all its files (:meth:`Layout.shard_dir`): a scan then
+    does per file only what must be per file, the key from the name (:meth:`key_of`).
+
+    ``entry_dir``: the prefix of the paths of the entries whose files lie here; ``name_dir``:
+    the prefix of their names (relative to ``base``). A plain class with slots: a scan of a
+    million entries makes one per shard directory, 131,072 of them.
+    """
+
+    __slots__ = ("base", "entry_dir", "name_dir", "namespace", "shard", "suffixes")
+
+    def __init__(self, namespace: Namespace, base: str, entry_dir: str, name_dir: str, shard: str,
+                 suffixes: frozenset[str]) -> None:
+        self.namespace = namespace
+        self.base = base
+        self.entry_dir = entry_dir
+        self.name_dir = name_dir
+        self.shard = shard  # every key here starts with it
+        self.suffixes = suffixes  # what may follow a key (``.neff``)
+
+    def key_of(self, name: str) -> str | None:
+        """The key of the entry a file named ``name`` here belongs to, when the name is one of
+        the plain forms (``<key><suffix>``: 32 to 64 lowercase hex digits, then a suffix of
+        ``suffixes`` from the first dot on); None otherwise, and the caller asks
+        :meth:`Layout.locate` of the whole path (which decides every other name exactly as a
+        scan always has). So this may only say yes to names ``locate`` places the same way."""
+        dot = name.find(".")
+        if 32 <= dot <= 64 and name[dot:] in self.suffixes:
+            key = name[:dot]
+            if key.startswith(self.shard) and not key.strip(_HEX_DIGITS):
+                return key
+        return None
+
+
+_HEX_DIGITS = "0123456789abcdef"
 
 
 @dataclass(frozen=True)
@@ -139,9 +180,8 @@ class Layout(KeyQuestions, ABC):
                  manifest: Manifest | None, *, manifest_name: str, marker_name: str, committed: bool = True,
                  extra: tuple[str, ...] = ()) -> Entry:
         """The entry ``classify`` decided on, where ``located`` says it lies."""
-        return Entry(namespace=located.namespace, key=located.key, path=located.path, base=located.base,
-                     files=dict(files), state=state, problems=tuple(problems), manifest=manifest,
-                     manifest_name=manifest_name, marker_name=marker_name, extra=extra, committed=committed)
+        return Entry.listed(located.namespace, located.key, located.path, located.base, dict(files), state,
+                            tuple(problems), manifest, manifest_name, marker_name, extra, committed)
 
     @abstractmethod
     def plan_entry(self, namespace: Namespace, key: str) -> EntryPlan:
@@ -340,6 +380,24 @@ class Layout(KeyQuestions, ABC):
                    ) -> Located | None:
         """The entry whose directory is ``directory`` (name left empty), for layouts whose
         entries are directories (:attr:`entry_is_dir`): a scan resolves each directory once."""
+        return None
+
+    # Layouts whose entries spread their files over sibling trees under a namespace, the same
+    # shard path in each (layout B: ``<ns>/neff/ab/cd`` and ``<ns>/hlo/ab/cd``): their names.
+    # A walk reaches the two far apart; a summary lists them in step instead (operations/summary).
+    spread_trees: tuple[str, ...] = ()
+
+    def spread_namespace(self, directory: str) -> str | None:
+        """The namespace directory of which ``directory`` is one of the :attr:`spread_trees`
+        (``<ns>/neff`` -> ``<ns>``), or None."""
+        return None
+
+    def shard_dir(self, directory: str, namespaces: dict[str, Namespace | None] | None = None
+                  ) -> ShardDir | None:
+        """``directory`` resolved once for its files, for layouts whose entries are files that
+        share directories (layout B's shards); None when none of its files can be this layout's
+        (the default). ``namespaces`` caches namespaces by path across calls, so the entries of
+        a namespace share one Namespace."""
         return None
 
     def locate_entry(self, path: str) -> Located | None:

@@ -58,6 +58,7 @@ from neffcache.layouts.base import (
     Layout,
     Located,
     LogLine,
+    ShardDir,
     parse_target_dir,
 )
 from neffcache.manifest import Manifest
@@ -73,6 +74,17 @@ _MANAGED_RE = re.compile(
     r"(?P<a>[0-9a-f]{2})/(?P<b>[0-9a-f]{2})/" + _KEY + r"(?P<suffix>\.[a-z.]+)$"
 )
 _BARE_RE = re.compile(r"^(?P<a>[0-9a-f]{2})/(?P<b>[0-9a-f]{2})/" + _KEY + r"(?P<suffix>\.[a-z.]+)$")
+_TREES = ("hlo", "neff")  # the two trees an entry's files lie in, at the same shard path
+# A shard directory, resolved once for its files (:meth:`TorchNeuronLayout.shard_dir`). ``\Z``,
+# not ``$``: a directory named ``cd\n`` is not a shard (``$`` would match before the newline).
+_MANAGED_DIR_RE = re.compile(
+    "^(?P<ns>" + TARGET_DIR_RE + r"torchneuron-(?P<ver>[0-9][^/]*))/(?:" + "|".join(_TREES) + r")/"
+    r"(?P<a>[0-9a-f]{2})/(?P<b>[0-9a-f]{2})\Z"
+)
+_TREE_DIR_RE = re.compile("^(?P<ns>" + TARGET_DIR_RE + r"torchneuron-[0-9][^/]*)/(?:" + "|".join(_TREES) + r")\Z")
+_BARE_DIR_RE = re.compile(r"^(?P<a>[0-9a-f]{2})/(?P<b>[0-9a-f]{2})\Z")
+_MANAGED_SUFFIXES = frozenset(_SUFFIXES)
+_BARE_SUFFIXES = frozenset((".neff", ".neffcache.json"))
 # The runtime's in-flight write: mkstemp's six characters after ``<key>.neff.tmp.``.
 _TEMP_RE = re.compile(
     r"^(?:" + TARGET_DIR_RE + r"torchneuron-[0-9][^/]*/neff/)?"
@@ -105,13 +117,13 @@ class TorchNeuronLayout(Layout):
 
     @staticmethod
     def names_for(namespace: Namespace, key: str) -> dict[str, str]:
-        bare = namespace.path == ""
-        neff_dir = "" if bare else "neff/"
+        sharded = shard(key)  # once: a scan asks this of every entry
+        neff = sharded if namespace.path == "" else f"neff/{sharded}"
         return {
-            "neff": f"{neff_dir}{shard(key)}.neff",
-            "manifest": f"{neff_dir}{shard(key)}.neffcache.json",
-            "hlo": f"hlo/{shard(key)}.hlo",
-            "flags": f"hlo/{shard(key)}{_FLAGS_SUFFIX}",
+            "neff": f"{neff}.neff",
+            "manifest": f"{neff}.neffcache.json",
+            "hlo": f"hlo/{sharded}.hlo",
+            "flags": f"hlo/{sharded}{_FLAGS_SUFFIX}",
         }
 
     def locate(self, path: str) -> Located | None:
@@ -139,6 +151,40 @@ class TorchNeuronLayout(Layout):
             key = match.group("key")
             return Located(ns, key, shard(key), "", path)
         return None
+
+    # An entry's files lie in two trees, at the same shard path in each (the module docstring).
+    spread_trees = _TREES
+
+    def spread_namespace(self, directory: str) -> str | None:
+        match = _TREE_DIR_RE.match(directory)
+        return match.group("ns") if match else None
+
+    def shard_dir(self, directory: str, namespaces: dict[str, Namespace | None] | None = None
+                  ) -> ShardDir | None:
+        # What locate() decides from a file's directory, decided once per shard: the same
+        # regexes up to the file name, so a file key_of() accepts is placed as locate() would.
+        match = _MANAGED_DIR_RE.match(directory)
+        if match is not None:
+            ns_path = match.group("ns")
+            ns = namespaces.get(ns_path) if namespaces is not None else None
+            if ns is None:
+                target, lnc = parse_target_dir(match)
+                ns = Namespace(self.name, ns_path, match.group("ver"), target, lnc)
+                if namespaces is not None:
+                    namespaces[ns_path] = ns
+            a, b = match.group("a"), match.group("b")
+            return ShardDir(ns, ns_path, f"{ns_path}/neff/{a}/{b}/", directory[len(ns_path) + 1:] + "/", a + b,
+                            _MANAGED_SUFFIXES)
+        match = _BARE_DIR_RE.match(directory)
+        if match is None:
+            return None
+        ns = namespaces.get("") if namespaces is not None else None
+        if ns is None:
+            ns = Namespace(self.name, "", None)
+            if namespaces is not None:
+                namespaces[""] = ns
+        return ShardDir(ns, "", directory + "/", directory + "/", match.group("a") + match.group("b"),
+                        _BARE_SUFFIXES)
 
     def is_runtime_file(self, path: str) -> bool:
         return self._temp_file(path)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 
 from neffcache.entry import Entry, EntryState, FileInfo, Namespace
 from neffcache.layouts import LAYOUTS, Located, locate
-from neffcache.layouts.base import Layout
+from neffcache.layouts.base import Layout, ShardDir
 from neffcache.manifest import Manifest
 from neffcache.stores.base import CONTROL_DIR, TEMP_MARKER, DirListing
 
@@ -64,6 +64,10 @@ class Grouper:
         self._dir_layouts = [lay for lay in self._layouts if lay.entry_is_dir]
         self.entry_dirs: dict[str, Group | None] = {}
         self._namespaces: dict[str, Namespace | None] = {}
+        # Layouts whose entries are files sharing directories (layout B): resolve each shard
+        # directory once too, and per file only take the key from the name.
+        self._shard_layouts = [lay for lay in self._layouts if not lay.entry_is_dir]
+        self._shard_namespaces: dict[str, Namespace | None] = {}
 
     def add(self, listing: DirListing) -> None:
         directory, names, files, problems = listing
@@ -91,8 +95,32 @@ class Grouper:
             group = entry_dirs[directory] = self._entry_dir_group(directory)
         if group is not None:
             group.files.update(zip(names, files, strict=True))
-        else:
-            self._group_each_file(files)
+            return
+        for lay in self._shard_layouts:
+            shard = lay.shard_dir(directory, self._shard_namespaces)
+            if shard is not None:
+                self._group_shard(shard, names, files)
+                return
+        self._group_each_file(files)
+
+    def _group_shard(self, shard: ShardDir, names: list[str], files: list[FileInfo]) -> None:
+        """Place the files of a shard directory: by key when the name is a plain one, by
+        ``locate`` of the whole path otherwise (what a file-by-file placement would do)."""
+        groups, key_of, entry_dir, name_dir = self.groups, shard.key_of, shard.entry_dir, shard.name_dir
+        odd: list[FileInfo] = []
+        for name, info in zip(names, files, strict=True):
+            key = key_of(name)
+            if key is None:
+                odd.append(info)
+                continue
+            path = entry_dir + key
+            group = groups.get(path)
+            if group is None:
+                group = groups[path] = Group(Located(shard.namespace, key, path, shard.base, name_dir + name))
+                self.created.append(group)
+            group.files[name_dir + name] = info
+        if odd:
+            self._group_each_file(odd)
 
     def _group(self, found: Located) -> Group:
         group = self.groups.get(found.path)

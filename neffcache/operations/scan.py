@@ -201,6 +201,9 @@ def _scan(store: Store, started: float, *, prefix: str, read_manifests: bool, la
         foreign.extend(theirs)
     entries.sort(key=lambda e: e.path)
     committed = [e for e in entries if e.committed]
+    # The listing's problems by path: the order of a listing is the store's (and a summary's
+    # differs), the report's is not.
+    warnings.sort()
     for e in committed:
         if e.state is EntryState.CORRUPT:
             warnings.append(f"{e.path}: {'; '.join(e.problems)}")

@@ -19,31 +19,38 @@ When has an entry been seen whole? It depends on how its layout spreads its file
   the entry's subtree arrives, no more file of the entry can come, and it is judged. At most
   a few such entries are open at a time.
 - **Entries whose files lie in two trees** (layout B: ``neff/ab/cd/<key>.neff`` and
-  ``hlo/ab/cd/<key>.hlo``), which a walk reaches far apart (one whole tree, then the other):
-  no listing order puts them together, so such an entry is only known whole at the end. Until
-  then it is kept as a small record, not as files: its namespace and base (shared per shard),
-  and per file the name with the key taken out (shared: a handful of forms) and the size.
-  A fraction of the memory of its ``FileInfo`` objects; mtimes are not kept (a summary
-  reports no ages).
+  ``hlo/ab/cd/<key>.hlo``; ``Layout.spread_trees``), which a walk reaches far apart (one whole
+  tree, then the other). Where the store can (a local walk: ``Store.iter_dirs_skipping``), the
+  walk leaves those trees out and the summary lists each namespace's trees afterwards *in
+  step* (``Store.iter_dirs_together``): ``hlo/ab/cd`` and ``neff/ab/cd`` in one batch, so an
+  entry is whole once the listing has left its shard (what could not be opened below the shard
+  comes before that), and at most one shard's entries are open at a time. Elsewhere (object
+  stores, the threaded listing of shared mounts, a bare NEFF directory) such an entry is only
+  known whole at the end. Until then it is kept as a small record, not as files: its
+  namespace and base (shared per shard), and per file the name with the key taken out
+  (shared: a handful of forms) and the size. A fraction of the memory of its ``FileInfo``
+  objects; mtimes are not kept (a summary reports no ages).
 - **Entries with nested files** (layout C: vLLM's compile cache) are kept as groups until the
   end: the threaded listing reaches their subdirectories late. A vLLM cache holds few entries
   (one per compiled model configuration), not millions.
 
 FAILED entries are kept (the plain scan reads each one's failure log); warnings are kept up to
-``max_warnings`` and counted beyond. Everything else is a counter.
+``max_warnings`` (the first by path, as the full report sorts them: the listing order differs)
+and counted beyond. Everything else is a counter.
 """
 
 from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from neffcache.entry import Entry, EntryState, FileInfo, Namespace
 from neffcache.layouts import LAYOUTS, Located
 from neffcache.operations.grouping import Group, Grouper, Progress, judge
 from neffcache.operations.scan import NamespaceSummary, ScanReport
-from neffcache.stores.base import DirListing, Store
+from neffcache.stores.base import DirListing, SkipDirs, Store
 
 MAX_WARNINGS = 1000
 _KEY = "\0"  # stands for the entry's key in a kept name: no file name holds a NUL
@@ -112,8 +119,11 @@ class _Tally:
 
     def warn(self, text: str) -> None:
         self.warning_count += 1
-        if len(self.listing_warnings) < self.max_warnings:
-            self.listing_warnings.append(text)
+        kept = self.listing_warnings
+        kept.append(text)
+        if len(kept) > 2 * self.max_warnings:  # keep the first by path, in amortised O(1)
+            kept.sort()
+            del kept[self.max_warnings:]
 
     def foreign(self, files: list[FileInfo]) -> None:
         self.foreign_files += len(files)
@@ -205,18 +215,67 @@ def summarize(store: Store, *, prefix: str = "", progress: Progress | None = Non
     grouper = Grouper(progress, warnings, foreign=foreign)
     kept = _KeptEntries()
     open_flat: list[Group] = []  # entries of a flat directory not yet judged
-    for listing in store.iter_dirs(prefix):
+    spread: dict[str, list[str]] = {}  # namespace -> its spread trees the walk left for later
+    for listing in _listings(store, prefix, spread):
         if open_flat:
             open_flat = _judge_left(listing, open_flat, grouper, tally)
         grouper.add(listing)
         _drain(listing, grouper, tally, kept, open_flat, warnings, foreign)
     for group in open_flat:
         tally.group(grouper.groups.pop(group.located.path))
+    for _, trees in sorted(spread.items()):
+        _in_step(store.iter_dirs_together(sorted(trees)), grouper, tally, warnings, foreign)
     for group in kept.groups():
         tally.group(group)
     for group in grouper.groups.values():  # entries with nested files, kept whole
         tally.group(group)
     return _result(store, tally, grouper.control, time.monotonic() - started)
+
+
+def _listings(store: Store, prefix: str, spread: dict[str, list[str]]) -> Iterator[DirListing]:
+    """The store's listings below ``prefix``, without the spread trees it adds to ``spread`` (by
+    namespace) when the store can leave them out: the caller lists those in step. Only the
+    directories the walk left out: a tree that is a symlink the walk reports itself."""
+    layouts = [lay for lay in LAYOUTS.values() if lay.spread_trees]
+
+    def later(directory: str) -> bool:
+        for lay in layouts:
+            namespace = lay.spread_namespace(directory)
+            if namespace is not None:
+                spread.setdefault(namespace, []).append(directory)
+                return True
+        return False
+
+    names = frozenset(tree for lay in layouts for tree in lay.spread_trees)
+    skipping = store.iter_dirs_skipping(prefix, SkipDirs(names, later)) if names else None
+    return store.iter_dirs(prefix) if skipping is None else skipping
+
+
+def _in_step(batches: Iterator[tuple[str, list[DirListing]]], grouper: Grouper, tally: _Tally,
+             warnings: list[str], foreign: list[FileInfo]) -> None:
+    """Count the entries of spread trees listed in step (``Store.iter_dirs_together``): each
+    entry once the batches have left the relative directory whose batch made it. The batches
+    come depth first, so the open ones form a path from the root: a stack."""
+    groups = grouper.groups
+    opened: list[tuple[str, list[Group]]] = []  # (relative directory, the groups its batch made)
+    for rel, batch in batches:
+        while opened:
+            made_in = opened[-1][0]
+            if made_in and rel != made_in and not rel.startswith(made_in + "/"):
+                for group in opened.pop()[1]:
+                    tally.group(groups.pop(group.located.path))
+            else:
+                break
+        for listing in batch:
+            grouper.add(listing)
+            grouper.entry_dirs.pop(listing.directory, None)
+        if grouper.created:
+            opened.append((rel, grouper.created))
+            grouper.created = []
+        _drain_counters(grouper, tally, warnings, foreign)
+    for _, made in opened:
+        for group in made:
+            tally.group(groups.pop(group.located.path))
 
 
 def _judge_left(listing: DirListing, open_flat: list[Group], grouper: Grouper, tally: _Tally) -> list[Group]:
@@ -244,6 +303,11 @@ def _drain(listing: DirListing, grouper: Grouper, tally: _Tally, kept: _KeptEntr
         elif not lay.entry_is_dir:
             kept.add(grouper.groups.pop(group.located.path))
     grouper.created.clear()
+    _drain_counters(grouper, tally, warnings, foreign)
+
+
+def _drain_counters(grouper: Grouper, tally: _Tally, warnings: list[str], foreign: list[FileInfo]) -> None:
+    """Move the grouper's garbage, the foreign files and the warnings into the counters."""
     if grouper.garbage:
         tally.garbage(grouper.garbage)
         grouper.garbage.clear()
@@ -260,7 +324,7 @@ def _result(store: Store, tally: _Tally, control: int, seconds: float) -> ScanSu
                        for ns, (counts, states) in sorted(tally.namespaces.items(),
                                                           key=lambda kv: (kv[0].layout, kv[0].path)))
     corrupt = [text for _, text in sorted(tally.corrupt_warnings)]
-    shown = (tally.listing_warnings + corrupt)[:tally.max_warnings]
+    shown = (sorted(tally.listing_warnings)[:tally.max_warnings] + corrupt)[:tally.max_warnings]
     return ScanSummary(store.url, namespaces, tally.garbage_files, tally.uncommitted, tally.garbage_size,
                        tally.foreign_files, tally.foreign_size, control, tuple(shown), tally.warning_count,
                        tuple(sorted(tally.failed, key=lambda e: e.path)), seconds)

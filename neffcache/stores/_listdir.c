@@ -282,6 +282,8 @@ typedef struct {
 typedef struct {
     PyObject_HEAD
     PyTypeObject *info_type;
+    PyObject *skip_names;  /* frozenset of bytes names, or NULL: subdirectories ``skip`` is asked about */
+    PyObject *skip;  /* skip(rel) -> true: do not enter that subdirectory (the caller lists it otherwise) */
     Frame *frames;
     size_t depth, cap;
     int started;
@@ -299,6 +301,8 @@ static void walker_dealloc(Walker *w) {
     for (size_t i = 0; i < w->depth; i++) frame_close(&w->frames[i]);
     free(w->frames);
     Py_XDECREF(w->info_type);
+    Py_XDECREF(w->skip_names);
+    Py_XDECREF(w->skip);
     Py_TYPE(w)->tp_free((PyObject *)w);
 }
 
@@ -395,6 +399,29 @@ static PyObject *unreadable(int err) {
     return PyUnicode_FromFormat("unreadable directory (%s)", strerror(err));
 }
 
+/* Whether the caller's ``skip`` says not to enter subdirectory ``name`` of frame ``f``: 1 yes,
+ * 0 no, -1 with an exception set. Asked before the subdirectory is opened: a skipped one is
+ * not touched at all (the caller lists it its own way, and reports what it cannot open). */
+static int skip_child(Walker *w, Frame *f, PyObject *name) {
+    PyObject *parent = decode(f->rel, f->rlen);
+    if (parent == NULL) return -1;
+    PyObject *child = decode(PyBytes_AS_STRING(name), (size_t)PyBytes_GET_SIZE(name));
+    if (child == NULL) {
+        Py_DECREF(parent);
+        return -1;
+    }
+    PyObject *rel = f->rlen ? PyUnicode_FromFormat("%U/%U", parent, child) : (Py_INCREF(child), child);
+    Py_DECREF(parent);
+    Py_DECREF(child);
+    if (rel == NULL) return -1;
+    PyObject *answer = PyObject_CallOneArg(w->skip, rel);
+    Py_DECREF(rel);
+    if (answer == NULL) return -1;
+    int yes = PyObject_IsTrue(answer);
+    Py_DECREF(answer);
+    return yes;
+}
+
 static PyObject *walker_next(Walker *w) {
     if (!w->started) {
         w->started = 1;
@@ -416,6 +443,24 @@ static PyObject *walker_next(Walker *w) {
         PyObject *name = PyList_GET_ITEM(f->subdirs, f->next++);
         Py_INCREF(name);
         const char *cname = PyBytes_AS_STRING(name);
+        if (w->skip != NULL) {
+            int asked = PySet_Contains(w->skip_names, name);
+            if (asked < 0) {
+                Py_DECREF(name);
+                return NULL;
+            }
+            if (asked) {
+                int skipped = skip_child(w, f, name);
+                if (skipped < 0) {
+                    Py_DECREF(name);
+                    return NULL;
+                }
+                if (skipped) {
+                    Py_DECREF(name);
+                    continue;
+                }
+            }
+        }
         int cfd, err = 0;
         Py_BEGIN_ALLOW_THREADS
         cfd = openat(f->fd, cname, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -486,10 +531,15 @@ static PyObject *walker_next(Walker *w) {
 
 static PyObject *walker_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     int fd;
-    PyObject *start, *info_type;
-    static char *kwlist[] = {"fd", "start", "info_type", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iUO:Walker", kwlist, &fd, &start, &info_type)) return NULL;
+    PyObject *start, *info_type, *skip_names = Py_None, *skip = Py_None;
+    static char *kwlist[] = {"fd", "start", "info_type", "skip_names", "skip", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iUO|OO:Walker", kwlist, &fd, &start, &info_type, &skip_names,
+                                     &skip)) return NULL;
     if (check_info_type(info_type) != 0) return NULL;
+    if (skip != Py_None && (!PyFrozenSet_Check(skip_names) || !PyCallable_Check(skip))) {
+        PyErr_SetString(PyExc_TypeError, "skip must be callable and skip_names a frozenset of bytes");
+        return NULL;
+    }
     PyObject *raw = PyUnicode_EncodeFSDefault(start);
     if (raw == NULL) return NULL;
     Walker *w = (Walker *)type->tp_alloc(type, 0);
@@ -499,6 +549,12 @@ static PyObject *walker_new(PyTypeObject *type, PyObject *args, PyObject *kwds) 
     }
     Py_INCREF(info_type);
     w->info_type = (PyTypeObject *)info_type;
+    if (skip != Py_None) {
+        Py_INCREF(skip_names);
+        w->skip_names = skip_names;
+        Py_INCREF(skip);
+        w->skip = skip;
+    }
     if (walker_push(w, fd, PyBytes_AS_STRING(raw), (size_t)PyBytes_GET_SIZE(raw)) != 0) {
         Py_DECREF(raw);
         Py_DECREF(w);
@@ -520,12 +576,14 @@ static PyMethodDef walker_methods[] = {
 };
 
 PyDoc_STRVAR(walker_doc,
-"Walker(fd, start, info_type)\n\n"
+"Walker(fd, start, info_type, skip_names=None, skip=None)\n\n"
 "Depth first from the open directory ``fd`` (consumed: closed by the walk) whose store path is\n"
 "``start``. Yields (rel, names, files, links, problems, fd) per directory with files, links or\n"
 "problems; ``fd`` is the listed directory's descriptor, valid until the next step (-1 for a\n"
 "problem listing). Symlinks are never followed; a subdirectory that cannot be opened or listed\n"
-"is a problem of its parent's, worded as local_listing.dir_problem words it.");
+"is a problem of its parent's, worded as local_listing.dir_problem words it. A subdirectory\n"
+"whose name (bytes) is in ``skip_names`` is first offered to ``skip(rel)``: if it answers true,\n"
+"the walk leaves it (and all below it) alone, unopened.");
 
 static PyTypeObject WalkerType = {
     PyVarObject_HEAD_INIT(NULL, 0)

@@ -1,6 +1,6 @@
 """Types of the C listing helper (neffcache/stores/_listdir.c)."""
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from neffcache.entry import FileInfo
 
@@ -12,6 +12,7 @@ Step = tuple[str, list[str], list[FileInfo], list[str], tuple[tuple[str, str], .
 def list_dir(fd: int, prefix: str, info_type: type[FileInfo], /) -> Listed: ...
 
 class Walker(Iterator[Step]):
-    def __init__(self, fd: int, start: str, info_type: type[FileInfo]) -> None: ...
+    def __init__(self, fd: int, start: str, info_type: type[FileInfo], skip_names: frozenset[bytes] | None = None,
+                 skip: Callable[[str], bool] | None = None) -> None: ...
     def __next__(self) -> Step: ...
     def close(self) -> None: ...

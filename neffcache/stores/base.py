@@ -49,7 +49,7 @@ import os
 import tempfile
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
@@ -93,6 +93,15 @@ class DirListing(NamedTuple):
     names: list[str]
     files: list[FileInfo]
     problems: tuple[tuple[str, str], ...] = ()
+
+
+class SkipDirs(NamedTuple):
+    """Subtrees a listing leaves out (:meth:`Store.iter_dirs_skipping`): each directory named one
+    of ``names`` whose store path ``test`` says yes to. The names keep ``test`` off the hot
+    path: a walk of a million entry directories asks it only about the few so named."""
+
+    names: frozenset[str]
+    test: Callable[[str], bool]
 
 
 @dataclass(frozen=True)
@@ -156,6 +165,20 @@ class Store(ABC):
             files.append(info)
         if files and directory is not None:
             yield DirListing(directory, names, files)
+
+    def iter_dirs_skipping(self, prefix: str, skip: SkipDirs) -> Iterator[DirListing] | None:
+        """:meth:`iter_dirs` without the subtrees ``skip`` names (the caller lists them with
+        :meth:`iter_dirs_together`), or None when this store cannot leave a subtree out (the
+        default: an object store lists keys, not trees)."""
+        return None
+
+    def iter_dirs_together(self, trees: Sequence[str]) -> Iterator[tuple[str, list[DirListing]]]:
+        """The listings of the directories ``trees`` (and everything below them) in step, as
+        (relative directory, listings) batches: a batch holds every listing of its relative
+        directory (``ab/cd``) in each tree, and what could not be opened below it comes in a
+        batch of its own below it, so once a batch outside a relative directory comes, nothing
+        more of it will. Default: one batch of everything (correct, not in step)."""
+        yield "", [listing for tree in trees for listing in self.iter_dirs(tree)]
 
     def put_file(self, path: str, source: Source, *, exclusive: bool = False, move: bool = False,
                  expect: FileDigest | None = None) -> bool:

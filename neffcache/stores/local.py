@@ -45,15 +45,15 @@ import os
 import secrets
 import shutil
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
 from neffcache.entry import FileInfo
 from neffcache.errors import AccessDenied, EntryNotFound, StoreError, StoreUnavailable, UnsafePath
 from neffcache.keys import is_canonical_relpath, safe_relpath
-from neffcache.stores.base import CONTROL_DIR, TEMP_MARKER, DirListing, Source, Store
-from neffcache.stores.local_listing import list_threaded, walk
+from neffcache.stores.base import CONTROL_DIR, TEMP_MARKER, DirListing, SkipDirs, Source, Store
+from neffcache.stores.local_listing import list_threaded, walk, walk_together
 from neffcache.stores.local_remove import LocalRemoval
 from neffcache.stores.local_write import SHARED_DIR_MODE, publish_temp, temp_name, write_temp
 from neffcache.stores.safepath import DIR_FLAGS, SafeRoot, copy_fd, lexists
@@ -139,6 +139,16 @@ class LocalStore(Store):
             yield from listing.files
 
     def iter_dirs(self, prefix: str = "") -> Iterator[DirListing]:
+        return self._iter_dirs(prefix, None)
+
+    def iter_dirs_skipping(self, prefix: str, skip: SkipDirs) -> Iterator[DirListing] | None:
+        # The walk leaves subtrees out; the threaded listing (shared mounts) does not (yet).
+        return self._iter_dirs(prefix, skip) if self.list_workers <= 1 else None
+
+    def iter_dirs_together(self, trees: Sequence[str]) -> Iterator[tuple[str, list[DirListing]]]:
+        return walk_together(self._safe, [safe_relpath(tree) for tree in trees])
+
+    def _iter_dirs(self, prefix: str, skip: SkipDirs | None) -> Iterator[DirListing]:
         start = safe_relpath(prefix) if prefix else ""
         try:
             fd = self._safe.open_dir(start)
@@ -147,7 +157,7 @@ class LocalStore(Store):
         except PermissionError as exc:
             raise AccessDenied(f"cannot list {self.root / start}: {exc.strerror}", store=self.url) from exc
         if self.list_workers <= 1:
-            yield from walk(self._safe, fd, start)
+            yield from walk(self._safe, fd, start, skip)
         else:
             yield from list_threaded(self._safe, fd, start, self.list_workers)
 

@@ -9,6 +9,10 @@ ways, chosen by :class:`~neffcache.stores.local.LocalStore` from its ``list_work
 - :func:`list_threaded`, breadth first on many threads, for shared mounts (Lustre, NFS) where
   every stat is a round trip to a metadata server.
 
+:func:`walk` can leave subtrees out (``SkipDirs``), and :func:`walk_together` lists sibling trees
+in step (layout B's ``hlo/`` and ``neff/``, the same shard path in each): a summary then knows an
+entry whole once its shard is listed (neffcache/operations/summary.py).
+
 Both follow no symlink (:mod:`neffcache.stores.safepath`): a link to a file inside the root is
 listed with its target's size, anything else that cannot be listed is reported in
 ``DirListing.problems`` instead of raising, so one bad directory does not hide the rest.
@@ -27,14 +31,14 @@ from __future__ import annotations
 import errno
 import importlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from types import ModuleType
 from typing import TYPE_CHECKING
 
 from neffcache.entry import FileInfo
 from neffcache.errors import UnsafePath
-from neffcache.stores.base import DirListing
+from neffcache.stores.base import DirListing, SkipDirs
 from neffcache.stores.safepath import DIR_FLAGS, SafeRoot
 
 if TYPE_CHECKING:
@@ -164,12 +168,16 @@ def list_rels(safe: SafeRoot, directories: list[str]) -> tuple[list[str], list[D
     return subdirs, listings
 
 
-def walk(safe: SafeRoot, fd: int, start: str) -> Iterator[DirListing]:
+def walk(safe: SafeRoot, fd: int, start: str, skip: SkipDirs | None = None) -> Iterator[DirListing]:
     """Depth first from the open directory ``fd`` (consumed), each subdirectory opened relative
-    to its parent: no path is resolved twice, and at most one descriptor per level is held."""
+    to its parent: no path is resolved twice, and at most one descriptor per level is held.
+    The subtrees ``skip`` names are left alone (not even opened)."""
     if native is None:
-        return _walk_python(safe, fd, start)
-    return _walk_native(safe, native.Walker(fd, start, FileInfo))
+        return _walk_python(safe, fd, start, skip)
+    if skip is None:
+        return _walk_native(safe, native.Walker(fd, start, FileInfo))
+    names = frozenset(os.fsencode(n) for n in skip.names)
+    return _walk_native(safe, native.Walker(fd, start, FileInfo, names, skip.test))
 
 
 def _walk_native(safe: SafeRoot, walker: Walker) -> Iterator[DirListing]:
@@ -188,7 +196,7 @@ def _walk_native(safe: SafeRoot, walker: Walker) -> Iterator[DirListing]:
         walker.close()
 
 
-def _walk_python(safe: SafeRoot, fd: int, start: str) -> Iterator[DirListing]:
+def _walk_python(safe: SafeRoot, fd: int, start: str, skip: SkipDirs | None = None) -> Iterator[DirListing]:
     frames: list[tuple[int, str, Iterator[str]]] = [(fd, start, iter(()))]
     try:
         subdirs, listing = list_fd(safe, fd, start)
@@ -203,6 +211,8 @@ def _walk_python(safe: SafeRoot, fd: int, start: str) -> Iterator[DirListing]:
                 os.close(pfd)
                 continue
             rel = f"{prel}/{name}" if prel else name
+            if skip is not None and name in skip.names and skip.test(rel):
+                continue
             try:
                 cfd = os.open(name, DIR_FLAGS, dir_fd=pfd)
             except FileNotFoundError:
@@ -224,6 +234,102 @@ def _walk_python(safe: SafeRoot, fd: int, start: str) -> Iterator[DirListing]:
     finally:
         for frame in frames:
             os.close(frame[0])
+
+
+def walk_together(safe: SafeRoot, trees: Sequence[str]) -> Iterator[tuple[str, list[DirListing]]]:
+    """The directories ``trees`` walked in step (:meth:`Store.iter_dirs_together`): depth first
+    over the union of their relative subdirectories (sorted), each relative directory listed
+    in every tree that has it before the walk goes below it. Problems are the walk's own:
+    what cannot be opened is a problem of its parent's, worded by :func:`dir_problem`."""
+    frames: list[tuple[int, str]] = []
+    problems: list[DirListing] = []
+    try:
+        for tree in trees:
+            parent, _, name = tree.rpartition("/")
+            try:
+                pfd = safe.open_dir(parent)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            except (UnsafePath, OSError) as exc:  # swapped for a link, or unreadable, since the walk
+                head, _, leaf = parent.rpartition("/")
+                why = exc.reason if isinstance(exc, UnsafePath) else f"unreadable directory ({exc.strerror or exc})"
+                problems.append(DirListing(head, [], [], ((leaf, why),)))
+                continue
+            try:
+                frames.append((os.open(name, DIR_FLAGS, dir_fd=pfd), tree))
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                reason = dir_problem(safe, pfd, name, exc)
+                if reason is not None:
+                    problems.append(DirListing(parent, [], [], ((name, reason),)))
+            finally:
+                os.close(pfd)
+    except BaseException:
+        for fd, _ in frames:
+            os.close(fd)
+        raise
+    yield from _in_step(safe, frames, "", problems)
+
+
+def _in_step(safe: SafeRoot, frames: list[tuple[int, str]], rel: str,
+             batch: list[DirListing]) -> Iterator[tuple[str, list[DirListing]]]:
+    """List the relative directory ``rel`` open in each tree as ``frames`` (consumed: closed
+    however the walk ends), then what lies below it, in step, depth first. ``batch``: what
+    could not be opened of ``rel``, reported with it. A loop over a stack, not recursion: a
+    million entries are a hundred thousand shard directories, each a step."""
+    # Per level: the descriptors to close when done, the level's path, and its subdirectories
+    # still to visit: (name, [(parent fd, parent path) in each tree that has it]).
+    stack: list[tuple[list[tuple[int, str]], str, Iterator[tuple[str, list[tuple[int, str]]]]]] = []
+    current: list[tuple[int, str]] | None = frames
+    try:
+        while current is not None:
+            subdirs: dict[str, list[tuple[int, str]]] = {}
+            for fd, path in current:
+                try:
+                    names, listing = list_fd(safe, fd, path)
+                except OSError as exc:
+                    head, _, name = path.rpartition("/")
+                    batch.append(DirListing(head, [], [], ((name, f"unreadable directory ({exc.strerror})"),)))
+                    continue
+                if listing is not None:
+                    batch.append(listing)
+                for name in names:
+                    subdirs.setdefault(name, []).append((fd, path))
+            if subdirs:
+                stack.append((current, rel, iter(sorted(subdirs.items()))))
+            else:
+                for fd, _ in current:
+                    os.close(fd)
+            current = None
+            if batch:
+                yield rel, batch
+            while stack:
+                _, parent_rel, pending = stack[-1]
+                step = next(pending, None)
+                if step is None:
+                    for fd, _ in stack.pop()[0]:
+                        os.close(fd)
+                    continue
+                name, parents = step
+                rel = f"{parent_rel}/{name}" if parent_rel else name
+                current, batch = [], []
+                for pfd, path in parents:
+                    try:
+                        current.append((os.open(name, DIR_FLAGS, dir_fd=pfd), f"{path}/{name}"))
+                    except FileNotFoundError:
+                        continue
+                    except OSError as exc:
+                        reason = dir_problem(safe, pfd, name, exc)
+                        if reason is not None:
+                            batch.append(DirListing(path, [], [], ((name, reason),)))
+                break
+    finally:
+        for fd, _ in current or ():
+            os.close(fd)
+        for level, _, _ in stack:
+            for fd, _ in level:
+                os.close(fd)
 
 
 def list_threaded(safe: SafeRoot, fd: int, start: str, workers: int) -> Iterator[DirListing]:

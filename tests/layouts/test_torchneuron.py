@@ -97,3 +97,31 @@ def test_temp_files_inside_a_managed_namespace_are_the_runtimes() -> None:
     managed = f"trn2-lnc2/torchneuron-{VERSION}/neff/{key[:2]}/{key[2:4]}/{key}.neff.tmp.Zx81Qa"
     assert layout.is_runtime_file(managed) and layout.locate(managed) is None
     assert not layout.is_runtime_file(f"trn2-lnc2/torchneuron-{VERSION}/hlo/{key[:2]}/{key[2:4]}/{key}.neff.tmp.Zx81Qa")
+
+
+def test_a_shard_directory_places_every_name_as_locate_does() -> None:
+    """A scan resolves a shard directory once and takes only keys from names (shard_dir); every
+    name it accepts must be placed exactly as locate() of the whole path places it, and every
+    other name is left to locate(): foreign and odd names are reported as they always were."""
+    layout = get_layout("torchneuron")
+    key = "ab12" + "3" * 28
+    names = [f"{key}{suffix}" for suffix in (".neff", ".neffcache.json", ".hlo", ".flags.json")]
+    odd = [f"{key}.neff\n", f"{key}.NEFF", f"{key}.txt", f"{key}.neff.tmp.a1B2c3", f"{key[:-1]}.neff",
+           f"{key}{'0' * 33}.neff", f"{key.upper()}.neff", f"cd{key[2:]}.neff", f"{key}", f"x{key}.neff",
+           f"{key}..neff", f"{key}.neff.neff", f"{key}-1.neff", ".neff"]
+    namespaces: dict = {}
+    for directory in ("trn2-lnc2/torchneuron-2.9.0/neff/ab/12", "torchneuron-2.9.0/hlo/ab/12", "ab/12"):
+        shard_dir = layout.shard_dir(directory, namespaces)
+        assert shard_dir is not None
+        for name in names + odd:
+            located = layout.locate(f"{directory}/{name}")
+            got = shard_dir.key_of(name)
+            if got is None:
+                continue  # the scan asks locate() of the whole path: the same answer by definition
+            assert located is not None, name
+            assert (located.key, located.path, located.base, located.name, located.namespace) == (
+                got, shard_dir.entry_dir + got, shard_dir.base, shard_dir.name_dir + name, shard_dir.namespace)
+        assert all(shard_dir.key_of(n) is None for n in odd)
+    for directory in ("trn2-lnc2/torchneuron-2.9.0/neff/ab/12\n", "torchneuron-2.9.0/neff/ab", "ab/12/cd",
+                      "trn2-lnc2/neuronxcc-2.9.0/MODULE_1", "torchneuron-2.9.0/other/ab/12", "AB/12"):
+        assert layout.shard_dir(directory, namespaces) is None, directory

@@ -25,6 +25,7 @@ otherwise keep millions of inodes.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -39,6 +40,7 @@ import pytest
 
 from bench.scan_tree import LAYOUT_A_NS, LAYOUT_B_NS, add_debris, build_layout_a, build_layout_b
 from neffcache.operations.scan import ScanReport, scan
+from neffcache.operations.summary import ScanSummary, summarize
 from neffcache.stores.local import LocalStore
 
 A_ENTRIES = 20_000
@@ -178,6 +180,10 @@ def test_a_million_entries_scan_as_find_lists_them(tmp_path: Path) -> None:
         report = scan(LocalStore(root, read_only=True))
         assert report.warnings == ()
         assert reported_by_scan(report) == expected
+        # The plain scan's streaming totals (layout B's two trees listed in step) are the report's.
+        summary = summarize(LocalStore(root, read_only=True))
+        assert dataclasses.replace(summary, seconds=0.0) == dataclasses.replace(ScanSummary.of_report(report),
+                                                                               seconds=0.0)
         del report  # a million entries: freed before the CLI's process needs as much again
 
         cli = subprocess.run([sys.executable, "-m", "neffcache.cli.main", "scan", str(root), "--json"],

@@ -14,9 +14,11 @@ import pytest
 
 from neffcache.entry import EntryState, FileInfo
 from neffcache.layouts.torchneuron import shard
+from neffcache.operations import summary as summary_module
 from neffcache.operations.scan import scan
 from neffcache.operations.summary import ScanSummary, summarize
-from neffcache.stores.base import TEMP_MARKER, Store
+from neffcache.stores import local_listing
+from neffcache.stores.base import TEMP_MARKER, DirListing, Store
 from neffcache.stores.local import LocalStore
 from tests.operations.test_scan_listing import FileByFile, _messy_root, _touch
 from tests.runtime_caches import native_key, write_native_neff, write_neuronxcc_entry, write_vllm_entry
@@ -56,6 +58,14 @@ def _all_layouts(root: Path) -> None:
             (ns / "neff" / f"{shard(key)}.neff").unlink()
             _touch(ns / "neff" / f"{shard(key)}.neffcache.json", b"{}")  # uncommitted
     _touch(ns / "neff" / "zz" / "notes.txt")  # foreign in a layout-B namespace
+    key = native_key("op-3")  # a NEFF, no HLO
+    (ns / "hlo" / shard(key)).parent.mkdir(parents=True, exist_ok=True)
+    (ns / "hlo" / f"{shard(key)}.flags.json").symlink_to("/etc/hostname")  # CORRUPT: a link out of the root
+    (ns / "hlo" / f"{shard(key)}.hlo").symlink_to("/etc")  # and a symlinked directory beside it
+    _touch(ns / "neff" / f"{shard(key)}.sub" / "x.bin")  # foreign: nested below a shard
+    linked_tree = root / "trn1-lnc1" / "torchneuron-2.8.0"
+    write_native_neff(linked_tree / "neff", "op-linked")
+    (linked_tree / "hlo").symlink_to(ns / "hlo")  # a symlinked tree: reported once, not followed
     _touch(ns / "neff" / "ab" / "cd" / f"x{TEMP_MARKER}1")  # our temp file
     vllm = root / "trn2-lnc2" / "vllm-0.9.1"
     write_vllm_entry(vllm, "llama")
@@ -67,12 +77,18 @@ def _without_seconds(summary: ScanSummary) -> ScanSummary:
     return dataclasses.replace(summary, seconds=0.0)
 
 
-@pytest.mark.parametrize("order", ["walk", "threaded", "key order"])
-def test_a_summary_is_the_full_reports_totals(tmp_path: Path, order: str) -> None:
+@pytest.mark.parametrize("order", ["walk", "python walk", "threaded", "key order"])
+def test_a_summary_is_the_full_reports_totals(tmp_path: Path, order: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``walk``: layout B's trees are left out of the walk and listed in step; ``python walk``:
+    the same without the C helper; ``threaded`` and ``key order``: its entries are kept to the end."""
+    if order == "python walk":
+        monkeypatch.setattr(local_listing, "native", None)
     root = tmp_path / "c"
     _all_layouts(root)
     local = LocalStore(root)
-    store: Store = {"walk": local, "threaded": LocalStore(root, list_workers=4), "key order": KeyOrder(local, 0)}[order]
+    stores: dict[str, Store] = {"walk": local, "python walk": local, "threaded": LocalStore(root, list_workers=4),
+                                "key order": KeyOrder(local, 0)}
+    store = stores[order]
     report = scan(store)
     summary = summarize(store)
     assert _without_seconds(summary) == _without_seconds(ScanSummary.of_report(report))
@@ -116,3 +132,33 @@ def test_the_plain_scan_command_prints_the_full_scans_text(tmp_path: Path) -> No
     table_end = next(i for i, line in enumerate(detailed) if line.startswith("garbage:"))
     assert plain == detailed[:entry_table] + detailed[table_end:]
     assert any("failed: 2 compiler errors" in line or "failed:" in line for line in plain)
+
+
+def test_layout_b_entries_are_counted_shard_by_shard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The walk leaves a layout-B namespace's two trees out and the summary lists them in step:
+    at most one shard's entries are open at a time, none kept to the end (the peak RSS of a
+    summary of a million entries is bounded: bench/scan_bench.py measures it)."""
+    ns = tmp_path / "c" / "trn2-lnc2" / "torchneuron-2.9.0"
+    for i in range(400):
+        key = native_key(f"op-{i}")
+        write_native_neff(ns / "neff", f"op-{i}")
+        if i % 2:
+            _touch(ns / "hlo" / f"{shard(key)}.hlo", b"HLO")
+    open_at_most = 0
+
+    class Watched(summary_module.Grouper):
+        def add(self, listing: DirListing) -> None:
+            nonlocal open_at_most
+            super().add(listing)
+            open_at_most = max(open_at_most, len(self.groups))
+
+    def not_kept(self: object, group: object) -> None:
+        raise AssertionError("a layout-B entry kept to the end")
+
+    monkeypatch.setattr(summary_module, "Grouper", Watched)
+    monkeypatch.setattr(summary_module._KeptEntries, "add", not_kept)
+    store = LocalStore(tmp_path / "c")
+    summary = summarize(store)
+    assert summary.entries == 400 and summary.by_state()["SUCCESS"] == 400
+    assert _without_seconds(summary) == _without_seconds(ScanSummary.of_report(scan(store)))
+    assert 1 <= open_at_most <= 4  # one shard's entries (400 keys in 65,536 shards)

@@ -10,14 +10,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
 
 from neffcache.operations.scan import scan
 from neffcache.stores import local_listing
-from neffcache.stores.base import DirListing
+from neffcache.stores.base import DirListing, SkipDirs
 from neffcache.stores.local import LocalStore
 
 REPO = Path(__file__).resolve().parents[2]
@@ -67,8 +67,12 @@ def _hostile_tree(root: Path, outside: Path) -> None:
 
 
 def _listed(store: LocalStore, prefix: str = "") -> list[DirListing]:
+    return _normal(store.iter_dirs(prefix))
+
+
+def _normal(listings: Iterable[DirListing]) -> list[DirListing]:
     return sorted((DirListing(d.directory, sorted(d.names), sorted(d.files), tuple(sorted(d.problems)))
-                   for d in store.iter_dirs(prefix)), key=lambda d: (d.directory, d.problems))
+                   for d in listings), key=lambda d: (d.directory, d.problems))
 
 
 def test_both_paths_list_the_same(tmp_path: Path, listing_path: str) -> None:
@@ -139,3 +143,47 @@ def test_hostile_listing_cases_on_the_python_path(tmp_path: Path) -> None:
                           env={**os.environ, "NEFFCACHE_NATIVE": "0"})
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert " passed" in done.stdout and "skipped" not in done.stdout, done.stdout[-2000:]
+
+
+def test_skipped_trees_are_left_alone_then_listed_in_step(tmp_path: Path, listing_path: str) -> None:
+    """A summary of layout B leaves its two trees out of the walk and lists them in step
+    (operations/summary.py): together, the two listings are the walk's, each file once."""
+    root = tmp_path / "root"
+    for tree, rel, name in (("a", "x/y", "f1"), ("b", "x/y", "f2"), ("b", "x/z", "f3"), ("a", "", "top-a")):
+        (root / "ns" / tree / rel).mkdir(parents=True, exist_ok=True)
+        (root / "ns" / tree / rel / name).write_bytes(b"1")
+    (root / "ns" / "a" / "x" / "link").symlink_to(tmp_path)  # a problem, reported in step
+    (root / "ns" / "other" / "a").mkdir(parents=True)  # named like a tree, not one
+    (root / "ns" / "other" / "a" / "f4").write_bytes(b"4")
+    (root / "ns" / "c").symlink_to("a")  # a link named like a tree: the walk reports it, never offered
+    store = LocalStore(root)
+    asked: list[str] = []
+
+    def later(rel: str) -> bool:
+        asked.append(rel)
+        return rel in ("ns/a", "ns/b", "ns/c")
+
+    rest = store.iter_dirs_skipping("", SkipDirs(frozenset({"a", "b", "c"}), later))
+    assert rest is not None
+    rest_listed = list(rest)
+    assert sorted(asked) == ["ns/a", "ns/b", "ns/other/a"]
+    batches = list(store.iter_dirs_together(["ns/a", "ns/b", "ns/missing"]))
+    assert [rel for rel, _ in batches] == ["", "x", "x/y", "x/z"]  # depth first, each once
+    for rel, batch in batches:
+        assert {d.directory for d in batch} <= {f"ns/{t}/{rel}".rstrip("/") for t in "ab"} | {
+            f"ns/{t}/{rel}".rstrip("/").rpartition("/")[0] for t in "ab"}
+    assert len(batches[2][1]) == 2  # x/y of both trees in one batch
+    assert _normal(rest_listed + [d for _, batch in batches for d in batch]) == _listed(store)
+    # The threaded listing (shared mounts) cannot leave a tree out: the caller lists everything.
+    assert LocalStore(root, list_workers=4).iter_dirs_skipping("", SkipDirs(frozenset({"a"}), later)) is None
+
+
+def test_trees_in_step_below_a_link_are_a_problem_not_an_error(tmp_path: Path, listing_path: str) -> None:
+    """A tree's parent swapped for a symlink after the walk left the tree out: reported, not raised."""
+    root = tmp_path / "root"
+    (root / "real" / "hlo").mkdir(parents=True)
+    (root / "real" / "hlo" / "f").write_bytes(b"1")
+    (root / "ns").symlink_to("real")
+    batches = list(LocalStore(root).iter_dirs_together(["ns/hlo", "ns/neff"]))
+    assert [(rel, [(d.directory, d.files, [n for n, _ in d.problems]) for d in batch]) for rel, batch in batches] == [
+        ("", [("", [], ["ns"]), ("", [], ["ns"])])]
