@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from neffcache.errors import ConfigError
-from neffcache.layouts.base import EntryNames, EntryPlan, Layout, Located, LogLine
+from neffcache.layouts.base import Layout
 from neffcache.layouts.neuronxcc import NeuronxccLayout
+from neffcache.layouts.records import EntryNames, EntryPlan, Located, LogLine
 from neffcache.layouts.torchneuron import TorchNeuronLayout
 from neffcache.layouts.vllm import VllmLayout
 from neffcache.toolchain import LAYOUT_NAMES

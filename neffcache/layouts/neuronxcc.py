@@ -32,19 +32,19 @@ from neffcache.entry import Entry, EntryState, FileInfo, Namespace
 from neffcache.errors import FlagsFileError
 from neffcache.instances import TARGETS
 from neffcache.layouts import flags as flagsfile
-from neffcache.layouts.base import (
+from neffcache.layouts.base import Layout
+from neffcache.layouts.flags import FLAGS_JSON, FLAGS_TXT
+from neffcache.layouts.keyparts import KeyRule
+from neffcache.layouts.records import (
     TARGET_DIR_RE,
     EntryNames,
     EntryPlan,
     EnvProblem,
     FailureLog,
-    Layout,
     Located,
     LogLine,
     parse_target_dir,
 )
-from neffcache.layouts.flags import FLAGS_JSON, FLAGS_TXT
-from neffcache.layouts.keyparts import KeyRule
 from neffcache.manifest import MANIFEST_NAME, Manifest
 from neffcache.toolchain import Toolchain
 

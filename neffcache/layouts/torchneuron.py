@@ -51,11 +51,11 @@ import re
 from collections.abc import Mapping
 
 from neffcache.entry import Entry, EntryState, FileInfo, Namespace
-from neffcache.layouts.base import (
+from neffcache.layouts.base import Layout
+from neffcache.layouts.records import (
     TARGET_DIR_RE,
     EntryNames,
     EntryPlan,
-    Layout,
     Located,
     LogLine,
     ShardDir,

@@ -36,7 +36,8 @@ import re
 from collections.abc import Mapping
 
 from neffcache.entry import Entry, EntryState, FileInfo, Namespace
-from neffcache.layouts.base import TARGET_DIR_RE, EntryNames, EntryPlan, Layout, Located, parse_target_dir
+from neffcache.layouts.base import Layout
+from neffcache.layouts.records import TARGET_DIR_RE, EntryNames, EntryPlan, Located, parse_target_dir
 from neffcache.manifest import MANIFEST_NAME, Manifest
 from neffcache.toolchain import Toolchain
 

@@ -19,7 +19,8 @@ from collections.abc import Callable, Iterable
 
 from neffcache.entry import Entry, EntryState, FileInfo, Namespace
 from neffcache.layouts import LAYOUTS, Located, locate
-from neffcache.layouts.base import Layout, ShardDir
+from neffcache.layouts.base import Layout
+from neffcache.layouts.records import ShardDir
 from neffcache.manifest import Manifest
 from neffcache.stores.base import CONTROL_DIR, TEMP_MARKER, DirListing
 

@@ -52,7 +52,8 @@ from neffcache.coordination.write_leases import exclusive_write
 from neffcache.entry import Namespace
 from neffcache.errors import PlaceholderNeff
 from neffcache.layouts import get_layout
-from neffcache.layouts.base import EntryPlan, Layout
+from neffcache.layouts.base import Layout
+from neffcache.layouts.records import EntryPlan
 from neffcache.manifest import FileDigest, Manifest, sha256_bytes, sha256_file
 from neffcache.outcomes import PublishStatus
 from neffcache.placeholder import placeholders_among

@@ -45,7 +45,7 @@ from neffcache.errors import (
 )
 from neffcache.keys import is_canonical_relpath
 from neffcache.layouts import get_layout
-from neffcache.layouts.base import Located
+from neffcache.layouts.records import Located
 from neffcache.manifest import Manifest, read_manifest
 from neffcache.operations.ingest import fetch_file, transfer
 from neffcache.operations.scan import load_entry, scan

@@ -11,7 +11,6 @@ import pytest
 from neffcache.application.jobenv import job_env
 from neffcache.entry import EntryState, Namespace
 from neffcache.layouts import LAYOUTS, get_layout
-from neffcache.layouts.base import LogLine
 from neffcache.layouts.flags import (
     FLAGS_JSON,
     FLAGS_TXT,
@@ -25,6 +24,7 @@ from neffcache.layouts.flags import (
     user_flags,
 )
 from neffcache.layouts.neuronxcc import NeuronxccLayout
+from neffcache.layouts.records import LogLine
 from neffcache.operations.scan import scan
 from neffcache.stores.local import LocalStore
 from neffcache.toolchain import Toolchain
