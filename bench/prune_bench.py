@@ -37,7 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import Timing, load_average, neffcache_measured, print_ratio, sh, timed
+from bench.common import Timing, cpu_seconds, load_average, neffcache_measured, print_ratio, sh, timed
 from neffcache.prune import PrunePolicy, execute_plan, plan_prune
 from neffcache.stores.local import LocalStore
 
@@ -125,16 +125,17 @@ def fresh(base: Path, side: str, layout: str, entries: int) -> Path:
     return root
 
 
-def run_cli(root: Path, base: Path, workers: int) -> tuple[float, int]:
-    """``neffcache prune --keep-compiler current --yes`` in its own process: (seconds, peak RSS kB)."""
+def run_cli(root: Path, base: Path, workers: int) -> tuple[float, float, int]:
+    """``neffcache prune --keep-compiler current --yes`` in its own process: (seconds, CPU
+    seconds, peak RSS kB)."""
     hwm = base / "hwm"
     cmd = neffcache_measured(hwm, ["prune", "--store", str(root), "--keep-compiler", "current",
                                    "--compiler-version", NEW, "--no-index", "--workers", str(workers),
                                    "--yes", "--force"])
     env = {**os.environ, "NEFFCACHE_INDEX_URL": ""}
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), cpu_seconds()
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - started, int(hwm.read_text())
+    return time.perf_counter() - started, cpu_seconds() - cpu, int(hwm.read_text())
 
 
 def bench_local(entries: int, rounds: int, workers: int, base: Path, layout: str, cli: bool) -> None:
@@ -147,6 +148,7 @@ def bench_local(entries: int, rounds: int, workers: int, base: Path, layout: str
           f"a 4 KiB block per non-empty file); load average {load_average()}")
     old_ns = namespace(layout, OLD)
     best: dict[str, float] = {}
+    best_cpu: dict[str, float] = {}
     for r in range(rounds):
         times: list[Timing] = []
         started = time.monotonic()
@@ -162,20 +164,27 @@ def bench_local(entries: int, rounds: int, workers: int, base: Path, layout: str
             result = execute_plan(plan, [store], workers=workers, force=True)  # the bench empties a store
         assert len(result.removed) == entries and not result.skipped, result.skipped[:3]
         assert not (base / "neffcache" / old_ns).exists()
-        times.append(Timing("neffcache plan+execute", times[-1].seconds + times[-2].seconds))
+        times.append(Timing("neffcache plan+execute", times[-1].seconds + times[-2].seconds,
+                            times[-1].cpu + times[-2].cpu))
         for t in times:
             best[t.label] = min(best.get(t.label, t.seconds), t.seconds)
+            best_cpu[t.label] = min(best_cpu.get(t.label, t.cpu), t.cpu)
         print(f"round {r + 1} (each tree built in {built:.0f}s, untimed): "
-              + ", ".join(f"{t.label} {t.seconds:.2f}s" for t in times) + f"; load average {load_average()}")
+              + ", ".join(f"{t.label} {t.seconds:.2f}s (cpu {t.cpu:.2f}s)" for t in times)
+              + f"; load average {load_average()}")
     shutil.rmtree(base / "neffcache", ignore_errors=True)
     title = f"prune {entries} entries, layout {layout.upper()}"
     print_ratio(f"{title} (plan+execute, {workers} workers)", best["neffcache plan+execute"], best["rm -rf"], "rm -rf")
     print_ratio(f"{title} (execute alone)", best["neffcache execute"], best["rm -rf"], "rm -rf")
     print(f"  of which plan {best['neffcache plan']:.2f}s, execute {best['neffcache execute']:.2f}s")
+    print_ratio(f"{title} (plan+execute, CPU user+sys)", best_cpu["neffcache plan+execute"], best_cpu["rm -rf"],
+                "rm -rf")
+    print(f"  CPU: plan {best_cpu['neffcache plan']:.2f}s, execute {best_cpu['neffcache execute']:.2f}s, "
+          f"rm -rf {best_cpu['rm -rf']:.2f}s")
     if cli:
-        seconds, peak = run_cli(fresh(base, "cli", layout, entries), base, workers)
+        seconds, cpu, peak = run_cli(fresh(base, "cli", layout, entries), base, workers)
         shutil.rmtree(base / "cli", ignore_errors=True)
-        print(f"  neffcache prune --yes (own process): {seconds:.2f}s, peak RSS {peak / 1024:.0f} MiB "
+        print(f"  neffcache prune --yes (own process): {seconds:.2f}s (cpu {cpu:.2f}s), peak RSS {peak / 1024:.0f} MiB "
               f"({peak * 1024 / (entries + new):.0f} bytes per entry)")
     print(f"load average at the end {load_average()}")
 
