@@ -39,6 +39,7 @@ from pathlib import Path
 
 from bench.common import Timing, cpu_seconds, load_average, neffcache_measured, print_ratio, sh, timed
 from neffcache.prune import PrunePolicy, execute_plan, plan_prune
+from neffcache.prune.execute import workers_for
 from neffcache.stores.local import LocalStore
 
 OLD = "2.21.33363.0+82129205"
@@ -125,20 +126,20 @@ def fresh(base: Path, side: str, layout: str, entries: int) -> Path:
     return root
 
 
-def run_cli(root: Path, base: Path, workers: int) -> tuple[float, float, int]:
+def run_cli(root: Path, base: Path, workers: int | None) -> tuple[float, float, int]:
     """``neffcache prune --keep-compiler current --yes`` in its own process: (seconds, CPU
     seconds, peak RSS kB)."""
     hwm = base / "hwm"
     cmd = neffcache_measured(hwm, ["prune", "--store", str(root), "--keep-compiler", "current",
-                                   "--compiler-version", NEW, "--no-index", "--workers", str(workers),
-                                   "--yes", "--force"])
+                                   "--compiler-version", NEW, "--no-index",
+                                   *(["--workers", str(workers)] if workers else []), "--yes", "--force"])
     env = {**os.environ, "NEFFCACHE_INDEX_URL": ""}
     started, cpu = time.perf_counter(), cpu_seconds()
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
     return time.perf_counter() - started, cpu_seconds() - cpu, int(hwm.read_text())
 
 
-def bench_local(entries: int, rounds: int, workers: int, base: Path, layout: str, cli: bool) -> None:
+def bench_local(entries: int, rounds: int, workers: int | None, base: Path, layout: str, cli: bool) -> None:
     new = max(1, entries // 100)
     per_entry = len(A_FILES) if layout == "a" else len(B_FILES)
     blocks = sum(1 for _, d in A_FILES if d) if layout == "a" else sum(1 for _, _, d in B_FILES if d)
@@ -172,9 +173,11 @@ def bench_local(entries: int, rounds: int, workers: int, base: Path, layout: str
         print(f"round {r + 1} (each tree built in {built:.0f}s, untimed): "
               + ", ".join(f"{t.label} {t.seconds:.2f}s (cpu {t.cpu:.2f}s)" for t in times)
               + f"; load average {load_average()}")
+    threads = workers_for(store, workers)  # what the rounds ran with
     shutil.rmtree(base / "neffcache", ignore_errors=True)
     title = f"prune {entries} entries, layout {layout.upper()}"
-    print_ratio(f"{title} (plan+execute, {workers} workers)", best["neffcache plan+execute"], best["rm -rf"], "rm -rf")
+    print_ratio(f"{title} (plan+execute, {threads} worker{'s' if threads > 1 else ''})",
+                best["neffcache plan+execute"], best["rm -rf"], "rm -rf")
     print_ratio(f"{title} (execute alone)", best["neffcache execute"], best["rm -rf"], "rm -rf")
     print(f"  of which plan {best['neffcache plan']:.2f}s, execute {best['neffcache execute']:.2f}s")
     print_ratio(f"{title} (plan+execute, CPU user+sys)", best_cpu["neffcache plan+execute"], best_cpu["rm -rf"],
@@ -286,7 +289,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--entries", type=int, default=100_000, help="Old-toolchain entries (0: skip).")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--workers", type=int, default=None,
+                        help="Chunks in flight (default: what neffcache picks for the tree's filesystem).")
     parser.add_argument("--layout", choices=("a", "b"), default="a",
                         help="a: libneuronxla's MODULE_ directories; b: TorchNeuron's sharded NEFF cache.")
     parser.add_argument("--cli", action=argparse.BooleanOptionalAction, default=True,

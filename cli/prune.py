@@ -161,8 +161,9 @@ def _result_text(result: PruneResult) -> str:
 @click.option("--index/--no-index", "use_index", default=True, show_default=True,
               help="Use the index server (NEFFCACHE_INDEX_URL) for last use and evict events.")
 @click.option("--entries", "show_items", is_flag=True, help="List every item of the plan.")
-@click.option("--workers", type=click.IntRange(1, 64), default=4, show_default=True,
-              help="Chunks of entries removed in parallel.")
+@click.option("--workers", type=click.IntRange(1, 64), default=None,
+              help="Chunks of entries removed in parallel per store (default: 4; 1 on a tmpfs or ramfs "
+                   "cache, where nothing waits and threads only contend).")
 @click.option("--yes", is_flag=True, help="Carry out the plan. Without it, prune only prints the plan.")
 @click.option("--force", is_flag=True,
               help="With --yes: carry out a plan the guard rails stop (one that removes every entry of a store, "
@@ -179,7 +180,7 @@ def prune_cmd(stores: tuple[str, ...], keep_compilers: tuple[str, ...], keep_las
               older_than: float | None, max_sizes: tuple[str, ...], failed: str | None, failed_ttl: float | None,
               stale_locks: bool, garbage: bool, grace: float, hit_grace: float, lock_age: float,
               compiler: str | None, compiler_version: str | None, source: str, use_index: bool, show_items: bool,
-              workers: int, yes: bool, force: bool, max_share: float | None, history: bool, since: float | None,
+              workers: int | None, yes: bool, force: bool, max_share: float | None, history: bool, since: float | None,
               as_json: bool) -> None:
     """Remove what no toolchain needs, nobody used, or breaks a budget — as a plan first.
 
@@ -247,7 +248,7 @@ def _keep_compilers(given: tuple[str, ...], settings: Settings) -> tuple[str | N
 
 
 def _prune(opened: list[Store], policy: PrunePolicy, settings: Settings, *, source: str, use_index: bool,
-           show_items: bool, workers: int, yes: bool, force: bool, as_json: bool) -> None:
+           show_items: bool, workers: int | None, yes: bool, force: bool, as_json: bool) -> None:
     """Plan, print the plan, and with ``yes`` carry it out; closes the stores and the index."""
     old_logs = expired_runs(days=settings.warm_log_days) if policy.garbage else []
     index = _index(settings, use_index)

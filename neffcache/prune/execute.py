@@ -41,6 +41,7 @@ from neffcache.prune.guard import refusal
 from neffcache.prune.model import ItemKind, PruneItem, PrunePlan, PruneResult, Reason, ago
 from neffcache.prune.run import StoreRun
 from neffcache.stores.base import Store
+from neffcache.stores.mounts import filesystem_type, is_memory_filesystem
 
 if TYPE_CHECKING:
     from neffcache.index import Index
@@ -72,13 +73,31 @@ def _journal(plan: PrunePlan, run: StoreRun, command: str | None) -> None:
     record_action(run.store, "prune", describe(plan), items, details=details, command=command)
 
 
+# Chunks in flight on a store whose calls wait on a disk or a server: while one thread waits in
+# an unlink (ext4's journal, an FSx round trip) the others run (docs/lifecycle.md, "what worker
+# threads cost": 1.4x faster on ext4 with four).
+DEFAULT_WORKERS = 4
+
+
+def workers_for(store: Store, requested: int | None) -> int:
+    """How many chunks of ``store`` run at once: ``requested`` when given, else one on a memory
+    filesystem (tmpfs, ramfs), where no call waits and threads only contend for the GIL (twice
+    the CPU and 1.8x the time of one thread, measured), else :data:`DEFAULT_WORKERS`. The
+    thread count changes only how fast: every chunk holds its own leases and journal either way."""
+    if requested is not None:
+        return max(1, requested)
+    root = store.local_root
+    return 1 if root is not None and is_memory_filesystem(filesystem_type(root)) else DEFAULT_WORKERS
+
+
 def execute_plan(plan: PrunePlan, stores: Mapping[str, Store] | Iterable[Store], *, index: Index | None = None,
-            workers: int = 4, progress: Callable[[int, int], None] | None = None, force: bool = False,
+            workers: int | None = None, progress: Callable[[int, int], None] | None = None, force: bool = False,
             command: str | None = None) -> PruneResult:
     """Carry out ``plan`` on ``stores`` (matched by URL). Ctrl-C stops after the chunks in hand.
 
     A plan that trips the guard rails (``plan.guards``) raises RefusedPlan and changes nothing
-    unless ``force``. What each store's run removed is recorded in its action journal
+    unless ``force``. ``workers``: chunks in flight per store (None: :func:`workers_for`
+    decides by the store's filesystem). What each store's run removed is recorded in its action journal
     (:mod:`neffcache.coordination.history`; ``command`` defaults to this process's command line), also
     when interrupted.
     """
@@ -109,7 +128,8 @@ def execute_plan(plan: PrunePlan, stores: Mapping[str, Store] | Iterable[Store],
             runs.append(run)
             with held(store, PRUNE_LEASE, ttl=120.0):
                 try:
-                    _run_store(run, items, workers, progress, lambda: sum(r.done for r in runs), total)
+                    threads = workers_for(store, workers)
+                    _run_store(run, items, threads, progress, lambda: sum(r.done for r in runs), total)
                 finally:
                     _journal(plan, run, command)
                 store.discard(list(plan.journals.get(url, ())), prune_dirs=True)

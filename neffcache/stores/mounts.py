@@ -23,6 +23,8 @@ NETWORK_FILESYSTEMS = frozenset({
 })
 NETWORK_FUSE_PREFIXES = ("fuse.ceph", "fuse.glusterfs", "fuse.sshfs", "fuse.s3fs", "fuse.mountpoint-s3",
                          "fuse.gcsfuse", "fuse.juicefs", "fuse.rclone", "fuse.goofys", "fuse.weka")
+# Filesystems held in memory: a call on them never waits for a device or a server.
+MEMORY_FILESYSTEMS = frozenset({"tmpfs", "ramfs"})
 _OCTAL = re.compile(r"\\([0-7]{3})")
 
 
@@ -69,6 +71,10 @@ def filesystem_type(path: str | os.PathLike[str], mountinfo: Path | None = None)
 
 def is_network_filesystem(fstype: str | None) -> bool:
     return fstype is not None and (fstype in NETWORK_FILESYSTEMS or fstype.startswith(NETWORK_FUSE_PREFIXES))
+
+
+def is_memory_filesystem(fstype: str | None) -> bool:
+    return fstype in MEMORY_FILESYSTEMS
 
 
 def on_network_filesystem(path: str | os.PathLike[str], mountinfo: Path | None = None) -> str | None:
