@@ -1,21 +1,23 @@
 """The catalog's questions for ``plan`` and ``why-miss``: many entries at once, the entries
 near a graph, and the compiles a forecast fits on. Read-only; each is a few SELECTs, never one
 per key.
+
+Many entries at once run on the driver's connections (server/storage/driver.py): a batch of a
+thousand keys spent as long in SQLAlchemy's execution and row wrapping as in SQLite running
+the SELECT (docs/index-server.md#performance).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Connection, Select, bindparam, select
 
 from neffcache.server.services.catalog import row_json, rows_statement
+from neffcache.server.storage.db import Database
 from neffcache.server.storage.models import Entry, EntryTag, table_of
 
-# Paths per IN list. SQLite binds at most 32,766 variables (since 3.32; 999 before), PostgreSQL
-# 65,535; a fixed slice also lets SQLite reuse the prepared statement of a full slice.
-LOOKUP_SLICE = 2000
 MAX_SIMILAR = 500
 MAX_SAMPLES = 10_000
 
@@ -24,20 +26,15 @@ _NEWEST_FIRST = (_entries.c.created.desc(), _entries.c.id.desc())
 _BY_PATHS = rows_statement(_entries.c.path.in_(bindparam("paths", expanding=True)))
 
 
-def slices(items: Sequence[str], size: int = LOOKUP_SLICE) -> Iterator[Sequence[str]]:
-    for start in range(0, len(items), size):
-        yield items[start:start + size]
+_PATH = [str(column.key) for column in _BY_PATHS.selected_columns].index("path")
 
 
-def lookup_many(conn: Connection, paths: Sequence[str]) -> tuple[list[dict[str, Any]], list[str]]:
+def lookup_many(db: Database, paths: Sequence[str]) -> tuple[list[dict[str, Any]], list[str]]:
     """The entries at ``paths`` (repeats answered once) and the paths the index has no entry
-    for, both in the order asked. One SELECT per :data:`LOOKUP_SLICE` paths; the caller runs
-    them in one transaction, so a batch sees one state of the catalog."""
+    for, both in the order asked. One SELECT per 2,000 paths, all in one snapshot of the
+    catalog (:class:`~neffcache.server.storage.driver.DriverBatchRead`)."""
     unique = list(dict.fromkeys(paths))
-    rows: dict[str, dict[str, Any]] = {}
-    for part in slices(unique):
-        for row in conn.execute(_BY_PATHS, {"paths": list(part)}):
-            rows[row.path] = row_json(row)
+    rows = {row[_PATH]: row_json(row) for row in db.driver_batch_read(_BY_PATHS, "paths").rows(unique)}
     found = [rows[path] for path in unique if path in rows]
     missing = [path for path in unique if path not in rows]
     return found, missing

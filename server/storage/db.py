@@ -30,7 +30,7 @@ from sqlalchemy.sql.expression import FunctionElement
 from sqlalchemy.types import Double, String
 
 from neffcache.errors import ConfigError
-from neffcache.server.storage.driver import DriverRead
+from neffcache.server.storage.driver import DriverBatchRead, DriverRead
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +40,9 @@ MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 _MIGRATION_LOCK = 0x6E6566_66
 _WRITE_OPTION = "neffcache_write"
 _SINGLE_READ_OPTION = "neffcache_single_read"
+# Address space, not memory: only the pages a query touches are mapped in, and they are the
+# page cache's (a 1M-entry index is about 1.1 GB).
+SQLITE_MMAP_BYTES = 4 << 30
 
 
 class db_now(FunctionElement[float]):  # noqa: N801 - reads like the SQL function it renders
@@ -118,6 +121,10 @@ def _configure_sqlite(engine: Engine) -> None:
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute("PRAGMA busy_timeout=30000")
+        # Reads through a memory map of the file: pages come from the OS page cache, shared by
+        # every connection and worker, instead of a read() into each connection's 2 MiB cache;
+        # a batch lookup's SELECT ran 1.3x faster (docs/index-server.md#performance).
+        cursor.execute(f"PRAGMA mmap_size={SQLITE_MMAP_BYTES}")
         cursor.close()
 
     @event.listens_for(engine, "begin")
@@ -137,7 +144,9 @@ class Database:
         self._write_engine = self.engine.execution_options(**{_WRITE_OPTION: True})
         self._write_turn: contextlib.AbstractContextManager[Any] = (
             threading.Lock() if self.engine.dialect.name == "sqlite" else contextlib.nullcontext())
-        self._driver_reads: list[DriverRead] = []
+        self._driver_reads: list[DriverRead | DriverBatchRead] = []
+        self._batch_reads: dict[tuple[int, str], tuple[Any, DriverBatchRead]] = {}
+        self._readers_lock = threading.Lock()
         single: dict[str, Any] = {_SINGLE_READ_OPTION: True}
         if self.inline_reads:
             # Its own small pool: inline reads run on the event loop, which must never wait for a
@@ -176,6 +185,20 @@ class Database:
         engine = self._single_read_engine.engine if self.inline_reads else self.engine
         read = DriverRead(engine, statement, name, autocommit=not self.inline_reads)
         self._driver_reads.append(read)
+        return read
+
+    def driver_batch_read(self, statement: Any, name: str) -> DriverBatchRead:
+        """``statement`` (one SELECT, ``name`` an expanding IN list) run on DB-API connections
+        of its own, one per batch at a time (storage/driver.py). One reader per statement object
+        (the services build theirs once, at import), made on first use."""
+        with self._readers_lock:
+            known = self._batch_reads.get((id(statement), name))
+            if known is not None and known[0] is statement:  # kept alive by the entry: its id is its own
+                return known[1]
+            engine = self._single_read_engine.engine if self.inline_reads else self.engine
+            read = DriverBatchRead(engine, statement, name, autocommit=not self.inline_reads)
+            self._batch_reads[(id(statement), name)] = (statement, read)
+            self._driver_reads.append(read)
         return read
 
     @contextmanager

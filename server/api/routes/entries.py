@@ -94,13 +94,8 @@ async def lookup_many(asked: LookupRequest, access: ReadAccess) -> FastJSONRespo
     with the stores that hold it; the paths the index has no entry for are listed in ``missing``.
     Each path is checked like a single lookup's (a bad one is a 422 naming it), and a request
     carries at most 10,000 of them (the client splits longer lists). Needs read scope."""
-    found, missing = await run_in_threadpool(_lookup_many, access.db, asked.paths)
+    found, missing = await run_in_threadpool(lookups.lookup_many, access.db, asked.paths)
     return FastJSONResponse({"found": found, "missing": missing})  # rows as they are: see lookup_entry
-
-
-def _lookup_many(db: Database, paths: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
-    with db.read() as session:  # one transaction: every slice of the batch sees the same catalog
-        return lookups.lookup_many(session.connection(), paths)
 
 
 @router.get("/similar", name="entries.similar", summary="Entries near a graph", response_model=SimilarEntries,
