@@ -26,15 +26,13 @@ _NEWEST_FIRST = (_entries.c.created.desc(), _entries.c.id.desc())
 _BY_PATHS = rows_statement(_entries.c.path.in_(bindparam("paths", expanding=True)))
 
 
-_PATH = [str(column.key) for column in _BY_PATHS.selected_columns].index("path")
-
-
 def lookup_many(db: Database, paths: Sequence[str]) -> tuple[list[dict[str, Any]], list[str]]:
     """The entries at ``paths`` (repeats answered once) and the paths the index has no entry
     for, both in the order asked. One SELECT per 2,000 paths, all in one snapshot of the
     catalog (:class:`~neffcache.server.storage.driver.DriverBatchRead`)."""
     unique = list(dict.fromkeys(paths))
-    rows = {row[_PATH]: row_json(row) for row in db.driver_batch_read(_BY_PATHS, "paths").rows(unique)}
+    entries = map(row_json, db.driver_batch_read(_BY_PATHS, "paths").rows(unique))
+    rows = {entry["path"]: entry for entry in entries}
     found = [rows[path] for path in unique if path in rows]
     missing = [path for path in unique if path not in rows]
     return found, missing

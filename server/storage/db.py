@@ -179,11 +179,16 @@ class Database:
         with self._single_read_engine.connect() as conn:
             yield conn
 
+    @property
+    def _driver_engine(self) -> Engine:
+        """The engine driver reads detach their connections from: on SQLite the inline reads'
+        own, elsewhere the main one (one home for that choice, for both kinds of driver read)."""
+        return self._single_read_engine.engine if self.inline_reads else self.engine
+
     def driver_read(self, statement: Any, name: str) -> DriverRead:
         """``statement`` (one SELECT, bind parameter ``name``) run on DB-API connections of
         its own, as :meth:`single_read` would run it: the lookup hot path (storage/driver.py)."""
-        engine = self._single_read_engine.engine if self.inline_reads else self.engine
-        read = DriverRead(engine, statement, name, autocommit=not self.inline_reads)
+        read = DriverRead(self._driver_engine, statement, name, autocommit=not self.inline_reads)
         self._driver_reads.append(read)
         return read
 
@@ -195,8 +200,7 @@ class Database:
             known = self._batch_reads.get((id(statement), name))
             if known is not None and known[0] is statement:  # kept alive by the entry: its id is its own
                 return known[1]
-            engine = self._single_read_engine.engine if self.inline_reads else self.engine
-            read = DriverBatchRead(engine, statement, name, autocommit=not self.inline_reads)
+            read = DriverBatchRead(self._driver_engine, statement, name, autocommit=not self.inline_reads)
             self._batch_reads[(id(statement), name)] = (statement, read)
             self._driver_reads.append(read)
         return read
