@@ -63,6 +63,7 @@ class Result:
     baseline_p99_ms: float
     cpu_per_item: float | None  # server CPU seconds per lookup / per event
     client_cpu_per_item: float | None  # the load generator's, likewise
+    cores: list[float] | None = None  # cores each server process kept busy (supervisor first)
 
     @property
     def ratio(self) -> float:
@@ -149,20 +150,25 @@ def seed(url: str, count: int) -> float:
     return time.perf_counter() - started
 
 
-def cpu_seconds(pid: int) -> float:
-    """CPU time (user + system) of a process and its children (uvicorn workers), from /proc.
-    Per-request CPU is the figure that survives a noisy shared machine; wall-clock rates do not."""
+def cpu_by_process(pid: int) -> dict[int, float]:
+    """CPU time (user + system) of a process and of each of its children (uvicorn workers), from
+    /proc. Per-request CPU is the figure that survives a noisy shared machine; wall-clock rates
+    do not. Per process, it shows whether the workers shared the load."""
     pids = [pid]
     with contextlib.suppress(OSError):
         pids += [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    total = 0.0
+    found = {}
     for p in pids:
         try:
             fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
+        found[p] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return found
+
+
+def cpu_seconds(pid: int) -> float:
+    return sum(cpu_by_process(pid).values())
 
 
 @contextmanager
@@ -208,12 +214,15 @@ def lookup_load(port: int, wanted: list[str], clients: int) -> Load:
 
 def timed(generator: Generator, load: Load, items: int, pid: int | None = None) -> Run:
     """One loop of the load generator; ``pid``: the server whose CPU per item is measured."""
-    cpu = cpu_seconds(pid) if pid is not None else 0.0
+    before = cpu_by_process(pid) if pid is not None else {}
     outcome = generator.run(load)
     RETRIED_503[0] += outcome.retried_503
     RECONNECTS[0] += outcome.reconnects
-    server_cpu = (cpu_seconds(pid) - cpu) / items if pid is not None else None
-    return Run(items / outcome.seconds, outcome.latencies, server_cpu, outcome.cpu_seconds / items)
+    if pid is None:
+        return Run(items / outcome.seconds, outcome.latencies, None, outcome.cpu_seconds / items)
+    spent = {p: seconds - before.get(p, 0.0) for p, seconds in cpu_by_process(pid).items()}
+    return Run(items / outcome.seconds, outcome.latencies, sum(spent.values()) / items,
+               outcome.cpu_seconds / items, [spent[p] / outcome.seconds for p in sorted(spent)])
 
 
 RETRIED_503 = [0]
@@ -306,6 +315,9 @@ class Run:
     latencies: list[float]
     cpu_per_item: float | None = None
     client_cpu_per_item: float | None = None
+    # Cores each server process kept busy during the loop (supervisor first): whether the
+    # workers shared the load, and how far the server was from using the machine.
+    cores: list[float] | None = None
 
     @property
     def p50(self) -> float:
@@ -381,7 +393,7 @@ def bench_database(kind: str, args: argparse.Namespace, workdir: Path) -> list[R
 
     def result(what: str, ours: Run, baseline: Run) -> Result:
         return Result(kind, what, ours.rate, ours.p50, ours.p99, baseline.rate, baseline.p50, baseline.p99,
-                      ours.cpu_per_item, ours.client_cpu_per_item)
+                      ours.cpu_per_item, ours.client_cpu_per_item, ours.cores)
 
     results = [
         result("lookups, 1 client", pick["lookups 1"], pick["sql lookups"]),
@@ -435,6 +447,10 @@ def print_table(results: list[Result], args: argparse.Namespace) -> None:
                      and r.what.startswith("batch"))
         print(f"{kind}: batch lookups, 1 client, {batch.rate:,.0f} keys/s vs the single-key loop over HTTP, "
               f"1 client, {single.rate:,.0f} keys/s (p99 {single.p99:.2f} ms a key): {batch.rate / single.rate:.1f}x")
+    for r in results:
+        if r.cores and len(r.cores) > 1:
+            print(f"{r.database}, {r.what}: cores busy per server process "
+                  f"{' + '.join(f'{c:.2f}' for c in r.cores)} = {sum(r.cores):.2f} of {os.cpu_count()}")
     for kind, peaks in PEAK_RSS.items():
         print(f"{kind}: server peak RSS {sum(peaks) / 1024:,.0f} MiB over {len(peaks)} process(es) "
               f"({', '.join(f'{p / 1024:,.0f}' for p in peaks)} MiB; supervisor first when --workers > 1)")

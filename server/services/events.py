@@ -15,14 +15,15 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
 
-from sqlalchemy import Double, bindparam, case, delete, func, select, update
+from sqlalchemy import Double, delete, func, select
 from sqlalchemy.orm import Session
-from sqlalchemy.sql.elements import BindParameter
 
 from neffcache.server.services.records import EventIn, toolchain_label
-from neffcache.server.storage.db import chunks, upsert
-from neffcache.server.storage.models import Entry, EntryLocation, EntryTag, Event, EventRollup, table_of
+from neffcache.server.storage.driver_sql import DriverSQL, marks, slices, values
+from neffcache.server.storage.models import Entry, EntryLocation, EntryTag, Event, EventRollup
 
 
 @dataclass(frozen=True)
@@ -36,28 +37,37 @@ def hour_of(ts: float) -> int:
     return int(ts // 3600) * 3600
 
 
+# The columns of an event row, in the order of the tuples below (storage/models.py: Event).
+EVENT_COLUMNS = ("event_id", "kind", "ts", "path", "key", "namespace", "toolchain", "job", "model", "team",
+                 "host", "instance_type", "compile_seconds", "store", "message", "received")
+_ID, _KIND, _TS, _PATH = 0, 1, 2, 3
+_MODEL, _TEAM, _INSTANCE, _TOOLCHAIN, _SECONDS, _STORE = 8, 9, 11, 6, 12, 13
+_EVENTS = Event.__tablename__
+_ROLLUPS = EventRollup.__tablename__
+_ROLLUP_DIMENSIONS = ("hour", "kind", "team", "model", "instance_type", "toolchain")
+_ENTRIES = Entry.__tablename__
+
+EventRow = tuple[Any, ...]
+
+
 def ingest_events(session: Session, events: Sequence[EventIn], now: float,
                   keep_after: float | None = None) -> IngestOutcome:
-    """Store new events; ``keep_after`` is the retention horizon (older events are refused)."""
-    expired = [e for e in events if keep_after is not None and e.ts < keep_after]
-    if expired:
-        events = [e for e in events if keep_after is None or e.ts >= keep_after]
-    unique = {event.id: event for event in events}
+    """Store new events; ``keep_after`` is the retention horizon (older events are refused).
+
+    The statements are SQL text on the transaction's connection (storage/driver_sql.py): the
+    same SQL SQLAlchemy rendered, without its per-row parameter processing."""
+    kept = [e for e in events if keep_after is None or e.ts >= keep_after]
+    unique = {event.id: event for event in kept}
     ordered = [unique[event_id] for event_id in sorted(unique)]
-    saved = _recorded_compile_seconds(session, ordered)
+    sql = DriverSQL(session)
+    saved = _recorded_compile_seconds(sql, ordered)
     rows = [_event_row(event, now, saved) for event in ordered]
-    inserted: set[str] = set()
-    if rows:
-        # executemany: SQLAlchemy batches it into multi-row INSERTs ("insertmanyvalues") with one
-        # compiled statement, instead of compiling a fresh VALUES list for every batch.
-        table = table_of(Event)
-        stmt = upsert(session, table).on_conflict_do_nothing(index_elements=[table.c.event_id])
-        inserted.update(session.connection().execute(stmt.returning(table.c.event_id), rows).scalars())
-    fresh = [row for row in rows if row["event_id"] in inserted]
-    _roll_up(session, fresh)
-    _stamp_entries(session, fresh)
+    inserted = _insert_new(sql, rows)
+    fresh = [row for row in rows if row[_ID] in inserted]
+    _roll_up(sql, fresh)
+    _stamp_entries(sql, fresh)
     _apply_evictions(session, fresh)
-    return IngestOutcome(accepted=len(fresh), duplicates=len(events) - len(fresh), expired=len(expired))
+    return IngestOutcome(accepted=len(fresh), duplicates=len(kept) - len(fresh), expired=len(events) - len(kept))
 
 
 def sweep_events(session: Session, before: float, limit: int = 5000) -> int:
@@ -68,79 +78,113 @@ def sweep_events(session: Session, before: float, limit: int = 5000) -> int:
     return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
 
-def _recorded_compile_seconds(session: Session, events: Sequence[EventIn]) -> dict[str, float]:
+def _recorded_compile_seconds(sql: DriverSQL, events: Sequence[EventIn]) -> dict[str, float]:
     """For hits that do not say what they saved: the compile time recorded with the entry."""
     paths = sorted({e.path for e in events if e.kind == "hit" and e.compile_seconds is None and e.path})
     found: dict[str, float] = {}
-    for chunk in chunks(paths, 1):
-        for path, seconds in session.execute(
-            select(Entry.path, Entry.compile_seconds)
-            .where(Entry.path.in_(chunk), Entry.compile_seconds.is_not(None))
-        ):
+    if not paths:
+        return found
+    for chunk in [paths] if sql.postgresql else slices(paths, 1):
+        rows = (sql.rows(_compile_seconds_sql(sql.mark, 0), [list(chunk)]) if sql.postgresql
+                else sql.rows(_compile_seconds_sql(sql.mark, len(chunk)), chunk))
+        for path, seconds in rows:
             found[path] = float(seconds or 0.0)
     return found
 
 
-def _event_row(event: EventIn, now: float, saved: dict[str, float]) -> dict[str, object]:
+def _event_row(event: EventIn, now: float, saved: dict[str, float]) -> EventRow:
     seconds = event.compile_seconds
     if seconds is None and event.kind == "hit" and event.path:
         seconds = saved.get(event.path)
-    return {
-        "event_id": event.id, "kind": event.kind, "ts": event.ts, "path": event.path, "key": event.key,
-        "namespace": event.namespace, "toolchain": toolchain_label(event.toolchain), "job": event.job,
-        "model": event.model, "team": event.team, "host": event.host,
-        "instance_type": event.instance_type, "compile_seconds": seconds, "store": event.store,
-        "message": event.message, "received": now,
-    }
+    return (event.id, event.kind, event.ts, event.path, event.key, event.namespace, toolchain_label(event.toolchain),
+            event.job, event.model, event.team, event.host, event.instance_type, seconds, event.store,
+            event.message, now)
 
 
-def _roll_up(session: Session, rows: list[dict[str, object]]) -> None:
-    sums: dict[tuple[int, str, str, str, str, str], list[float]] = defaultdict(lambda: [0, 0.0])
+def _insert_new(sql: DriverSQL, rows: list[EventRow]) -> set[str]:
+    """Insert the rows whose event id is new; the ids really inserted (RETURNING), so a resent
+    event is counted once even when two transactions race to insert it."""
+    inserted: set[str] = set()
+    if sql.postgresql and rows:
+        # One array per column: a short statement psycopg parses once and caches. A VALUES list
+        # of 8,000 placeholders was parsed again on every batch, half the ingest's CPU.
+        columns = [list(column) for column in zip(*rows, strict=True)]
+        inserted.update(event_id for (event_id,) in sql.rows(_insert_unnest_sql(), columns))
+        return inserted
+    width = len(EVENT_COLUMNS)
+    for chunk in slices(rows, width):
+        statement = _insert_sql(sql.mark, len(chunk))
+        inserted.update(event_id for (event_id,) in sql.rows(statement, [v for row in chunk for v in row]))
+    return inserted
+
+
+def _roll_up(sql: DriverSQL, rows: list[EventRow]) -> None:
+    sums: dict[tuple[Any, ...], list[float]] = defaultdict(lambda: [0, 0.0])
     for row in rows:
-        dims = (hour_of(float(row["ts"])), str(row["kind"]), str(row["team"]), str(row["model"]),  # type: ignore[arg-type]
-                str(row["instance_type"]), str(row["toolchain"]))
-        acc = sums[dims]
+        acc = sums[(hour_of(row[_TS]), row[_KIND], row[_TEAM], row[_MODEL], row[_INSTANCE], row[_TOOLCHAIN])]
         acc[0] += 1
-        acc[1] += float(row["compile_seconds"] or 0.0)  # type: ignore[arg-type]
-    values = [
-        {"hour": d[0], "kind": d[1], "team": d[2], "model": d[3], "instance_type": d[4], "toolchain": d[5],
-         "count": int(acc[0]), "seconds": acc[1]}
-        for d, acc in sorted(sums.items())
-    ]
-    if not values:
+        acc[1] += row[_SECONDS] or 0.0
+    if not sums:
         return
-    table = table_of(EventRollup)
-    stmt = upsert(session, table)
-    # count = count + new count: atomic under the row lock ON CONFLICT takes, on both databases.
-    session.connection().execute(stmt.on_conflict_do_update(
-        index_elements=[table.c.hour, table.c.kind, table.c.team, table.c.model, table.c.instance_type,
-                        table.c.toolchain],
-        set_={"count": table.c.count + stmt.excluded.count, "seconds": table.c.seconds + stmt.excluded.seconds},
-    ), values)
+    sql.run_many(_rollup_sql(sql.mark), [(*dims, int(acc[0]), float(acc[1])) for dims, acc in sorted(sums.items())])
 
 
-def _stamp_entries(session: Session, rows: list[dict[str, object]]) -> None:
+def _stamp_entries(sql: DriverSQL, rows: list[EventRow]) -> None:
     hits: dict[str, list[float]] = defaultdict(list)
     for row in rows:
-        if row["kind"] == "hit" and row["path"]:
-            hits[str(row["path"])].append(float(row["ts"]))  # type: ignore[arg-type]
-    if not hits:
-        return
-    table = table_of(Entry)
-    latest: BindParameter[float] = bindparam("latest", type_=Double())
-    stmt = update(table).where(table.c.path == bindparam("p")).values(
-        hit_count=table.c.hit_count + bindparam("n"),
-        # Events arrive out of order (spools drain late): keep the newest use.
-        last_used=case((func.coalesce(table.c.last_used, 0.0) < latest, latest), else_=table.c.last_used),
-    )
-    session.connection().execute(stmt, [{"p": path, "n": len(hits[path]), "latest": max(hits[path])}
+        if row[_KIND] == "hit" and row[_PATH]:
+            hits[row[_PATH]].append(row[_TS])
+    sql.run_many(_stamp_sql(sql.mark), [(len(hits[path]), max(hits[path]), max(hits[path]), path)
                                         for path in sorted(hits)])
 
 
-def _apply_evictions(session: Session, rows: list[dict[str, object]]) -> None:
+# The statements, per placeholder style and row count. S608: only names from storage/models.py
+# and placeholders are formatted in; every value is bound by the driver.
+
+@lru_cache(maxsize=64)
+def _compile_seconds_sql(mark: str, count: int) -> str:
+    """count 0: PostgreSQL's ``= ANY(array)``, one parameter; else an IN list of ``count``."""
+    where = f"path = ANY({mark})" if count == 0 else f"path IN ({marks(mark, count)})"
+    return (f"SELECT path, compile_seconds FROM {_ENTRIES} "  # noqa: S608 - see above
+            f"WHERE {where} AND compile_seconds IS NOT NULL")
+
+
+@lru_cache(maxsize=1)
+def _insert_unnest_sql() -> str:
+    # Each column's array type from the model: doubles as float8, the strings as text (which a
+    # VARCHAR column takes by assignment).
+    table = Event.__table__
+    arrays = ", ".join(f"%s::{'float8' if isinstance(table.c[name].type, Double) else 'text'}[]"
+                       for name in EVENT_COLUMNS)
+    return (f"INSERT INTO {_EVENTS} ({', '.join(EVENT_COLUMNS)}) "  # noqa: S608 - see above
+            f"SELECT * FROM unnest({arrays}) ON CONFLICT (event_id) DO NOTHING RETURNING event_id")
+
+
+@lru_cache(maxsize=64)
+def _insert_sql(mark: str, count: int) -> str:
+    return (f"INSERT INTO {_EVENTS} ({', '.join(EVENT_COLUMNS)}) "  # noqa: S608 - see above
+            f"VALUES {values(mark, len(EVENT_COLUMNS), count)} ON CONFLICT (event_id) DO NOTHING RETURNING event_id")
+
+
+@lru_cache(maxsize=2)
+def _rollup_sql(mark: str) -> str:
+    names = ", ".join(_ROLLUP_DIMENSIONS)
+    # count = count + new count: atomic under the row lock ON CONFLICT takes, on both databases.
+    return (f"INSERT INTO {_ROLLUPS} ({names}, count, seconds) "  # noqa: S608 - see above
+            f"VALUES ({marks(mark, len(_ROLLUP_DIMENSIONS) + 2)}) ON CONFLICT ({names}) DO UPDATE SET "
+            f"count = {_ROLLUPS}.count + excluded.count, seconds = {_ROLLUPS}.seconds + excluded.seconds")
+
+
+@lru_cache(maxsize=2)
+def _stamp_sql(m: str) -> str:
+    # Events arrive out of order (spools drain late): keep the newest use.
+    return (f"UPDATE {_ENTRIES} SET hit_count = hit_count + {m}, "  # noqa: S608 - see above
+            f"last_used = CASE WHEN COALESCE(last_used, 0.0) < {m} THEN {m} ELSE last_used END WHERE path = {m}")
+
+
+def _apply_evictions(session: Session, rows: list[EventRow]) -> None:
     """An evict event with a store removes that location; the last location takes the entry."""
-    pairs = sorted({(str(r["path"]), str(r["store"])) for r in rows if r["kind"] == "evict" and r["path"]
-                    and r["store"]})
+    pairs = sorted({(r[_PATH], r[_STORE]) for r in rows if r[_KIND] == "evict" and r[_PATH] and r[_STORE]})
     for path, store in pairs:
         entry_id = session.scalar(select(Entry.id).where(Entry.path == path))
         if entry_id is None:

@@ -31,6 +31,7 @@ from sqlalchemy.types import Double, String
 
 from neffcache.errors import ConfigError
 from neffcache.server.storage.driver import DriverBatchRead, DriverRead
+from neffcache.server.storage.write_turn import WriteTurn
 
 log = logging.getLogger(__name__)
 
@@ -142,8 +143,8 @@ class Database:
         self.url = url
         self.engine = make_engine(url, pool_size=pool_size)
         self._write_engine = self.engine.execution_options(**{_WRITE_OPTION: True})
-        self._write_turn: contextlib.AbstractContextManager[Any] = (
-            threading.Lock() if self.engine.dialect.name == "sqlite" else contextlib.nullcontext())
+        self._write_turn: WriteTurn | None = (
+            WriteTurn(self.engine.url.database) if self.engine.dialect.name == "sqlite" else None)
         self._driver_reads: list[DriverRead | DriverBatchRead] = []
         self._batch_reads: dict[tuple[int, str], tuple[Any, DriverBatchRead]] = {}
         self._readers_lock = threading.Lock()
@@ -207,10 +208,10 @@ class Database:
 
     @contextmanager
     def write(self) -> Iterator[Session]:
-        # SQLite has one writer at a time and its busy handler polls without a queue: with a
-        # dozen threads polling, an unlucky one can starve past the busy timeout. Threads of one
-        # process therefore queue here, and only one connection per process contends for the lock.
-        with self._write_turn, Session(self._write_engine, expire_on_commit=False) as session, session.begin():
+        # SQLite has one writer at a time and its busy handler polls without a queue: threads and
+        # worker processes queue for their turn instead (storage/write_turn.py).
+        turn = self._write_turn if self._write_turn is not None else contextlib.nullcontext()
+        with turn, Session(self._write_engine, expire_on_commit=False) as session, session.begin():
             yield session
 
     def transact(self, work: Callable[[Session], T], *, attempts: int = 4) -> T:
@@ -230,6 +231,8 @@ class Database:
         for read in self._driver_reads:
             read.close()
         self.engine.dispose()
+        if self._write_turn is not None:
+            self._write_turn.close()
         if self.inline_reads:
             self._single_read_engine.engine.dispose()
 
@@ -297,10 +300,3 @@ def upsert(session: Session, model: Any) -> Any:
     from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
     return sqlite_insert(model)
-
-
-def chunks(rows: list[T], columns: int) -> Iterator[list[T]]:
-    """Slices small enough for the bind-parameter limits (SQLite 32766, PostgreSQL 65535)."""
-    size = max(1, 16000 // max(1, columns))
-    for start in range(0, len(rows), size):
-        yield rows[start:start + size]

@@ -1,7 +1,10 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from neffcache import keys
 from neffcache.errors import ConfigError, InvalidKey, ToolchainError, UnknownInstanceType
 from neffcache.instances import CATALOG, lookup_instance
 from neffcache.keys import cache_key, key_parts, safe_relpath
@@ -84,3 +87,26 @@ def test_safe_relpath_normalises() -> None:
     assert safe_relpath("./a//b/") == "a/b"
     assert safe_relpath("trn2-lnc2/neuronxcc-2.27.5334.0+f702b353/MODULE_1+ab") == (
         "trn2-lnc2/neuronxcc-2.27.5334.0+f702b353/MODULE_1+ab")
+
+
+# Paths built from the characters that matter to the checks: separators, dots, a drive colon,
+# backslash, control and non-ASCII characters, beside ordinary component characters.
+_PATHS = st.text(alphabet=st.sampled_from(list("ab09_.+=@,-/:\\\x00\n\x7f é")), max_size=24)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(_PATHS)
+def test_safe_relpath_fast_path_agrees_with_every_check(path: str) -> None:
+    """The one-regex path for canonical paths answers as the check-by-check path does: the same
+    path back, or the same refusal."""
+    try:
+        expected: str | None = keys._checked_relpath(path)
+    except InvalidKey:
+        expected = None
+    if expected is None:
+        with pytest.raises(InvalidKey):
+            safe_relpath(path)
+    else:
+        assert safe_relpath(path) == expected
+    if keys.is_canonical_relpath(path) and path:
+        assert expected == path  # canonical means accepted unchanged
