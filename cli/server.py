@@ -151,8 +151,9 @@ def serve_cmd(host: str, port: int, database_url: str | None, data_dir: Path | N
           --database-url postgresql+psycopg://neffcache@db:5432/neffcache --workers 4
       neffcache serve --price trn2.48xlarge=44.70 --price trn1.32xlarge=21.50 --currency USD
     """
-    from neffcache.server.app import listening_socket, serve
+    from neffcache.server.app import serve
     from neffcache.server.services.admin import redacted_url
+    from neffcache.server.workers import listening_sockets
 
     settings = _server_settings(database_url, data_dir, anonymous_read=anonymous_read,
                                 prices=_prices(price_pairs), currency=currency)
@@ -162,7 +163,7 @@ def serve_cmd(host: str, port: int, database_url: str | None, data_dir: Path | N
     try:
         # Bound before "serving on" is printed, with or without --workers: a port in use is one
         # line and one exit code, not a log line from uvicorn after we claimed to serve.
-        sock = listening_socket(host, port)
+        sockets = listening_sockets(host, port, workers)
     except OSError as exc:
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc} "
                           "(another server there? choose another --port)") from None
@@ -172,7 +173,7 @@ def serve_cmd(host: str, port: int, database_url: str | None, data_dir: Path | N
     if not has_tokens and settings.admin_token is None:
         click.echo("no tokens yet: create one with `neffcache token create ci --scope write"
                    + (f" --database-url {shown_url}`" if database_url else "`"))
-    serve(settings, sock, host=host, port=port, workers=workers, log_level=log_level)
+    serve(settings, sockets, host=host, port=port, log_level=log_level)
 
 
 @click.group("token")

@@ -110,20 +110,6 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
 FACTORY = "neffcache.server.app:create_app"
 
 
-def listening_socket(host: str, port: int) -> socket.socket:
-    """The socket the workers share, with TCP_NODELAY. uvicorn's own (``--workers``) is created
-    without a protocol number, so asyncio does not set TCP_NODELAY on accepted connections and
-    every response whose headers and body go out in two writes waits ~40 ms for a delayed ACK.
-    Linux copies TCP_NODELAY from a listening socket to the connections it accepts."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.bind((host, port))
-    sock.set_inheritable(True)
-    return sock
-
-
 def worker_environment(settings: ServerSettings) -> dict[str, str]:
     """What a uvicorn worker needs in its environment to build the app ``settings`` describe:
     workers are separate processes that call :func:`create_app` with no arguments (``--factory``),
@@ -138,20 +124,25 @@ def worker_environment(settings: ServerSettings) -> dict[str, str]:
     return env
 
 
-def serve(settings: ServerSettings, sock: socket.socket, *, host: str, port: int, workers: int = 1,
+def serve(settings: ServerSettings, sockets: list[socket.socket], *, host: str, port: int,
           log_level: str = "info") -> None:
-    """Serve the index on ``sock`` (bound to ``host``:``port`` by :func:`listening_socket`) until
-    interrupted, in this process or in ``workers`` processes; the schema must be at head."""
+    """Serve the index on ``sockets`` (bound to ``host``:``port`` by
+    server/workers.py:listening_sockets) until interrupted: in this process for one socket, else
+    in one worker process per socket; the schema must be at head."""
     import uvicorn
-    from uvicorn.supervisors import Multiprocess
+
+    from neffcache.server.workers import Workers
 
     os.environ.update(worker_environment(settings))
     # The access log is an INFO logger: above that level its lines are dropped anyway, but uvicorn
     # still formats each one's arguments (the quoted path), ~4% of a hot lookup's server CPU.
     access_log = log_level.lower() in ("trace", "debug", "info")
-    config = uvicorn.Config(FACTORY, factory=True, host=host, port=port, workers=workers, log_level=log_level,
-                            proxy_headers=True, access_log=access_log)
-    if workers == 1:
-        uvicorn.Server(config).run(sockets=[sock])
+    config = uvicorn.Config(FACTORY, factory=True, host=host, port=port, workers=len(sockets),
+                            log_level=log_level, proxy_headers=True, access_log=access_log)
+    if len(sockets) == 1:
+        uvicorn.Server(config).run(sockets=sockets)
         return
-    Multiprocess(config, sockets=[sock]).run()
+    workers = Workers(config, sockets)
+    workers.run()
+    if workers.failed:
+        raise SystemExit(1)
