@@ -151,9 +151,8 @@ def serve_cmd(host: str, port: int, database_url: str | None, data_dir: Path | N
           --database-url postgresql+psycopg://neffcache@db:5432/neffcache --workers 4
       neffcache serve --price trn2.48xlarge=44.70 --price trn1.32xlarge=21.50 --currency USD
     """
-    from neffcache.server.app import serve
+    from neffcache.server.app import listening_sockets, serve
     from neffcache.server.services.admin import redacted_url
-    from neffcache.server.workers import listening_sockets
 
     settings = _server_settings(database_url, data_dir, anonymous_read=anonymous_read,
                                 prices=_prices(price_pairs), currency=currency)

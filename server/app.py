@@ -7,6 +7,7 @@ neffcache.server.app:create_app`` and tests can build as many independent apps a
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -32,6 +33,9 @@ from neffcache.server.observability.middleware import BodyLimit, RequestMetrics
 from neffcache.server.services.prices import prices_of
 from neffcache.server.storage.db import Database, migrate
 from neffcache.server.ui import dashboard
+from neffcache.server.workers import Workers, listening_sockets
+
+__all__ = ["FACTORY", "create_app", "listening_sockets", "serve", "worker_environment"]
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +80,10 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if settings.auto_migrate:
             await run_in_threadpool(migrate, db.engine)
+        # What exists now (modules, the app, its routes and schemas) lives as long as the process:
+        # out of the collector's generations, a full collection no longer walks it, and a batch
+        # lookup's thousand rendered rows set one off again and again.
+        gc.freeze()
         try:
             yield
         finally:
@@ -131,7 +139,6 @@ def serve(settings: ServerSettings, sockets: list[socket.socket], *, host: str, 
     in one worker process per socket; the schema must be at head."""
     import uvicorn
 
-    from neffcache.server.workers import Workers
 
     os.environ.update(worker_environment(settings))
     # The access log is an INFO logger: above that level its lines are dropped anyway, but uvicorn

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 from sqlalchemy import ColumnElement, Connection, Select, bindparam, delete, exists, func, select
 from sqlalchemy.orm import Session
 
@@ -157,7 +158,7 @@ def row_json(row: Sequence[Any]) -> dict[str, Any]:
         "created": created, "registered": registered, "updated": updated, "producer": producer,
         "compile_seconds": compile_seconds, "hit_count": hit_count, "last_used": last_used,
         "hlo_sha256": hlo_sha256, "hlo_size": hlo_size,
-        "flags": json.loads(flags) if flags is not None else None,
+        "flags": _flags(flags),
     }
 
 
@@ -172,8 +173,22 @@ def entry_json(row: Any, stores: list[str], tags: dict[str, str]) -> dict[str, A
         "registered": row.registered, "updated": row.updated, "producer": row.producer,
         "compile_seconds": row.compile_seconds, "hit_count": row.hit_count, "last_used": row.last_used,
         "hlo_sha256": row.hlo_sha256, "hlo_size": row.hlo_size,
-        "flags": json.loads(row.flags) if row.flags is not None else None,
+        "flags": _flags(row.flags),
     }
+
+
+def _flags(stored: str | None) -> list[str] | None:
+    """The stored JSON text of an entry's flags, parsed: by orjson (a third of json's time, on
+    every row a lookup renders), or by json where orjson refuses. Every path into the column
+    was validated (no lone surrogates: those are a 422 at the door, tests/server/test_bad_input.py),
+    but a row written another way must still render."""
+    if stored is None:
+        return None
+    try:
+        flags: list[str] = orjson.loads(stored)
+    except orjson.JSONDecodeError:
+        flags = json.loads(stored)
+    return flags
 
 
 def list_entries(session: Session, where: EntryFilter, *, limit: int, cursor: int | None) -> EntryPage:

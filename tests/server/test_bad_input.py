@@ -103,3 +103,21 @@ def test_query_parameters_are_checked(reader: httpx.Client) -> None:
     assert reader.get("/v1/entries", params={"namespace": f"{NAMESPACE}\x00"}).status_code == 422
     assert reader.get("/v1/entries", params={"tag": "no-equals-sign"}).status_code == 422
     assert reader.get("/v1/entries", params={"cursor": 2**70}).status_code == 422
+
+
+@pytest.mark.parametrize("where", ["flags", "tags", "message"])
+def test_lone_surrogates_are_refused_at_the_door(writer: httpx.Client, where: str) -> None:
+    """A lone surrogate (valid as a JSON escape, not as text) would make every later rendering
+    of the row fail (orjson refuses to encode it): it is a 422 before anything is stored."""
+    if where == "message":
+        body = json.dumps([event("error", message="bad \ud800 text")])
+        url = "/v1/events"
+    else:
+        value = {"flags": ["--opt=\ud800"], "tags": {"team": "x\udc00"}}[where]
+        body = json.dumps([{**entry(1), where: value}])
+        url = "/v1/entries"
+    assert "\\ud800" in body or "\\udc00" in body  # sent as the escape a JSON encoder writes
+    response = writer.post(url, content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 422, response.text
+    assert where in response.json()["detail"]
+    assert _counts(writer) == (0, 0)

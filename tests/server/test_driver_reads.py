@@ -117,3 +117,15 @@ def test_a_failed_batch_raises_sqlalchemys_error_and_drops_its_connection(db: Da
         read.rows(many[:10])
     assert broken not in read.connections._idle
     assert len(read.rows(many[:10])) == 10
+
+
+def test_flags_stored_another_way_still_render(db: Database) -> None:
+    """orjson parses the stored flags; text it refuses (a lone surrogate's escape, which no API
+    path stores) falls back to json instead of failing the lookup."""
+    path = str(entry(0)["path"])
+    with db.write() as session:
+        session.execute(table_of(Entry).update().where(table_of(Entry).c.path == path)
+                        .values(flags='["--a", "\\ud800"]'))
+    with db.single_read() as conn:
+        found = catalog.lookup_entry(conn, path)
+    assert found is not None and found["flags"] == ["--a", "\ud800"]
