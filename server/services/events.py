@@ -40,8 +40,8 @@ def hour_of(ts: float) -> int:
 # The columns of an event row, in the order of the tuples below (storage/models.py: Event).
 EVENT_COLUMNS = ("event_id", "kind", "ts", "path", "key", "namespace", "toolchain", "job", "model", "team",
                  "host", "instance_type", "compile_seconds", "store", "message", "received")
-_ID, _KIND, _TS, _PATH = 0, 1, 2, 3
-_MODEL, _TEAM, _INSTANCE, _TOOLCHAIN, _SECONDS, _STORE = 8, 9, 11, 6, 12, 13
+_ID, _KIND, _TS, _PATH, _MODEL, _TEAM, _INSTANCE, _TOOLCHAIN, _SECONDS, _STORE = map(EVENT_COLUMNS.index, (
+    "event_id", "kind", "ts", "path", "model", "team", "instance_type", "toolchain", "compile_seconds", "store"))
 _EVENTS = Event.__tablename__
 _ROLLUPS = EventRollup.__tablename__
 _ROLLUP_DIMENSIONS = ("hour", "kind", "team", "model", "instance_type", "toolchain")
@@ -81,15 +81,14 @@ def sweep_events(session: Session, before: float, limit: int = 5000) -> int:
 def _recorded_compile_seconds(sql: DriverSQL, events: Sequence[EventIn]) -> dict[str, float]:
     """For hits that do not say what they saved: the compile time recorded with the entry."""
     paths = sorted({e.path for e in events if e.kind == "hit" and e.compile_seconds is None and e.path})
-    found: dict[str, float] = {}
     if not paths:
-        return found
-    for chunk in [paths] if sql.postgresql else slices(paths, 1):
-        rows = (sql.rows(_compile_seconds_sql(sql.mark, 0), [list(chunk)]) if sql.postgresql
-                else sql.rows(_compile_seconds_sql(sql.mark, len(chunk)), chunk))
-        for path, seconds in rows:
-            found[path] = float(seconds or 0.0)
-    return found
+        return {}
+    if sql.postgresql:
+        rows = sql.rows(_compile_seconds_sql(sql.mark, 0), [paths])
+    else:
+        rows = [row for chunk in slices(paths, 1)
+                for row in sql.rows(_compile_seconds_sql(sql.mark, len(chunk)), chunk)]
+    return {path: float(seconds or 0.0) for path, seconds in rows}
 
 
 def _event_row(event: EventIn, now: float, saved: dict[str, float]) -> EventRow:
