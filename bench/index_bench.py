@@ -408,20 +408,24 @@ def bench_database(kind: str, args: argparse.Namespace, workdir: Path) -> list[R
     return results
 
 
-def peak_rss_kib(pid: int) -> list[int]:
-    """Peak RSS (VmHWM, KiB) of the server process and of each of its workers, read while alive."""
+def peak_rss_kib(pid: int) -> list[tuple[int, int, int]]:
+    """Per server process (the server and each of its workers, read while alive): peak RSS
+    (VmHWM), and at the end of the run its anonymous memory (RssAnon, the process's own) and its
+    file pages (RssFile: SQLite's memory-mapped index, page cache every worker shares), KiB."""
     pids = [pid]
     with contextlib.suppress(OSError):
         pids += [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    peaks = []
+    found = []
     for p in pids:
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, IndexError):
             status = Path(f"/proc/{p}/status").read_text()
-            peaks.append(int(status.split("VmHWM:", 1)[1].split()[0]))
-    return peaks
+            peak, anon, files = (int(status.split(f"{name}:", 1)[1].split()[0])
+                                 for name in ("VmHWM", "RssAnon", "RssFile"))
+            found.append((peak, anon, files))
+    return found
 
 
-PEAK_RSS: dict[str, list[int]] = {}
+PEAK_RSS: dict[str, list[tuple[int, int, int]]] = {}
 SINGLE_LOOP: dict[str, Run] = {}  # per database: the single-key loop the batch rows are set against
 
 
@@ -451,9 +455,12 @@ def print_table(results: list[Result], args: argparse.Namespace) -> None:
         if r.cores and len(r.cores) > 1:
             print(f"{r.database}, {r.what}: cores busy per server process "
                   f"{' + '.join(f'{c:.2f}' for c in r.cores)} = {sum(r.cores):.2f} of {os.cpu_count()}")
-    for kind, peaks in PEAK_RSS.items():
-        print(f"{kind}: server peak RSS {sum(peaks) / 1024:,.0f} MiB over {len(peaks)} process(es) "
-              f"({', '.join(f'{p / 1024:,.0f}' for p in peaks)} MiB; supervisor first when --workers > 1)")
+    for kind, memory in PEAK_RSS.items():
+        peaks, anon, files = ([m[i] / 1024 for m in memory] for i in range(3))
+        print(f"{kind}: server peak RSS {sum(peaks):,.0f} MiB over {len(peaks)} process(es) "
+              f"({', '.join(f'{p:,.0f}' for p in peaks)} MiB; supervisor first when --workers > 1); at the end, "
+              f"anonymous {', '.join(f'{a:,.0f}' for a in anon)} MiB, file pages (the mapped index, shared) "
+              f"{', '.join(f'{f:,.0f}' for f in files)} MiB")
     print(f"Load average during the run: {os.getloadavg()[0]:.1f} (1 min), {os.getloadavg()[1]:.1f} (5 min); "
           f"ingest requests retried after a 503: {RETRIED_503[0]}; keep-alive connections the server closed "
           f"while idle, reopened: {RECONNECTS[0]}")
