@@ -41,6 +41,7 @@ from typing import Any
 import httpx
 
 from bench.index_load import Generator, Load, request
+from neffcache.index.records import new_event_id
 from neffcache.server.services import catalog
 from neffcache.server.services.records import EntryIn
 from neffcache.server.storage.db import Database, migrate
@@ -97,13 +98,15 @@ def paths(count: int) -> list[str]:
 
 
 def events(count: int, entry_count: int, rng: random.Random) -> list[dict[str, Any]]:
+    """Events as neffcache's client sends them: its ids (time-ordered, new_event_id), hits of random
+    entries, timestamps spread over the last day (spools drain late)."""
     now = time.time()
     out = []
     for _ in range(count):
         kind = rng.choice(("hit", "hit", "hit", "miss", "compile"))
         i = rng.randrange(entry_count)
         out.append({
-            "id": uuid.uuid4().hex, "kind": kind, "ts": now - rng.uniform(0, 86400),
+            "id": new_event_id(), "kind": kind, "ts": now - rng.uniform(0, 86400),
             "path": f"{NAMESPACE}/MODULE_{10**12 + i}+{i % 65536:04x}abcd", "key": None, "namespace": NAMESPACE,
             "toolchain": {"compiler_version": COMPILER, "target": "trn2", "lnc": 2}, "job": "bench-job",
             "model": f"model-{i % 23}", "team": f"team-{i % 7}", "host": f"host-{i % 50}",

@@ -7,6 +7,7 @@ once, so the spool may resend a batch after any failure without counting anythin
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 import time
 import uuid
@@ -34,7 +35,12 @@ EVENT_KINDS: tuple[str, ...] = ("hit", "miss", "compile", "evict", "error")
 
 
 def new_event_id() -> str:
-    return uuid.uuid4().hex
+    """A unique event id that sorts by when it was made: 16 hex digits of the clock in
+    nanoseconds, then 16 of randomness (two ids made in the same nanosecond are equal with a
+    chance of 2**-64). The index keeps a unique B-tree of event ids: a
+    random id (a UUID4) lands each insert on its own page of it, so a batch of 500 dirtied
+    ~500 pages; ids made in time order land at its end (docs/index-server.md#performance)."""
+    return f"{time.time_ns():016x}{secrets.token_hex(8)}"
 
 
 def new_owner() -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -236,3 +237,19 @@ def test_counts_say_what_was_spooled_sent_and_lost(tmp_path: Path) -> None:
     healthy.register_entries([entry(i) for i in range(4)])
     healthy.close()
     assert (healthy.counts().spooled, healthy.counts().lost, healthy.counts().spool_error) == (4, 0, None)
+
+
+def test_event_ids_are_unique_valid_and_in_the_order_they_were_made() -> None:
+    """Time-ordered ids (new_event_id) keep the index's unique B-tree of event ids growing at its
+    end; the server's EventId rule takes them."""
+    from pydantic import TypeAdapter
+
+    from neffcache.index.records import new_event_id
+    from neffcache.server.services.records import EventId
+
+    ids = [new_event_id() for _ in range(20_000)]
+    assert len(set(ids)) == len(ids)
+    # In the order made (a wall clock stepped back by NTP mid-test may break it once or twice).
+    assert sum(a < b for a, b in itertools.pairwise(ids)) >= len(ids) - 10
+    check = TypeAdapter(EventId)
+    assert all(check.validate_python(event_id) == event_id for event_id in ids[:100])
