@@ -155,3 +155,21 @@ def test_a_port_another_server_holds_is_refused(server: tuple[subprocess.Popen[b
     output, _ = second.communicate(timeout=120)
     assert second.returncode != 0
     assert b"cannot listen" in output and b"choose another --port" in output
+
+
+def test_sighup_replaces_each_worker_and_the_port_keeps_answering(
+        server: tuple[subprocess.Popen[bytes], int]) -> None:
+    proc, port = server
+    before = set(_workers(proc.pid))
+    os.kill(proc.pid, signal.SIGHUP)
+    deadline = time.monotonic() + 180
+    while True:
+        _answer(port).close()  # answered throughout: a worker goes only once its successor is ready
+        now = set(_workers(proc.pid))
+        if len(now) == 2 and not now & before:
+            break
+        assert time.monotonic() < deadline, f"workers {before} were not all replaced: {now}"
+        time.sleep(0.2)
+    listening = _sockets_by_process(port, sorted(now), "0A")
+    assert len({frozenset(inodes) for inodes in listening.values()}) == 2  # still a socket each
+    assert proc.poll() is None
