@@ -124,7 +124,8 @@ def _open_admin(settings: ServerSettings, *, upgrade: bool = True) -> IndexAdmin
 @click.option("--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(1, 65535))
 @_database_options
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64),
-              help="Server processes; with PostgreSQL, run several replicas behind a load balancer instead.")
+              help="Server processes, each accepting on a socket of its own on the port (SIGHUP replaces "
+                   "them in turn); with PostgreSQL, several replicas behind a load balancer also work.")
 @click.option("--anonymous-read", is_flag=True, default=None,
               help="Allow reads (stats, lookups, dashboard, metrics) without a token.")
 @click.option("--price", "price_pairs", multiple=True, metavar="TYPE=PER_HOUR",
