@@ -109,7 +109,7 @@ def safe_relpath(path: str) -> str:
     characters. Returns the path with single slashes and no leading ``./``.
     """
     if isinstance(path, str) and is_canonical_relpath(path):
-        # Already canonical, the common case (every path a store or a client names): one regex.
+        # Already canonical, the common case (every path a store or a client names).
         # Every check of _checked_relpath passes on such a path and it returns it unchanged
         # (tests/values/test_toolchain.py checks the two agree on generated paths).
         return path

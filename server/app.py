@@ -139,7 +139,6 @@ def serve(settings: ServerSettings, sockets: list[socket.socket], *, host: str, 
     in one worker process per socket; the schema must be at head."""
     import uvicorn
 
-
     os.environ.update(worker_environment(settings))
     # The access log is an INFO logger: above that level its lines are dropped anyway, but uvicorn
     # still formats each one's arguments (the quoted path), ~4% of a hot lookup's server CPU.

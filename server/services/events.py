@@ -18,12 +18,13 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Double, delete, func, select
+from sqlalchemy import Double, delete, select
 from sqlalchemy.orm import Session
 
+from neffcache.server.services import catalog
 from neffcache.server.services.records import EventIn, toolchain_label
 from neffcache.server.storage.driver_sql import DriverSQL, marks, slices, values
-from neffcache.server.storage.models import Entry, EntryLocation, EntryTag, Event, EventRollup
+from neffcache.server.storage.models import Entry, Event, EventRollup
 
 
 @dataclass(frozen=True)
@@ -182,14 +183,7 @@ def _stamp_sql(m: str) -> str:
 
 
 def _apply_evictions(session: Session, rows: list[EventRow]) -> None:
-    """An evict event with a store removes that location; the last location takes the entry."""
-    pairs = sorted({(r[_PATH], r[_STORE]) for r in rows if r[_KIND] == "evict" and r[_PATH] and r[_STORE]})
-    for path, store in pairs:
-        entry_id = session.scalar(select(Entry.id).where(Entry.path == path))
-        if entry_id is None:
-            continue
-        session.execute(delete(EntryLocation).where(EntryLocation.entry_id == entry_id,
-                                                    EntryLocation.store == store))
-        if not session.scalar(select(func.count()).where(EntryLocation.entry_id == entry_id)):
-            session.execute(delete(EntryTag).where(EntryTag.entry_id == entry_id))
-            session.execute(delete(Entry).where(Entry.id == entry_id))
+    """An evict event with a store removes that location; the last location takes the entry
+    (the catalog's own forget, as ``DELETE /v1/entries/...`` does)."""
+    for path, store in sorted({(r[_PATH], r[_STORE]) for r in rows if r[_KIND] == "evict" and r[_PATH] and r[_STORE]}):
+        catalog.forget_entry(session, path, store)

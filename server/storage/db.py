@@ -127,9 +127,9 @@ def _configure_sqlite(engine: Engine) -> None:
         # every connection and worker, instead of a read() into each connection's 2 MiB cache;
         # a batch lookup's SELECT ran 1.3x faster (docs/index-server.md#performance).
         cursor.execute(f"PRAGMA mmap_size={SQLITE_MMAP_BYTES}")
-        # Checkpoint the WAL every ~40 MB instead of every 4 MB: a batch of 500 events dirties
-        # ~1,500 index pages (event ids are random), so at the default every commit paid for a
-        # checkpoint; ingest CPU fell 64 -> 50 us an event (docs/index-server.md#performance).
+        # Checkpoint the WAL every ~40 MB instead of every 4 MB: a batch of 500 events with random
+        # ids dirtied ~1,500 index pages, so at the default every commit paid for a checkpoint;
+        # ingest CPU fell 64 -> 50 us an event (docs/index-server.md#performance).
         cursor.execute(f"PRAGMA wal_autocheckpoint={SQLITE_CHECKPOINT_PAGES}")
         cursor.close()
 

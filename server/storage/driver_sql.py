@@ -43,7 +43,6 @@ class DriverSQL:
             self.connection.exec_driver_sql(sql, [tuple(row) for row in params])
 
 
-
 def slices(rows: Sequence[Any], width: int) -> Iterator[Sequence[Any]]:
     """Slices of ``rows`` whose parameters (``width`` each) stay within :data:`MAX_PARAMETERS`."""
     size = max(1, MAX_PARAMETERS // max(1, width))
