@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -113,13 +114,32 @@ def make_engine(url: str, *, pool_size: int = 10) -> Engine:
     return create_engine(parsed, pool_size=pool_size, max_overflow=pool_size * 2, pool_recycle=1800)
 
 
+def _use_wal(cursor: Any, *, seconds: float = 30.0) -> None:
+    """Put the database file in WAL mode (it stays there: later connections only check).
+
+    Switching needs an exclusive lock, and SQLite answers "database is locked" at once, without
+    its busy handler, when two connections that both read the file ask for it together (it
+    would otherwise deadlock). Replicas starting on a new file do exactly that
+    (tests/server/test_migrations.py), so the switch is retried for ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            if str(cursor.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
+                cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 def _configure_sqlite(engine: Engine) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         # Take transaction control away from the sqlite3 module so BEGIN IMMEDIATE is ours to issue.
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
+        _use_wal(cursor)
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute("PRAGMA busy_timeout=30000")
