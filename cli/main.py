@@ -1,9 +1,16 @@
-"""The ``neffcache`` command: a click group; commands live in one module per noun they act on."""
+"""The ``neffcache`` command: a click group; commands live in one module per noun they act on.
+
+A command's module is imported when that command runs, not before: importing every module (the
+compiler drivers, the prune planner, the server's client, httpx) cost 0.9 s of CPU on each
+invocation, before any work; ``neffcache scan`` now loads what a scan needs
+(docs/performance.md#cli-start-up). ``--help`` lists every command and so imports them all.
+"""
 
 from __future__ import annotations
 
 import importlib
 import logging
+from collections.abc import Mapping
 
 import click
 
@@ -11,21 +18,44 @@ from neffcache import __version__
 
 from .errors import run_guarded
 
-# Each module exposes COMMANDS: list[click.Command].
-COMMAND_MODULES = (
-    "neffcache.cli.cache",  # one cache root: scan, show, verify, env, config
-    "neffcache.cli.sync",  # between stores: push, pull
-    "neffcache.cli.warm",  # compiling: warm, rewarm, run
-    "neffcache.cli.plan",  # before compiling: plan (what a job will miss, what it costs)
-    "neffcache.cli.prune",  # cleaning: prune, reconcile
-    "neffcache.cli.failures",  # failed graphs by error signature, and a bundle for the compiler team
-    "neffcache.cli.why_miss",  # explaining a miss: why-miss
-    "neffcache.cli.upgrade",  # a compiler bump: upgrade-report
-    "neffcache.cli.index",  # a running index server: stats, flush
-    "neffcache.cli.server",  # the index server itself: serve, token, db
-    "neffcache.cli.doctor",
-    "neffcache.cli.demo",
-)
+# Each module exposes COMMANDS: list[click.Command], named as here (tests/cli/test_cli_base.py
+# holds the two to each other).
+COMMAND_MODULES: Mapping[str, tuple[str, ...]] = {
+    "neffcache.cli.cache": ("scan", "show", "verify", "env", "config"),  # one cache root
+    "neffcache.cli.sync": ("push", "pull"),  # between stores
+    "neffcache.cli.warm": ("warm", "rewarm", "run"),  # compiling
+    "neffcache.cli.plan": ("plan",),  # before compiling: what a job will miss, what it costs
+    "neffcache.cli.prune": ("prune", "reconcile"),  # cleaning
+    "neffcache.cli.failures": ("failures",),  # failed graphs by error signature, a bundle for the compiler team
+    "neffcache.cli.why_miss": ("why-miss",),  # explaining a miss
+    "neffcache.cli.upgrade": ("upgrade-report",),  # a compiler bump
+    "neffcache.cli.index": ("stats", "flush"),  # a running index server
+    "neffcache.cli.server": ("serve", "token", "db"),  # the index server itself
+    "neffcache.cli.doctor": ("doctor",),
+    "neffcache.cli.demo": ("demo",),
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose commands are imported from their module (``modules``: module -> the
+    names of its COMMANDS) the first time one of them is asked for."""
+
+    def __init__(self, *args: object, modules: Mapping[str, tuple[str, ...]], **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.module_of = {name: module for module, names in modules.items() for name in names}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *self.module_of})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        module = self.module_of.get(cmd_name)
+        if cmd_name not in self.commands and module is not None:
+            for command in importlib.import_module(module).COMMANDS:
+                self.add_command(command)
+            if cmd_name not in self.commands:  # the table above is wrong: a bug, not a usage error
+                raise RuntimeError(f"{module} has no command {cmd_name!r} (cli/main.py COMMAND_MODULES)")
+        return self.commands.get(cmd_name)
+
 
 EPILOG = """\b
 Examples:
@@ -38,7 +68,8 @@ Settings come from flags, NEFFCACHE_* variables and neffcache.toml (see `neffcac
 """
 
 
-@click.group(epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(cls=LazyGroup, modules=COMMAND_MODULES, epilog=EPILOG,
+             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, "--version", prog_name="neffcache")
 @click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
 def cli(verbose: int) -> None:
@@ -49,11 +80,6 @@ def cli(verbose: int) -> None:
     """
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
-
-
-for _module in COMMAND_MODULES:
-    for _command in importlib.import_module(_module).COMMANDS:
-        cli.add_command(_command)
 
 
 def main() -> None:

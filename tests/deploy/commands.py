@@ -15,6 +15,8 @@ import click
 from neffcache.cli.main import cli
 from neffcache.warmers.matrix import Shard
 
+COMMAND_NAMES = frozenset(cli.list_commands(click.Context(cli)))
+
 UNSET = "\x00UNSET:"
 _OPERATORS = {"&&", "||", ";", "|", "&", "(", ")", ";;"}
 _REDIRECTS = {">", ">>", "<", "2>", "&>"}
@@ -156,7 +158,7 @@ def neffcache_argvs(script: str, values: Mapping[str, str]) -> list[list[str]]:
             if starts:
                 # `kubectl -n neffcache exec deploy/x -- neffcache token ...`: the invocation is the
                 # `neffcache` followed by a real command; with none, the first (so typos still fail).
-                real = [i for i in starts if i + 1 < len(command) and command[i + 1] in cli.commands]
+                real = [i for i in starts if i + 1 < len(command) and command[i + 1] in COMMAND_NAMES]
                 found.append(command[(real or starts)[0]:])
     return found
 
