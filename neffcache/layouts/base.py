@@ -271,6 +271,16 @@ class Layout(KeyQuestions, ABC):
         a namespace share one Namespace."""
         return None
 
+    def plain_entries(self, shards: Sequence[tuple[ShardDir, Sequence[str], Sequence[FileInfo]]]
+                      ) -> tuple[int, int] | None:
+        """(entries, bytes) of every entry whose files are listed in ``shards`` (the listings of
+        one shard path in each of the :attr:`spread_trees`, with no problems and no temp file),
+        when :meth:`classify`, given no manifest, would make each of them a committed SUCCESS
+        entry with nothing foreign; None when any would be anything else, or when this layout
+        cannot tell (the default). A summary counts such a shard without building its entries
+        (operations/summary.py); on None it builds them."""
+        return None
+
     def locate_entry(self, path: str) -> Located | None:
         """The entry whose :attr:`Entry.path` is ``path`` (name left as the layout's probe), or
         None when ``path`` is not an entry path of this layout."""

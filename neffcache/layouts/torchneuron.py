@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from neffcache.entry import Entry, EntryState, FileInfo, Namespace
 from neffcache.layouts.base import Layout
@@ -84,6 +84,8 @@ _MANAGED_DIR_RE = re.compile(
 _TREE_DIR_RE = re.compile("^(?P<ns>" + TARGET_DIR_RE + r"torchneuron-[0-9][^/]*)/(?:" + "|".join(_TREES) + r")\Z")
 _BARE_DIR_RE = re.compile(r"^(?P<a>[0-9a-f]{2})/(?P<b>[0-9a-f]{2})\Z")
 _MANAGED_SUFFIXES = frozenset(_SUFFIXES)
+_HEX_PAIRS = frozenset(f"{i:02x}" for i in range(256))
+_UNKNOWN = Namespace("", "\0", None)  # a cache miss in shard_dir's namespaces
 _BARE_SUFFIXES = frozenset((".neff", ".neffcache.json"))
 # The runtime's in-flight write: mkstemp's six characters after ``<key>.neff.tmp.``.
 _TEMP_RE = re.compile(
@@ -163,7 +165,38 @@ class TorchNeuronLayout(Layout):
                   ) -> ShardDir | None:
         # What locate() decides from a file's directory, decided once per shard: the same
         # regexes up to the file name, so a file key_of() accepts is placed as locate() would.
+        match = self._managed_shard(directory, namespaces)
+        if match is not None:
+            ns, ns_path = match
+            a, b = directory[-5:-3], directory[-2:]
+            return ShardDir(ns, ns_path, f"{ns_path}/neff/{a}/{b}/", directory[len(ns_path) + 1:] + "/", a + b,
+                            _MANAGED_SUFFIXES)
+        match_bare = _BARE_DIR_RE.match(directory)
+        if match_bare is None:
+            return None
+        bare = namespaces.get("") if namespaces is not None else None
+        if bare is None:
+            bare = Namespace(self.name, "", None)
+            if namespaces is not None:
+                namespaces[""] = bare
+        return ShardDir(bare, "", directory + "/", directory + "/", match_bare.group("a") + match_bare.group("b"),
+                        _BARE_SUFFIXES)
+
+    def _managed_shard(self, directory: str, namespaces: dict[str, Namespace | None] | None
+                       ) -> tuple[Namespace, str] | None:
+        """(namespace, its path) when ``_MANAGED_DIR_RE`` matches ``directory``. Its siblings
+        share the answer: the regex ends in a last name of two hex digits and the end, so for such a
+        last name it matches exactly when it matched a sibling's. ``namespaces`` keeps the
+        answer by parent (under a key with a NUL, which no namespace path holds), so a scan runs
+        the regex once per ``ab`` directory, not once per shard: 256 times fewer."""
+        parent, leaf = directory[:-3], directory[-2:]
+        hex_leaf = directory[-3:-2] == "/" and leaf in _HEX_PAIRS
+        if hex_leaf and namespaces is not None:
+            known = namespaces.get("\0" + parent, _UNKNOWN)
+            if known is not _UNKNOWN:
+                return None if known is None else (known, known.path)
         match = _MANAGED_DIR_RE.match(directory)
+        ns = None
         if match is not None:
             ns_path = match.group("ns")
             ns = namespaces.get(ns_path) if namespaces is not None else None
@@ -172,19 +205,9 @@ class TorchNeuronLayout(Layout):
                 ns = Namespace(self.name, ns_path, match.group("ver"), target, lnc)
                 if namespaces is not None:
                     namespaces[ns_path] = ns
-            a, b = match.group("a"), match.group("b")
-            return ShardDir(ns, ns_path, f"{ns_path}/neff/{a}/{b}/", directory[len(ns_path) + 1:] + "/", a + b,
-                            _MANAGED_SUFFIXES)
-        match = _BARE_DIR_RE.match(directory)
-        if match is None:
-            return None
-        ns = namespaces.get("") if namespaces is not None else None
-        if ns is None:
-            ns = Namespace(self.name, "", None)
-            if namespaces is not None:
-                namespaces[""] = ns
-        return ShardDir(ns, "", directory + "/", directory + "/", match.group("a") + match.group("b"),
-                        _BARE_SUFFIXES)
+        if hex_leaf and namespaces is not None:
+            namespaces["\0" + parent] = ns
+        return None if ns is None else (ns, ns.path)
 
     def is_runtime_file(self, path: str) -> bool:
         return self._temp_file(path)
@@ -268,6 +291,38 @@ class TorchNeuronLayout(Layout):
             state = EntryState.EMPTY
         return self.entry_at(located, files, state, problems, manifest, manifest_name=names["manifest"],
                              marker_name=names["neff"], committed=committed)
+
+    def plain_entries(self, shards: Sequence[tuple[ShardDir, Sequence[str], Sequence[FileInfo]]]
+                      ) -> tuple[int, int] | None:
+        """:meth:`Layout.plain_entries`: what :meth:`classify` decides from the files alone,
+        without a manifest or a problem, is SUCCESS exactly when the NEFF (``names_for``'s
+        ``neff``) is present and not empty; every file of the entry counts in its size.
+
+        Per shard, only the plain names (:meth:`ShardDir.key_of`) are taken: any other name
+        declines the whole batch (``locate`` decides it). Whether a shard directory holds
+        NEFFs is asked once, of its first key: ``names_for`` puts a key's NEFF in the shard
+        directory of the key's first four digits, which every key ``key_of`` accepts here
+        shares, so the answer is the same for each of them."""
+        sizes: dict[str, int] = {}
+        with_neff: set[str] = set()
+        for shard, names, files in shards:
+            key_of = shard.key_of
+            holds_neffs: bool | None = None
+            for name, info in zip(names, files, strict=True):
+                key = key_of(name)
+                if key is None:
+                    return None
+                sizes[key] = sizes.get(key, 0) + info.size
+                if holds_neffs is None:
+                    neff = self.names_for(shard.namespace, key)["neff"]
+                    holds_neffs = neff == f"{shard.name_dir}{key}.neff"
+                if holds_neffs and len(name) == len(key) + 5 and name.endswith(".neff"):
+                    if info.size == 0:
+                        return None  # CORRUPT: the NEFF is empty
+                    with_neff.add(key)
+        if len(with_neff) != len(sizes):
+            return None  # EMPTY, or uncommitted (a manifest without its NEFF)
+        return len(sizes), sum(sizes.values())
 
     # -- what scan, load_entry and prune ask (issue #11) ---------------------------------------
     def locate_entry(self, path: str) -> Located | None:

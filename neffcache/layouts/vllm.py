@@ -95,6 +95,8 @@ class VllmLayout(Layout):
 
     def locate_dir(self, directory: str, namespaces: dict[str, Namespace | None] | None = None
                    ) -> Located | None:
+        if CACHE_SUBDIR not in directory:  # both regexes need it: a scan asks this of every directory
+            return None
         match = _MANAGED_DIR_RE.match(directory)
         if match is not None:
             target, lnc = parse_target_dir(match)

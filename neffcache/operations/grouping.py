@@ -74,10 +74,7 @@ class Grouper:
         directory, names, files, problems = listing
         if problems:
             self._place_problems(directory, problems)
-        if self._progress is not None:
-            before, self._count = self._count, self._count + len(files)
-            if self._count // 5000 != before // 5000:
-                self._progress(self._count)
+        self._counted(len(files))
         in_control = directory == CONTROL_DIR or directory.startswith(CONTROL_PREFIX)
         # Names hold no "/": a marker found in the joined names lies within one name.
         if TEMP_MARKER in "/".join(names):
@@ -103,6 +100,50 @@ class Grouper:
                 self._group_shard(shard, names, files)
                 return
         self._group_each_file(files)
+
+    def count_plain(self, batch: list[DirListing]) -> tuple[Namespace, int, int] | None:
+        """(namespace, entries, bytes) of the entries of ``batch`` (one shard path's listings in
+        each spread tree, ``Store.iter_dirs_together``) when its layout says they are all plain
+        SUCCESS entries (:meth:`Layout.plain_entries`): counted, not grouped. None (nothing
+        done; :meth:`add` each listing) when a listing has a problem or a temp file, is not a
+        shard directory of one namespace, or :meth:`add` would place it otherwise (an entry's
+        directory, the control directory)."""
+        shards: list[tuple[ShardDir, list[str], list[FileInfo]]] = []
+        lay: Layout | None = None
+        files_seen = 0
+        for directory, names, files, problems in batch:
+            if problems or TEMP_MARKER in "/".join(names):
+                return None
+            if not files:
+                continue
+            if directory == CONTROL_DIR or directory.startswith(CONTROL_PREFIX) or directory in self.entry_dirs \
+                    or self._locate_dir(directory) is not None:
+                return None
+            for candidate in self._shard_layouts:
+                shard = candidate.shard_dir(directory, self._shard_namespaces)
+                if shard is not None:
+                    break
+            else:
+                return None
+            if (lay is not None and candidate is not lay) or (shards and shards[0][0].namespace != shard.namespace):
+                return None
+            lay = candidate
+            shards.append((shard, names, files))
+            files_seen += len(files)
+        if lay is None:
+            return None
+        counted = lay.plain_entries(shards)
+        if counted is None:
+            return None
+        self._counted(files_seen)
+        return shards[0][0].namespace, counted[0], counted[1]
+
+    def _counted(self, files: int) -> None:
+        """Report progress for ``files`` more files listed."""
+        if self._progress is not None:
+            before, self._count = self._count, self._count + files
+            if self._count // 5000 != before // 5000:
+                self._progress(self._count)
 
     def _group_shard(self, shard: ShardDir, names: list[str], files: list[FileInfo]) -> None:
         """Place the files of a shard directory: by key when the name is a plain one, by

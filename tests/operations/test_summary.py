@@ -134,10 +134,14 @@ def test_the_plain_scan_command_prints_the_full_scans_text(tmp_path: Path) -> No
     assert any("failed: 2 compiler errors" in line or "failed:" in line for line in plain)
 
 
-def test_layout_b_entries_are_counted_shard_by_shard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("counting", [True, False], ids=["plain shards counted", "every entry judged"])
+def test_layout_b_entries_are_counted_shard_by_shard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     counting: bool) -> None:
     """The walk leaves a layout-B namespace's two trees out and the summary lists them in step:
     at most one shard's entries are open at a time, none kept to the end (the peak RSS of a
-    summary of a million entries is bounded: bench/scan_bench.py measures it)."""
+    summary of a million entries is bounded: bench/scan_bench.py measures it). Shards of plain
+    SUCCESS entries, all of them here, are counted without a group at all."""
+    monkeypatch.setattr(summary_module, "COUNT_PLAIN_SHARDS", counting)
     ns = tmp_path / "c" / "trn2-lnc2" / "torchneuron-2.9.0"
     for i in range(400):
         key = native_key(f"op-{i}")
@@ -161,4 +165,30 @@ def test_layout_b_entries_are_counted_shard_by_shard(tmp_path: Path, monkeypatch
     summary = summarize(store)
     assert summary.entries == 400 and summary.by_state()["SUCCESS"] == 400
     assert _without_seconds(summary) == _without_seconds(ScanSummary.of_report(scan(store)))
-    assert 1 <= open_at_most <= 4  # one shard's entries (400 keys in 65,536 shards)
+    if counting:
+        assert open_at_most == 0
+    else:
+        assert 1 <= open_at_most <= 4  # one shard's entries (400 keys in 65,536 shards)
+
+
+@pytest.mark.parametrize("counting", [True, False], ids=["plain shards counted", "every entry judged"])
+def test_a_problem_below_a_counted_shard_still_reaches_its_entry(monkeypatch: pytest.MonkeyPatch,
+                                                                 counting: bool) -> None:
+    """A subdirectory of a shard that cannot be opened comes in the batch after the shard's,
+    and may be named like an entry's file: that entry is CORRUPT. A counted shard is not
+    counted until the walk has left it, and is judged entry by entry when the walk goes below."""
+    monkeypatch.setattr(summary_module, "COUNT_PLAIN_SHARDS", counting)
+    ns = "trn2-lnc2/torchneuron-2.9.0"
+    key, other = "ab12" + "3" * 28, "ab12" + "4" * 28
+    neffs = f"{ns}/neff/ab/12"
+    plain = DirListing(neffs, [f"{key}.neff", f"{other}.neff"],
+                       [FileInfo(f"{neffs}/{key}.neff", 5, 1.0), FileInfo(f"{neffs}/{other}.neff", 6, 1.0)])
+    unreadable = DirListing(neffs, [], [], ((f"{key}.neffcache.json", "unreadable directory (Permission denied)"),))
+    third = f"ab13{'5' * 28}.neff"
+    later = DirListing(f"{ns}/neff/ab/13", [third], [FileInfo(f"{ns}/neff/ab/13/{third}", 7, 1.0)])
+    batches = [("ab/12", [plain]), (f"ab/12/{key}.neffcache.json", [unreadable]), ("ab/13", [later])]
+    tally = summary_module._Tally(10)
+    summary_module._in_step(iter(batches), summary_module.Grouper(), tally, [], [])
+    (counts, states), = tally.namespaces.values()
+    assert counts == [3, 18] and states == {"SUCCESS": 2, "CORRUPT": 1}
+    assert tally.corrupt_warnings and key in tally.corrupt_warnings[0][1]
