@@ -12,8 +12,9 @@ as a scan must (sizes for the report, modification times for age): it is the fai
 neffcache lists, stats and classifies every entry (state, size, namespace). All run on a warm
 dentry cache (each round runs ``find`` first).
 
-Measured per layout and size, best of ``--rounds``: the library's ``scan(store)`` in this
-process, and the CLI's ``neffcache scan ROOT`` (the plain summary) and ``neffcache scan ROOT
+Measured per layout and size, best of ``--rounds``: the library's ``scan(store)`` (the full
+report: every entry built) and ``summarize(store)`` (the totals the plain command prints, the
+listing streamed) in this process, and the CLI's ``neffcache scan ROOT`` (the plain summary) and ``neffcache scan ROOT
 --json`` each as its own process, with its peak RSS (VmHWM, recorded by the process itself:
 bench/common.py's HWM_LAUNCHER). The goal (issue 17) is a scan within 1.5x of ``find -printf``,
 its cost linear in entries and its memory bounded; the last table gives microseconds and peak
@@ -47,6 +48,7 @@ from pathlib import Path
 from bench.common import VERSION, load_average, neffcache_measured, print_ratio
 from bench.scan_tree import build_layout_a, build_layout_b
 from neffcache.operations.scan import scan
+from neffcache.operations.summary import summarize
 from neffcache.stores.local import LocalStore
 
 GOAL = "(goal: <= 1.5x)"
@@ -181,6 +183,11 @@ def one_round(root: Path, store: LocalStore, entries: int, manifests: bool, cli:
     best.time("scan+gc", time.perf_counter() - started)
     assert len(report.entries) == entries, f"scan found {len(report.entries)} entries, not {entries}"
     del report  # freed here, not inside the next measurement
+    started, cpu = time.perf_counter(), time.process_time()
+    summary = summarize(store)
+    best.time("summary", time.perf_counter() - started)
+    best.time("summary cpu", time.process_time() - cpu)
+    assert summary.entries == entries, f"summarize found {summary.entries} entries, not {entries}"
     if manifests:
         started = time.perf_counter()
         report = scan(store, read_manifests=True)
@@ -221,6 +228,9 @@ def report_ratios(layout: str, entries: int, best: Best, list_workers: int) -> N
     print_ratio(f"{what} with deferred GC", s["scan+gc"], s["find -printf"], "find -printf size+mtime", GOAL)
     # CPU seconds do not grow with the load of a shared machine as wall seconds do.
     print_ratio(f"{what}, CPU time", s["scan cpu"], s["find -printf cpu"], "find -printf's CPU time", GOAL)
+    summary = f"layout {layout.upper()}, summary (what plain `neffcache scan` prints) of {entries} entries"
+    print_ratio(summary, s["summary"], s["find -printf"], "find -printf size+mtime", GOAL)
+    print_ratio(f"{summary}, CPU time", s["summary cpu"], s["find -printf cpu"], "find -printf's CPU time", GOAL)
     if "scan --manifests" in s:
         print_ratio(f"{what} reading every manifest", s["scan --manifests"], s["find -printf"], "find -printf")
         print_ratio(f"{what} reading every manifest", s["scan --manifests"], s["scan"], "the listing-only scan")
@@ -236,9 +246,9 @@ def report_ratios(layout: str, entries: int, best: Best, list_workers: int) -> N
 
 def print_table(rows: list[dict[str, object]]) -> None:
     """One line per layout and size: the ratios, and cost and memory per entry (linearity)."""
-    print("\n| layout | entries | find -printf | scan | ratio | CPU ratio | CLI | ratio | CLI --json | ratio "
-          "| peak RSS (--json) | us/entry (scan) | CPU us/entry | bytes/entry (RSS) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("\n| layout | entries | find -printf | scan | ratio | CPU ratio | summary | ratio | CPU ratio | CLI | ratio "
+          "| CLI --json | ratio | peak RSS (--json) | us/entry (scan) | CPU us/entry | bytes/entry (RSS) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         s = {k: v for k, v in row.items() if isinstance(v, float)}
         n = int(str(row["entries"]))
@@ -248,6 +258,7 @@ def print_table(rows: list[dict[str, object]]) -> None:
         rss = int(str(row.get("cli --json rss", 0)))
         print(f"| {str(row['layout']).upper()} | {n:,} | {base:.2f} s | {s['scan']:.2f} s | {s['scan'] / base:.2f}x "
               f"| {s['scan cpu'] / s['find -printf cpu']:.2f}x "
+              f"| {s['summary']:.2f} s | {s['summary'] / base:.2f}x | {s['summary cpu'] / s['find -printf cpu']:.2f}x "
               f"| {cli:.2f} s | {cli / base:.2f}x | {cli_json:.2f} s | {cli_json / base:.2f}x "
               f"| {rss / 1024:.0f} MiB | {s['scan'] / n * 1e6:.1f} | {s['scan cpu'] / n * 1e6:.1f} "
               f"| {rss * 1024 / n:.0f} |")

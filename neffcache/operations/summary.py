@@ -54,6 +54,7 @@ from neffcache.stores.base import DirListing, SkipDirs, Store
 
 MAX_WARNINGS = 1000
 _KEY = "\0"  # stands for the entry's key in a kept name: no file name holds a NUL
+_SUCCESS = EntryState.SUCCESS.value  # an enum member's value is a property: looked up once
 
 
 @dataclass(frozen=True)
@@ -146,7 +147,7 @@ class _Tally:
             counts, states = found
         counts[0] += entries
         counts[1] += size
-        states[EntryState.SUCCESS.value] += entries
+        states[_SUCCESS] += entries
 
     def group(self, group: Group) -> None:
         entry, theirs = judge(group)
