@@ -32,9 +32,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from neffcache import __version__
 from neffcache.errors import IndexServerError
@@ -44,6 +42,9 @@ from neffcache.index.queries import AskedQuestions, IndexQueries
 from neffcache.index.records import EntryRecord, Event, EventKind, new_owner
 from neffcache.index.reports import FlushReport, ReportCounts, describe_failure
 from neffcache.index.spool import Spool
+
+if TYPE_CHECKING:
+    import httpx
 
 log = logging.getLogger(__name__)
 _AUTH_STATUS = frozenset({401, 403})  # the token: no retry in this process can fix it
@@ -82,6 +83,10 @@ class IndexClient(AskedQuestions):
         headers = {"User-Agent": f"neffcache/{__version__}"}
         if token:
             headers["Authorization"] = f"Bearer {token}"
+        # Imported here, not with the module: httpx costs 0.1-0.15 s of start-up, and every
+        # command imports this module for its types while most never talk to an index.
+        import httpx
+
         self._http = httpx.Client(base_url=self.url, headers=headers, transport=transport,
                                   timeout=httpx.Timeout(timeout, connect=connect_timeout))
         self.queries = IndexQueries(self._http, self.url, owner=self.owner, retries=retries, backoff=backoff)

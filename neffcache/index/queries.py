@@ -13,13 +13,14 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from neffcache.errors import IndexServerError
 from neffcache.index.records import MAX_LOOKUP_BATCH, MAX_LOOKUP_BYTES, CompileSample, IndexLease
 from neffcache.keys import safe_relpath
+
+if TYPE_CHECKING:
+    import httpx
 
 RETRY_STATUS = frozenset({429, 502, 503, 504})
 
@@ -171,6 +172,8 @@ class IndexQueries:
 
     def request(self, method: str, path: str, *, json: Any = None, params: Mapping[str, Any] | None = None,
                  attempts: int | None = None) -> Any:
+        import httpx  # loaded already: self.http is an httpx.Client (client.py says why it is not at the top)
+
         tries = (attempts if attempts is not None else self.retries + 1)
         for attempt in range(1, tries + 1):
             try:
