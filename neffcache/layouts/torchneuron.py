@@ -75,6 +75,7 @@ _MANAGED_RE = re.compile(
 )
 _BARE_RE = re.compile(r"^(?P<a>[0-9a-f]{2})/(?P<b>[0-9a-f]{2})/" + _KEY + r"(?P<suffix>\.[a-z.]+)$")
 _TREES = ("hlo", "neff")  # the two trees an entry's files lie in, at the same shard path
+_NEFF_TREE = "neff"  # the one of them a managed namespace keeps its NEFFs in (names_for)
 # A shard directory, resolved once for its files (:meth:`TorchNeuronLayout.shard_dir`). ``\Z``,
 # not ``$``: a directory named ``cd\n`` is not a shard (``$`` would match before the newline).
 _MANAGED_DIR_RE = re.compile(
@@ -120,7 +121,7 @@ class TorchNeuronLayout(Layout):
     @staticmethod
     def names_for(namespace: Namespace, key: str) -> dict[str, str]:
         sharded = shard(key)  # once: a scan asks this of every entry
-        neff = sharded if namespace.path == "" else f"neff/{sharded}"
+        neff = sharded if namespace.path == "" else f"{_NEFF_TREE}/{sharded}"
         return {
             "neff": f"{neff}.neff",
             "manifest": f"{neff}.neffcache.json",
@@ -299,25 +300,23 @@ class TorchNeuronLayout(Layout):
         ``neff``) is present and not empty; every file of the entry counts in its size.
 
         Per shard, only the plain names (:meth:`ShardDir.key_of`) are taken: any other name
-        declines the whole batch (``locate`` decides it). Whether a shard directory holds
-        NEFFs is asked once, of its first key: ``names_for`` puts a key's NEFF in the shard
-        directory of the key's first four digits, which every key ``key_of`` accepts here
-        shares, so the answer is the same for each of them."""
+        declines the whole batch (``locate`` decides it). A key's NEFF is ``<key>.neff`` in
+        the shard directory of the key's first four digits (every key ``key_of`` accepts here)
+        in the NEFF tree of a managed namespace, or in the bare directory itself
+        (``names_for``): so whether a shard holds NEFFs is one answer for all its keys."""
         sizes: dict[str, int] = {}
         with_neff: set[str] = set()
         for shard, names, files in shards:
             key_of = shard.key_of
-            holds_neffs: bool | None = None
+            holds_neffs = not shard.namespace.path or shard.name_dir.startswith(_NEFF_TREE + "/")
             for name, info in zip(names, files, strict=True):
                 key = key_of(name)
                 if key is None:
                     return None
-                sizes[key] = sizes.get(key, 0) + info.size
-                if holds_neffs is None:
-                    neff = self.names_for(shard.namespace, key)["neff"]
-                    holds_neffs = neff == f"{shard.name_dir}{key}.neff"
+                size = info.size
+                sizes[key] = sizes.get(key, 0) + size
                 if holds_neffs and len(name) == len(key) + 5 and name.endswith(".neff"):
-                    if info.size == 0:
+                    if size == 0:
                         return None  # CORRUPT: the NEFF is empty
                     with_neff.add(key)
         if len(with_neff) != len(sizes):
