@@ -107,7 +107,12 @@ class Grouper:
         SUCCESS entries (:meth:`Layout.plain_entries`): counted, not grouped. None (nothing
         done; :meth:`add` each listing) when a listing has a problem or a temp file, is not a
         shard directory of one namespace, or :meth:`add` would place it otherwise (an entry's
-        directory, the control directory)."""
+        directory, the control directory).
+
+        No group can exist yet for an entry of these shards: only a file or a problem named
+        ``<shard directory>/<key><suffix>`` locates to one, and those come in this directory's
+        own listing (here) or, for a subdirectory that could not be opened, in the batch
+        below it, which summary.py's ``_in_step`` waits for before it counts."""
         shards: list[tuple[ShardDir, list[str], list[FileInfo]]] = []
         lay: Layout | None = None
         files_seen = 0
