@@ -268,7 +268,9 @@ class Layout(KeyQuestions, ABC):
         """``directory`` resolved once for its files, for layouts whose entries are files that
         share directories (layout B's shards); None when none of its files can be this layout's
         (the default). ``namespaces`` caches namespaces by path across calls, so the entries of
-        a namespace share one Namespace."""
+        a namespace share one Namespace; a layout may keep other answers there, under keys no
+        path can be (TorchNeuron's per parent directory, behind a NUL). A cache only: callers
+        never read it."""
         return None
 
     def plain_entries(self, shards: Sequence[tuple[ShardDir, Sequence[str], Sequence[FileInfo]]]
