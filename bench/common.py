@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -68,23 +69,18 @@ def neffcache_measured(hwm: Path, args: list[str]) -> list[str]:
     return [sys.executable, "-c", HWM_LAUNCHER, str(hwm), *args]
 
 
-_COMPILED: list[bool] = []
-
-
+@functools.cache
 def compile_package() -> None:
     """Write the bytecode of neffcache's modules once, as installing its wheel does. With
     ``PYTHONDONTWRITEBYTECODE=1`` in the environment (our machines set it) an editable install
     compiles every module it imports again in each process: 0.5 s of each command's start-up
     that an installed copy does not pay. ``py_compile`` writes regardless of that variable."""
-    if _COMPILED:
-        return
     import compileall
     import importlib
 
     for package in ("neffcache", "neffcache.cli", "neffcache.server", "neffcache.warmers"):
         folder = Path(importlib.import_module(package).__file__ or ".").parent
         compileall.compile_dir(folder, quiet=1)
-    _COMPILED.append(True)
 
 
 def load_average() -> str:

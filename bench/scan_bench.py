@@ -14,8 +14,8 @@ dentry cache (each round runs ``find`` first).
 
 Measured per layout and size, best of ``--rounds``: the library's ``scan(store)`` (the full
 report: every entry built) and ``summarize(store)`` (the totals the plain command prints, the
-listing streamed) in this process, and the CLI's ``neffcache scan ROOT`` (the plain summary) and ``neffcache scan ROOT
---json`` each as its own process, with its peak RSS (VmHWM, recorded by the process itself:
+listing streamed) in this process, and the CLI's ``neffcache scan ROOT`` (the plain summary)
+and ``neffcache scan ROOT --json`` each as its own process, with its peak RSS (VmHWM, recorded by the process itself:
 bench/common.py's HWM_LAUNCHER). The goal (issue 17) is a scan within 1.5x of ``find -printf``,
 its cost linear in entries and its memory bounded; the last table gives microseconds and peak
 RSS per entry at each size, so linearity reads down a column.

@@ -166,12 +166,11 @@ class TorchNeuronLayout(Layout):
                   ) -> ShardDir | None:
         # What locate() decides from a file's directory, decided once per shard: the same
         # regexes up to the file name, so a file key_of() accepts is placed as locate() would.
-        match = self._managed_shard(directory, namespaces)
-        if match is not None:
-            ns, ns_path = match
+        ns = self._managed_shard(directory, namespaces)
+        if ns is not None:
             a, b = directory[-5:-3], directory[-2:]
-            return ShardDir(ns, ns_path, f"{ns_path}/neff/{a}/{b}/", directory[len(ns_path) + 1:] + "/", a + b,
-                            _MANAGED_SUFFIXES)
+            return ShardDir(ns, ns.path, f"{ns.path}/{_NEFF_TREE}/{a}/{b}/", directory[len(ns.path) + 1:] + "/",
+                            a + b, _MANAGED_SUFFIXES)
         match_bare = _BARE_DIR_RE.match(directory)
         if match_bare is None:
             return None
@@ -184,8 +183,8 @@ class TorchNeuronLayout(Layout):
                         _BARE_SUFFIXES)
 
     def _managed_shard(self, directory: str, namespaces: dict[str, Namespace | None] | None
-                       ) -> tuple[Namespace, str] | None:
-        """(namespace, its path) when ``_MANAGED_DIR_RE`` matches ``directory``. Its siblings
+                       ) -> Namespace | None:
+        """The namespace of ``directory`` when ``_MANAGED_DIR_RE`` matches it. Its siblings
         share the answer: the regex ends in a last name of two hex digits and the end, so for such a
         last name it matches exactly when it matched a sibling's. ``namespaces`` keeps the
         answer by parent (under a key with a NUL, which no namespace path holds), so a scan runs
@@ -195,7 +194,7 @@ class TorchNeuronLayout(Layout):
         if hex_leaf and namespaces is not None:
             known = namespaces.get("\0" + parent, _UNKNOWN)
             if known is not _UNKNOWN:
-                return None if known is None else (known, known.path)
+                return known
         match = _MANAGED_DIR_RE.match(directory)
         ns = None
         if match is not None:
@@ -208,7 +207,7 @@ class TorchNeuronLayout(Layout):
                     namespaces[ns_path] = ns
         if hex_leaf and namespaces is not None:
             namespaces["\0" + parent] = ns
-        return None if ns is None else (ns, ns.path)
+        return ns
 
     def is_runtime_file(self, path: str) -> bool:
         return self._temp_file(path)

@@ -75,7 +75,7 @@ class Grouper:
         if problems:
             self._place_problems(directory, problems)
         self._counted(len(files))
-        in_control = directory == CONTROL_DIR or directory.startswith(CONTROL_PREFIX)
+        in_control = _in_control(directory)
         # Names hold no "/": a marker found in the joined names lies within one name.
         if TEMP_MARKER in "/".join(names):
             kept_names, kept_files = _without_temp_files(names, files, self.garbage)
@@ -94,12 +94,19 @@ class Grouper:
         if group is not None:
             group.files.update(zip(names, files, strict=True))
             return
+        resolved = self._shard_of(directory)
+        if resolved is not None:
+            self._group_shard(resolved[1], names, files)
+            return
+        self._group_each_file(files)
+
+    def _shard_of(self, directory: str) -> tuple[Layout, ShardDir] | None:
+        """The first layout that resolves ``directory`` as a shard directory, and its answer."""
         for lay in self._shard_layouts:
             shard = lay.shard_dir(directory, self._shard_namespaces)
             if shard is not None:
-                self._group_shard(shard, names, files)
-                return
-        self._group_each_file(files)
+                return lay, shard
+        return None
 
     def count_plain(self, batch: list[DirListing]) -> tuple[Namespace, int, int] | None:
         """(namespace, entries, bytes) of the entries of ``batch`` (one shard path's listings in
@@ -121,15 +128,12 @@ class Grouper:
                 return None
             if not files:
                 continue
-            if directory == CONTROL_DIR or directory.startswith(CONTROL_PREFIX) or directory in self.entry_dirs \
-                    or self._locate_dir(directory) is not None:
+            if _in_control(directory) or directory in self.entry_dirs or self._locate_dir(directory) is not None:
                 return None
-            for candidate in self._shard_layouts:
-                shard = candidate.shard_dir(directory, self._shard_namespaces)
-                if shard is not None:
-                    break
-            else:
+            resolved = self._shard_of(directory)
+            if resolved is None:
                 return None
+            candidate, shard = resolved
             if (lay is not None and candidate is not lay) or (shards and shards[0][0].namespace != shard.namespace):
                 return None
             lay = candidate
@@ -234,6 +238,11 @@ def group_files(files: Iterable[FileInfo], progress: Progress | None = None, *,
     listings = (DirListing(head, [name], [info])
                 for info in files for head, _, name in (info.path.rpartition("/"),))
     return group_dirs(listings, progress, foreign=foreign)
+
+
+def _in_control(directory: str) -> bool:
+    """Whether ``directory`` is neffcache's control directory or lies below it."""
+    return directory == CONTROL_DIR or directory.startswith(CONTROL_PREFIX)
 
 
 def _without_temp_files(names: list[str], files: list[FileInfo],

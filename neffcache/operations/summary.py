@@ -117,7 +117,6 @@ class _Tally:
     corrupt_warnings: list[tuple[str, str]] = field(default_factory=list)
     warning_count: int = 0
     failed: list[Entry] = field(default_factory=list)
-    _last: tuple[Namespace | None, tuple[list[int], Counter[str]]] = (None, ([], Counter()))
 
     def warn(self, text: str) -> None:
         self.warning_count += 1
@@ -135,16 +134,16 @@ class _Tally:
         self.garbage_files += len(files)
         self.garbage_size += sum(f.size for f in files)
 
+    def _counters(self, ns: Namespace) -> tuple[list[int], Counter[str]]:
+        """``ns``'s [entries, size] and its Counter of states, made on first use."""
+        found = self.namespaces.get(ns)
+        if found is None:
+            found = self.namespaces[ns] = ([0, 0], Counter())
+        return found
+
     def plain(self, ns: Namespace, entries: int, size: int) -> None:
         """``entries`` committed SUCCESS entries of ``ns``, ``size`` bytes in all."""
-        if ns is self._last[0]:  # the shards of one namespace come in a row: no hash of ns each time
-            counts, states = self._last[1]
-        else:
-            found = self.namespaces.get(ns)
-            if found is None:
-                found = self.namespaces[ns] = ([0, 0], Counter())
-            self._last = (ns, found)
-            counts, states = found
+        counts, states = self._counters(ns)
         counts[0] += entries
         counts[1] += size
         states[_SUCCESS] += entries
@@ -160,11 +159,7 @@ class _Tally:
             self.uncommitted += 1
             self.garbage_size += size
             return
-        ns = entry.namespace
-        found = self.namespaces.get(ns)
-        if found is None:
-            found = self.namespaces[ns] = ([0, 0], Counter())
-        counts, states = found
+        counts, states = self._counters(entry.namespace)
         counts[0] += 1
         counts[1] += size
         state = entry.state
