@@ -9,6 +9,7 @@ database that cannot be reached or used an :class:`IndexServerError` (one line e
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -20,11 +21,12 @@ from sqlalchemy.engine import make_url
 
 from neffcache.errors import ConfigError, IndexServerError
 from neffcache.server.config import ServerSettings
-from neffcache.server.services import tokens
+from neffcache.server.services import catalog, tokens
 from neffcache.server.services.tokens import TokenInfo
 from neffcache.server.storage.db import Database, current_revision, head_revision, migrate
 
 P = ParamSpec("P")
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
@@ -79,7 +81,7 @@ class IndexAdmin:
         self._db = Database(settings.resolved_database_url(), pool_size=2)
         try:
             if upgrade:
-                migrate(self._db.engine)
+                self._upgrade()
         except BaseException:
             self._db.dispose()
             raise
@@ -105,8 +107,21 @@ class IndexAdmin:
         """Upgrade the schema to head; returns the revision it was at (None: empty database).
         Safe while replicas run or start: upgrades take turns (PostgreSQL advisory lock)."""
         before: str | None = current_revision(self._db.engine)
-        migrate(self._db.engine)
+        self._upgrade()
         return before
+
+    def _upgrade(self) -> None:
+        """Migrate, then render the entries that have no stored form (all of them after the
+        migration that added it; none, found through a partial index, on every later start)."""
+        migrate(self._db.engine)
+
+        def progress(done: int) -> None:
+            if done % 50_000 < catalog.RENDER_BATCH:
+                log.info("rendering the entries' API form: %d done", done)
+
+        rendered = catalog.render_unrendered(self._db, progress=progress)
+        if rendered:
+            log.info("rendered the API form of %d entries", rendered)
 
     @_plain_errors
     def has_tokens(self) -> bool:

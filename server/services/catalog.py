@@ -10,16 +10,17 @@ from __future__ import annotations
 import json
 import operator
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from sqlalchemy import ColumnElement, Connection, Select, bindparam, delete, exists, func, select
+from sqlalchemy import ColumnElement, Connection, Select, bindparam, delete, exists, func, select, update
 from sqlalchemy.orm import Session
 
+from neffcache.server.services import rendering
 from neffcache.server.services.records import EntryIn, EntryOut, EntryPage, ForgetResult, toolchain_label
-from neffcache.server.storage.db import string_list, upsert
+from neffcache.server.storage.db import Database, string_list, upsert
 from neffcache.server.storage.models import Entry, EntryLocation, EntryTag, table_of
 
 _MUTABLE = ("layout", "key", "namespace", "compiler_version", "target", "lnc", "toolchain", "state",
@@ -27,6 +28,7 @@ _MUTABLE = ("layout", "key", "namespace", "compiler_version", "target", "lnc", "
 # The graph's inputs: a registration that does not know them (an older client, a store without
 # manifests) keeps what an earlier one said, since the same path is the same graph.
 _KEPT_WHEN_UNKNOWN = ("hlo_sha256", "hlo_size", "flags")
+RENDER_BATCH = 1000  # entries rendered per SELECT (and per transaction, when rendering what is missing)
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,42 @@ def register_entries(session: Session, records: Sequence[EntryIn], now: float) -
         tag_stmt = upsert(session, table)
         conn.execute(tag_stmt.on_conflict_do_update(index_elements=[table.c.entry_id, table.c.name],
                                                     set_={"value": tag_stmt.excluded.value}), tags)
+    render_entries(conn, sorted(ids.values()))
     return len(ordered)
+
+
+def render_entries(conn: Connection, ids: Sequence[int]) -> None:
+    """Store the API form of the entries ``ids`` (services/rendering.py), read in this
+    transaction after its own changes. The caller holds their rows (the upsert's or a FOR
+    UPDATE's locks on PostgreSQL; SQLite has one writer), so no other writer's change can land
+    between this read and the UPDATE: a change after it clears the text again (migration 0004)."""
+    for start in range(0, len(ids), RENDER_BATCH):
+        part = ids[start:start + RENDER_BATCH]
+        forms = [{"entry": row[_ID], "form": rendering.form(row_json(row))}
+                 for row in conn.execute(_BY_IDS, {"ids": part})]
+        if forms:
+            conn.execute(_STORE_FORM, forms)
+
+
+def render_unrendered(db: Database, *, batch: int = RENDER_BATCH,
+                      progress: Callable[[int], None] | None = None) -> int:
+    """Render every entry whose text is missing (all of them after migration 0004; those an
+    older server changed since), a batch per transaction, in id order so the pass ends even
+    while an older writer keeps clearing rows behind it (the next pass takes those). The count
+    rendered."""
+    entries, done, after = table_of(Entry), 0, 0
+    pick = (select(entries.c.id).where(entries.c.rendered.is_(None), entries.c.id > bindparam("after"))
+            .order_by(entries.c.id).limit(batch).with_for_update(skip_locked=True))
+    while True:
+        with db.write() as session:
+            conn = session.connection()
+            ids = list(conn.scalars(pick, {"after": after}))
+            render_entries(conn, ids)
+        if not ids:
+            return done
+        done, after = done + len(ids), ids[-1]
+        if progress is not None:
+            progress(done)
 
 
 def _entry_row(record: EntryIn, now: float) -> dict[str, object]:
@@ -112,13 +149,20 @@ def rows_statement(where: ColumnElement[bool]) -> Select[Any]:
     entries, locations, tags = table_of(Entry), table_of(EntryLocation), table_of(EntryTag)
     stores = select(string_list(locations.c.store)).where(locations.c.entry_id == entries.c.id)
     pairs = select(string_list(tags.c.name + "=" + tags.c.value)).where(tags.c.entry_id == entries.c.id)
-    return select(entries, stores.scalar_subquery().label("stores_"), pairs.scalar_subquery().label("tags_")
+    columns = [column for column in entries.c if column.key not in _RENDERING]
+    return select(*columns, stores.scalar_subquery().label("stores_"), pairs.scalar_subquery().label("tags_")
                   ).where(where)
+
+
+_RENDERING = ("rendered", "rendered_format")  # kept from the rest: services/rendering.py
 
 
 # Built once: constructing the statement costs more than SQLite takes to run it. The hot path
 # runs the same statement on the driver's connection (storage/driver.py, api/hot.py).
 LOOKUP = rows_statement(table_of(Entry).c.path == bindparam("path"))
+_BY_IDS = rows_statement(table_of(Entry).c.id.in_(bindparam("ids", expanding=True)))
+_STORE_FORM = (update(table_of(Entry)).where(table_of(Entry).c.id == bindparam("entry"))
+               .values(rendered=bindparam("form"), rendered_format=rendering.FORMAT))
 
 
 def lookup_entry(conn: Connection, path: str) -> dict[str, Any] | None:
@@ -129,6 +173,7 @@ def lookup_entry(conn: Connection, path: str) -> dict[str, Any] | None:
 
 
 _ROW_NAMES: tuple[str, ...] = tuple(str(column.key) for column in LOOKUP.selected_columns)
+_ID = _ROW_NAMES.index("id")
 
 
 _FIELDS = ("path", "layout", "key", "namespace", "compiler_version", "target", "lnc", "toolchain", "state", "size",
@@ -142,7 +187,8 @@ _PICK = operator.itemgetter(*(_ROW_NAMES.index(name) for name in _FIELDS))
 
 def row_json(row: Sequence[Any]) -> dict[str, Any]:
     """The API form of a row of :func:`rows_statement` (a Row or a driver's tuple): the same
-    dict :func:`entry_json` makes, key for key and in the same order."""
+    dict :func:`entry_json` makes, key for key and in the same order, the usage stamps last
+    (what services/rendering.py leaves out of the stored text)."""
     if len(row) != len(_ROW_NAMES):
         raise ValueError(f"a row of {len(row)} columns, not {len(_ROW_NAMES)}")
     (path, layout, key, namespace, compiler_version, target, lnc, label, state, size, neff_sha256, created,
@@ -156,9 +202,8 @@ def row_json(row: Sequence[Any]) -> dict[str, Any]:
         "stores": sorted(stores_text.split("\n")) if stores_text else [],
         "tags": dict(sorted(item.split("=", 1) for item in tags_text.split("\n"))) if tags_text else {},
         "created": created, "registered": registered, "updated": updated, "producer": producer,
-        "compile_seconds": compile_seconds, "hit_count": hit_count, "last_used": last_used,
-        "hlo_sha256": hlo_sha256, "hlo_size": hlo_size,
-        "flags": _flags(flags),
+        "compile_seconds": compile_seconds, "hlo_sha256": hlo_sha256, "hlo_size": hlo_size,
+        "flags": _flags(flags), "hit_count": hit_count, "last_used": last_used,
     }
 
 
@@ -171,9 +216,8 @@ def entry_json(row: Any, stores: list[str], tags: dict[str, str]) -> dict[str, A
         "toolchain_label": row.toolchain, "state": row.state, "size": row.size, "neff_sha256": row.neff_sha256,
         "stores": sorted(stores), "tags": dict(sorted(tags.items())), "created": row.created,
         "registered": row.registered, "updated": row.updated, "producer": row.producer,
-        "compile_seconds": row.compile_seconds, "hit_count": row.hit_count, "last_used": row.last_used,
-        "hlo_sha256": row.hlo_sha256, "hlo_size": row.hlo_size,
-        "flags": _flags(row.flags),
+        "compile_seconds": row.compile_seconds, "hlo_sha256": row.hlo_sha256, "hlo_size": row.hlo_size,
+        "flags": _flags(row.flags), "hit_count": row.hit_count, "last_used": row.last_used,
     }
 
 
@@ -216,6 +260,8 @@ def forget_entry(session: Session, path: str, store: str | None) -> ForgetResult
     if gone:
         session.execute(delete(EntryTag).where(EntryTag.entry_id == entry_id))
         session.execute(delete(Entry).where(Entry.id == entry_id))
+    elif removed:
+        render_entries(session.connection(), [entry_id])
     return ForgetResult(path=path, removed_stores=int(removed or 0), entry_removed=gone)
 
 

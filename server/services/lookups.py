@@ -10,10 +10,13 @@ the SELECT (docs/index-server.md#performance).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from sqlalchemy import Connection, Select, bindparam, select
 
+from neffcache.server.services import rendering
 from neffcache.server.services.catalog import row_json, rows_statement
 from neffcache.server.storage.db import Database
 from neffcache.server.storage.models import Entry, EntryTag, table_of
@@ -24,18 +27,44 @@ MAX_SAMPLES = 10_000
 _entries = table_of(Entry)
 _NEWEST_FIRST = (_entries.c.created.desc(), _entries.c.id.desc())
 _BY_PATHS = rows_statement(_entries.c.path.in_(bindparam("paths", expanding=True)))
+_FORMS_BY_PATHS = select(_entries.c.path, _entries.c.rendered, _entries.c.rendered_format, _entries.c.hit_count,
+                         _entries.c.last_used).where(_entries.c.path.in_(bindparam("paths", expanding=True)))
 
 
-def lookup_many(db: Database, paths: Sequence[str]) -> tuple[list[dict[str, Any]], list[str]]:
+@dataclass(frozen=True)
+class Answer:
+    """A batch lookup's answer: each entry found as its JSON object, and the paths not found,
+    both in the order asked."""
+
+    found: list[bytes]
+    missing: list[str]
+
+    def body(self) -> bytes:
+        """The response: ``{"found": [...], "missing": [...]}``, as orjson writes the dict."""
+        return b'{"found":[%b],"missing":%b}' % (b",".join(self.found), orjson.dumps(self.missing))
+
+
+def lookup_many(db: Database, paths: Sequence[str]) -> Answer:
     """The entries at ``paths`` (repeats answered once) and the paths the index has no entry
-    for, both in the order asked. One SELECT per 2,000 paths, all in one snapshot of the
-    catalog (:class:`~neffcache.server.storage.driver.DriverBatchRead`)."""
+    for. Each entry is its stored text with its usage stamps (services/rendering.py); the few
+    whose text is missing or another server's rendering are read from their rows instead. One
+    SELECT per 2,000 paths, all in one snapshot of the catalog
+    (:meth:`~neffcache.server.storage.driver.DriverBatchRead.snapshot`)."""
     unique = list(dict.fromkeys(paths))
-    entries = map(row_json, db.driver_batch_read(_BY_PATHS, "paths").rows(unique))
-    rows = {entry["path"]: entry for entry in entries}
-    found = [rows[path] for path in unique if path in rows]
-    missing = [path for path in unique if path not in rows]
-    return found, missing
+    forms = db.driver_batch_read(_FORMS_BY_PATHS, "paths")
+    rows: dict[str, bytes] = {}
+    with forms.snapshot() as cursor:
+        unrendered = []
+        for path, stored, form_of, hit_count, last_used in forms.run(cursor, unique):
+            if stored is not None and form_of == rendering.FORMAT:
+                rows[path] = rendering.with_stamps(bytes(stored), hit_count, last_used)
+            else:
+                unrendered.append(path)
+        if unrendered:
+            for row in db.driver_batch_read(_BY_PATHS, "paths").run(cursor, unrendered):
+                entry = row_json(row)
+                rows[entry["path"]] = orjson.dumps(entry)
+    return Answer([rows[path] for path in unique if path in rows], [path for path in unique if path not in rows])
 
 
 def similar(conn: Connection, *, hlo_sha256: str | None, model: str | None, limit: int) -> list[dict[str, Any]]:

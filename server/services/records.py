@@ -154,11 +154,11 @@ class EntryOut(BaseModel):
     updated: float
     producer: str
     compile_seconds: float | None
-    hit_count: int
-    last_used: float | None
     hlo_sha256: str | None = None
     hlo_size: int | None = None
     flags: list[str] | None = None
+    hit_count: int  # the usage stamps last, as every lookup renders them (services/rendering.py)
+    last_used: float | None
 
 
 class LookupRequest(Strict):

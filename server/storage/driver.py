@@ -136,30 +136,47 @@ class DriverBatchRead:
         self.connections = _Connections(engine, autocommit=autocommit)
 
     def rows(self, values: Sequence[object]) -> list[tuple[Any, ...]]:
-        try:
-            return self._rows(values)
-        except self._driver_error as exc:  # as SQLAlchemy raises it: a dead database is the app's 503
-            raise DBAPIError.instance(self._sql[IN_LIST_SIZES[-1]], None, exc, self._driver_error) from exc
-
-    def _rows(self, values: Sequence[object]) -> list[tuple[Any, ...]]:
         if not values:
             return []
-        largest = IN_LIST_SIZES[-1]
-        slices = [values[start:start + largest] for start in range(0, len(values), largest)]
-        found: list[tuple[Any, ...]] = []
-        with self.connections.one() as conn:
+        if len(values) <= IN_LIST_SIZES[-1]:  # one SELECT is consistent on its own: no BEGIN round
+            with self._errors(), self.connections.one() as conn:
+                cursor = conn.cursor()
+                found = self.run(cursor, values)
+                cursor.close()
+            return found
+        with self.snapshot() as cursor:
+            return self.run(cursor, values)
+
+    @contextmanager
+    def snapshot(self) -> Iterator[Any]:
+        """A cursor in one read-only snapshot, for :meth:`run` of this reader and of others
+        made on the same engine: what they return is the catalog at one moment."""
+        with self._errors(), self.connections.one() as conn:  # a failure closes it, and its transaction
             cursor = conn.cursor()
-            if len(slices) > 1:  # a failure closes the connection, and its transaction with it
-                cursor.execute(self._begin)
-            for part in slices:
+            cursor.execute(self._begin)
+            yield cursor
+            cursor.execute("COMMIT")
+            cursor.close()
+
+    def run(self, cursor: Any, values: Sequence[object]) -> list[tuple[Any, ...]]:
+        """The rows for ``values`` on ``cursor`` (one of :meth:`snapshot`'s): a SELECT per slice."""
+        largest = IN_LIST_SIZES[-1]
+        found: list[tuple[Any, ...]] = []
+        with self._errors():
+            for start in range(0, len(values), largest):
+                part = values[start:start + largest]
                 size = next(s for s in IN_LIST_SIZES if s >= len(part))
                 padded = [*part, *[part[-1]] * (size - len(part))]
                 cursor.execute(self._sql[size], self._bind[size](padded))
                 found.extend(map(tuple, cursor.fetchall()))
-            if len(slices) > 1:
-                cursor.execute("COMMIT")
-            cursor.close()
         return found
+
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        try:
+            yield
+        except self._driver_error as exc:  # as SQLAlchemy raises it: a dead database is the app's 503
+            raise DBAPIError.instance(self._sql[IN_LIST_SIZES[-1]], None, exc, self._driver_error) from exc
 
     def close(self) -> None:
         self.connections.close()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from sqlalchemy import BigInteger, Double, ForeignKey, Index, Integer, String, Table, Text
+from sqlalchemy import BigInteger, Double, ForeignKey, Index, Integer, LargeBinary, String, Table, Text, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 # SQLite only auto-increments a column declared exactly INTEGER PRIMARY KEY.
@@ -31,7 +31,10 @@ class Entry(Base):
 
     __tablename__ = "entries"
     # compile-samples: a target's newest entries without sorting every entry (migration 0003).
-    __table_args__ = (Index("ix_entries_target_created", "target", "created"),)
+    # unrendered: the rows a rendering pass has left to do, and nothing else (migration 0004).
+    __table_args__ = (Index("ix_entries_target_created", "target", "created"),
+                      Index("ix_entries_unrendered", "id", sqlite_where=text("rendered IS NULL"),
+                            postgresql_where=text("rendered IS NULL")))
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     path: Mapped[str] = mapped_column(String(1024), unique=True)
@@ -59,6 +62,11 @@ class Entry(Base):
     # neffcache's own usage stamps: shared mounts may disable atime, so we never read it.
     hit_count: Mapped[int] = mapped_column(BigInteger, default=0)
     last_used: Mapped[float | None] = mapped_column(Double)
+    # The entry's API form up to its usage stamps, and whose rendering it is (migration 0004,
+    # which says why the database keeps it from going stale): what a batch lookup reads.
+    # Deferred: every other question about entries has no use for it.
+    rendered: Mapped[bytes | None] = mapped_column(LargeBinary, deferred=True)
+    rendered_format: Mapped[int | None] = mapped_column(Integer, deferred=True)
 
 
 class EntryLocation(Base):

@@ -104,3 +104,41 @@ def test_0002_adds_the_graph_inputs_and_its_downgrade_keeps_every_entry(db_url: 
         assert current_revision(db.engine) == head_revision()
     finally:
         db.dispose()
+
+
+def test_0004_keeps_every_entry_both_ways_and_the_upgrade_renders_them(db_url: str) -> None:
+    """A database at 0003 with an entry: ``neffcache db upgrade`` (IndexAdmin) migrates, then
+    renders its stored form, which a batch lookup serves; the downgrade keeps every row."""
+    from neffcache.server.config import ServerSettings
+    from neffcache.server.services import lookups
+    from neffcache.server.services.admin import IndexAdmin
+
+    db = Database(db_url, pool_size=2)
+    try:
+        migrate(db.engine, "0003")
+        with db.engine.begin() as conn:
+            conn.execute(text(
+                "INSERT INTO entries (id, path, layout, key, namespace, toolchain, state, size, created, registered,"
+                " updated, producer, hit_count) VALUES (1, 'ns/k', 'neuronxcc', 'k', 'ns', 'unknown', 'SUCCESS',"
+                " 1, 0, 0, 0, '', 4)"))
+            conn.execute(text("INSERT INTO entry_locations (entry_id, store, added) VALUES (1, 's3://b', 0)"))
+            conn.execute(text("INSERT INTO entry_tags (entry_id, name, value) VALUES (1, 'model', 'm')"))
+        with IndexAdmin(ServerSettings(database_url=db_url)) as admin:
+            assert admin.upgrade() == head_revision()
+        with db.engine.connect() as conn:
+            assert conn.execute(text("SELECT rendered IS NOT NULL FROM entries")).scalar_one()
+        found = lookups.lookup_many(db, ["ns/k"]).found
+        assert [f.count(b'"stores":["s3://b"]') + f.count(b'"tags":{"model":"m"}') for f in found] == [2]
+        assert found[0].endswith(b'"hit_count":4,"last_used":null}')
+
+        _downgrade(db, "0003")
+        assert "rendered" not in {c["name"] for c in inspect(db.engine).get_columns("entries")}
+        with db.engine.connect() as conn:
+            assert conn.execute(text("SELECT store FROM entry_locations")).scalars().all() == ["s3://b"]
+            assert conn.execute(text("SELECT value FROM entry_tags")).scalars().all() == ["m"]
+            conn.execute(text("INSERT INTO entry_tags (entry_id, name, value) VALUES (1, 'team', 't')"))  # no trigger
+            conn.commit()
+        migrate(db.engine)
+        assert current_revision(db.engine) == head_revision()
+    finally:
+        db.dispose()
