@@ -129,3 +129,23 @@ def test_flags_stored_another_way_still_render(db: Database) -> None:
     with db.single_read() as conn:
         found = catalog.lookup_entry(conn, path)
     assert found is not None and found["flags"] == ["--a", "\ud800"]
+
+
+def test_the_stored_forms_arrive_as_sqlalchemy_reads_them(db: Database) -> None:
+    """The batch lookup's columns (the stored form, its format, the usage stamps), which the
+    driver reads in PostgreSQL's binary format: the same values of the same types as through
+    SQLAlchemy, a bytea as bytes and a double as a float, stamps set or not."""
+    paths = [str(entry(i)["path"]) for i in range(3)]
+    with db.write() as session:  # usage stamps, which leave the stored form in place
+        session.execute(table_of(Entry).update().where(table_of(Entry).c.path == paths[1])
+                        .values(hit_count=2**40 + 3, last_used=1764950000.123456))
+    read = db.driver_batch_read(lookups._FORMS_BY_PATHS, "paths")
+    with db.read() as session:
+        expected = sorted(tuple(row) for row in session.connection().execute(lookups._FORMS_BY_PATHS,
+                                                                              {"paths": paths}))
+    found = sorted(read.rows(paths))
+    assert found == expected and len(found) == 3
+    for got, want in zip(found, expected, strict=True):
+        assert [type(value) for value in got] == [type(value) for value in want]
+        assert type(got[1]) is bytes and got[1].startswith(b"{")  # rendered, not hex text
+    assert {row[4] for row in found} == {None, 1764950000.123456}
