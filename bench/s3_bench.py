@@ -18,8 +18,8 @@ from the bytes it sends). Each tool pulls back what it pushed into an empty dire
 What each tool does is not the same work, and the ratios should be read that way:
 neffcache hashes every file against its manifest on both push and pull and publishes each
 entry atomically (publish lease, the NEFF written exclusively, the other data, manifest,
-exclusive commit marker, lease release: 7 requests for an entry of 4 files,
-tests/stores/test_s3_sync.py);
+exclusive commit marker: 6 requests for an entry of 4 files, and the leases released
+64 at a time, tests/stores/test_s3_sync.py);
 ``aws s3 sync`` and ``s5cmd sync`` copy bytes (one request per file) and compare by size and
 time only. moto is single-process Python: for small objects the server is the bottleneck for
 every client, so those figures measure request counts more than clients.

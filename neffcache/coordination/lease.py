@@ -161,14 +161,28 @@ class StoreLease:
         return True
 
     def release(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-        if not self.lost and time.time() < self.record.expires_at - RELEASE_MARGIN:
+        self.stop()
+        if self.ours(time.time()):
             # Nobody may take over an unexpired lease, so it is still ours: no read-back needed
             # (on S3 that read is a request per publish), nor a count of what was deleted.
             self.store.discard([self.path])
             return
+        self.release_checked()
+
+    def stop(self) -> None:
+        """End the heartbeat: the lease stays held until it is released or expires."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def ours(self, now: float) -> bool:
+        """Whether the lease file is certainly still ours at ``now``: not lost, and short of its
+        expiry by the clock-skew margin (before its expiry nobody may take it over)."""
+        return not self.lost and now < self.record.expires_at - RELEASE_MARGIN
+
+    def release_checked(self) -> None:
+        """Release a lease that may have been taken over: delete it only if it is still ours."""
         current = read_lease(self.store, self.record.name)
         if current is not None and current.token == self.record.token:
             self.store.discard([self.path, _tombstone(self.record.name, self.record.token)])

@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator
 
 from neffcache.coordination.lease import StoreLease, read_lease, try_acquire
+from neffcache.coordination.releases import BatchedReleases
 from neffcache.stores.base import Store
 
 log = logging.getLogger(__name__)
@@ -65,9 +66,11 @@ def _prune_group_free(store: Store, entry_path: str) -> bool:
 
 
 @contextlib.contextmanager
-def exclusive_write(store: Store, entry_path: str) -> Iterator[StoreLease | None]:
+def exclusive_write(store: Store, entry_path: str, releases: BatchedReleases | None = None
+                    ) -> Iterator[StoreLease | None]:
     """Hold ``entry_path``'s publish lease, kept alive, while writing the entry's files; None
-    when another publisher holds it or a prune is removing the entry's group (busy: retry)."""
+    when another publisher holds it or a prune is removing the entry's group (busy: retry).
+    ``releases``: release it with a batch of others (neffcache/coordination/releases.py)."""
     got = try_acquire(store, publish_lease_name(entry_path), ttl=PUBLISH_LEASE_TTL)
     if not isinstance(got, StoreLease):
         log.debug("%s is being published by %s", entry_path, got.owner)
@@ -83,4 +86,7 @@ def exclusive_write(store: Store, entry_path: str) -> Iterator[StoreLease | None
         else:
             yield got
     finally:
-        got.release()
+        if releases is not None:
+            releases.release(got)
+        else:
+            got.release()

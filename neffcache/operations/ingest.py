@@ -14,6 +14,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from neffcache.coordination.releases import BatchedReleases
 from neffcache.entry import Entry, EntryState
 from neffcache.errors import CorruptEntry, EntryNotFound, NoSpace, PlaceholderNeff, SourceChanged
 from neffcache.layouts import get_layout
@@ -77,7 +78,7 @@ def read_flags(store: Store, entry: Entry) -> list[str]:
 
 
 def transfer(src: Store, entry: Entry, dst: Store, *, tags: Mapping[str, str] | None = None,
-             known_absent: bool = False) -> PublishResult:
+             known_absent: bool = False, releases: BatchedReleases | None = None) -> PublishResult:
     """Copy one SUCCESS entry from ``src`` to ``dst``, verified, published atomically.
 
     Every file is read once, and the bytes hashed are the bytes published:
@@ -93,12 +94,13 @@ def transfer(src: Store, entry: Entry, dst: Store, *, tags: Mapping[str, str] | 
     Raises CorruptEntry when the source files do not match the source manifest, SourceChanged
     when a source file was rewritten while it was read, NoSpace when the destination (or its
     staging directory) is full: nothing is committed at the destination in any of these.
+    ``releases``: the publish lease is released with a batch of others (a sync's).
     """
     if entry.state is not EntryState.SUCCESS:
         raise CorruptEntry(entry.path, [f"only SUCCESS entries are transferred, not {entry.state}"])
     started = time.time()
     try:
-        return _transfer(src, entry, dst, tags=tags, known_absent=known_absent)
+        return _transfer(src, entry, dst, tags=tags, known_absent=known_absent, releases=releases)
     except CorruptEntry as exc:
         # A mismatch with a source file modified since we started is a rewrite under us, not
         # corruption at the source: say so (and tiers then never quarantine it).
@@ -120,7 +122,7 @@ def _changed_since(src: Store, entry: Entry, started: float) -> str | None:
 
 
 def _transfer(src: Store, entry: Entry, dst: Store, *, tags: Mapping[str, str] | None,
-              known_absent: bool) -> PublishResult:
+              known_absent: bool, releases: BatchedReleases | None) -> PublishResult:
     names = transferable_names(entry)
     where = f"{src.url}/{entry.path}"
     with dst.staging_dir() as staging:
@@ -159,7 +161,8 @@ def _transfer(src: Store, entry: Entry, dst: Store, *, tags: Mapping[str, str] |
         sources: dict[str, Source] = dict(local)
         unhashed = frozenset(n for n in local if n not in staged) if entry.manifest is None else frozenset()
         return publish(dst, entry.namespace, entry.key, sources, manifest, move=movable,
-                       known_absent=known_absent, verified=frozenset(staged), unhashed=unhashed)
+                       known_absent=known_absent, verified=frozenset(staged), unhashed=unhashed,
+                       releases=releases)
 
 
 def fetch_file(src: Store, path: str, dest: Path, dst: Store) -> FileDigest:

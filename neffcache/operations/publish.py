@@ -48,6 +48,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from neffcache.coordination.releases import BatchedReleases
 from neffcache.coordination.write_leases import exclusive_write
 from neffcache.entry import Namespace
 from neffcache.errors import PlaceholderNeff
@@ -95,6 +96,7 @@ def publish(
     known_absent: bool = False,
     verified: Collection[str] = (),
     unhashed: Collection[str] = (),
+    releases: BatchedReleases | None = None,
 ) -> PublishResult:
     """Publish ``files`` (names relative to the entry's base) with ``manifest`` into ``store``.
 
@@ -112,6 +114,8 @@ def publish(
     ``unhashed`` names local source files ``manifest`` does not describe yet: their digests
     are taken from the bytes sent and completed into the manifest (the module docstring says
     in which order, and why it stays safe).
+    ``releases``: the publish lease is released with a batch of others
+    (neffcache/coordination/releases.py: a push's, on a remote store).
     """
     layout = get_layout(namespace.layout)
     plan = layout.plan_entry(namespace, key)
@@ -127,7 +131,7 @@ def publish(
         if runtime_lock is not None and _runtime_compiling(store, _join(plan.base, runtime_lock)):
             return PublishResult(plan.path, PublishStatus.BUSY)
 
-    with exclusive_write(store, plan.path) as lease:
+    with exclusive_write(store, plan.path, releases) as lease:
         if lease is None:
             return PublishResult(plan.path, PublishStatus.BUSY)
         written = _write_entry(store, layout, plan, files, manifest, move=move, verified=frozenset(verified),

@@ -28,6 +28,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
+from neffcache.coordination.releases import BatchedReleases
 from neffcache.coordination.write_leases import exclusive_write
 from neffcache.entry import Entry, EntryState
 from neffcache.errors import (
@@ -132,12 +133,12 @@ def _with_manifest(src: Store, entry: Entry) -> Entry:
     return dataclasses.replace(entry, manifest=manifest)
 
 
-def _copy_raw(src: Store, entry: Entry, dst: Store) -> int | None:
+def _copy_raw(src: Store, entry: Entry, dst: Store, releases: BatchedReleases | None) -> int | None:
     """FAILED and EMPTY entries have no manifest or marker: copy the files, state file last,
     under the entry's publish lease like any write (None: a publisher or a prune has it)."""
     names = get_layout(entry.layout).raw_copy_order(entry)
     size = 0
-    with exclusive_write(dst, entry.path) as lease, dst.staging_dir() as staging:
+    with exclusive_write(dst, entry.path, releases) as lease, dst.staging_dir() as staging:
         if lease is None:
             return None
         for i, name in enumerate(names):
@@ -150,12 +151,12 @@ def _copy_raw(src: Store, entry: Entry, dst: Store) -> int | None:
     return size
 
 
-def _copy_one(src: Store, dst: Store, entry: Entry, flt: EntryFilter,
-              on_copied: OnCopied | None = None) -> tuple[TransferOutcome, EntryOutcome | None]:
+def _copy_one(src: Store, dst: Store, entry: Entry, flt: EntryFilter, on_copied: OnCopied | None = None,
+              releases: BatchedReleases | None = None) -> tuple[TransferOutcome, EntryOutcome | None]:
     """What became of one entry (never CANCELLED), with its outcome (None when FILTERED)."""
     try:
         if entry.state is not EntryState.SUCCESS:
-            copied = _copy_raw(src, entry, dst)
+            copied = _copy_raw(src, entry, dst, releases)
             if copied is None:
                 return TransferOutcome.BUSY, EntryOutcome(entry.path, "busy")
             return TransferOutcome.COPIED, EntryOutcome(entry.path, entry.state.value, copied)
@@ -163,7 +164,7 @@ def _copy_one(src: Store, dst: Store, entry: Entry, flt: EntryFilter,
         if not flt.matches_tags(full.manifest):
             return TransferOutcome.FILTERED, None
         # Only entries the destination's listing lacked get here: skip the redundant lookups.
-        result = transfer(src, full, dst, known_absent=True)
+        result = transfer(src, full, dst, known_absent=True, releases=releases)
     except PlaceholderNeff as exc:  # refused by publish: a placeholder is no NEFF, wherever it lies
         return TransferOutcome.FAILED, EntryOutcome(entry.path, "; ".join(exc.problems))
     except CorruptEntry as exc:
@@ -186,7 +187,7 @@ def _copy_one(src: Store, dst: Store, entry: Entry, flt: EntryFilter,
 
 
 def _run(src: Store, dst: Store, todo: list[Entry], flt: EntryFilter, tally: Tally, parallel: int,
-         busy_wait: float, on_copied: OnCopied | None) -> None:
+         busy_wait: float, on_copied: OnCopied | None, releases: BatchedReleases | None) -> None:
     busy: list[Entry] = []
     stop = threading.Event()
 
@@ -194,7 +195,7 @@ def _run(src: Store, dst: Store, todo: list[Entry], flt: EntryFilter, tally: Tal
         if stop.is_set():
             return entry, TransferOutcome.CANCELLED, None
         try:
-            kind, outcome = _copy_one(src, dst, entry, flt, on_copied)
+            kind, outcome = _copy_one(src, dst, entry, flt, on_copied, releases)
         except FATAL:
             raise
         except InvalidKey as exc:
@@ -268,7 +269,14 @@ def sync(src: Store | str, dst: Store | str, *, namespaces: Collection[str] = ()
         tally = _plan(src_entries, {e.path: e for e in dst_entries}, flt, foreign, progress)
         if progress is not None:
             progress(0, tally.total, 0)
-        _run(src, dst, tally.todo, flt, tally, parallel, busy_wait, on_copied)
+        # On a remote store the publish leases of done entries are released in batches: a
+        # request an entry saved (neffcache/coordination/releases.py says why that is safe).
+        releases = BatchedReleases(dst) if dst.local_root is None else None
+        try:
+            _run(src, dst, tally.todo, flt, tally, parallel, busy_wait, on_copied, releases)
+        finally:
+            if releases is not None:
+                releases.close()
         return tally.report(src.url, dst.url, time.monotonic() - started, foreign, dst.created)
     finally:
         for store in opened:

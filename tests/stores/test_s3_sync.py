@@ -15,6 +15,7 @@ from pathlib import Path
 import boto3
 import pytest
 
+from neffcache.coordination import releases
 from neffcache.entry import EntryState
 from neffcache.operations.scan import scan
 from neffcache.operations.verify import CheckStatus, verify
@@ -166,12 +167,15 @@ def test_bucket_filled_by_libneuronxla(s3_endpoint: str, tmp_path: Path) -> None
     remote.close()
 
 
-def test_push_costs_seven_requests_per_entry(tmp_path: Path, s3_endpoint: str) -> None:
+def test_push_costs_six_requests_per_entry_and_a_delete_per_batch(tmp_path: Path, s3_endpoint: str,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """Publishing an entry the destination's listing lacks: lease PUT, four data PUTs (the
     NEFF's exclusive: it stands in for a marker lookup under the lease, see
-    neffcache/operations/publish.py), the exclusive marker PUT, one quiet delete of the lease.
+    neffcache/operations/publish.py), the exclusive marker PUT; the leases of done entries are
+    deleted together, one quiet DeleteObjects per batch (neffcache/coordination/releases.py).
     The request count is what a push costs on S3 (and what moto's per-request CPU made slow):
     keep it."""
+    monkeypatch.setattr(releases, "MAX_DELAY", 60.0)  # one batch, however slow the machine
     src = LocalStore(tmp_path / "src")
     paths = fill(src, 5)
     seen: list[tuple[str, str]] = []
@@ -190,6 +194,6 @@ def test_push_costs_seven_requests_per_entry(tmp_path: Path, s3_endpoint: str) -
     listings = [p for m, p in seen if m == "GET" and "list-type=2" in p]
     assert len(listings) == 1, listings  # sync's one listing of the destination, nothing per entry
     by_method = {m: sum(1 for mm, p in seen if mm == m and "list-type=2" not in p) for m in ("PUT", "HEAD", "POST")}
-    assert (len(seen) - 1) / len(paths) == 7, by_method
-    assert by_method == {"PUT": 30, "HEAD": 0, "POST": 5}, by_method
-    assert_exactly_entries(s3_endpoint, "counted/", paths, src)
+    assert len(seen) - 1 == 6 * len(paths) + 1, by_method
+    assert by_method == {"PUT": 30, "HEAD": 0, "POST": 1}, by_method  # the leases: one batch delete
+    assert_exactly_entries(s3_endpoint, "counted/", paths, src)  # every lease released too
