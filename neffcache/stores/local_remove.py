@@ -37,7 +37,7 @@ from neffcache.entry import FileInfo
 from neffcache.errors import AccessDenied, UnsafePath
 from neffcache.keys import is_canonical_relpath, safe_relpath
 from neffcache.stores.base import CONTROL_DIR
-from neffcache.stores.safepath import BatchDirs, SafeRoot
+from neffcache.stores.safepath import BatchDirs, MissingDir, SafeRoot
 
 
 class LocalRemoval:
@@ -68,6 +68,9 @@ class LocalRemoval:
             return None
         try:
             return self.dirs.open(rel)
+        except MissingDir as exc:  # the topmost missing directory: its whole subtree is missing
+            self.missing.add(exc.rel)
+            return None
         except (FileNotFoundError, NotADirectoryError):
             self.missing.add(rel)
             return None

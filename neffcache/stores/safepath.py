@@ -249,6 +249,15 @@ class SafeRoot:
         return full[len(prefix):] if full.startswith(prefix) and len(full) > len(prefix) else None
 
 
+class MissingDir(FileNotFoundError):
+    """:meth:`BatchDirs.open` found no directory ``rel`` in its parent (which it opened): the
+    topmost missing one of the path asked for, which a caller may remember for its batch."""
+
+    def __init__(self, rel: str) -> None:
+        super().__init__(errno.ENOENT, "no such directory", rel)
+        self.rel = rel
+
+
 class BatchDirs:
     """Directory descriptors of one batch operation: each ancestor is walked to once (a prune
     of 100k entries opens each namespace directory once, not once per file).
@@ -278,7 +287,11 @@ class BatchDirs:
             return fd
         if rel:
             head = rel.rpartition("/")[0]
-            fd = self.safe.open_dir(rel, base=(self.open(head), head))
+            base = self.open(head)
+            try:
+                fd = self.safe.open_dir(rel, base=(base, head))
+            except FileNotFoundError as exc:
+                raise MissingDir(rel) from exc  # this one: its parent is there
         else:
             fd = self.safe.open_root()
         if len(self.fds) >= self.LIMIT:
