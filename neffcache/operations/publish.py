@@ -114,8 +114,7 @@ def publish(
     ``unhashed`` names local source files ``manifest`` does not describe yet: their digests
     are taken from the bytes sent and completed into the manifest (the module docstring says
     in which order, and why it stays safe).
-    ``releases``: the publish lease is released with a batch of others
-    (neffcache/coordination/releases.py: a push's, on a remote store).
+    ``releases``: release the lease with a batch of others (neffcache/coordination/releases.py).
     """
     layout = get_layout(namespace.layout)
     plan = layout.plan_entry(namespace, key)
