@@ -43,7 +43,7 @@ class BatchedReleases:
         self._pending: list[StoreLease] = []
         self._timer: threading.Timer | None = None  # sends a batch MAX_DELAY after its first release
         self._lock = threading.Lock()
-        self.requests = 0  # batch deletes sent (tests count them)
+        self.requests = 0  # batches taken, each at most one DeleteObjects (tests count them)
 
     def release(self, lease: StoreLease) -> None:
         """Release ``lease`` now or with the next batch (its heartbeat stops now)."""
@@ -90,11 +90,11 @@ class BatchedReleases:
             return
         now = time.time()
         fresh = [lease for lease in batch if lease.ours(now)]
+        late = [lease for lease in batch if not lease.ours(now)]
         try:
             if fresh:
                 self.store.discard([lease.path for lease in fresh])
-            for lease in batch:
-                if not lease.ours(now):
-                    lease.release_checked()
+            for lease in late:
+                lease.release_checked()
         except OSError as exc:  # StoreError too: the module docstring's last point
             log.warning("%d publish leases not released (%s): they expire on their own", len(batch), exc)

@@ -102,15 +102,14 @@ class SafeRoot:
         ``create`` is false), UnsafePath when a component is a symlink.
         """
         if base is not None and (rel == base[1] or rel.startswith(base[1] + "/") or not base[1]):
-            child = rel[len(base[1]):].lstrip("/") if base[1] else rel
-            if child and "/" not in child:  # one step down (BatchDirs' every open): no dup to close again
-                return self._step(base[0], child, rel, create)
-            fd = os.dup(base[0])
             done = base[1]
+            rest = rel[len(done):].lstrip("/") if done else rel
+            if rest and "/" not in rest:  # one step down (BatchDirs' every open): no dup to close again
+                return self._step(base[0], rest, rel, create)
+            fd = os.dup(base[0])
         else:
             fd = self.open_root()
-            done = ""
-        rest = rel[len(done):].lstrip("/") if done else rel
+            done, rest = "", rel
         try:
             for part in rest.split("/") if rest else ():
                 done = f"{done}/{part}" if done else part

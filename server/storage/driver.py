@@ -58,6 +58,7 @@ class _Connections:
     def __init__(self, engine: Engine, *, autocommit: bool) -> None:
         self._engine = engine
         self._autocommit = autocommit
+        self._cursor_options = _CURSOR_OPTIONS[engine.dialect.name]
         self._idle: list[Any] = []  # not in use, newest last
         self._lock = threading.Lock()
 
@@ -71,6 +72,10 @@ class _Connections:
             raise
         with self._lock:
             self._idle.append(conn)
+
+    def cursor(self, conn: Any) -> Any:
+        """A cursor of ``conn`` (one of :meth:`one`'s), in the dialect's row format."""
+        return conn.cursor(**self._cursor_options)
 
     def _checkout(self) -> Any:
         with self._lock:
@@ -103,7 +108,6 @@ class DriverRead:
         defaults = compiled.construct_params({name: None})
         self.sql = str(compiled)
         self.connections = _Connections(engine, autocommit=autocommit)
-        self._cursor_options = _CURSOR_OPTIONS[engine.dialect.name]
         self._name = name
         self._positions: tuple[str, ...] | None = tuple(compiled.positiontup or ()) if compiled.positional else None
         self._defaults = defaults
@@ -115,7 +119,7 @@ class DriverRead:
 
     def first(self, value: object) -> Sequence[Any] | None:
         with self.connections.one() as conn:
-            cursor = conn.cursor(**self._cursor_options)
+            cursor = self.connections.cursor(conn)
             cursor.execute(self.sql, self._parameters(value))
             row = cursor.fetchone()
             cursor.close()
@@ -140,7 +144,6 @@ class DriverBatchRead:
         for size in IN_LIST_SIZES:
             self._sql[size], self._bind[size] = _expanded(compiled, name, size)
         self._begin = _SNAPSHOT[engine.dialect.name]
-        self._cursor_options = _CURSOR_OPTIONS[engine.dialect.name]
         self._driver_error: type[Exception] = engine.dialect.loaded_dbapi.Error
         self.connections = _Connections(engine, autocommit=autocommit)
 
@@ -149,7 +152,7 @@ class DriverBatchRead:
             return []
         if len(values) <= IN_LIST_SIZES[-1]:  # one SELECT is consistent on its own: no BEGIN round
             with self._errors(), self.connections.one() as conn:
-                cursor = conn.cursor(**self._cursor_options)
+                cursor = self.connections.cursor(conn)
                 found = self.run(cursor, values)
                 cursor.close()
             return found
@@ -161,7 +164,7 @@ class DriverBatchRead:
         """A cursor in one read-only snapshot, for :meth:`run` of this reader and of others
         made on the same engine: what they return is the catalog at one moment."""
         with self._errors(), self.connections.one() as conn:  # a failure closes it, and its transaction
-            cursor = conn.cursor(**self._cursor_options)
+            cursor = self.connections.cursor(conn)
             cursor.execute(self._begin)
             yield cursor
             cursor.execute("COMMIT")
