@@ -10,7 +10,7 @@ from neffcache.entry import Entry, EntryState, FileInfo, Namespace
 from neffcache.layouts.keyparts import KeyQuestions
 from neffcache.layouts.records import EntryNames, EntryPlan, EnvProblem, FailureLog, Located, LogLine, ShardDir
 from neffcache.manifest import Manifest
-from neffcache.stores.base import TEMP_MARKER
+from neffcache.stores.base import TEMP_MARKER, PlainFiles
 from neffcache.toolchain import Toolchain
 
 # The layout of caches most fleets have today (libneuronxla's): the default where none is named.
@@ -281,6 +281,15 @@ class Layout(KeyQuestions, ABC):
         entry with nothing foreign; None when any would be anything else, or when this layout
         cannot tell (the default). A summary counts such a shard without building its entries
         (operations/summary.py); on None it builds them."""
+        return None
+
+    def plain_files_below(self, directories: Sequence[str], namespaces: dict[str, Namespace | None] | None = None
+                          ) -> PlainFiles | None:
+        """A rule by which a listing may count the entries of the children of ``directories``
+        (one level's store path in each of the :attr:`spread_trees` that has it) without
+        listing them: for each child it names, counting by the rule must give what
+        :meth:`plain_entries` gives of the child's listings, and each child must be a shard
+        directory (:meth:`shard_dir`) of the rule's namespace. None (the default): no such rule."""
         return None
 
     def locate_entry(self, path: str) -> Located | None:

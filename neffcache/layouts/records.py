@@ -50,6 +50,9 @@ class ShardDir:
 
     __slots__ = ("base", "entry_dir", "name_dir", "namespace", "shard", "suffixes")
 
+    # A plain key's length in lowercase hex digits: the runtime's 32, neffcache's own 64.
+    KEY_MIN, KEY_MAX = 32, 64
+
     def __init__(self, namespace: Namespace, base: str, entry_dir: str, name_dir: str, shard: str,
                  suffixes: frozenset[str]) -> None:
         self.namespace = namespace
@@ -61,12 +64,13 @@ class ShardDir:
 
     def key_of(self, name: str) -> str | None:
         """The key of the entry a file named ``name`` here belongs to, when the name is one of
-        the plain forms (``<key><suffix>``: 32 to 64 lowercase hex digits, then a suffix of
-        ``suffixes`` from the first dot on); None otherwise, and the caller asks
+        the plain forms (``<key><suffix>``: ``KEY_MIN`` to ``KEY_MAX`` lowercase hex digits, then a
+        suffix of ``suffixes`` from the first dot on; the C helper's count_plain applies the same
+        rule, stores/base.PlainFiles); None otherwise, and the caller asks
         :meth:`Layout.locate` of the whole path (which decides every other name exactly as a
         scan always has). So this may only say yes to names ``locate`` places the same way."""
         dot = name.find(".")
-        if 32 <= dot <= 64 and name[dot:] in self.suffixes:
+        if self.KEY_MIN <= dot <= self.KEY_MAX and name[dot:] in self.suffixes:
             key = name[:dot]
             if key.startswith(self.shard) and not key.strip(_HEX_DIGITS):
                 return key

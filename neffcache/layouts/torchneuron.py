@@ -62,10 +62,12 @@ from neffcache.layouts.records import (
     parse_target_dir,
 )
 from neffcache.manifest import Manifest
+from neffcache.stores.base import PlainFiles
 from neffcache.toolchain import Toolchain
 
 _FLAGS_SUFFIX = ".flags.json"
-_SUFFIXES = (".neffcache.json", _FLAGS_SUFFIX, ".neff", ".hlo")
+_NEFF_SUFFIX = ".neff"  # names_for's NEFF: the file whose presence makes an entry SUCCESS
+_SUFFIXES = (".neffcache.json", _FLAGS_SUFFIX, _NEFF_SUFFIX, ".hlo")
 _KEY = r"(?P<key>[0-9a-f]{32,64})"
 _KEY_ONLY_RE = re.compile(_KEY + "$")
 _HLO_NAME_RE = re.compile(r"(?:^|/)" + _KEY + r"\.hlo$")
@@ -87,7 +89,7 @@ _BARE_DIR_RE = re.compile(r"^(?P<a>[0-9a-f]{2})/(?P<b>[0-9a-f]{2})\Z")
 _MANAGED_SUFFIXES = frozenset(_SUFFIXES)
 _HEX_PAIRS = frozenset(f"{i:02x}" for i in range(256))
 _UNKNOWN = Namespace("", "\0", None)  # a cache miss in shard_dir's namespaces
-_BARE_SUFFIXES = frozenset((".neff", ".neffcache.json"))
+_BARE_SUFFIXES = frozenset((_NEFF_SUFFIX, ".neffcache.json"))
 # The runtime's in-flight write: mkstemp's six characters after ``<key>.neff.tmp.``.
 _TEMP_RE = re.compile(
     r"^(?:" + TARGET_DIR_RE + r"torchneuron-[0-9][^/]*/neff/)?"
@@ -307,14 +309,14 @@ class TorchNeuronLayout(Layout):
         with_neff: set[str] = set()
         for shard, names, files in shards:
             key_of = shard.key_of
-            holds_neffs = not shard.namespace.path or shard.name_dir.startswith(_NEFF_TREE + "/")
+            holds_neffs = _holds_neffs(shard)
             for name, info in zip(names, files, strict=True):
                 key = key_of(name)
                 if key is None:
                     return None
                 size = info.size
                 sizes[key] = sizes.get(key, 0) + size
-                if holds_neffs and len(name) == len(key) + 5 and name.endswith(".neff"):
+                if holds_neffs and len(name) == len(key) + len(_NEFF_SUFFIX) and name.endswith(_NEFF_SUFFIX):
                     if size == 0:
                         return None  # CORRUPT: the NEFF is empty
                     with_neff.add(key)
@@ -322,7 +324,37 @@ class TorchNeuronLayout(Layout):
             return None  # EMPTY, or uncommitted (a manifest without its NEFF)
         return len(sizes), sum(sizes.values())
 
+    def plain_files_below(self, directories: Sequence[str], namespaces: dict[str, Namespace | None] | None = None
+                          ) -> PlainFiles | None:
+        """:meth:`Layout.plain_files_below`: when ``<d>/00`` is a shard directory for each
+        directory ``d``, so is ``<d>/<xy>`` for every pair of lowercase hex digits, with the
+        same namespace, suffixes and name prefix, and the shard ``d``'s last two digits plus
+        ``xy``: both regexes (``_MANAGED_DIR_RE``, ``_BARE_DIR_RE``) end in a last name of two
+        hex digits and the end, the argument ``_managed_shard`` caches by. So
+        :meth:`plain_entries`' rule for those children is one rule: :meth:`ShardDir.key_of`'s
+        names, NEFFs where ``_holds_neffs`` says (tests/layouts/test_plain_shards.py holds the
+        rule to ``shard_dir`` of each child)."""
+        shards = []
+        for directory in directories:
+            shard = self.shard_dir(f"{directory}/00", namespaces)
+            if shard is None:
+                return None
+            shards.append(shard)
+        first = shards[0]
+        if any(s.namespace != first.namespace or s.suffixes != first.suffixes or s.shard != first.shard
+               for s in shards):
+            return None
+        primary = frozenset(d for d, s in zip(directories, shards, strict=True) if _holds_neffs(s))
+        return PlainFiles(_HEX_PAIRS, first.shard[:2], tuple(sorted(first.suffixes)), _NEFF_SUFFIX, primary,
+                          ShardDir.KEY_MIN, ShardDir.KEY_MAX, first.namespace)
+
     # -- what scan, load_entry and prune ask (issue #11) ---------------------------------------
     def locate_entry(self, path: str) -> Located | None:
         # An entry's path is its NEFF's without the suffix (``.../neff/ab/cd/<key>``).
         return self.locate(f"{path}.neff")
+
+
+def _holds_neffs(shard: ShardDir) -> bool:
+    """Whether the NEFFs of ``shard``'s entries lie in it (``names_for``'s ``neff``): a
+    managed namespace's NEFF tree, or a bare NEFF directory."""
+    return not shard.namespace.path or shard.name_dir.startswith(_NEFF_TREE + "/")

@@ -15,14 +15,14 @@ entry, the same way for both.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from neffcache.entry import Entry, EntryState, FileInfo, Namespace
 from neffcache.layouts import LAYOUTS, Located, locate
 from neffcache.layouts.base import Layout
 from neffcache.layouts.records import ShardDir
 from neffcache.manifest import Manifest
-from neffcache.stores.base import CONTROL_DIR, TEMP_MARKER, DirListing
+from neffcache.stores.base import CONTROL_DIR, TEMP_MARKER, DirListing, PlainFiles
 
 Progress = Callable[[int], None]
 CONTROL_PREFIX = CONTROL_DIR + "/"
@@ -74,7 +74,7 @@ class Grouper:
         directory, names, files, problems = listing
         if problems:
             self._place_problems(directory, problems)
-        self._counted(len(files))
+        self.counted(len(files))
         in_control = _in_control(directory)
         # Names hold no "/": a marker found in the joined names lies within one name.
         if TEMP_MARKER in "/".join(names):
@@ -144,10 +144,39 @@ class Grouper:
         counted = lay.plain_entries(shards)
         if counted is None:
             return None
-        self._counted(files_seen)
+        self.counted(files_seen)
         return shards[0][0].namespace, counted[0], counted[1]
 
-    def _counted(self, files: int) -> None:
+    def plain_rule(self, directories: Sequence[str]) -> PlainFiles | None:
+        """A rule for counting the children of ``directories`` (one level of a layout's spread
+        trees, listed in step) without listing them (``Store.iter_dirs_together``'s ``plain``):
+        what :meth:`count_plain` would decide of each child's batch. The layout vouches for
+        its own part (:meth:`Layout.plain_files_below`); what :meth:`count_plain` asks besides
+        is answered here for every child at once, from one child named like them (``00``):
+
+        - ``_in_control`` looks at the parents only (a child of two hex digits is not ``.neffcache``);
+        - ``_locate_dir``: every directory layout's ``locate_dir`` gives every child named by two
+          lowercase hex digits the same yes or no (tests/layouts/test_plain_shards.py);
+        - ``entry_dirs``: no child of a spread tree is in it, since the walk left those trees
+          out and ``summary._group_batch`` forgets each directory it adds;
+        - ``_shard_of``: the first layout resolving a child must be the rule's layout.
+
+        A child whose listing has a problem, a temp file or anything :meth:`count_plain`
+        declines is declined by the rule too (stores/base.PlainFiles)."""
+        probes = [f"{directory}/00" for directory in directories]
+        if not probes or any(_in_control(p) or self._locate_dir(p) is not None for p in probes):
+            return None
+        for lay in self._shard_layouts:
+            rule = lay.plain_files_below(directories, self._shard_namespaces)
+            if rule is None:
+                continue
+            if any(TEMP_MARKER in suffix for suffix in rule.suffixes):
+                return None  # count_plain's temp-name check: such names must not count
+            resolved = [self._shard_of(p) for p in probes]
+            return rule if all(r is not None and r[0] is lay for r in resolved) else None
+        return None
+
+    def counted(self, files: int) -> None:
         """Report progress for ``files`` more files listed."""
         if self._progress is not None:
             before, self._count = self._count, self._count + files

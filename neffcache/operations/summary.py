@@ -43,14 +43,14 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from neffcache.entry import Entry, EntryState, FileInfo, Namespace
 from neffcache.layouts import LAYOUTS, Located
 from neffcache.operations.grouping import Group, Grouper, Progress, judge
 from neffcache.operations.scan import NamespaceSummary, ScanReport
-from neffcache.stores.base import DirListing, SkipDirs, Store
+from neffcache.stores.base import DirListing, PlainFiles, SkipDirs, Store
 
 MAX_WARNINGS = 1000
 _KEY = "\0"  # stands for the entry's key in a kept name: no file name holds a NUL
@@ -234,8 +234,10 @@ def summarize(store: Store, *, prefix: str = "", progress: Progress | None = Non
         _drain(listing, grouper, tally, kept, open_flat, warnings, foreign)
     for group in open_flat:
         tally.group(grouper.groups.pop(group.located.path))
+    counter = _PlainCounter(grouper, tally)
     for _, trees in sorted(spread.items()):
-        _in_step(store.iter_dirs_together(sorted(trees)), grouper, tally, warnings, foreign)
+        batches = store.iter_dirs_together(sorted(trees), counter if COUNT_PLAIN_SHARDS else None)
+        _in_step(batches, grouper, tally, warnings, foreign)
     for group in kept.groups():
         tally.group(group)
     for group in grouper.groups.values():  # entries with nested files, kept whole
@@ -264,6 +266,28 @@ def _listings(store: Store, prefix: str, spread: dict[str, list[str]]) -> Iterat
 
 # Read at call time: tests turn it off to compare the counted shards with the judged ones.
 COUNT_PLAIN_SHARDS = True
+
+
+class _PlainCounter:
+    """The summary's answers to a store that can count plain shards itself (``PlainCounter``):
+    the grouper's rule (:meth:`Grouper.plain_rule`, what ``count_plain`` would decide), and the
+    counts into the tally. A store counts a shard only where nothing lies below it and its
+    listing would have had no problem, so unlike a shard counted in ``_in_step`` it needs no
+    waiting for the walk to leave it."""
+
+    def __init__(self, grouper: Grouper, tally: _Tally) -> None:
+        self._grouper = grouper
+        self._tally = tally
+
+    def rule(self, directories: Sequence[str]) -> PlainFiles | None:
+        return self._grouper.plain_rule(directories)
+
+    def counted(self, rule: PlainFiles, entries: int, size: int, files: int) -> None:
+        if rule.namespace is None:
+            raise ValueError("a plain-files rule of the summary's names its namespace")
+        if entries:
+            self._tally.plain(rule.namespace, entries, size)
+        self._grouper.counted(files)
 
 
 def _in_step(batches: Iterator[tuple[str, list[DirListing]]], grouper: Grouper, tally: _Tally,

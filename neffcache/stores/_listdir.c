@@ -269,6 +269,307 @@ static PyObject *list_dir(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* ---- count_plain: a shard level's plain entries counted, not listed ---------------------
+ *
+ * What neffcache/operations/grouping.py's Grouper.count_plain and the layout's plain_entries
+ * decide of one shard directory's listings (one per tree), decided here from the directory
+ * itself, for every child of a level at once: a scan of a warm layout-B cache is 65,536 such
+ * directories, and the per-directory Python (open, list, build the FileInfos, check, count)
+ * weighed as much as the entries themselves (docs/performance.md).
+ *
+ * A child is counted only when every name in it is plain, in the rule the caller passes
+ * (stores/base.py PlainFiles, made by the layout from ShardDir's own rule): a regular file
+ * named <key><suffix>, the key key_min..key_max lowercase hex digits starting with the level's
+ * prefix plus the child's name, the suffix (from the first dot on) one of ``suffixes``; every
+ * key has a non-empty ``primary`` file in a directory that holds primaries. Anything else
+ * (a subdirectory, a symlink, a directory that cannot be opened or read, an odd or temp name,
+ * an empty primary, a key without its primary) declines the child: the caller lists it the
+ * ordinary way, which words every problem. So this may only say "counted" where the Python
+ * listing plus count_plain would have counted the same entries and bytes
+ * (tests/stores/test_count_plain.py holds it to that on generated directories).
+ *
+ * Sockets, FIFOs and devices are skipped, and a file that vanished between readdir and
+ * fstatat is skipped, as list_dir_nogil skips them. */
+
+typedef struct {
+    size_t key;  /* offset of the key in the arena */
+    size_t len;
+    long long size;
+    int primary;
+} KeyFile;
+
+typedef struct {
+    const char *prefix;  /* the level's prefix, then the child's name: every key starts with both */
+    size_t plen;
+    const char *child;
+    size_t clen;
+    const char **suffixes;
+    size_t *suffix_lens;
+    size_t nsuffixes;
+    const char *primary;
+    size_t primary_len;
+    size_t key_min, key_max;
+} PlainRule;
+
+typedef struct {
+    KeyFile *items;
+    size_t count, cap;
+    char *arena;
+    size_t used, room;
+} KeyFiles;
+
+static int keyfiles_add(KeyFiles *k, const char *key, size_t len, long long size, int primary) {
+    if (k->count == k->cap) {
+        size_t cap = k->cap ? k->cap * 2 : 32;
+        KeyFile *items = realloc(k->items, cap * sizeof(KeyFile));
+        if (items == NULL) return -1;
+        k->items = items;
+        k->cap = cap;
+    }
+    if (k->used + len > k->room) {
+        size_t room = k->room ? k->room * 2 : 2048;
+        while (room < k->used + len) room *= 2;
+        char *arena = realloc(k->arena, room);
+        if (arena == NULL) return -1;
+        k->arena = arena;
+        k->room = room;
+    }
+    KeyFile *it = &k->items[k->count++];
+    it->key = k->used;
+    it->len = len;
+    it->size = size;
+    it->primary = primary;
+    memcpy(k->arena + k->used, key, len);
+    k->used += len;
+    return 0;
+}
+
+static int is_lower_hex(const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return 0;
+    }
+    return 1;
+}
+
+/* The key of a plain name (its length), or 0 when the name is not plain; ``*primary`` says
+ * whether its suffix is the rule's primary. ShardDir.key_of's rule, on bytes: a name that is
+ * not ASCII fails the hex test here as it does there. */
+static size_t plain_key(const PlainRule *r, const char *name, size_t nlen, int *primary) {
+    const char *dot = memchr(name, '.', nlen);
+    if (dot == NULL) return 0;
+    size_t klen = (size_t)(dot - name);
+    if (klen < r->key_min || klen > r->key_max) return 0;
+    const char *suffix = dot;
+    size_t slen = nlen - klen;
+    int known = 0;
+    for (size_t i = 0; i < r->nsuffixes; i++) {
+        if (r->suffix_lens[i] == slen && memcmp(r->suffixes[i], suffix, slen) == 0) {
+            known = 1;
+            break;
+        }
+    }
+    if (!known) return 0;
+    if (klen < r->plen + r->clen) return 0;
+    if (memcmp(name, r->prefix, r->plen) != 0 || memcmp(name + r->plen, r->child, r->clen) != 0) return 0;
+    if (!is_lower_hex(name, klen)) return 0;
+    *primary = slen == r->primary_len && memcmp(suffix, r->primary, slen) == 0;
+    return klen;
+}
+
+/* Add the files of ``name`` open below ``parent`` to ``k``. 0: every entry plain so far; 1:
+ * declined (something not plain); -1: out of memory. */
+static int plain_dir(int parent, const char *name, int holds_primary, const PlainRule *r, KeyFiles *k,
+                     size_t *files) {
+    int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return 1;  /* gone, a link, unreadable: the ordinary listing says which */
+    DIR *dir = fdopendir(fd);
+    if (dir == NULL) {
+        close(fd);
+        return 1;
+    }
+    int result = 0;
+    for (;;) {
+        errno = 0;
+        struct dirent *de = readdir(dir);
+        if (de == NULL) {
+            if (errno != 0) result = 1;
+            break;
+        }
+        const char *fname = de->d_name;
+        if (fname[0] == '.' && (fname[1] == '\0' || (fname[1] == '.' && fname[2] == '\0'))) continue;
+        if (de->d_type == DT_DIR || de->d_type == DT_LNK) {
+            result = 1;
+            break;
+        }
+        if (de->d_type != DT_REG && de->d_type != DT_UNKNOWN) continue;  /* as list_dir_nogil */
+        struct stat st;
+        if (fstatat(dirfd(dir), fname, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+            if (errno == ENOENT || errno == ENOTDIR) continue;
+            result = 1;
+            break;
+        }
+        if (!S_ISREG(st.st_mode)) {
+            if (S_ISDIR(st.st_mode) || S_ISLNK(st.st_mode)) {
+                result = 1;
+                break;
+            }
+            continue;
+        }
+        int primary = 0;
+        size_t nlen = strlen(fname);
+        size_t klen = plain_key(r, fname, nlen, &primary);
+        if (klen == 0) {
+            result = 1;
+            break;
+        }
+        primary = primary && holds_primary;
+        if (primary && st.st_size == 0) {  /* an empty NEFF: CORRUPT */
+            result = 1;
+            break;
+        }
+        if (keyfiles_add(k, fname, klen, (long long)st.st_size, primary) != 0) {
+            result = -1;
+            break;
+        }
+        (*files)++;
+    }
+    closedir(dir);
+    return result;
+}
+
+static const char *sort_arena;
+
+static int keyfile_cmp(const void *a, const void *b) {
+    const KeyFile *x = a, *y = b;
+    if (x->len != y->len) return x->len < y->len ? -1 : 1;
+    return memcmp(sort_arena + x->key, sort_arena + y->key, x->len);
+}
+
+/* Count the entries of ``k``: 0 with the totals added, 1 when a key has no primary. Called
+ * with the GIL held (the sort's arena is a static). */
+static int plain_totals(KeyFiles *k, long long *entries, long long *bytes) {
+    sort_arena = k->arena;
+    qsort(k->items, k->count, sizeof(KeyFile), keyfile_cmp);
+    long long n = 0, total = 0;
+    size_t i = 0;
+    while (i < k->count) {
+        size_t j = i;
+        int primary = 0;
+        while (j < k->count && keyfile_cmp(&k->items[i], &k->items[j]) == 0) {
+            primary |= k->items[j].primary;
+            total += k->items[j].size;
+            j++;
+        }
+        if (!primary) return 1;  /* an HLO or a manifest without its NEFF */
+        n++;
+        i = j;
+    }
+    *entries += n;
+    *bytes += total;
+    return 0;
+}
+
+PyDoc_STRVAR(count_plain_doc,
+"count_plain(parents, primary, children, prefix, suffixes, primary_suffix, key_min, key_max)\n"
+"    -> (entries, bytes, files, declined)\n\n"
+"Count the plain entries of children of a level open in several trees (``parents``: their\n"
+"descriptors, not closed; ``primary``: whether each holds primary files). ``children`` are\n"
+"(name, mask) pairs, bit i of the mask set when ``parents[i]`` has that child as a\n"
+"subdirectory. A child is counted when all its files are plain (the module comment above\n"
+"count_plain says what that is); its name is in ``declined`` otherwise, and nothing of it is\n"
+"counted.");
+
+static PyObject *count_plain(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *parents, *primary, *children, *prefix, *suffixes, *primary_suffix;
+    Py_ssize_t key_min, key_max;
+    if (!PyArg_ParseTuple(args, "O!O!O!UO!Unn:count_plain", &PyTuple_Type, &parents, &PyTuple_Type, &primary,
+                          &PyList_Type, &children, &prefix, &PyTuple_Type, &suffixes, &primary_suffix,
+                          &key_min, &key_max)) return NULL;
+    Py_ssize_t nparents = PyTuple_GET_SIZE(parents);
+    if (nparents != PyTuple_GET_SIZE(primary) || nparents > 30 || key_min < 1 || key_max < key_min) {
+        PyErr_SetString(PyExc_ValueError, "count_plain: parents and primary differ, or bad key bounds");
+        return NULL;
+    }
+    int fds[30], holds[30];
+    for (Py_ssize_t i = 0; i < nparents; i++) {
+        fds[i] = (int)PyLong_AsLong(PyTuple_GET_ITEM(parents, i));
+        holds[i] = PyObject_IsTrue(PyTuple_GET_ITEM(primary, i));
+        if ((fds[i] == -1 || holds[i] < 0) && PyErr_Occurred()) return NULL;
+    }
+    Py_ssize_t nsuffixes = PyTuple_GET_SIZE(suffixes);
+    PlainRule rule = {0};
+    rule.suffixes = calloc((size_t)nsuffixes + 1, sizeof(char *));
+    rule.suffix_lens = calloc((size_t)nsuffixes + 1, sizeof(size_t));
+    PyObject *declined = PyList_New(0);
+    KeyFiles k = {0};
+    PyObject *out = NULL;
+    if (rule.suffixes == NULL || rule.suffix_lens == NULL || declined == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t slen;
+    for (Py_ssize_t i = 0; i < nsuffixes; i++) {
+        PyObject *s = PyTuple_GET_ITEM(suffixes, i);
+        if (!PyUnicode_Check(s)) {
+            PyErr_SetString(PyExc_TypeError, "count_plain: suffixes must be str");
+            goto done;
+        }
+        rule.suffixes[i] = PyUnicode_AsUTF8AndSize(s, &slen);
+        if (rule.suffixes[i] == NULL) goto done;
+        rule.suffix_lens[i] = (size_t)slen;
+    }
+    rule.nsuffixes = (size_t)nsuffixes;
+    rule.prefix = PyUnicode_AsUTF8AndSize(prefix, &slen);
+    if (rule.prefix == NULL) goto done;
+    rule.plen = (size_t)slen;
+    rule.primary = PyUnicode_AsUTF8AndSize(primary_suffix, &slen);
+    if (rule.primary == NULL) goto done;
+    rule.primary_len = (size_t)slen;
+    rule.key_min = (size_t)key_min;
+    rule.key_max = (size_t)key_max;
+    long long entries = 0, bytes = 0;
+    size_t files = 0;
+    for (Py_ssize_t c = 0; c < PyList_GET_SIZE(children); c++) {
+        PyObject *pair = PyList_GET_ITEM(children, c), *name;
+        long mask;
+        if (!PyArg_ParseTuple(pair, "Ul:count_plain child", &name, &mask)) goto done;
+        PyObject *raw = PyUnicode_EncodeFSDefault(name);
+        if (raw == NULL) goto done;
+        rule.child = PyBytes_AS_STRING(raw);
+        rule.clen = (size_t)PyBytes_GET_SIZE(raw);
+        k.count = 0;
+        k.used = 0;
+        size_t child_files = 0;
+        int verdict = 0;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < nparents && verdict == 0; i++) {
+            if (mask & (1L << i)) verdict = plain_dir(fds[i], rule.child, holds[i], &rule, &k, &child_files);
+        }
+        Py_END_ALLOW_THREADS
+        Py_DECREF(raw);
+        if (verdict < 0) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        if (verdict == 0) verdict = plain_totals(&k, &entries, &bytes);
+        if (verdict != 0) {
+            if (PyList_Append(declined, name) != 0) goto done;
+            continue;
+        }
+        files += child_files;
+    }
+    out = Py_BuildValue("(LLnO)", entries, bytes, (Py_ssize_t)files, declined);
+done:
+    free(rule.suffixes);
+    free(rule.suffix_lens);
+    free(k.items);
+    free(k.arena);
+    Py_XDECREF(declined);
+    return out;
+}
+
 /* ---- Walker: the depth-first walk of local_listing.walk, one directory per __next__ ------ */
 
 typedef struct {
@@ -600,6 +901,7 @@ static PyTypeObject WalkerType = {
 
 static PyMethodDef methods[] = {
     {"list_dir", list_dir, METH_VARARGS, list_dir_doc},
+    {"count_plain", count_plain, METH_VARARGS, count_plain_doc},
     {NULL, NULL, 0, NULL},
 };
 

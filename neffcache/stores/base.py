@@ -52,9 +52,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, NamedTuple
+from typing import BinaryIO, NamedTuple, Protocol
 
-from neffcache.entry import FileInfo
+from neffcache.entry import FileInfo, Namespace
 from neffcache.errors import EntryNotFound, NoSpace, ReadOnlyStore, SourceChanged
 from neffcache.manifest import FileDigest
 from neffcache.stores.hashed_io import (
@@ -102,6 +102,38 @@ class SkipDirs(NamedTuple):
 
     names: frozenset[str]
     test: Callable[[str], bool]
+
+
+class PlainFiles(NamedTuple):
+    """A rule by which a listing may count the entries of leaf directories instead of listing
+    them (:meth:`Store.iter_dirs_together`'s ``plain``): for each child named in ``children`` of
+    the directories it was made for, every file must be a regular file named ``<key><suffix>``
+    (``key_min`` to ``key_max`` lowercase hex digits starting with ``prefix`` plus the child's
+    name; a suffix of ``suffixes``, from the first dot on), and each key must have a non-empty
+    ``primary`` file in a directory of ``primary_dirs``. A child where anything else is found
+    (a subdirectory, a link, another name, an empty primary, a key without one, a directory
+    that cannot be read) is listed as usual instead: a count stands for listings that would
+    have said nothing else. The layout makes the rule (``Layout.plain_files_below``); the store
+    only applies it."""
+
+    children: frozenset[str]
+    prefix: str
+    suffixes: tuple[str, ...]
+    primary: str
+    primary_dirs: frozenset[str]
+    key_min: int
+    key_max: int
+    namespace: Namespace | None = None  # whose entries these are (the layout's answer, handed back)
+
+
+class PlainCounter(Protocol):
+    """What :meth:`Store.iter_dirs_together` asks about each level it lists: a rule for its
+    children (``directories``: the level's store path in each tree that has it), or None; and
+    where the counts go."""
+
+    def rule(self, directories: Sequence[str]) -> PlainFiles | None: ...
+
+    def counted(self, rule: PlainFiles, entries: int, size: int, files: int) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -172,12 +204,17 @@ class Store(ABC):
         default: an object store lists keys, not trees)."""
         return None
 
-    def iter_dirs_together(self, trees: Sequence[str]) -> Iterator[tuple[str, list[DirListing]]]:
+    def iter_dirs_together(self, trees: Sequence[str], plain: PlainCounter | None = None
+                           ) -> Iterator[tuple[str, list[DirListing]]]:
         """The listings of the directories ``trees`` (and everything below them) in step, as
         (relative directory, listings) batches: a batch holds every listing of its relative
         directory (``ab/cd``) in each tree, and what could not be opened below it comes in a
         batch of its own below it, so once a batch outside a relative directory comes, nothing
-        more of it will. Default: one batch of everything (correct, not in step)."""
+        more of it will. Default: one batch of everything (correct, not in step).
+
+        With ``plain``, a store may count the children a level's :class:`PlainFiles` rule
+        covers (``plain.counted``) instead of yielding their batches; it need not (the default
+        never does), so the caller must give the same answer either way."""
         yield "", [listing for tree in trees for listing in self.iter_dirs(tree)]
 
     def put_file(self, path: str, source: Source, *, exclusive: bool = False, move: bool = False,

@@ -52,7 +52,7 @@ from typing import BinaryIO
 from neffcache.entry import FileInfo
 from neffcache.errors import AccessDenied, EntryNotFound, StoreError, StoreUnavailable, UnsafePath
 from neffcache.keys import is_canonical_relpath, safe_relpath
-from neffcache.stores.base import CONTROL_DIR, TEMP_MARKER, DirListing, SkipDirs, Source, Store
+from neffcache.stores.base import CONTROL_DIR, TEMP_MARKER, DirListing, PlainCounter, SkipDirs, Source, Store
 from neffcache.stores.local_listing import list_threaded, walk, walk_together
 from neffcache.stores.local_remove import LocalRemoval
 from neffcache.stores.local_write import SHARED_DIR_MODE, publish_temp, temp_name, write_temp
@@ -145,8 +145,9 @@ class LocalStore(Store):
         # The walk leaves subtrees out; the threaded listing (shared mounts) does not (yet).
         return self._iter_dirs(prefix, skip) if self.list_workers <= 1 else None
 
-    def iter_dirs_together(self, trees: Sequence[str]) -> Iterator[tuple[str, list[DirListing]]]:
-        return walk_together(self._safe, [safe_relpath(tree) for tree in trees])
+    def iter_dirs_together(self, trees: Sequence[str], plain: PlainCounter | None = None
+                           ) -> Iterator[tuple[str, list[DirListing]]]:
+        return walk_together(self._safe, [safe_relpath(tree) for tree in trees], plain)
 
     def _iter_dirs(self, prefix: str, skip: SkipDirs | None) -> Iterator[DirListing]:
         start = safe_relpath(prefix) if prefix else ""

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 
 from neffcache.entry import FileInfo
 from neffcache.errors import UnsafePath
-from neffcache.stores.base import DirListing, SkipDirs
+from neffcache.stores.base import DirListing, PlainCounter, SkipDirs
 from neffcache.stores.safepath import DIR_FLAGS, SafeRoot
 
 if TYPE_CHECKING:
@@ -236,11 +236,15 @@ def _walk_python(safe: SafeRoot, fd: int, start: str, skip: SkipDirs | None = No
             os.close(frame[0])
 
 
-def walk_together(safe: SafeRoot, trees: Sequence[str]) -> Iterator[tuple[str, list[DirListing]]]:
+def walk_together(safe: SafeRoot, trees: Sequence[str], plain: PlainCounter | None = None
+                  ) -> Iterator[tuple[str, list[DirListing]]]:
     """The directories ``trees`` walked in step (:meth:`Store.iter_dirs_together`): depth first
     over the union of their relative subdirectories (sorted), each relative directory listed
     in every tree that has it before the walk goes below it. Problems are the walk's own:
-    what cannot be opened is a problem of its parent's, worded by :func:`dir_problem`."""
+    what cannot be opened is a problem of its parent's, worded by :func:`dir_problem`.
+
+    With ``plain`` and the C helper, the children a level's rule covers are counted in C
+    (:func:`count_children`) and only those it declines are walked."""
     frames: list[tuple[int, str]] = []
     problems: list[DirListing] = []
     try:
@@ -269,11 +273,38 @@ def walk_together(safe: SafeRoot, trees: Sequence[str]) -> Iterator[tuple[str, l
         for fd, _ in frames:
             os.close(fd)
         raise
-    yield from _in_step(safe, frames, "", problems)
+    # An older build of the helper (an editable install not rebuilt) lists as before.
+    counter = plain if native is not None and hasattr(native, "count_plain") else None
+    yield from _in_step(safe, frames, "", problems, counter)
+
+
+def count_children(plain: PlainCounter, listed: list[tuple[int, str]],
+                   subdirs: dict[str, list[tuple[int, str]]]) -> None:
+    """Count the children of a level (open as ``listed``: (fd, store path) in each tree) that
+    its :class:`PlainFiles` rule covers, and take the counted ones out of ``subdirs`` (name ->
+    the parents that have it): only what the C helper declines is walked. ``native`` is set."""
+    rule = plain.rule([path for _, path in listed])
+    if rule is None or len(listed) > 30:  # the helper's mask has a bit per tree
+        return
+    position = {fd: i for i, (fd, _) in enumerate(listed)}
+    children = [(name, sum(1 << position[fd] for fd, _ in parents))
+                for name, parents in subdirs.items() if name in rule.children]
+    if not children:
+        return
+    assert native is not None
+    fds = tuple(fd for fd, _ in listed)
+    primary = tuple(path in rule.primary_dirs for _, path in listed)
+    entries, size, files, declined = native.count_plain(fds, primary, children, rule.prefix, rule.suffixes,
+                                                        rule.primary, rule.key_min, rule.key_max)
+    plain.counted(rule, entries, size, files)
+    kept = set(declined)
+    for name, _ in children:
+        if name not in kept:
+            del subdirs[name]
 
 
 def _in_step(safe: SafeRoot, frames: list[tuple[int, str]], rel: str,
-             batch: list[DirListing]) -> Iterator[tuple[str, list[DirListing]]]:
+             batch: list[DirListing], plain: PlainCounter | None = None) -> Iterator[tuple[str, list[DirListing]]]:
     """List the relative directory ``rel`` open in each tree as ``frames`` (consumed: closed
     however the walk ends), then what lies below it, in step, depth first. ``batch``: what
     could not be opened of ``rel``, reported with it. A loop over a stack, not recursion: a
@@ -285,6 +316,7 @@ def _in_step(safe: SafeRoot, frames: list[tuple[int, str]], rel: str,
     try:
         while current is not None:
             subdirs: dict[str, list[tuple[int, str]]] = {}
+            listed: list[tuple[int, str]] = []
             for fd, path in current:
                 try:
                     names, listing = list_fd(safe, fd, path)
@@ -294,8 +326,11 @@ def _in_step(safe: SafeRoot, frames: list[tuple[int, str]], rel: str,
                     continue
                 if listing is not None:
                     batch.append(listing)
+                listed.append((fd, path))
                 for name in names:
                     subdirs.setdefault(name, []).append((fd, path))
+            if plain is not None and subdirs:
+                count_children(plain, listed, subdirs)
             if subdirs:
                 stack.append((current, rel, iter(sorted(subdirs.items()))))
             else:
