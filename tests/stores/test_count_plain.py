@@ -233,8 +233,18 @@ _PART = st.sampled_from(["trn2-lnc2", "trn1-lnc1", "torchneuron-2.9.0", "torchne
                          "vllm-0.9.1"])
 
 
+# Levels shaped like layout B's more often than random parts would make them.
+_LEVEL = st.tuples(st.sampled_from(["", "trn2-lnc2/", "trn1-lnc1/", "bad-lnc2/", ".neffcache/"]),
+                   st.sampled_from(["torchneuron-2.9.0/"] * 4 + ["torchneuron-x/", "neuronxcc-2.9.0/",
+                                                                  "vllm-0.9.1/neuron/compile_cache/", ""]),
+                   st.sampled_from(["neff/", "hlo/"] * 2 + ["x/", ""]),
+                   st.sampled_from(["ab", "12", "ff", "00"] * 2 + ["AB", "1", "cd\n", "MODULE_1"])).map("".join)
+_DIRECTORY = st.one_of(_LEVEL, st.lists(_PART, min_size=0, max_size=5).map("/".join))
+
+
 @settings(max_examples=1500, deadline=None)
-@given(st.lists(st.lists(_PART, min_size=0, max_size=5).map("/".join), min_size=1, max_size=2),
+@given(st.one_of(st.lists(_DIRECTORY, min_size=1, max_size=2),
+                 _LEVEL.map(lambda d: [d.replace("neff/", "hlo/"), d])),  # a level in both trees
        st.lists(st.sampled_from(sorted(f"{i:02x}" for i in range(256))), min_size=1, max_size=6))
 def test_the_rule_says_of_every_child_what_count_plain_asks(directories: list[str], children: list[str]) -> None:
     """``Grouper.plain_rule`` answers for all children from one: for each child it covers,
