@@ -10,7 +10,7 @@ from neffcache.entry import Entry, EntryState, FileInfo, Namespace
 from neffcache.layouts.keyparts import KeyQuestions
 from neffcache.layouts.records import EntryNames, EntryPlan, EnvProblem, FailureLog, Located, LogLine, ShardDir
 from neffcache.manifest import Manifest
-from neffcache.stores.base import TEMP_MARKER, PlainFiles
+from neffcache.stores.base import TEMP_MARKER, PlainEntryDirs, PlainFiles
 from neffcache.toolchain import Toolchain
 
 # The layout of caches most fleets have today (libneuronxla's): the default where none is named.
@@ -290,6 +290,16 @@ class Layout(KeyQuestions, ABC):
         listing them: for each child it names, counting by the rule must give what
         :meth:`plain_entries` gives of the child's listings, and each child must be a shard
         directory (:meth:`shard_dir`) of the rule's namespace. None (the default): no such rule."""
+        return None
+
+    def plain_entry_dirs_below(self, directory: str, namespaces: dict[str, Namespace | None] | None = None
+                               ) -> PlainEntryDirs | None:
+        """For a layout whose entries are directories: a rule by which a walk may count the
+        entries among the children of ``directory`` without listing them. Each child the rule
+        covers must be an entry of the rule's namespace (:meth:`locate_dir`), and one whose
+        files the rule accepts must be what :meth:`classify`, given the files alone (no
+        manifest, no problem), makes a committed SUCCESS entry with nothing foreign, its size
+        the sum of the files'. None (the default): no such rule."""
         return None
 
     def locate_entry(self, path: str) -> Located | None:

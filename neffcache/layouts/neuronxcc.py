@@ -46,6 +46,7 @@ from neffcache.layouts.records import (
     parse_target_dir,
 )
 from neffcache.manifest import MANIFEST_NAME, Manifest
+from neffcache.stores.base import PlainEntryDirs
 from neffcache.toolchain import Toolchain
 
 HLO = "model.hlo_module.pb"
@@ -62,6 +63,9 @@ _PATH_RE = re.compile(
 )
 _NS_DIR_RE = re.compile("^" + TARGET_DIR_RE + r"neuronxcc-(?P<ver>[0-9][^/]*)$")
 KEY_PREFIX = "MODULE_"
+# What follows KEY_PREFIX in the names the runtime gives entries (MODULE_<graph hash>+<flags
+# hash>, _MODULE below): the entry directories a walk may count (plain_entry_dirs_below).
+_KEY_CHARS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_+"
 # libneuronxla's root lock, at the root or under a target directory neffcache added.
 _ROOT_LOCK_RE = re.compile(r"^(?:(?:" + "|".join(TARGETS) + r")-lnc[12]/)?lock$")
 
@@ -268,6 +272,26 @@ class NeuronxccLayout(Layout):
             return None
         target, lnc = parse_target_dir(match)
         return Namespace(self.name, directory, match.group("ver"), target, lnc)
+
+    def plain_entry_dirs_below(self, directory: str, namespaces: dict[str, Namespace | None] | None = None
+                               ) -> PlainEntryDirs | None:
+        """:meth:`Layout.plain_entry_dirs_below`: every child of a namespace directory named
+        ``MODULE_`` and more is an entry of it (:meth:`locate_dir`; the rule takes the
+        runtime's own characters only, ``_KEY_CHARS``, so that no other layout's answer for
+        such a name can differ from one child to another). :meth:`classify` makes an entry
+        whose names are all ``KNOWN`` (no lock, nothing foreign), with ``model.done`` (then it
+        is the marker: only an entry without one is of the legacy era) and a non-empty
+        ``model.neff``, a committed SUCCESS entry; without a manifest nothing else is asked
+        (tests/layouts/test_plain_entry_dirs.py holds the rule to ``classify``)."""
+        if namespaces is None:
+            ns = self.namespace_dir(directory)
+        elif directory in namespaces:
+            ns = namespaces[directory]
+        else:
+            ns = namespaces[directory] = self.namespace_dir(directory)
+        if ns is None:
+            return None
+        return PlainEntryDirs(KEY_PREFIX, _KEY_CHARS, tuple(sorted(KNOWN)), (DONE, NEFF), NEFF, ns)
 
     def locate_dir(self, directory: str, namespaces: dict[str, Namespace | None] | None = None
                    ) -> Located | None:

@@ -22,7 +22,7 @@ from neffcache.layouts import LAYOUTS, Located, locate
 from neffcache.layouts.base import Layout
 from neffcache.layouts.records import ShardDir
 from neffcache.manifest import Manifest
-from neffcache.stores.base import CONTROL_DIR, TEMP_MARKER, DirListing, PlainFiles
+from neffcache.stores.base import CONTROL_DIR, TEMP_MARKER, DirListing, PlainEntryDirs, PlainFiles
 
 Progress = Callable[[int], None]
 CONTROL_PREFIX = CONTROL_DIR + "/"
@@ -174,6 +174,37 @@ class Grouper:
                 return None  # count_plain's temp-name check: such names must not count
             resolved = [self._shard_of(p) for p in probes]
             return rule if all(r is not None and r[0] is lay for r in resolved) else None
+        return None
+
+    def entry_rule(self, directory: str) -> PlainEntryDirs | None:
+        """A rule for counting the entry directories below ``directory`` without listing them
+        (a walk's ``plain``): what :meth:`add` and :func:`judge` would make of each child it
+        covers, decided once. The layout vouches for its part (:meth:`Layout.plain_entry_dirs_below`:
+        each covered child an entry of the rule's namespace, judged SUCCESS when its files pass);
+        what :meth:`add` asks besides:
+
+        - ``_in_control``: the child of a directory outside ``.neffcache`` is outside it (a
+          covered child is not named ``.neffcache``);
+        - ``entry_dirs``: a walk lists each directory once, so a child not yet listed is not in it;
+        - ``_locate_dir``: the first layout to locate a covered child must be the rule's, with
+          the rule's namespace; checked on one child (``<prefix>0``), since every directory
+          layout answers every covered name alike (tests/layouts/test_plain_entry_dirs.py);
+        - a group made for the entry before its listing (a problem of its parent's placed in it)
+          comes only with a child that cannot be opened, which the walk lists instead.
+
+        A child with a temp file, a link or a subdirectory is not counted (PlainEntryDirs)."""
+        if _in_control(directory):
+            return None
+        for lay in self._dir_layouts:
+            rule = lay.plain_entry_dirs_below(directory, self._namespaces)
+            if rule is None:
+                continue
+            if TEMP_MARKER in rule.charset or any(TEMP_MARKER in name for name in rule.names):
+                return None
+            probe = f"{directory}/{rule.prefix}0" if directory else f"{rule.prefix}0"
+            found = self._locate_dir(probe)
+            ok = found is not None and found.namespace == rule.namespace and found.namespace.layout == lay.name
+            return rule if ok else None
         return None
 
     def counted(self, files: int) -> None:

@@ -50,7 +50,7 @@ from neffcache.entry import Entry, EntryState, FileInfo, Namespace
 from neffcache.layouts import LAYOUTS, Located
 from neffcache.operations.grouping import Group, Grouper, Progress, judge
 from neffcache.operations.scan import NamespaceSummary, ScanReport
-from neffcache.stores.base import DirListing, PlainFiles, SkipDirs, Store
+from neffcache.stores.base import DirListing, PlainCounter, PlainEntryDirs, PlainFiles, SkipDirs, Store
 
 MAX_WARNINGS = 1000
 _KEY = "\0"  # stands for the entry's key in a kept name: no file name holds a NUL
@@ -227,16 +227,16 @@ def summarize(store: Store, *, prefix: str = "", progress: Progress | None = Non
     kept = _KeptEntries()
     open_flat: list[Group] = []  # entries of a flat directory not yet judged
     spread: dict[str, list[str]] = {}  # namespace -> its spread trees the walk left for later
-    for listing in _listings(store, prefix, spread):
+    counter = _PlainCounter(grouper, tally) if COUNT_PLAIN_SHARDS else None
+    for listing in _listings(store, prefix, spread, counter):
         if open_flat:
             open_flat = _judge_left(listing, open_flat, grouper, tally)
         grouper.add(listing)
         _drain(listing, grouper, tally, kept, open_flat, warnings, foreign)
     for group in open_flat:
         tally.group(grouper.groups.pop(group.located.path))
-    counter = _PlainCounter(grouper, tally)
     for _, trees in sorted(spread.items()):
-        batches = store.iter_dirs_together(sorted(trees), counter if COUNT_PLAIN_SHARDS else None)
+        batches = store.iter_dirs_together(sorted(trees), counter)
         _in_step(batches, grouper, tally, warnings, foreign)
     for group in kept.groups():
         tally.group(group)
@@ -245,7 +245,8 @@ def summarize(store: Store, *, prefix: str = "", progress: Progress | None = Non
     return _result(store, tally, grouper.control, time.monotonic() - started)
 
 
-def _listings(store: Store, prefix: str, spread: dict[str, list[str]]) -> Iterator[DirListing]:
+def _listings(store: Store, prefix: str, spread: dict[str, list[str]], plain: PlainCounter | None
+              ) -> Iterator[DirListing]:
     """The store's listings below ``prefix``, without the spread trees it adds to ``spread`` (by
     namespace) when the store can leave them out: the caller lists those in step. Only the
     directories the walk left out: a tree that is a symlink the walk reports itself."""
@@ -260,7 +261,7 @@ def _listings(store: Store, prefix: str, spread: dict[str, list[str]]) -> Iterat
         return False
 
     names = frozenset(tree for lay in layouts for tree in lay.spread_trees)
-    skipping = store.iter_dirs_skipping(prefix, SkipDirs(names, later)) if names else None
+    skipping = store.iter_dirs_skipping(prefix, SkipDirs(names, later), plain) if names else None
     return store.iter_dirs(prefix) if skipping is None else skipping
 
 
@@ -282,7 +283,10 @@ class _PlainCounter:
     def rule(self, directories: Sequence[str]) -> PlainFiles | None:
         return self._grouper.plain_rule(directories)
 
-    def counted(self, rule: PlainFiles, entries: int, size: int, files: int) -> None:
+    def entry_rule(self, directory: str) -> PlainEntryDirs | None:
+        return self._grouper.entry_rule(directory)
+
+    def counted(self, rule: PlainFiles | PlainEntryDirs, entries: int, size: int, files: int) -> None:
         if rule.namespace is None:
             raise ValueError("a plain-files rule of the summary's names its namespace")
         if entries:

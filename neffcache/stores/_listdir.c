@@ -570,6 +570,92 @@ done:
     return out;
 }
 
+/* ---- Entry directories counted, not listed (layout A) -----------------------------------
+ *
+ * The walk's counterpart of count_plain for layouts whose entries are directories (layout A:
+ * <ns>/MODULE_<g>+<f>/ with model.neff, model.done, ...): before the walk goes below a
+ * directory, it asks the caller's ``plain.entry_rule(rel)`` (stores/base.py PlainEntryDirs);
+ * given a rule, each child named ``prefix`` plus one or more characters of ``charset`` is one
+ * entry, counted when its directory holds only regular files, each named one of ``names``,
+ * with every name of ``required`` present and ``primary`` not empty. A child with anything
+ * else (a subdirectory, a link, another name, a temp file, an empty primary, a missing
+ * required file, a directory that cannot be opened or read) is walked as before. */
+
+typedef struct {
+    const char *prefix;
+    size_t plen;
+    const char *charset;
+    const char **names;
+    size_t nnames;
+    unsigned long required;  /* bit i: names[i] must be present */
+    size_t primary;  /* index of the primary in names */
+} EntryRule;
+
+static int entry_child(const EntryRule *r, const char *name, size_t len) {
+    if (len <= r->plen || memcmp(name, r->prefix, r->plen) != 0) return 0;
+    for (size_t i = r->plen; i < len; i++) {
+        if (name[i] == '\0' || strchr(r->charset, name[i]) == NULL) return 0;
+    }
+    return 1;
+}
+
+/* 0: the child ``name`` of ``parent`` is a plain entry (its bytes and files added); 1: declined. */
+static int entry_dir(int parent, const char *name, const EntryRule *r, long long *bytes, size_t *files) {
+    int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return 1;
+    DIR *dir = fdopendir(fd);
+    if (dir == NULL) {
+        close(fd);
+        return 1;
+    }
+    unsigned long seen = 0;
+    long long total = 0;
+    size_t count = 0;
+    int result = 0;
+    for (;;) {
+        errno = 0;
+        struct dirent *de = readdir(dir);
+        if (de == NULL) {
+            if (errno != 0) result = 1;
+            break;
+        }
+        const char *fname = de->d_name;
+        if (fname[0] == '.' && (fname[1] == '\0' || (fname[1] == '.' && fname[2] == '\0'))) continue;
+        if (de->d_type == DT_DIR || de->d_type == DT_LNK) {
+            result = 1;
+            break;
+        }
+        if (de->d_type != DT_REG && de->d_type != DT_UNKNOWN) continue;  /* as list_dir_nogil */
+        struct stat st;
+        if (fstatat(dirfd(dir), fname, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+            if (errno == ENOENT || errno == ENOTDIR) continue;
+            result = 1;
+            break;
+        }
+        if (!S_ISREG(st.st_mode)) {
+            if (S_ISDIR(st.st_mode) || S_ISLNK(st.st_mode)) {
+                result = 1;
+                break;
+            }
+            continue;
+        }
+        size_t i = 0;
+        while (i < r->nnames && strcmp(r->names[i], fname) != 0) i++;
+        if (i == r->nnames || (i == r->primary && st.st_size == 0)) {
+            result = 1;
+            break;
+        }
+        seen |= 1UL << i;
+        total += (long long)st.st_size;
+        count++;
+    }
+    closedir(dir);
+    if (result != 0 || (seen & r->required) != r->required) return 1;
+    *bytes += total;
+    *files += count;
+    return 0;
+}
+
 /* ---- Walker: the depth-first walk of local_listing.walk, one directory per __next__ ------ */
 
 typedef struct {
@@ -585,6 +671,7 @@ typedef struct {
     PyTypeObject *info_type;
     PyObject *skip_names;  /* frozenset of bytes names, or NULL: subdirectories ``skip`` is asked about */
     PyObject *skip;  /* skip(rel) -> true: do not enter that subdirectory (the caller lists it otherwise) */
+    PyObject *plain;  /* entry_rule(rel) and counted(...): entry directories counted, not walked */
     Frame *frames;
     size_t depth, cap;
     int started;
@@ -604,6 +691,7 @@ static void walker_dealloc(Walker *w) {
     Py_XDECREF(w->info_type);
     Py_XDECREF(w->skip_names);
     Py_XDECREF(w->skip);
+    Py_XDECREF(w->plain);
     Py_TYPE(w)->tp_free((PyObject *)w);
 }
 
@@ -723,6 +811,109 @@ static int skip_child(Walker *w, Frame *f, PyObject *name) {
     return yes;
 }
 
+/* Count the children of the top frame that ``plain``'s rule for it covers, and take them out of
+ * the frame's subdirectories: 0, or -1 with an exception set. */
+static int walker_count_children(Walker *w) {
+    Frame *f = &w->frames[w->depth - 1];
+    if (w->plain == NULL || f->subdirs == NULL || PyList_GET_SIZE(f->subdirs) == 0) return 0;
+    PyObject *rel = decode(f->rel, f->rlen);
+    if (rel == NULL) return -1;
+    PyObject *rule = PyObject_CallMethod(w->plain, "entry_rule", "N", rel);
+    if (rule == NULL) return -1;
+    if (rule == Py_None) {
+        Py_DECREF(rule);
+        return 0;
+    }
+    int result = -1;
+    EntryRule r = {0};
+    PyObject *prefix = NULL, *charset = NULL, *names = NULL, *required = NULL, *primary = NULL, *kept = NULL;
+    char *verdicts = NULL;
+    prefix = PyObject_GetAttrString(rule, "prefix");
+    charset = PyObject_GetAttrString(rule, "charset");
+    names = PyObject_GetAttrString(rule, "names");
+    required = PyObject_GetAttrString(rule, "required");
+    primary = PyObject_GetAttrString(rule, "primary");
+    if (prefix == NULL || charset == NULL || names == NULL || required == NULL || primary == NULL) goto done;
+    if (!PyUnicode_Check(prefix) || !PyUnicode_Check(charset) || !PyTuple_Check(names) || !PyTuple_Check(required)
+        || !PyUnicode_Check(primary) || PyTuple_GET_SIZE(names) > 60) {
+        PyErr_SetString(PyExc_TypeError, "entry_rule: a PlainEntryDirs of str and tuples of str");
+        goto done;
+    }
+    Py_ssize_t plen;
+    r.prefix = PyUnicode_AsUTF8AndSize(prefix, &plen);
+    r.plen = (size_t)plen;
+    r.charset = PyUnicode_AsUTF8(charset);
+    if (r.prefix == NULL || r.charset == NULL) goto done;
+    r.nnames = (size_t)PyTuple_GET_SIZE(names);
+    r.names = calloc(r.nnames + 1, sizeof(char *));
+    if (r.names == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    r.primary = r.nnames;
+    for (size_t i = 0; i < r.nnames; i++) {
+        PyObject *n = PyTuple_GET_ITEM(names, (Py_ssize_t)i);
+        if (!PyUnicode_Check(n) || (r.names[i] = PyUnicode_AsUTF8(n)) == NULL) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "entry_rule: names must be str");
+            goto done;
+        }
+        if (PyUnicode_Compare(n, primary) == 0) r.primary = i;
+        int needed = PySequence_Contains(required, n);
+        if (needed < 0) goto done;
+        if (needed) r.required |= 1UL << i;
+    }
+    if (r.primary == r.nnames || (size_t)__builtin_popcountl(r.required) != (size_t)PyTuple_GET_SIZE(required)) {
+        PyErr_SetString(PyExc_ValueError, "entry_rule: the primary and every required name must be among names");
+        goto done;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(f->subdirs);
+    verdicts = malloc((size_t)n);
+    if (verdicts == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    long long bytes = 0;
+    size_t files = 0, entries = 0;
+    PyObject *subdirs = f->subdirs;
+    int fd = f->fd;
+    /* The names are bytes objects the frame's list owns and nobody else sees: read without the GIL. */
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *name = PyList_GET_ITEM(subdirs, i);
+        const char *cname = PyBytes_AS_STRING(name);
+        verdicts[i] = !entry_child(&r, cname, (size_t)PyBytes_GET_SIZE(name)) || entry_dir(fd, cname, &r, &bytes, &files);
+        if (!verdicts[i]) entries++;
+    }
+    Py_END_ALLOW_THREADS
+    if (entries == 0) {
+        result = 0;
+        goto done;
+    }
+    kept = PyList_New(0);
+    if (kept == NULL) goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (verdicts[i] && PyList_Append(kept, PyList_GET_ITEM(subdirs, i)) != 0) goto done;
+    }
+    Py_SETREF(f->subdirs, kept);
+    kept = NULL;
+    PyObject *ok = PyObject_CallMethod(w->plain, "counted", "OnLn", rule, (Py_ssize_t)entries, bytes,
+                                       (Py_ssize_t)files);
+    if (ok == NULL) goto done;
+    Py_DECREF(ok);
+    result = 0;
+done:
+    free(r.names);
+    free(verdicts);
+    Py_XDECREF(kept);
+    Py_XDECREF(prefix);
+    Py_XDECREF(charset);
+    Py_XDECREF(names);
+    Py_XDECREF(required);
+    Py_XDECREF(primary);
+    Py_DECREF(rule);
+    return result;
+}
+
 static PyObject *walker_next(Walker *w) {
     if (!w->started) {
         w->started = 1;
@@ -731,6 +922,10 @@ static PyObject *walker_next(Walker *w) {
         if (out == NULL) {
             while (w->depth) walker_pop(w);
             return oserr ? raise_errno(oserr) : NULL;  /* the start itself: raised, as walk() does */
+        }
+        if (walker_count_children(w) != 0) {
+            Py_DECREF(out);
+            return NULL;
         }
         if (out != Py_None) return out;
         Py_DECREF(out);
@@ -824,6 +1019,10 @@ static PyObject *walker_next(Walker *w) {
             return out;
         }
         Py_DECREF(name);
+        if (walker_count_children(w) != 0) {
+            Py_DECREF(out);
+            return NULL;
+        }
         if (out != Py_None) return out;
         Py_DECREF(out);
     }
@@ -832,10 +1031,10 @@ static PyObject *walker_next(Walker *w) {
 
 static PyObject *walker_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     int fd;
-    PyObject *start, *info_type, *skip_names = Py_None, *skip = Py_None;
-    static char *kwlist[] = {"fd", "start", "info_type", "skip_names", "skip", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iUO|OO:Walker", kwlist, &fd, &start, &info_type, &skip_names,
-                                     &skip)) return NULL;
+    PyObject *start, *info_type, *skip_names = Py_None, *skip = Py_None, *plain = Py_None;
+    static char *kwlist[] = {"fd", "start", "info_type", "skip_names", "skip", "plain", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iUO|OOO:Walker", kwlist, &fd, &start, &info_type, &skip_names,
+                                     &skip, &plain)) return NULL;
     if (check_info_type(info_type) != 0) return NULL;
     if (skip != Py_None && (!PyFrozenSet_Check(skip_names) || !PyCallable_Check(skip))) {
         PyErr_SetString(PyExc_TypeError, "skip must be callable and skip_names a frozenset of bytes");
@@ -855,6 +1054,10 @@ static PyObject *walker_new(PyTypeObject *type, PyObject *args, PyObject *kwds) 
         w->skip_names = skip_names;
         Py_INCREF(skip);
         w->skip = skip;
+    }
+    if (plain != Py_None) {
+        Py_INCREF(plain);
+        w->plain = plain;
     }
     if (walker_push(w, fd, PyBytes_AS_STRING(raw), (size_t)PyBytes_GET_SIZE(raw)) != 0) {
         Py_DECREF(raw);
@@ -877,14 +1080,15 @@ static PyMethodDef walker_methods[] = {
 };
 
 PyDoc_STRVAR(walker_doc,
-"Walker(fd, start, info_type, skip_names=None, skip=None)\n\n"
+"Walker(fd, start, info_type, skip_names=None, skip=None, plain=None)\n\n"
 "Depth first from the open directory ``fd`` (consumed: closed by the walk) whose store path is\n"
 "``start``. Yields (rel, names, files, links, problems, fd) per directory with files, links or\n"
 "problems; ``fd`` is the listed directory's descriptor, valid until the next step (-1 for a\n"
 "problem listing). Symlinks are never followed; a subdirectory that cannot be opened or listed\n"
 "is a problem of its parent's, worded as local_listing.dir_problem words it. A subdirectory\n"
 "whose name (bytes) is in ``skip_names`` is first offered to ``skip(rel)``: if it answers true,\n"
-"the walk leaves it (and all below it) alone, unopened.");
+"the walk leaves it (and all below it) alone, unopened. With ``plain`` (stores/base.py\n"
+"PlainCounter), the children its ``entry_rule(rel)`` covers are counted (``counted``), not walked.");
 
 static PyTypeObject WalkerType = {
     PyVarObject_HEAD_INIT(NULL, 0)

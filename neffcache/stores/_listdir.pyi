@@ -3,6 +3,7 @@
 from collections.abc import Callable, Iterator
 
 from neffcache.entry import FileInfo
+from neffcache.stores.base import PlainCounter
 
 # (subdirectory names, file names, their FileInfos, symlink names)
 Listed = tuple[list[str], list[str], list[FileInfo], list[str]]
@@ -13,7 +14,7 @@ def list_dir(fd: int, prefix: str, info_type: type[FileInfo], /) -> Listed: ...
 
 class Walker(Iterator[Step]):
     def __init__(self, fd: int, start: str, info_type: type[FileInfo], skip_names: frozenset[bytes] | None = None,
-                 skip: Callable[[str], bool] | None = None) -> None: ...
+                 skip: Callable[[str], bool] | None = None, plain: PlainCounter | None = None) -> None: ...
     def __next__(self) -> Step: ...
     def close(self) -> None: ...
 

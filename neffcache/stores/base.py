@@ -126,14 +126,32 @@ class PlainFiles(NamedTuple):
     namespace: Namespace | None = None  # whose entries these are (the layout's answer, handed back)
 
 
+class PlainEntryDirs(NamedTuple):
+    """A rule by which a walk may count entry directories instead of listing them
+    (:meth:`Store.iter_dirs_skipping`'s ``plain``): each child named ``prefix`` plus one or
+    more characters of ``charset`` of the directory it was made for is one entry, counted when
+    it holds nothing but regular files named in ``names``, with each of ``required`` present
+    and ``primary`` not empty. Any other child, or one where anything else is found, is walked
+    as usual. The layout makes the rule (``Layout.plain_entry_dirs_below``)."""
+
+    prefix: str
+    charset: str
+    names: tuple[str, ...]
+    required: tuple[str, ...]
+    primary: str
+    namespace: Namespace | None = None  # whose entries these are (the layout's answer, handed back)
+
+
 class PlainCounter(Protocol):
-    """What :meth:`Store.iter_dirs_together` asks about each level it lists: a rule for its
-    children (``directories``: the level's store path in each tree that has it), or None; and
-    where the counts go."""
+    """What a listing asks before it goes below a directory: a rule for its children, or None;
+    and where the counts go. ``rule`` is asked by :meth:`Store.iter_dirs_together` (``directories``:
+    the level's store path in each tree that has it), ``entry_rule`` by a walk."""
 
     def rule(self, directories: Sequence[str]) -> PlainFiles | None: ...
 
-    def counted(self, rule: PlainFiles, entries: int, size: int, files: int) -> None: ...
+    def entry_rule(self, directory: str) -> PlainEntryDirs | None: ...
+
+    def counted(self, rule: PlainFiles | PlainEntryDirs, entries: int, size: int, files: int) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -198,10 +216,13 @@ class Store(ABC):
         if files and directory is not None:
             yield DirListing(directory, names, files)
 
-    def iter_dirs_skipping(self, prefix: str, skip: SkipDirs) -> Iterator[DirListing] | None:
+    def iter_dirs_skipping(self, prefix: str, skip: SkipDirs, plain: PlainCounter | None = None
+                           ) -> Iterator[DirListing] | None:
         """:meth:`iter_dirs` without the subtrees ``skip`` names (the caller lists them with
         :meth:`iter_dirs_together`), or None when this store cannot leave a subtree out (the
-        default: an object store lists keys, not trees)."""
+        default: an object store lists keys, not trees). With ``plain``, the walk may count the
+        children a directory's :class:`PlainEntryDirs` rule covers (``plain.counted``) instead
+        of listing them; it need not, so the caller must give the same answer either way."""
         return None
 
     def iter_dirs_together(self, trees: Sequence[str], plain: PlainCounter | None = None

@@ -141,15 +141,17 @@ class LocalStore(Store):
     def iter_dirs(self, prefix: str = "") -> Iterator[DirListing]:
         return self._iter_dirs(prefix, None)
 
-    def iter_dirs_skipping(self, prefix: str, skip: SkipDirs) -> Iterator[DirListing] | None:
+    def iter_dirs_skipping(self, prefix: str, skip: SkipDirs, plain: PlainCounter | None = None
+                           ) -> Iterator[DirListing] | None:
         # The walk leaves subtrees out; the threaded listing (shared mounts) does not (yet).
-        return self._iter_dirs(prefix, skip) if self.list_workers <= 1 else None
+        return self._iter_dirs(prefix, skip, plain) if self.list_workers <= 1 else None
 
     def iter_dirs_together(self, trees: Sequence[str], plain: PlainCounter | None = None
                            ) -> Iterator[tuple[str, list[DirListing]]]:
         return walk_together(self._safe, [safe_relpath(tree) for tree in trees], plain)
 
-    def _iter_dirs(self, prefix: str, skip: SkipDirs | None) -> Iterator[DirListing]:
+    def _iter_dirs(self, prefix: str, skip: SkipDirs | None, plain: PlainCounter | None = None
+                   ) -> Iterator[DirListing]:
         start = safe_relpath(prefix) if prefix else ""
         try:
             fd = self._safe.open_dir(start)
@@ -158,7 +160,7 @@ class LocalStore(Store):
         except PermissionError as exc:
             raise AccessDenied(f"cannot list {self.root / start}: {exc.strerror}", store=self.url) from exc
         if self.list_workers <= 1:
-            yield from walk(self._safe, fd, start, skip)
+            yield from walk(self._safe, fd, start, skip, plain)
         else:
             yield from list_threaded(self._safe, fd, start, self.list_workers)
 

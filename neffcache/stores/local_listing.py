@@ -168,16 +168,18 @@ def list_rels(safe: SafeRoot, directories: list[str]) -> tuple[list[str], list[D
     return subdirs, listings
 
 
-def walk(safe: SafeRoot, fd: int, start: str, skip: SkipDirs | None = None) -> Iterator[DirListing]:
+def walk(safe: SafeRoot, fd: int, start: str, skip: SkipDirs | None = None,
+         plain: PlainCounter | None = None) -> Iterator[DirListing]:
     """Depth first from the open directory ``fd`` (consumed), each subdirectory opened relative
     to its parent: no path is resolved twice, and at most one descriptor per level is held.
-    The subtrees ``skip`` names are left alone (not even opened)."""
+    The subtrees ``skip`` names are left alone (not even opened). With ``plain`` and the C
+    helper, the entry directories a directory's rule covers are counted in C, not walked
+    (``Walker``'s docstring; the Python walk lists them all)."""
     if native is None:
         return _walk_python(safe, fd, start, skip)
-    if skip is None:
-        return _walk_native(safe, native.Walker(fd, start, FileInfo))
-    names = frozenset(os.fsencode(n) for n in skip.names)
-    return _walk_native(safe, native.Walker(fd, start, FileInfo, names, skip.test))
+    names = frozenset(os.fsencode(n) for n in skip.names) if skip is not None else None
+    return _walk_native(safe, native.Walker(fd, start, FileInfo, names, skip.test if skip is not None else None,
+                                            plain if hasattr(native, "count_plain") else None))
 
 
 def _walk_native(safe: SafeRoot, walker: Walker) -> Iterator[DirListing]:

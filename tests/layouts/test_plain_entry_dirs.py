@@ -1,0 +1,211 @@
+"""A walk counts layout-A entry directories in C (``Walker``'s ``plain``, the rule from
+``Grouper.entry_rule`` and ``NeuronxccLayout.plain_entry_dirs_below``) only where listing the
+directory and judging its entry would give a committed SUCCESS entry of the same size with
+nothing foreign; everything else is listed as before. And the rule says of every child it
+covers what ``Grouper.add`` would find."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from neffcache.entry import EntryState
+from neffcache.layouts.flags import FLAGS_JSON, FLAGS_TXT
+from neffcache.layouts.neuronxcc import DONE, HLO, HLO_OLD, KNOWN, LOG, NEFF
+from neffcache.manifest import MANIFEST_NAME
+from neffcache.operations import summary as summary_module
+from neffcache.operations.grouping import Grouper, _in_control
+from neffcache.operations.scan import scan
+from neffcache.operations.summary import ScanSummary, summarize
+from neffcache.stores import local_listing
+from neffcache.stores.base import TEMP_MARKER, PlainEntryDirs, PlainFiles
+from neffcache.stores.local import LocalStore
+from neffcache.stores.safepath import SafeRoot
+
+needs_native = pytest.mark.skipif(local_listing.native is None, reason="the C listing helper did not build "
+                                  "(tests/stores/test_listing_paths.py fails for that)")
+
+NS = "trn2-lnc2/neuronxcc-2.9.0"
+NAMES = [NEFF, DONE, HLO, HLO_OLD, FLAGS_JSON, FLAGS_TXT, LOG, MANIFEST_NAME, "x.lock", "notes.txt",
+         f"model.neff{TEMP_MARKER}1", "model.neff.tmp"]
+# (name, size, kind)
+_FILE = st.tuples(st.sampled_from(NAMES), st.sampled_from([0, 1, 9]),
+                  st.sampled_from(["file"] * 10 + ["dir", "link-in", "link-out"]))
+CHILDREN = ["MODULE_1+abc", "MODULE_x_y+Z9", "MODULE_", "MODULE_a b+1", "module_1+a", "MODULE_1+abc.d", "other"]
+
+
+class Counter:
+    """A walk's ``plain``: the grouper's rule, and what the walk counted."""
+
+    def __init__(self) -> None:
+        self.grouper = Grouper()
+        self.entries = self.size = self.files = 0
+
+    def rule(self, directories: Sequence[str]) -> PlainFiles | None:
+        return None
+
+    def entry_rule(self, directory: str) -> PlainEntryDirs | None:
+        return self.grouper.entry_rule(directory)
+
+    def counted(self, rule: PlainFiles | PlainEntryDirs, entries: int, size: int, files: int) -> None:
+        self.entries, self.size, self.files = self.entries + entries, self.size + size, self.files + files
+
+
+def _make(entry: Path, files: list[tuple[str, int, str]]) -> None:
+    entry.mkdir(parents=True, exist_ok=True)
+    for name, size, kind in files:
+        path = entry / name
+        if path.exists() or path.is_symlink():
+            continue
+        if kind == "file":
+            with path.open("wb") as f:
+                f.truncate(size)
+        elif kind == "dir":
+            path.mkdir()
+        elif kind == "link-in":
+            target = entry.parent.parent.parent / "target"
+            target.write_bytes(b"t" * size)
+            path.symlink_to(target)
+        else:
+            path.symlink_to("/etc/hostname")
+
+
+def _walked(root: Path) -> tuple[Counter, list[str]]:
+    """Walk ``root`` with the C counting: what it counted, and the directories it listed."""
+    counter = Counter()
+    safe = SafeRoot(str(root), str(root))
+    listed = [listing.directory for listing in local_listing.walk(safe, safe.open_dir(""), "", None, counter)]
+    return counter, listed
+
+
+def _accepted(files: list[tuple[str, int, str]], child: str) -> bool:
+    """The rule, read plainly: a covered child name; only regular files, all of them KNOWN
+    names; model.done and a non-empty model.neff among them."""
+    kept: dict[str, tuple[int, str]] = {}
+    for name, size, kind in files:
+        kept.setdefault(name, (size, kind))  # _make keeps the first of a name
+    return (child in CHILDREN[:2] and all(kind == "file" and name in KNOWN for name, (_, kind) in kept.items())
+            and DONE in kept and NEFF in kept and kept[NEFF][0] > 0)
+
+
+@needs_native
+@settings(max_examples=600, deadline=None)
+@given(st.lists(_FILE, max_size=7), st.sampled_from(CHILDREN))
+def test_an_entry_directory_is_counted_only_as_the_plain_success_judging_finds(
+        files: list[tuple[str, int, str]], child: str) -> None:
+    """The C walk counts exactly what the rule accepts, and what it accepts judging makes a
+    committed SUCCESS entry with nothing foreign, of the size counted."""
+    root = Path(tempfile.mkdtemp(prefix="plain-entry-"))
+    try:
+        _make(root / NS / child, files)
+        counter, listed = _walked(root)
+        assert (counter.entries == 1) == _accepted(files, child), (files, child)
+        if not counter.entries:
+            return
+        assert f"{NS}/{child}" not in listed
+        report = scan(LocalStore(root))
+        (entry,) = report.entries
+        assert entry.state is EntryState.SUCCESS and entry.committed and not entry.extra
+        assert not report.foreign and not report.garbage and not report.warnings
+        assert counter.size == entry.size and counter.files == len(entry.files)
+    finally:
+        shutil.rmtree(root)
+
+
+@needs_native
+def test_each_kind_of_entry_directory_is_counted_or_listed(tmp_path: Path) -> None:
+    plain = [(NEFF, 9, "file"), (DONE, 0, "file"), (HLO, 3, "file"), (FLAGS_JSON, 2, "file")]
+    cases = {
+        "plain": (plain, 1),
+        "with its manifest (not read by a summary)": ([*plain, (MANIFEST_NAME, 5, "file")], 1),
+        "without its HLO (serves, cannot be recompiled)": (plain[:2], 1),
+        "an empty NEFF (CORRUPT)": ([(NEFF, 0, "file"), (DONE, 0, "file")], 0),
+        "no model.done (uncommitted)": ([(NEFF, 9, "file"), (HLO, 3, "file")], 0),
+        "legacy: no model.done, flags in text": ([(NEFF, 9, "file"), (FLAGS_TXT, 1, "file")], 0),
+        "a compile's lock beside it": ([*plain, ("x.lock", 0, "file")], 0),
+        "another tool's file": ([*plain, ("notes.txt", 1, "file")], 0),
+        "our temp file": ([*plain, (f"model.neff{TEMP_MARKER}1", 1, "file")], 0),
+        "a subdirectory": ([*plain, ("notes.txt", 1, "dir")], 0),
+        "a link to a file inside": ([*plain[1:], (NEFF, 9, "link-in")], 0),
+        "a link out of the root": ([*plain, (LOG, 1, "link-out")], 0),
+        "a failure log only (FAILED)": ([(LOG, 4, "file"), (HLO, 3, "file")], 0),
+    }
+    for i, (why, (files, counted)) in enumerate(cases.items()):
+        root = tmp_path / str(i)
+        _make(root / NS / "MODULE_1+abc", files)
+        counter, _ = _walked(root)
+        assert counter.entries == counted, why
+        summary = summarize(LocalStore(root))
+        assert _without_seconds(summary) == _without_seconds(ScanSummary.of_report(scan(LocalStore(root)))), why
+    for i, child in enumerate(CHILDREN[2:]):  # not a name the runtime gives an entry: listed
+        root = tmp_path / f"child-{i}"
+        _make(root / NS / child, plain)
+        assert _walked(root)[0].entries == 0, child
+
+
+def _without_seconds(summary: ScanSummary) -> ScanSummary:
+    return dataclasses.replace(summary, seconds=0.0)
+
+
+@needs_native
+@pytest.mark.parametrize("counting", [True, False], ids=["counted in C", "every entry judged"])
+def test_a_summary_with_entry_directories_counted_is_the_full_reports(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch,
+                                                                       counting: bool) -> None:
+    monkeypatch.setattr(summary_module, "COUNT_PLAIN_SHARDS", counting)
+    root = tmp_path / "c"
+    for i in range(300):
+        files = [(NEFF, 1 + i, "file"), (DONE, 0, "file"), (HLO, 2, "file")]
+        if i % 50 == 7:
+            files = [(NEFF, 0, "file"), (DONE, 0, "file")]  # CORRUPT
+        elif i % 50 == 8:
+            files = [(LOG, 3, "file")]  # FAILED
+        elif i % 50 == 9:
+            files = [*files, ("notes.txt", 1, "file")]  # foreign
+        _make(root / NS / f"MODULE_{i}+abc", files)
+    (root / NS / "MODULE_link+abc").symlink_to(root / NS / "MODULE_1+abc")  # reported, not followed
+    store = LocalStore(root)
+    summary = summarize(store)
+    assert _without_seconds(summary) == _without_seconds(ScanSummary.of_report(scan(store)))
+    states = {"SUCCESS": 300 - 12, "FAILED": 6, "LOCKED": 0, "EMPTY": 0, "CORRUPT": 6 + 1}  # and the link
+    assert summary.by_state() == states
+    assert summary.foreign_files == 6 and summary.warning_count >= 7
+
+
+_PART = st.sampled_from(["trn2-lnc2", "trn1-lnc1", "neuronxcc-2.9.0", "neuronxcc-x", "torchneuron-2.9.0", ".neffcache",
+                         "neuron", "compile_cache", "vllm-0.9.1", "MODULE_1+a", "ab", "bad-lnc2"])
+_CHILD = st.text(alphabet="0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_+", min_size=1, max_size=12)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.one_of(st.lists(_PART, max_size=4).map("/".join),
+                 st.tuples(st.sampled_from(["", "trn2-lnc2/", "trn1-lnc1/", ".neffcache/", "x/"]),
+                           st.sampled_from(["neuronxcc-2.9.0", "neuronxcc-", "vllm-0.9.1/neuron/compile_cache"]))
+                 .map("".join)),
+       st.lists(_CHILD, min_size=1, max_size=5))
+def test_the_entry_rule_says_of_every_child_what_add_asks(directory: str, tails: list[str]) -> None:
+    grouper = Grouper()
+    rule = grouper.entry_rule(directory)
+    if rule is None:
+        return
+    assert rule.namespace is not None and rule.namespace.path == directory
+    for tail in tails:
+        path = f"{directory}/{rule.prefix}{tail}" if directory else f"{rule.prefix}{tail}"
+        found = grouper._locate_dir(path)
+        assert not _in_control(path) and found is not None, path
+        assert found.namespace == rule.namespace and found.namespace.layout == "neuronxcc" and found.path == path
+
+
+def test_an_entry_rule_is_given_for_namespace_directories_only() -> None:
+    grouper = Grouper()
+    assert grouper.entry_rule(NS) is not None and grouper.entry_rule("neuronxcc-2.9.0") is not None
+    for directory in ("", "trn2-lnc2", f"{NS}/MODULE_1+a", ".neffcache/neuronxcc-2.9.0", "x/neuronxcc-2.9.0",
+                      "trn2-lnc2/torchneuron-2.9.0"):
+        assert grouper.entry_rule(directory) is None, directory
