@@ -835,7 +835,7 @@ static int walker_count_children(Walker *w) {
     primary = PyObject_GetAttrString(rule, "primary");
     if (prefix == NULL || charset == NULL || names == NULL || required == NULL || primary == NULL) goto done;
     if (!PyUnicode_Check(prefix) || !PyUnicode_Check(charset) || !PyTuple_Check(names) || !PyTuple_Check(required)
-        || !PyUnicode_Check(primary) || PyTuple_GET_SIZE(names) > 60) {
+        || !PyUnicode_Check(primary) || PyTuple_GET_SIZE(names) >= (Py_ssize_t)(8 * sizeof(unsigned long))) {
         PyErr_SetString(PyExc_TypeError, "entry_rule: a PlainEntryDirs of str and tuples of str");
         goto done;
     }
