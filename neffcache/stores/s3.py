@@ -124,6 +124,7 @@ class S3Store(Store):
             read_timeout=read_timeout,
             tcp_keepalive=True,
             user_agent_extra=f"neffcache/{__version__}",
+            **s3_signing.checksum_options(self.endpoint),
         )
         try:
             session = boto3.session.Session(profile_name=profile)
@@ -133,6 +134,7 @@ class S3Store(Store):
         self.gate = ThrottleGate(2 * self.max_concurrency + 8)
         self.gate.register(self._client.meta.events)
         s3_signing.register(self._client.meta.events)
+        self.part_checksum = s3_signing.part_checksum(self.endpoint)
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
 
@@ -260,7 +262,8 @@ class S3Store(Store):
         size = source.stat().st_size
         if size > self.multipart_threshold:
             sent = upload_multipart(self._call, self.pool, key=key, path=path, source=source,
-                                    chunk=self.multipart_chunksize, exclusive=exclusive, expect=expect, hashed=hashed)
+                                    chunk=self.multipart_chunksize, exclusive=exclusive, expect=expect, hashed=hashed,
+                                    checksum=self.part_checksum)
             if not sent.created and sent.retried and sent.etag is not None and self._is_ours(
                     key, path, source, size, sent.etag):
                 return dataclasses.replace(sent, created=True)

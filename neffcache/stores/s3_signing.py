@@ -10,6 +10,11 @@ puts the digest there from the calling thread. The signature is what botocore wo
 if the digest were wrong, S3 would refuse the upload, so it doubles as a check by the server
 of the bytes neffcache hashed. Over HTTPS botocore sends no payload digest for these uploads
 (a CRC32 trailer instead), and this signer leaves those requests exactly as botocore makes them.
+
+The same reasoning sets which requests carry a CRC32 (:func:`checksum_options`): over plain HTTP
+every body is signed with its sha256, which S3 checks, so a CRC32 of it as well (botocore's
+default, computed in one more pass over every byte sent) checks the same bytes a second, weaker
+way. Those requests go without it; over HTTPS, where the CRC32 is the only check, it stays.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import contextlib
 import threading
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 from botocore.auth import AUTH_TYPE_MAPS, S3SigV4Auth
 
@@ -62,6 +68,27 @@ def _choose_signer(context: dict[str, Any], signature_version: str, **_: Any) ->
     if context.get(_CONTEXT_KEY) and signature_version in ("s3v4", "v4"):
         return SIGNATURE_VERSION
     return None
+
+
+def payload_signed(endpoint: str | None) -> bool:
+    """Whether every request body sent to ``endpoint`` is signed with its sha256: botocore
+    always signs payloads over plain HTTP, and S3 refuses a body that does not match. None is
+    AWS's own endpoint (HTTPS: an unsigned payload with a CRC32) or one botocore finds in the
+    AWS config: botocore's defaults stay for both."""
+    return endpoint is not None and urlsplit(endpoint).scheme.lower() == "http"
+
+
+def checksum_options(endpoint: str | None) -> dict[str, str]:
+    """botocore ``Config`` options for a client of ``endpoint``: a CRC32 only where S3 requires
+    one (DeleteObjects) when every body is signed with its sha256 anyway; botocore's default
+    (a CRC32 on every upload) otherwise."""
+    return {"request_checksum_calculation": "when_required"} if payload_signed(endpoint) else {}
+
+
+def part_checksum(endpoint: str | None) -> str | None:
+    """The ``ChecksumAlgorithm`` of a multipart upload to ``endpoint`` (None: the parts' signed
+    sha256 is their check, see :func:`checksum_options`)."""
+    return None if payload_signed(endpoint) else "CRC32"
 
 
 def register(events: Any) -> None:

@@ -84,7 +84,7 @@ class Sent:
 
 def upload_multipart(call: Call, pool: Executor, *, key: str, path: str, source: Path, chunk: int,
                      exclusive: bool, expect: FileDigest | None = None, hashed: bool = False,
-                     budget: ByteBudget = TRANSFER_BUDGET) -> Sent:
+                     budget: ByteBudget = TRANSFER_BUDGET, checksum: str | None = "CRC32") -> Sent:
     """Upload ``source`` in parallel parts.
 
     One sequential reader (this thread) reads each part once into a buffer taken from
@@ -97,8 +97,12 @@ def upload_multipart(call: Call, pool: Executor, *, key: str, path: str, source:
     ``created`` is False when ``exclusive`` and the key already existed (412): the upload is
     aborted then. Any failure aborts the upload too, so no parts linger; a SIGKILL leaves an
     incomplete upload that no listing shows and ``S3Store.abort_incomplete_uploads`` removes.
+
+    ``checksum``: the parts' ``ChecksumAlgorithm``; None where their signed sha256 is their
+    check (plain HTTP, s3_signing.checksum_options).
     """
-    upload = call("create_multipart_upload", path, Key=key, ChecksumAlgorithm="CRC32")
+    algorithm: dict[str, str] = {"ChecksumAlgorithm": checksum} if checksum else {}
+    upload = call("create_multipart_upload", path, Key=key, **algorithm)
     upload_id = upload["UploadId"]
     try:
         with open(source, "rb") as f:
@@ -116,7 +120,7 @@ def upload_multipart(call: Call, pool: Executor, *, key: str, path: str, source:
                     if failed.is_set():
                         break
                     futures.append(_read_and_submit(pool, budget, call, fd, key, path, upload_id, number,
-                                                    offset, min(part, size - offset), digest, failed))
+                                                    offset, min(part, size - offset), digest, failed, algorithm))
             finally:
                 _settle(futures)
             after = os.fstat(fd)
@@ -143,7 +147,7 @@ def upload_multipart(call: Call, pool: Executor, *, key: str, path: str, source:
 
 def _read_and_submit(pool: Executor, budget: ByteBudget, call: Call, fd: int, key: str, path: str,
                      upload_id: str, number: int, offset: int, length: int, digest: Any,
-                     failed: threading.Event) -> Future[dict[str, Any]]:
+                     failed: threading.Event, algorithm: dict[str, str]) -> Future[dict[str, Any]]:
     """Read one part (after taking its bytes from the budget), hash it, start its upload."""
     taken = budget.acquire(length)
     buffer: PartBuffer | None = None
@@ -153,7 +157,7 @@ def _read_and_submit(pool: Executor, budget: ByteBudget, call: Call, fd: int, ke
             raise SourceChanged(path)  # shorter than when we started: rewritten under us
         if digest is not None:
             digest.update(buffer.data)
-        future = pool.submit(_upload_part, call, key, path, upload_id, number, buffer)
+        future = pool.submit(_upload_part, call, key, path, upload_id, number, buffer, algorithm)
     except BaseException:
         if buffer is not None:
             buffer.close()
@@ -182,12 +186,12 @@ def _settle(futures: list[Future[Any]]) -> None:
 
 
 def _upload_part(call: Call, key: str, path: str, upload_id: str, number: int,
-                 buffer: PartBuffer) -> dict[str, Any]:
+                 buffer: PartBuffer, algorithm: dict[str, str]) -> dict[str, Any]:
     body = buffer.data
     if isinstance(body, mmap.mmap):
         body.seek(0)  # a file-like body: botocore reads it (and seeks back for retries) itself
     reply = call("upload_part", path, Key=key, UploadId=upload_id, PartNumber=number,
-                 Body=body if isinstance(body, mmap.mmap) else bytes(body), ChecksumAlgorithm="CRC32")
+                 Body=body if isinstance(body, mmap.mmap) else bytes(body), **algorithm)
     # The part's ETag is the MD5 of its bytes (S3 computes it): the object's ETag follows from
     # them (multipart_etag) without a second pass over the bytes here.
     part = {"PartNumber": number, "ETag": reply["ETag"]}
