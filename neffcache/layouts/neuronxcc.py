@@ -283,12 +283,7 @@ class NeuronxccLayout(Layout):
         is the marker: only an entry without one is of the legacy era) and a non-empty
         ``model.neff``, a committed SUCCESS entry; without a manifest nothing else is asked
         (tests/layouts/test_plain_entry_dirs.py holds the rule to ``classify``)."""
-        if namespaces is None:
-            ns = self.namespace_dir(directory)
-        elif directory in namespaces:
-            ns = namespaces[directory]
-        else:
-            ns = namespaces[directory] = self.namespace_dir(directory)
+        ns = self._cached_namespace(directory, namespaces)
         if ns is None:
             return None
         return PlainEntryDirs(KEY_PREFIX, _KEY_CHARS, tuple(sorted(KNOWN)), (DONE, NEFF), NEFF, ns)
@@ -301,15 +296,18 @@ class NeuronxccLayout(Layout):
         parent, _, key = directory.rpartition("/")
         if not key.startswith(KEY_PREFIX) or len(key) == len(KEY_PREFIX):
             return None
-        if namespaces is None:
-            ns = self.namespace_dir(parent)
-        elif parent in namespaces:
-            ns = namespaces[parent]
-        else:
-            ns = namespaces[parent] = self.namespace_dir(parent)
+        ns = self._cached_namespace(parent, namespaces)
         if ns is None:
             return None
         return Located(ns, key, directory, directory, "")
+
+    def _cached_namespace(self, directory: str, namespaces: dict[str, Namespace | None] | None) -> Namespace | None:
+        """:meth:`namespace_dir`, kept in ``namespaces`` (by directory) when given."""
+        if namespaces is None:
+            return self.namespace_dir(directory)
+        if directory not in namespaces:
+            namespaces[directory] = self.namespace_dir(directory)
+        return namespaces[directory]
 
     def locate(self, path: str) -> Located | None:
         match = _PATH_RE.match(path)

@@ -377,54 +377,53 @@ static size_t plain_key(const PlainRule *r, const char *name, size_t nlen, int *
     return klen;
 }
 
+/* The child ``name`` of ``parent``, opened as the walk opens it (no symlink followed), or NULL. */
+static DIR *open_child(int parent, const char *name) {
+    int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return NULL;  /* gone, a link, unreadable: the ordinary listing says which */
+    DIR *dir = fdopendir(fd);
+    if (dir == NULL) close(fd);
+    return dir;
+}
+
+/* The next regular file of ``dir`` for a count: 1 with ``*name`` and ``*st`` set, 0 at the end,
+ * -1 when the directory holds what a count declines (a subdirectory, a link, a file it cannot
+ * stat, a read error). It skips what list_dir_nogil skips: sockets, FIFOs, devices, a file
+ * removed between readdir and fstatat. */
+static int next_plain_file(DIR *dir, const char **name, struct stat *st) {
+    for (;;) {
+        errno = 0;
+        struct dirent *de = readdir(dir);
+        if (de == NULL) return errno != 0 ? -1 : 0;
+        const char *fname = de->d_name;
+        if (fname[0] == '.' && (fname[1] == '\0' || (fname[1] == '.' && fname[2] == '\0'))) continue;
+        if (de->d_type == DT_DIR || de->d_type == DT_LNK) return -1;
+        if (de->d_type != DT_REG && de->d_type != DT_UNKNOWN) continue;
+        if (fstatat(dirfd(dir), fname, st, AT_SYMLINK_NOFOLLOW) != 0) {
+            if (errno == ENOENT || errno == ENOTDIR) continue;
+            return -1;
+        }
+        if (S_ISDIR(st->st_mode) || S_ISLNK(st->st_mode)) return -1;
+        if (!S_ISREG(st->st_mode)) continue;
+        *name = fname;
+        return 1;
+    }
+}
+
 /* Add the files of ``name`` open below ``parent`` to ``k``. 0: every entry plain so far; 1:
  * declined (something not plain); -1: out of memory. */
 static int plain_dir(int parent, const char *name, int holds_primary, const PlainRule *r, KeyFiles *k,
                      size_t *files) {
-    int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) return 1;  /* gone, a link, unreadable: the ordinary listing says which */
-    DIR *dir = fdopendir(fd);
-    if (dir == NULL) {
-        close(fd);
-        return 1;
-    }
-    int result = 0;
-    for (;;) {
-        errno = 0;
-        struct dirent *de = readdir(dir);
-        if (de == NULL) {
-            if (errno != 0) result = 1;
-            break;
-        }
-        const char *fname = de->d_name;
-        if (fname[0] == '.' && (fname[1] == '\0' || (fname[1] == '.' && fname[2] == '\0'))) continue;
-        if (de->d_type == DT_DIR || de->d_type == DT_LNK) {
-            result = 1;
-            break;
-        }
-        if (de->d_type != DT_REG && de->d_type != DT_UNKNOWN) continue;  /* as list_dir_nogil */
-        struct stat st;
-        if (fstatat(dirfd(dir), fname, &st, AT_SYMLINK_NOFOLLOW) != 0) {
-            if (errno == ENOENT || errno == ENOTDIR) continue;
-            result = 1;
-            break;
-        }
-        if (!S_ISREG(st.st_mode)) {
-            if (S_ISDIR(st.st_mode) || S_ISLNK(st.st_mode)) {
-                result = 1;
-                break;
-            }
-            continue;
-        }
+    DIR *dir = open_child(parent, name);
+    if (dir == NULL) return 1;
+    int result = 0, more;
+    const char *fname;
+    struct stat st;
+    while ((more = next_plain_file(dir, &fname, &st)) == 1) {
         int primary = 0;
-        size_t nlen = strlen(fname);
-        size_t klen = plain_key(r, fname, nlen, &primary);
-        if (klen == 0) {
-            result = 1;
-            break;
-        }
+        size_t klen = plain_key(r, fname, strlen(fname), &primary);
         primary = primary && holds_primary;
-        if (primary && st.st_size == 0) {  /* an empty NEFF: CORRUPT */
+        if (klen == 0 || (primary && st.st_size == 0)) {  /* not plain, or an empty NEFF: CORRUPT */
             result = 1;
             break;
         }
@@ -435,7 +434,7 @@ static int plain_dir(int parent, const char *name, int holds_primary, const Plai
         (*files)++;
     }
     closedir(dir);
-    return result;
+    return more < 0 && result == 0 ? 1 : result;
 }
 
 static const char *sort_arena;
@@ -601,44 +600,15 @@ static int entry_child(const EntryRule *r, const char *name, size_t len) {
 
 /* 0: the child ``name`` of ``parent`` is a plain entry (its bytes and files added); 1: declined. */
 static int entry_dir(int parent, const char *name, const EntryRule *r, long long *bytes, size_t *files) {
-    int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) return 1;
-    DIR *dir = fdopendir(fd);
-    if (dir == NULL) {
-        close(fd);
-        return 1;
-    }
+    DIR *dir = open_child(parent, name);
+    if (dir == NULL) return 1;
     unsigned long seen = 0;
     long long total = 0;
     size_t count = 0;
-    int result = 0;
-    for (;;) {
-        errno = 0;
-        struct dirent *de = readdir(dir);
-        if (de == NULL) {
-            if (errno != 0) result = 1;
-            break;
-        }
-        const char *fname = de->d_name;
-        if (fname[0] == '.' && (fname[1] == '\0' || (fname[1] == '.' && fname[2] == '\0'))) continue;
-        if (de->d_type == DT_DIR || de->d_type == DT_LNK) {
-            result = 1;
-            break;
-        }
-        if (de->d_type != DT_REG && de->d_type != DT_UNKNOWN) continue;  /* as list_dir_nogil */
-        struct stat st;
-        if (fstatat(dirfd(dir), fname, &st, AT_SYMLINK_NOFOLLOW) != 0) {
-            if (errno == ENOENT || errno == ENOTDIR) continue;
-            result = 1;
-            break;
-        }
-        if (!S_ISREG(st.st_mode)) {
-            if (S_ISDIR(st.st_mode) || S_ISLNK(st.st_mode)) {
-                result = 1;
-                break;
-            }
-            continue;
-        }
+    int result = 0, more;
+    const char *fname;
+    struct stat st;
+    while ((more = next_plain_file(dir, &fname, &st)) == 1) {
         size_t i = 0;
         while (i < r->nnames && strcmp(r->names[i], fname) != 0) i++;
         if (i == r->nnames || (i == r->primary && st.st_size == 0)) {
@@ -650,7 +620,7 @@ static int entry_dir(int parent, const char *name, const EntryRule *r, long long
         count++;
     }
     closedir(dir);
-    if (result != 0 || (seen & r->required) != r->required) return 1;
+    if (more < 0 || result != 0 || (seen & r->required) != r->required) return 1;
     *bytes += total;
     *files += count;
     return 0;

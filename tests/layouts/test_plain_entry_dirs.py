@@ -28,6 +28,7 @@ from neffcache.stores import local_listing
 from neffcache.stores.base import TEMP_MARKER, PlainEntryDirs, PlainFiles
 from neffcache.stores.local import LocalStore
 from neffcache.stores.safepath import SafeRoot
+from tests.stores.test_count_plain import make_kind
 
 needs_native = pytest.mark.skipif(local_listing.native is None, reason="the C listing helper did not build "
                                   "(tests/stores/test_listing_paths.py fails for that)")
@@ -61,20 +62,7 @@ class Counter:
 def _make(entry: Path, files: list[tuple[str, int, str]]) -> None:
     entry.mkdir(parents=True, exist_ok=True)
     for name, size, kind in files:
-        path = entry / name
-        if path.exists() or path.is_symlink():
-            continue
-        if kind == "file":
-            with path.open("wb") as f:
-                f.truncate(size)
-        elif kind == "dir":
-            path.mkdir()
-        elif kind == "link-in":
-            target = entry.parent.parent.parent / "target"
-            target.write_bytes(b"t" * size)
-            path.symlink_to(target)
-        else:
-            path.symlink_to("/etc/hostname")
+        make_kind(entry / name, size, kind, entry.parent.parent.parent / "target")
 
 
 def _walked(root: Path) -> tuple[Counter, list[str]]:

@@ -40,6 +40,25 @@ _FILE = st.tuples(st.sampled_from(["neff", "hlo"]), st.sampled_from(["12", "13"]
                   st.sampled_from(["file"] * 12 + ["dir", "link-in", "link-out", "fifo"]))
 
 
+def make_kind(path: Path, size: int, kind: str, target: Path) -> None:
+    """``path`` as a file of ``size`` (sparse), a directory, a link to ``target`` (made, of
+    ``size``: a link inside the root), a link out of the root or a FIFO; kept if there already."""
+    if path.exists() or path.is_symlink():
+        return
+    if kind == "file":
+        with path.open("wb") as f:
+            f.truncate(size)
+    elif kind == "dir":
+        path.mkdir()
+    elif kind == "link-in":
+        target.write_bytes(b"t" * size)
+        path.symlink_to(target)
+    elif kind == "link-out":
+        path.symlink_to("/etc/hostname")
+    else:
+        os.mkfifo(path)
+
+
 def _make(root: Path, files: list[tuple[str, str, str, str, int, str]]) -> None:
     """Write the generated files below ``root/NS/<tree>/ab/<child>/``."""
     for tree in ("hlo", "neff"):
@@ -47,21 +66,7 @@ def _make(root: Path, files: list[tuple[str, str, str, str, int, str]]) -> None:
     for tree, child, key, suffix, size, kind in files:
         directory = root / NS / tree / "ab" / child
         directory.mkdir(parents=True, exist_ok=True)
-        path = directory / (key + suffix)
-        if path.exists() or path.is_symlink():
-            continue
-        if kind == "file":
-            with path.open("wb") as f:
-                f.truncate(size)
-        elif kind == "dir":
-            path.mkdir()
-        elif kind == "link-in":
-            (root / "target").write_bytes(b"t" * size)
-            path.symlink_to(root / "target")
-        elif kind == "link-out":
-            path.symlink_to("/etc/hostname")
-        else:
-            os.mkfifo(path)
+        make_kind(directory / (key + suffix), size, kind, root / "target")
 
 
 def _python_count(root: Path, child: str) -> tuple[int, int] | None:
