@@ -10,7 +10,8 @@ from neffcache.entry import Entry, EntryState, FileInfo, Namespace
 from neffcache.layouts.keyparts import KeyQuestions
 from neffcache.layouts.records import EntryNames, EntryPlan, EnvProblem, FailureLog, Located, LogLine, ShardDir
 from neffcache.manifest import Manifest
-from neffcache.stores.base import TEMP_MARKER, PlainEntryDirs, PlainFiles
+from neffcache.stores.base import TEMP_MARKER
+from neffcache.stores.plain import PlainEntryDirs, PlainFiles
 from neffcache.toolchain import Toolchain
 
 # The layout of caches most fleets have today (libneuronxla's): the default where none is named.

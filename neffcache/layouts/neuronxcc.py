@@ -32,9 +32,11 @@ from neffcache.entry import Entry, EntryState, FileInfo, Namespace
 from neffcache.errors import FlagsFileError
 from neffcache.instances import TARGETS
 from neffcache.layouts import flags as flagsfile
+from neffcache.layouts import neuronxcc_logs
 from neffcache.layouts.base import Layout
 from neffcache.layouts.flags import FLAGS_JSON, FLAGS_TXT
 from neffcache.layouts.keyparts import KeyRule
+from neffcache.layouts.neuronxcc_logs import FAILED_WITH, HLO_FILE_RE
 from neffcache.layouts.records import (
     TARGET_DIR_RE,
     EntryNames,
@@ -46,7 +48,7 @@ from neffcache.layouts.records import (
     parse_target_dir,
 )
 from neffcache.manifest import MANIFEST_NAME, Manifest
-from neffcache.stores.base import PlainEntryDirs
+from neffcache.stores.plain import PlainEntryDirs
 from neffcache.toolchain import Toolchain
 
 HLO = "model.hlo_module.pb"
@@ -64,43 +66,10 @@ _PATH_RE = re.compile(
 _NS_DIR_RE = re.compile("^" + TARGET_DIR_RE + r"neuronxcc-(?P<ver>[0-9][^/]*)$")
 KEY_PREFIX = "MODULE_"
 # What follows KEY_PREFIX in the names the runtime gives entries (MODULE_<graph hash>+<flags
-# hash>, _MODULE below): the entry directories a walk may count (plain_entry_dirs_below).
+# hash>, neuronxcc_logs._MODULE): the entry directories a walk may count (plain_entry_dirs_below).
 _KEY_CHARS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_+"
 # libneuronxla's root lock, at the root or under a target directory neffcache added.
 _ROOT_LOCK_RE = re.compile(r"^(?:(?:" + "|".join(TARGETS) + r")-lnc[12]/)?lock$")
-
-
-# The runtime's log lines (docs/runtimes.md, "Layout A"). An entry is named by the MODULE_<g>+<f> in a
-# path: a cache path (.../MODULE_<g>+<f>/model.neff) or a work-directory file name
-# (/tmp/<user>/neuroncc_compile_workdir/<uuid>/model.MODULE_<g>+<f>.hlo_module.pb; NxD:
-# /tmp/nxd_model/<model>/_tp0_bk0/...; before 2024 the command was a Python list and the
-# file .hlo.pb).
-_MODULE = r"MODULE_[0-9A-Za-z_]+\+[0-9A-Za-z]+"
-_ENTRY_RE = re.compile(r"(?:^|[/.])(" + _MODULE + r")(?=[/.])")
-_PATH = r"[^\s'\",\[\]]+"
-_HLO_FILE_RE = re.compile(r"\.(?:hlo_module|hlo)\.pb$")
-_WORKFILE_RE = re.compile(r"(?:^|/)model\.(" + _MODULE + r")\.(?:hlo_module\.pb|hlo\.pb|neff)$")
-_LOG_RES: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("hit", re.compile(r"Using a cached neff at (?P<path>\S+?/model\.neff)(?=\.?(?:\s|$))")),
-    ("compile", re.compile(r"Call compiler with cmd: .*?(?P<path>" + _PATH
-                           + r"\.(?:hlo_module|hlo)\.pb)(?=[\s'\",\]]|$)")),
-    ("success", re.compile(r"Compilation Successfully Completed for (?P<path>" + _PATH
-                           + r"\.(?:hlo_module|hlo)\.pb)")),
-    ("failure", re.compile(r"Compilation failed for (?P<path>" + _PATH
-                           + r"\.(?:hlo_module|hlo)\.pb) after \d+ retr")),
-    ("failure", re.compile(r"Failed compilation with .*?(?P<path>" + _PATH
-                           + r"\.(?:hlo_module|hlo)\.pb)(?=[\s'\",\]]|$)")),
-    ("failure", re.compile(r"Got a cached failed neff at (?P<path>\S+?/model\.neff)(?=\.?(?:\s|$))")),
-)
-_FAILED_WITH = "Failed compilation with "  # how libneuronxla's failure log begins
-_CHEAP = ("Using a cached neff", "Call compiler with", "Compilation Successfully", "Compilation failed for",
-          "Failed compilation with", "Got a cached failed neff")
-
-
-def entry_of_path(path: str) -> str | None:
-    """The ``MODULE_<g>+<f>`` a printed path names (entry directory or work-directory file)."""
-    found = _ENTRY_RE.findall(path)
-    return found[-1] if found else None
 
 
 class NeuronxccLayout(Layout):
@@ -137,9 +106,9 @@ class NeuronxccLayout(Layout):
         <stderr>`` (docs/runtimes.md, "Layout A"): the command (what the compiler got, flags
         and all) and the compiler's text. A log of another form is the text as it is."""
         text = data.decode(errors="replace")
-        if not text.startswith(_FAILED_WITH):
+        if not text.startswith(FAILED_WITH):
             return FailureLog(None, text)
-        start = len(_FAILED_WITH)
+        start = len(FAILED_WITH)
         # The list's end is the first "]" after which the prefix is a list of strings (a path
         # may hold "]"); bounded, so a crafted log costs little.
         for end in [m.start() for m in re.finditer(r"\]", text[start:start + 65536])][:200]:
@@ -154,7 +123,7 @@ class NeuronxccLayout(Layout):
 
     def failure_log_bytes(self, command: Sequence[str], output: str) -> bytes:
         """The runtime's own form, so a runtime and neffcache read each other's logs alike."""
-        return f"{_FAILED_WITH}{list(command)!r}: {output}".encode()
+        return f"{FAILED_WITH}{list(command)!r}: {output}".encode()
 
     # -- the flags file and the MODULE name (see neffcache.layouts.flags) ---------------------
     def flags_file(self, namespace: Namespace, key: str, flags: Sequence[str]) -> tuple[str, bytes]:
@@ -223,31 +192,14 @@ class NeuronxccLayout(Layout):
 
     def flags_beside(self, file_name: str) -> tuple[str, ...]:
         # The entry's own file or the work directory's model.MODULE_<g>+<f>.hlo_module.pb.
-        return (FLAGS_JSON, FLAGS_TXT) if _HLO_FILE_RE.search(file_name) else ()
+        return (FLAGS_JSON, FLAGS_TXT) if HLO_FILE_RE.search(file_name) else ()
 
     def entry_named(self, path: str) -> str | None:
-        # Only a compile work-directory file names an entry wherever it lies; a cache path
-        # (.../MODULE_<g>+<f>/model.neff) outside the root is another cache's entry.
-        match = _WORKFILE_RE.search(path)
-        return match.group(1) if match else None
+        return neuronxcc_logs.entry_named(path)
 
     # -- log lines ------------------------------------------------------------------------
     def parse_log_line(self, line: str) -> LogLine | None:
-        """One libneuronxla line: ``hit``, ``compile`` (the compiler call: also a miss, which
-        :meth:`parse_log_lines` spells out), ``success``, or ``failure``.
-
-        A failed compile prints two failure lines (``Failed compilation with [...]`` per
-        attempt, then ``Compilation failed for ... after N retries.``) and a cached one a third
-        kind (``Got a cached failed neff``): count failures per entry, not per line.
-        """
-        if not any(cheap in line for cheap in _CHEAP):
-            return None
-        for kind, regex in _LOG_RES:
-            match = regex.search(line)
-            if match is not None:
-                path = match.group("path")
-                return LogLine(kind, entry=entry_of_path(path), path=path)
-        return None
+        return neuronxcc_logs.parse_log_line(line)
 
     def parse_log_lines(self, line: str) -> list[LogLine]:
         """:meth:`parse_log_line` with the compiler call counted as both a miss and a compile."""

@@ -62,7 +62,7 @@ from neffcache.layouts.records import (
     parse_target_dir,
 )
 from neffcache.manifest import Manifest
-from neffcache.stores.base import PlainFiles
+from neffcache.stores.plain import PlainFiles
 from neffcache.toolchain import Toolchain
 
 _FLAGS_SUFFIX = ".flags.json"

@@ -22,7 +22,8 @@ from neffcache.layouts import LAYOUTS, Located, locate
 from neffcache.layouts.base import Layout
 from neffcache.layouts.records import ShardDir
 from neffcache.manifest import Manifest
-from neffcache.stores.base import CONTROL_DIR, TEMP_MARKER, DirListing, PlainEntryDirs, PlainFiles
+from neffcache.stores.base import CONTROL_DIR, TEMP_MARKER, DirListing
+from neffcache.stores.plain import PlainEntryDirs, PlainFiles
 
 Progress = Callable[[int], None]
 CONTROL_PREFIX = CONTROL_DIR + "/"
@@ -156,7 +157,8 @@ class Grouper:
 
         - ``_in_control`` looks at the parents only (a child of two hex digits is not ``.neffcache``);
         - ``_locate_dir``: every directory layout's ``locate_dir`` gives every child named by two
-          lowercase hex digits the same yes or no (tests/layouts/test_plain_shards.py);
+          lowercase hex digits the same yes or no (tests/stores/test_count_plain.py holds the
+          rule to each of these questions, child by child);
         - ``entry_dirs``: no child of a spread tree is in it, since the walk left those trees
           out and ``summary._group_batch`` forgets each directory it adds;
         - ``_shard_of``: the first layout resolving a child must be the rule's layout.

@@ -50,7 +50,8 @@ from neffcache.entry import Entry, EntryState, FileInfo, Namespace
 from neffcache.layouts import LAYOUTS, Located
 from neffcache.operations.grouping import Group, Grouper, Progress, judge
 from neffcache.operations.scan import NamespaceSummary, ScanReport
-from neffcache.stores.base import DirListing, PlainCounter, PlainEntryDirs, PlainFiles, SkipDirs, Store
+from neffcache.stores.base import DirListing, SkipDirs, Store
+from neffcache.stores.plain import PlainCounter, PlainEntryDirs, PlainFiles
 
 MAX_WARNINGS = 1000
 _KEY = "\0"  # stands for the entry's key in a kept name: no file name holds a NUL
@@ -270,11 +271,12 @@ COUNT_PLAIN_SHARDS = True
 
 
 class _PlainCounter:
-    """The summary's answers to a store that can count plain shards itself (``PlainCounter``):
-    the grouper's rule (:meth:`Grouper.plain_rule`, what ``count_plain`` would decide), and the
-    counts into the tally. A store counts a shard only where nothing lies below it and its
-    listing would have had no problem, so unlike a shard counted in ``_in_step`` it needs no
-    waiting for the walk to leave it."""
+    """The summary's answers to a store that can count plain shards and entry directories
+    itself (``PlainCounter``): the grouper's rules (:meth:`Grouper.plain_rule` for layout-B
+    levels, :meth:`Grouper.entry_rule` for layout-A namespaces: what judging would decide), and
+    the counts into the tally. A store counts a directory only where nothing lies below it and
+    its listing would have had no problem, so unlike a shard counted in ``_in_step`` it needs no
+    waiting for the walk to leave it, and unlike an open flat entry no judging when it does."""
 
     def __init__(self, grouper: Grouper, tally: _Tally) -> None:
         self._grouper = grouper

@@ -3,7 +3,7 @@
 from collections.abc import Callable, Iterator
 
 from neffcache.entry import FileInfo
-from neffcache.stores.base import PlainCounter
+from neffcache.stores.plain import PlainCounter
 
 # (subdirectory names, file names, their FileInfos, symlink names)
 Listed = tuple[list[str], list[str], list[FileInfo], list[str]]

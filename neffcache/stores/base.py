@@ -52,9 +52,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, NamedTuple, Protocol
+from typing import BinaryIO, NamedTuple
 
-from neffcache.entry import FileInfo, Namespace
+from neffcache.entry import FileInfo
 from neffcache.errors import EntryNotFound, NoSpace, ReadOnlyStore, SourceChanged
 from neffcache.manifest import FileDigest
 from neffcache.stores.hashed_io import (
@@ -68,6 +68,7 @@ from neffcache.stores.hashed_io import (
     settled,
     write_all,
 )
+from neffcache.stores.plain import PlainCounter
 
 Source = Path | bytes
 CONTROL_DIR = ".neffcache"  # leases, stamps, quarantine: never part of a layout
@@ -102,56 +103,6 @@ class SkipDirs(NamedTuple):
 
     names: frozenset[str]
     test: Callable[[str], bool]
-
-
-class PlainFiles(NamedTuple):
-    """A rule by which a listing may count the entries of leaf directories instead of listing
-    them (:meth:`Store.iter_dirs_together`'s ``plain``): for each child named in ``children`` of
-    the directories it was made for, every file must be a regular file named ``<key><suffix>``
-    (``key_min`` to ``key_max`` lowercase hex digits starting with ``prefix`` plus the child's
-    name; a suffix of ``suffixes``, from the first dot on), and each key must have a non-empty
-    ``primary`` file in a directory of ``primary_dirs``. A child where anything else is found
-    (a subdirectory, a link, another name, an empty primary, a key without one, a directory
-    that cannot be read) is listed as usual instead: a count stands for listings that would
-    have said nothing else. The layout makes the rule (``Layout.plain_files_below``); the store
-    only applies it."""
-
-    children: frozenset[str]
-    prefix: str
-    suffixes: tuple[str, ...]
-    primary: str
-    primary_dirs: frozenset[str]
-    key_min: int
-    key_max: int
-    namespace: Namespace | None = None  # whose entries these are (the layout's answer, handed back)
-
-
-class PlainEntryDirs(NamedTuple):
-    """A rule by which a walk may count entry directories instead of listing them
-    (:meth:`Store.iter_dirs_skipping`'s ``plain``): each child named ``prefix`` plus one or
-    more characters of ``charset`` of the directory it was made for is one entry, counted when
-    it holds nothing but regular files named in ``names``, with each of ``required`` present
-    and ``primary`` not empty. Any other child, or one where anything else is found, is walked
-    as usual. The layout makes the rule (``Layout.plain_entry_dirs_below``)."""
-
-    prefix: str
-    charset: str
-    names: tuple[str, ...]
-    required: tuple[str, ...]
-    primary: str
-    namespace: Namespace | None = None  # whose entries these are (the layout's answer, handed back)
-
-
-class PlainCounter(Protocol):
-    """What a listing asks before it goes below a directory: a rule for its children, or None;
-    and where the counts go. ``rule`` is asked by :meth:`Store.iter_dirs_together` (``directories``:
-    the level's store path in each tree that has it), ``entry_rule`` by a walk."""
-
-    def rule(self, directories: Sequence[str]) -> PlainFiles | None: ...
-
-    def entry_rule(self, directory: str) -> PlainEntryDirs | None: ...
-
-    def counted(self, rule: PlainFiles | PlainEntryDirs, entries: int, size: int, files: int) -> None: ...
 
 
 @dataclass(frozen=True)

@@ -52,10 +52,12 @@ from typing import BinaryIO
 from neffcache.entry import FileInfo
 from neffcache.errors import AccessDenied, EntryNotFound, StoreError, StoreUnavailable, UnsafePath
 from neffcache.keys import is_canonical_relpath, safe_relpath
-from neffcache.stores.base import CONTROL_DIR, TEMP_MARKER, DirListing, PlainCounter, SkipDirs, Source, Store
-from neffcache.stores.local_listing import list_threaded, walk, walk_together
+from neffcache.stores.base import CONTROL_DIR, TEMP_MARKER, DirListing, SkipDirs, Source, Store
+from neffcache.stores.local_in_step import walk_together
+from neffcache.stores.local_listing import list_threaded, walk
 from neffcache.stores.local_remove import LocalRemoval
 from neffcache.stores.local_write import SHARED_DIR_MODE, publish_temp, temp_name, write_temp
+from neffcache.stores.plain import PlainCounter
 from neffcache.stores.safepath import DIR_FLAGS, SafeRoot, copy_fd, lexists
 
 log = logging.getLogger(__name__)

@@ -17,9 +17,8 @@ How the store contract maps onto S3:
 Retries: botocore's ``standard`` mode (exponential backoff with jitter) for every attempt,
 an AIMD limit on calls in flight that shrinks on SlowDown and regrows on success (s3_throttle
 says why not botocore's ``adaptive`` limiter); on top, more rounds for throttling, 5xx and
-dropped connections once botocore gives up (its retry quota runs dry under sustained
-faults), and resumable body reads (s3_transfer). Errors become one-line neffcache errors
-(s3_errors). Credentials come from boto3's standard chain.
+dropped connections once botocore gives up (its retry quota runs dry under sustained faults),
+and resumable body reads (s3_transfer). Errors: one-line neffcache errors (s3_errors).
 """
 
 from __future__ import annotations

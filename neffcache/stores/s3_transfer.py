@@ -98,8 +98,7 @@ def upload_multipart(call: Call, pool: Executor, *, key: str, path: str, source:
     aborted then. Any failure aborts the upload too, so no parts linger; a SIGKILL leaves an
     incomplete upload that no listing shows and ``S3Store.abort_incomplete_uploads`` removes.
 
-    ``checksum``: the parts' ``ChecksumAlgorithm``; None where their signed sha256 is their
-    check (plain HTTP, s3_signing.checksum_options).
+    ``checksum``: the parts' ``ChecksumAlgorithm`` (None: their signed sha256 checks them, s3_signing).
     """
     algorithm: dict[str, str] = {"ChecksumAlgorithm": checksum} if checksum else {}
     upload = call("create_multipart_upload", path, Key=key, **algorithm)

@@ -25,8 +25,9 @@ from neffcache.operations.grouping import Grouper, _in_control
 from neffcache.operations.scan import scan
 from neffcache.operations.summary import ScanSummary, summarize
 from neffcache.stores import local_listing
-from neffcache.stores.base import TEMP_MARKER, PlainEntryDirs, PlainFiles
+from neffcache.stores.base import TEMP_MARKER
 from neffcache.stores.local import LocalStore
+from neffcache.stores.plain import PlainEntryDirs, PlainFiles
 from neffcache.stores.safepath import SafeRoot
 from tests.stores.test_count_plain import make_kind
 

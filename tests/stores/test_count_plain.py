@@ -20,9 +20,10 @@ from neffcache.operations import summary as summary_module
 from neffcache.operations.grouping import Grouper, _in_control
 from neffcache.operations.scan import scan
 from neffcache.operations.summary import ScanSummary, summarize
-from neffcache.stores import local_listing
-from neffcache.stores.base import TEMP_MARKER, DirListing, PlainFiles
+from neffcache.stores import local_in_step, local_listing
+from neffcache.stores.base import TEMP_MARKER, DirListing
 from neffcache.stores.local import LocalStore
+from neffcache.stores.plain import PlainFiles
 from neffcache.stores.safepath import SafeRoot
 
 native = local_listing.native
@@ -199,9 +200,9 @@ def test_a_summary_with_shards_counted_in_c_is_the_full_reports(tmp_path: Path, 
     store = LocalStore(root)
     expected = _without_seconds(ScanSummary.of_report(scan(store)))
     counted_in_c = []
-    original = local_listing.count_children
+    original = local_in_step.count_children
     if how == "listed and counted":
-        monkeypatch.setattr(local_listing, "count_children", lambda *args: None)
+        monkeypatch.setattr(local_in_step, "count_children", lambda *args: None)
     elif how == "every entry judged":
         monkeypatch.setattr(summary_module, "COUNT_PLAIN_SHARDS", False)
     elif how == "python listing":
@@ -211,7 +212,7 @@ def test_a_summary_with_shards_counted_in_c_is_the_full_reports(tmp_path: Path, 
             before = set(subdirs)
             original(plain, listed, subdirs)  # type: ignore[arg-type]
             counted_in_c.extend(before - set(subdirs))
-        monkeypatch.setattr(local_listing, "count_children", watched)
+        monkeypatch.setattr(local_in_step, "count_children", watched)
     summary = summarize(store)
     assert _without_seconds(summary) == expected
     assert summary.entries >= 256 and summary.by_state()["CORRUPT"] >= 2 and summary.warning_count >= 2

@@ -1,0 +1,163 @@
+"""Listing sibling trees in step: layout B's ``hlo/`` and ``neff/``, the same shard path in
+each (:meth:`Store.iter_dirs_together` of a local store). A summary then knows an entry whole
+once its shard is listed (neffcache/operations/summary.py), and, given a rule
+(:class:`~neffcache.stores.plain.PlainFiles`), the C helper counts the shard directories that
+need nothing but counting instead of listing them.
+
+The walk is :mod:`neffcache.stores.local_listing`'s: each directory opened relative to its
+parent, no symlink followed, what cannot be opened reported as a problem of its parent's.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+
+from neffcache.errors import UnsafePath
+from neffcache.stores import local_listing
+from neffcache.stores.base import DirListing
+from neffcache.stores.local_listing import dir_problem, list_fd
+from neffcache.stores.plain import PlainCounter
+from neffcache.stores.safepath import DIR_FLAGS, SafeRoot
+
+
+def walk_together(safe: SafeRoot, trees: Sequence[str], plain: PlainCounter | None = None
+                  ) -> Iterator[tuple[str, list[DirListing]]]:
+    """The directories ``trees`` walked in step (:meth:`Store.iter_dirs_together`): depth first
+    over the union of their relative subdirectories (sorted), each relative directory listed
+    in every tree that has it before the walk goes below it. Problems are the walk's own:
+    what cannot be opened is a problem of its parent's, worded by :func:`dir_problem`.
+
+    With ``plain`` and the C helper, the children a level's rule covers are counted in C
+    (:func:`count_children`) and only those it declines are walked."""
+    frames: list[tuple[int, str]] = []
+    problems: list[DirListing] = []
+    try:
+        for tree in trees:
+            parent, _, name = tree.rpartition("/")
+            try:
+                pfd = safe.open_dir(parent)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            except (UnsafePath, OSError) as exc:  # swapped for a link, or unreadable, since the walk
+                head, _, leaf = parent.rpartition("/")
+                why = exc.reason if isinstance(exc, UnsafePath) else f"unreadable directory ({exc.strerror or exc})"
+                problems.append(DirListing(head, [], [], ((leaf, why),)))
+                continue
+            try:
+                frames.append((os.open(name, DIR_FLAGS, dir_fd=pfd), tree))
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                reason = dir_problem(safe, pfd, name, exc)
+                if reason is not None:
+                    problems.append(DirListing(parent, [], [], ((name, reason),)))
+            finally:
+                os.close(pfd)
+    except BaseException:
+        for fd, _ in frames:
+            os.close(fd)
+        raise
+    # An older build of the helper (an editable install not rebuilt) lists as before.
+    native = local_listing.native  # read at call time: tests turn the helper off
+    counter = plain if native is not None and hasattr(native, "count_plain") else None
+    yield from _in_step(safe, frames, "", problems, counter)
+
+
+def count_children(plain: PlainCounter, listed: list[tuple[int, str]],
+                   subdirs: dict[str, list[tuple[int, str]]]) -> None:
+    """Count the children of a level (open as ``listed``: (fd, store path) in each tree) that
+    its :class:`PlainFiles` rule covers, and take the counted ones out of ``subdirs`` (name ->
+    the parents that have it): only what the C helper declines is walked. The C helper is there."""
+    rule = plain.rule([path for _, path in listed])
+    if rule is None or len(listed) > 30:  # the helper's mask has a bit per tree
+        return
+    position = {fd: i for i, (fd, _) in enumerate(listed)}
+    children = [(name, sum(1 << position[fd] for fd, _ in parents))
+                for name, parents in subdirs.items() if name in rule.children]
+    if not children:
+        return
+    native = local_listing.native
+    assert native is not None  # walk_together passes ``plain`` only then
+    fds = tuple(fd for fd, _ in listed)
+    primary = tuple(path in rule.primary_dirs for _, path in listed)
+    entries, size, files, declined = native.count_plain(fds, primary, children, rule.prefix, rule.suffixes,
+                                                        rule.primary, rule.key_min, rule.key_max)
+    plain.counted(rule, entries, size, files)
+    kept = set(declined)
+    for name, _ in children:
+        if name not in kept:
+            del subdirs[name]
+
+
+def _list_level(safe: SafeRoot, current: list[tuple[int, str]], batch: list[DirListing],
+                plain: PlainCounter | None) -> dict[str, list[tuple[int, str]]]:
+    """List one relative directory open in each tree as ``current`` into ``batch``; returns its
+    subdirectories still to walk (name -> [(parent fd, parent path) in each tree that has it]):
+    all of them, less those ``plain``'s rule lets the C helper count (:func:`count_children`)."""
+    subdirs: dict[str, list[tuple[int, str]]] = {}
+    listed: list[tuple[int, str]] = []
+    for fd, path in current:
+        try:
+            names, listing = list_fd(safe, fd, path)
+        except OSError as exc:
+            head, _, name = path.rpartition("/")
+            batch.append(DirListing(head, [], [], ((name, f"unreadable directory ({exc.strerror})"),)))
+            continue
+        if listing is not None:
+            batch.append(listing)
+        listed.append((fd, path))
+        for name in names:
+            subdirs.setdefault(name, []).append((fd, path))
+    if plain is not None and subdirs:
+        count_children(plain, listed, subdirs)
+    return subdirs
+
+
+def _in_step(safe: SafeRoot, frames: list[tuple[int, str]], rel: str,
+             batch: list[DirListing], plain: PlainCounter | None = None) -> Iterator[tuple[str, list[DirListing]]]:
+    """List the relative directory ``rel`` open in each tree as ``frames`` (consumed: closed
+    however the walk ends), then what lies below it, in step, depth first. ``batch``: what
+    could not be opened of ``rel``, reported with it. A loop over a stack, not recursion: a
+    million entries are a hundred thousand shard directories, each a step."""
+    # Per level: the descriptors to close when done, the level's path, and its subdirectories
+    # still to visit: (name, [(parent fd, parent path) in each tree that has it]).
+    stack: list[tuple[list[tuple[int, str]], str, Iterator[tuple[str, list[tuple[int, str]]]]]] = []
+    current: list[tuple[int, str]] | None = frames
+    try:
+        while current is not None:
+            subdirs = _list_level(safe, current, batch, plain)
+            if subdirs:
+                stack.append((current, rel, iter(sorted(subdirs.items()))))
+            else:
+                for fd, _ in current:
+                    os.close(fd)
+            current = None
+            if batch:
+                yield rel, batch
+            while stack:
+                _, parent_rel, pending = stack[-1]
+                step = next(pending, None)
+                if step is None:
+                    for fd, _ in stack.pop()[0]:
+                        os.close(fd)
+                    continue
+                name, parents = step
+                rel = f"{parent_rel}/{name}" if parent_rel else name
+                current, batch = [], []
+                for pfd, path in parents:
+                    try:
+                        current.append((os.open(name, DIR_FLAGS, dir_fd=pfd), f"{path}/{name}"))
+                    except FileNotFoundError:
+                        continue
+                    except OSError as exc:
+                        reason = dir_problem(safe, pfd, name, exc)
+                        if reason is not None:
+                            batch.append(DirListing(path, [], [], ((name, reason),)))
+                break
+    finally:
+        for fd, _ in current or ():
+            os.close(fd)
+        for level, _, _ in stack:
+            for fd, _ in level:
+                os.close(fd)
