@@ -45,15 +45,11 @@ def walk_together(safe: SafeRoot, trees: Sequence[str], plain: PlainCounter | No
                 problems.append(DirListing(head, [], [], ((leaf, why),)))
                 continue
             try:
-                frames.append((os.open(name, DIR_FLAGS, dir_fd=pfd), tree))
-            except FileNotFoundError:
-                continue
-            except OSError as exc:
-                reason = dir_problem(safe, pfd, name, exc)
-                if reason is not None:
-                    problems.append(DirListing(parent, [], [], ((name, reason),)))
+                fd = _open_child(safe, pfd, parent, name, problems)
             finally:
                 os.close(pfd)
+            if fd is not None:
+                frames.append((fd, tree))
     except BaseException:
         for fd, _ in frames:
             os.close(fd)
@@ -62,6 +58,21 @@ def walk_together(safe: SafeRoot, trees: Sequence[str], plain: PlainCounter | No
     native = local_listing.native  # read at call time: tests turn the helper off
     counter = plain if native is not None and hasattr(native, "count_plain") else None
     yield from _in_step(safe, frames, "", problems, counter)
+
+
+def _open_child(safe: SafeRoot, pfd: int, path: str, name: str, problems: list[DirListing]) -> int | None:
+    """The subdirectory ``name`` of ``pfd`` (whose store path is ``path``) opened as the walk
+    opens it, or None: gone meanwhile, or what could not be opened added to ``problems`` as a
+    problem of its parent's, worded by :func:`dir_problem`."""
+    try:
+        return os.open(name, DIR_FLAGS, dir_fd=pfd)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        reason = dir_problem(safe, pfd, name, exc)
+        if reason is not None:
+            problems.append(DirListing(path, [], [], ((name, reason),)))
+        return None
 
 
 def count_children(plain: PlainCounter, listed: list[tuple[int, str]],
@@ -146,14 +157,9 @@ def _in_step(safe: SafeRoot, frames: list[tuple[int, str]], rel: str,
                 rel = f"{parent_rel}/{name}" if parent_rel else name
                 current, batch = [], []
                 for pfd, path in parents:
-                    try:
-                        current.append((os.open(name, DIR_FLAGS, dir_fd=pfd), f"{path}/{name}"))
-                    except FileNotFoundError:
-                        continue
-                    except OSError as exc:
-                        reason = dir_problem(safe, pfd, name, exc)
-                        if reason is not None:
-                            batch.append(DirListing(path, [], [], ((name, reason),)))
+                    child = _open_child(safe, pfd, path, name, batch)
+                    if child is not None:
+                        current.append((child, f"{path}/{name}"))
                 break
     finally:
         for fd, _ in current or ():
