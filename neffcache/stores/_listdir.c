@@ -798,6 +798,8 @@ static int walker_count_children(Walker *w) {
     EntryRule r = {0};
     PyObject *prefix = NULL, *charset = NULL, *names = NULL, *required = NULL, *primary = NULL, *kept = NULL;
     char *verdicts = NULL;
+    const char **cnames = NULL;
+    size_t *clens = NULL;
     prefix = PyObject_GetAttrString(rule, "prefix");
     charset = PyObject_GetAttrString(rule, "charset");
     names = PyObject_GetAttrString(rule, "names");
@@ -837,21 +839,25 @@ static int walker_count_children(Walker *w) {
         goto done;
     }
     Py_ssize_t n = PyList_GET_SIZE(f->subdirs);
+    PyObject *subdirs = f->subdirs;
     verdicts = malloc((size_t)n);
-    if (verdicts == NULL) {
+    cnames = malloc((size_t)n * sizeof(char *));
+    clens = malloc((size_t)n * sizeof(size_t));
+    if (verdicts == NULL || cnames == NULL || clens == NULL) {
         PyErr_NoMemory();
         goto done;
     }
+    for (Py_ssize_t i = 0; i < n; i++) {  /* the frame's list keeps the bytes alive meanwhile */
+        PyObject *name = PyList_GET_ITEM(subdirs, i);
+        cnames[i] = PyBytes_AS_STRING(name);
+        clens[i] = (size_t)PyBytes_GET_SIZE(name);
+    }
     long long bytes = 0;
     size_t files = 0, entries = 0;
-    PyObject *subdirs = f->subdirs;
     int fd = f->fd;
-    /* The names are bytes objects the frame's list owns and nobody else sees: read without the GIL. */
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *name = PyList_GET_ITEM(subdirs, i);
-        const char *cname = PyBytes_AS_STRING(name);
-        verdicts[i] = !entry_child(&r, cname, (size_t)PyBytes_GET_SIZE(name)) || entry_dir(fd, cname, &r, &bytes, &files);
+        verdicts[i] = !entry_child(&r, cnames[i], clens[i]) || entry_dir(fd, cnames[i], &r, &bytes, &files);
         if (!verdicts[i]) entries++;
     }
     Py_END_ALLOW_THREADS
@@ -874,6 +880,8 @@ static int walker_count_children(Walker *w) {
 done:
     free(r.names);
     free(verdicts);
+    free(cnames);
+    free(clens);
     Py_XDECREF(kept);
     Py_XDECREF(prefix);
     Py_XDECREF(charset);
