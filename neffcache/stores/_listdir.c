@@ -176,6 +176,7 @@ static PyObject *build(Listing *l, const char *prefix, size_t plen, PyTypeObject
         Item *it = &l->items[i];
         const char *name = l->arena + it->name;
         PyObject *obj;
+        if (it->kind == 0) continue;  /* counted by the walk (walker_count_children) */
         if (it->kind == KIND_DIR && raw_dirs) {
             obj = PyBytes_FromStringAndSize(name, (Py_ssize_t)it->len);
         } else {
@@ -694,6 +695,98 @@ static PyObject *decode(const char *s, size_t n) {
     return PyUnicode_DecodeFSDefaultAndSize(s, (Py_ssize_t)n);
 }
 
+/* Count the subdirectories in ``l`` (the top frame's listing, before any Python object is made
+ * of it) that ``plain``'s rule for the frame covers, and drop them from ``l`` (kind 0): a
+ * namespace of a million entry directories costs no object per counted one. 0, or -1 with an
+ * exception set. */
+static int walker_count_children(Walker *w, Listing *l) {
+    if (w->plain == NULL) return 0;
+    Frame *f = &w->frames[w->depth - 1];
+    size_t dirs = 0;
+    for (size_t i = 0; i < l->count; i++) dirs += l->items[i].kind == KIND_DIR;
+    if (dirs == 0) return 0;
+    PyObject *rel = decode(f->rel, f->rlen);
+    if (rel == NULL) return -1;
+    PyObject *rule = PyObject_CallMethod(w->plain, "entry_rule", "N", rel);
+    if (rule == NULL) return -1;
+    if (rule == Py_None) {
+        Py_DECREF(rule);
+        return 0;
+    }
+    int result = -1;
+    EntryRule r = {0};
+    PyObject *prefix = NULL, *charset = NULL, *names = NULL, *required = NULL, *primary = NULL;
+    prefix = PyObject_GetAttrString(rule, "prefix");
+    charset = PyObject_GetAttrString(rule, "charset");
+    names = PyObject_GetAttrString(rule, "names");
+    required = PyObject_GetAttrString(rule, "required");
+    primary = PyObject_GetAttrString(rule, "primary");
+    if (prefix == NULL || charset == NULL || names == NULL || required == NULL || primary == NULL) goto done;
+    if (!PyUnicode_Check(prefix) || !PyUnicode_Check(charset) || !PyTuple_Check(names) || !PyTuple_Check(required)
+        || !PyUnicode_Check(primary) || PyTuple_GET_SIZE(names) >= (Py_ssize_t)(8 * sizeof(unsigned long))) {
+        PyErr_SetString(PyExc_TypeError, "entry_rule: a PlainEntryDirs of str and tuples of str");
+        goto done;
+    }
+    Py_ssize_t plen;
+    r.prefix = PyUnicode_AsUTF8AndSize(prefix, &plen);
+    r.plen = (size_t)plen;
+    r.charset = PyUnicode_AsUTF8(charset);
+    if (r.prefix == NULL || r.charset == NULL) goto done;
+    r.nnames = (size_t)PyTuple_GET_SIZE(names);
+    r.names = calloc(r.nnames + 1, sizeof(char *));
+    if (r.names == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    r.primary = r.nnames;
+    for (size_t i = 0; i < r.nnames; i++) {
+        PyObject *n = PyTuple_GET_ITEM(names, (Py_ssize_t)i);
+        if (!PyUnicode_Check(n) || (r.names[i] = PyUnicode_AsUTF8(n)) == NULL) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "entry_rule: names must be str");
+            goto done;
+        }
+        if (PyUnicode_Compare(n, primary) == 0) r.primary = i;
+        int needed = PySequence_Contains(required, n);
+        if (needed < 0) goto done;
+        if (needed) r.required |= 1UL << i;
+    }
+    if (r.primary == r.nnames || (size_t)__builtin_popcountl(r.required) != (size_t)PyTuple_GET_SIZE(required)) {
+        PyErr_SetString(PyExc_ValueError, "entry_rule: the primary and every required name must be among names");
+        goto done;
+    }
+    long long bytes = 0;
+    size_t files = 0, entries = 0;
+    int fd = f->fd;
+    Py_BEGIN_ALLOW_THREADS
+    for (size_t i = 0; i < l->count; i++) {
+        Item *it = &l->items[i];
+        const char *name = l->arena + it->name;
+        if (it->kind == KIND_DIR && entry_child(&r, name, it->len) && entry_dir(fd, name, &r, &bytes, &files) == 0) {
+            it->kind = 0;  /* counted: not walked, no object made */
+            entries++;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (entries == 0) {
+        result = 0;
+        goto done;
+    }
+    PyObject *ok = PyObject_CallMethod(w->plain, "counted", "OnLn", rule, (Py_ssize_t)entries, bytes,
+                                       (Py_ssize_t)files);
+    if (ok == NULL) goto done;
+    Py_DECREF(ok);
+    result = 0;
+done:
+    free(r.names);
+    Py_XDECREF(prefix);
+    Py_XDECREF(charset);
+    Py_XDECREF(names);
+    Py_XDECREF(required);
+    Py_XDECREF(primary);
+    Py_DECREF(rule);
+    return result;
+}
+
 /* List the top frame's directory: (rel, names, files, links, problems, fd) to yield, or
  * Py_None when it has nothing to report. When the listing fails, returns NULL with no
  * exception set and the errno value in ``*oserr``. */
@@ -709,6 +802,10 @@ static PyObject *walker_list_top(Walker *w, int *oserr) {
         listing_free(&l);
         if (err == ENOMEM) return PyErr_NoMemory();
         *oserr = err;
+        return NULL;
+    }
+    if (walker_count_children(w, &l) != 0) {
+        listing_free(&l);
         return NULL;
     }
     char *prefix = malloc(f->rlen + 2);
@@ -781,117 +878,6 @@ static int skip_child(Walker *w, Frame *f, PyObject *name) {
     return yes;
 }
 
-/* Count the children of the top frame that ``plain``'s rule for it covers, and take them out of
- * the frame's subdirectories: 0, or -1 with an exception set. */
-static int walker_count_children(Walker *w) {
-    Frame *f = &w->frames[w->depth - 1];
-    if (w->plain == NULL || f->subdirs == NULL || PyList_GET_SIZE(f->subdirs) == 0) return 0;
-    PyObject *rel = decode(f->rel, f->rlen);
-    if (rel == NULL) return -1;
-    PyObject *rule = PyObject_CallMethod(w->plain, "entry_rule", "N", rel);
-    if (rule == NULL) return -1;
-    if (rule == Py_None) {
-        Py_DECREF(rule);
-        return 0;
-    }
-    int result = -1;
-    EntryRule r = {0};
-    PyObject *prefix = NULL, *charset = NULL, *names = NULL, *required = NULL, *primary = NULL, *kept = NULL;
-    char *verdicts = NULL;
-    const char **cnames = NULL;
-    size_t *clens = NULL;
-    prefix = PyObject_GetAttrString(rule, "prefix");
-    charset = PyObject_GetAttrString(rule, "charset");
-    names = PyObject_GetAttrString(rule, "names");
-    required = PyObject_GetAttrString(rule, "required");
-    primary = PyObject_GetAttrString(rule, "primary");
-    if (prefix == NULL || charset == NULL || names == NULL || required == NULL || primary == NULL) goto done;
-    if (!PyUnicode_Check(prefix) || !PyUnicode_Check(charset) || !PyTuple_Check(names) || !PyTuple_Check(required)
-        || !PyUnicode_Check(primary) || PyTuple_GET_SIZE(names) >= (Py_ssize_t)(8 * sizeof(unsigned long))) {
-        PyErr_SetString(PyExc_TypeError, "entry_rule: a PlainEntryDirs of str and tuples of str");
-        goto done;
-    }
-    Py_ssize_t plen;
-    r.prefix = PyUnicode_AsUTF8AndSize(prefix, &plen);
-    r.plen = (size_t)plen;
-    r.charset = PyUnicode_AsUTF8(charset);
-    if (r.prefix == NULL || r.charset == NULL) goto done;
-    r.nnames = (size_t)PyTuple_GET_SIZE(names);
-    r.names = calloc(r.nnames + 1, sizeof(char *));
-    if (r.names == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    r.primary = r.nnames;
-    for (size_t i = 0; i < r.nnames; i++) {
-        PyObject *n = PyTuple_GET_ITEM(names, (Py_ssize_t)i);
-        if (!PyUnicode_Check(n) || (r.names[i] = PyUnicode_AsUTF8(n)) == NULL) {
-            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "entry_rule: names must be str");
-            goto done;
-        }
-        if (PyUnicode_Compare(n, primary) == 0) r.primary = i;
-        int needed = PySequence_Contains(required, n);
-        if (needed < 0) goto done;
-        if (needed) r.required |= 1UL << i;
-    }
-    if (r.primary == r.nnames || (size_t)__builtin_popcountl(r.required) != (size_t)PyTuple_GET_SIZE(required)) {
-        PyErr_SetString(PyExc_ValueError, "entry_rule: the primary and every required name must be among names");
-        goto done;
-    }
-    Py_ssize_t n = PyList_GET_SIZE(f->subdirs);
-    PyObject *subdirs = f->subdirs;
-    verdicts = malloc((size_t)n);
-    cnames = malloc((size_t)n * sizeof(char *));
-    clens = malloc((size_t)n * sizeof(size_t));
-    if (verdicts == NULL || cnames == NULL || clens == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {  /* the frame's list keeps the bytes alive meanwhile */
-        PyObject *name = PyList_GET_ITEM(subdirs, i);
-        cnames[i] = PyBytes_AS_STRING(name);
-        clens[i] = (size_t)PyBytes_GET_SIZE(name);
-    }
-    long long bytes = 0;
-    size_t files = 0, entries = 0;
-    int fd = f->fd;
-    Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < n; i++) {
-        verdicts[i] = !entry_child(&r, cnames[i], clens[i]) || entry_dir(fd, cnames[i], &r, &bytes, &files);
-        if (!verdicts[i]) entries++;
-    }
-    Py_END_ALLOW_THREADS
-    if (entries == 0) {
-        result = 0;
-        goto done;
-    }
-    kept = PyList_New(0);
-    if (kept == NULL) goto done;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (verdicts[i] && PyList_Append(kept, PyList_GET_ITEM(subdirs, i)) != 0) goto done;
-    }
-    Py_SETREF(f->subdirs, kept);
-    kept = NULL;
-    PyObject *ok = PyObject_CallMethod(w->plain, "counted", "OnLn", rule, (Py_ssize_t)entries, bytes,
-                                       (Py_ssize_t)files);
-    if (ok == NULL) goto done;
-    Py_DECREF(ok);
-    result = 0;
-done:
-    free(r.names);
-    free(verdicts);
-    free(cnames);
-    free(clens);
-    Py_XDECREF(kept);
-    Py_XDECREF(prefix);
-    Py_XDECREF(charset);
-    Py_XDECREF(names);
-    Py_XDECREF(required);
-    Py_XDECREF(primary);
-    Py_DECREF(rule);
-    return result;
-}
-
 static PyObject *walker_next(Walker *w) {
     if (!w->started) {
         w->started = 1;
@@ -900,10 +886,6 @@ static PyObject *walker_next(Walker *w) {
         if (out == NULL) {
             while (w->depth) walker_pop(w);
             return oserr ? raise_errno(oserr) : NULL;  /* the start itself: raised, as walk() does */
-        }
-        if (walker_count_children(w) != 0) {
-            Py_DECREF(out);
-            return NULL;
         }
         if (out != Py_None) return out;
         Py_DECREF(out);
@@ -997,10 +979,6 @@ static PyObject *walker_next(Walker *w) {
             return out;
         }
         Py_DECREF(name);
-        if (walker_count_children(w) != 0) {
-            Py_DECREF(out);
-            return NULL;
-        }
         if (out != Py_None) return out;
         Py_DECREF(out);
     }
