@@ -56,22 +56,25 @@ static void listing_free(Listing *l) {
     memset(l, 0, sizeof(*l));
 }
 
+/* ``buf`` (``*cap`` elements of ``elem`` bytes) with room for ``needed`` elements: as it is,
+ * or grown by doubling from ``first``; NULL when out of memory (``buf`` and ``*cap`` kept).
+ * The one growth rule of the listing's and the counts' items and name arenas. */
+static void *grow(void *buf, size_t *cap, size_t needed, size_t elem, size_t first) {
+    if (needed <= *cap) return buf;
+    size_t c = *cap ? *cap * 2 : first;
+    while (c < needed) c *= 2;
+    void *grown = realloc(buf, c * elem);
+    if (grown != NULL) *cap = c;
+    return grown;
+}
+
 static int listing_add(Listing *l, const char *name, size_t len, int kind, const struct stat *st) {
-    if (l->count == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 64;
-        Item *items = realloc(l->items, cap * sizeof(Item));
-        if (items == NULL) return -1;
-        l->items = items;
-        l->cap = cap;
-    }
-    if (l->used + len + 1 > l->room) {
-        size_t room = l->room ? l->room * 2 : 4096;
-        while (room < l->used + len + 1) room *= 2;
-        char *arena = realloc(l->arena, room);
-        if (arena == NULL) return -1;
-        l->arena = arena;
-        l->room = room;
-    }
+    Item *items = grow(l->items, &l->cap, l->count + 1, sizeof(Item), 64);
+    if (items == NULL) return -1;
+    l->items = items;
+    char *arena = grow(l->arena, &l->room, l->used + len + 1, 1, 4096);
+    if (arena == NULL) return -1;
+    l->arena = arena;
     Item *it = &l->items[l->count++];
     it->name = l->used;
     it->len = len;
@@ -279,7 +282,7 @@ static PyObject *list_dir(PyObject *self, PyObject *args) {
  * weighed as much as the entries themselves (docs/performance.md).
  *
  * A child is counted only when every name in it is plain, in the rule the caller passes
- * (stores/base.py PlainFiles, made by the layout from ShardDir's own rule): a regular file
+ * (stores/plain.py PlainFiles, made by the layout from ShardDir's own rule): a regular file
  * named <key><suffix>, the key key_min..key_max lowercase hex digits starting with the level's
  * prefix plus the child's name, the suffix (from the first dot on) one of ``suffixes``; every
  * key has a non-empty ``primary`` file in a directory that holds primaries. Anything else
@@ -320,21 +323,12 @@ typedef struct {
 } KeyFiles;
 
 static int keyfiles_add(KeyFiles *k, const char *key, size_t len, long long size, int primary) {
-    if (k->count == k->cap) {
-        size_t cap = k->cap ? k->cap * 2 : 32;
-        KeyFile *items = realloc(k->items, cap * sizeof(KeyFile));
-        if (items == NULL) return -1;
-        k->items = items;
-        k->cap = cap;
-    }
-    if (k->used + len > k->room) {
-        size_t room = k->room ? k->room * 2 : 2048;
-        while (room < k->used + len) room *= 2;
-        char *arena = realloc(k->arena, room);
-        if (arena == NULL) return -1;
-        k->arena = arena;
-        k->room = room;
-    }
+    KeyFile *items = grow(k->items, &k->cap, k->count + 1, sizeof(KeyFile), 32);
+    if (items == NULL) return -1;
+    k->items = items;
+    char *arena = grow(k->arena, &k->room, k->used + len, 1, 2048);
+    if (arena == NULL) return -1;
+    k->arena = arena;
     KeyFile *it = &k->items[k->count++];
     it->key = k->used;
     it->len = len;
@@ -574,7 +568,7 @@ done:
  *
  * The walk's counterpart of count_plain for layouts whose entries are directories (layout A:
  * <ns>/MODULE_<g>+<f>/ with model.neff, model.done, ...): before the walk goes below a
- * directory, it asks the caller's ``plain.entry_rule(rel)`` (stores/base.py PlainEntryDirs);
+ * directory, it asks the caller's ``plain.entry_rule(rel)`` (stores/plain.py PlainEntryDirs);
  * given a rule, each child named ``prefix`` plus one or more characters of ``charset`` is one
  * entry, counted when its directory holds only regular files, each named one of ``names``,
  * with every name of ``required`` present and ``primary`` not empty. A child with anything
@@ -1043,7 +1037,7 @@ PyDoc_STRVAR(walker_doc,
 "problem listing). Symlinks are never followed; a subdirectory that cannot be opened or listed\n"
 "is a problem of its parent's, worded as local_listing.dir_problem words it. A subdirectory\n"
 "whose name (bytes) is in ``skip_names`` is first offered to ``skip(rel)``: if it answers true,\n"
-"the walk leaves it (and all below it) alone, unopened. With ``plain`` (stores/base.py\n"
+"the walk leaves it (and all below it) alone, unopened. With ``plain`` (stores/plain.py\n"
 "PlainCounter), the children its ``entry_rule(rel)`` covers are counted (``counted``), not walked.");
 
 static PyTypeObject WalkerType = {
