@@ -66,7 +66,7 @@ class ShardDir:
         """The key of the entry a file named ``name`` here belongs to, when the name is one of
         the plain forms (``<key><suffix>``: ``KEY_MIN`` to ``KEY_MAX`` lowercase hex digits, then a
         suffix of ``suffixes`` from the first dot on; the C helper's count_plain applies the same
-        rule, stores/base.PlainFiles); None otherwise, and the caller asks
+        rule, stores/plain.PlainFiles); None otherwise, and the caller asks
         :meth:`Layout.locate` of the whole path (which decides every other name exactly as a
         scan always has). So this may only say yes to names ``locate`` places the same way."""
         dot = name.find(".")

@@ -332,7 +332,7 @@ class TorchNeuronLayout(Layout):
         ``xy``: both regexes (``_MANAGED_DIR_RE``, ``_BARE_DIR_RE``) end in a last name of two
         hex digits and the end, the argument ``_managed_shard`` caches by. So
         :meth:`plain_entries`' rule for those children is one rule: :meth:`ShardDir.key_of`'s
-        names, NEFFs where ``_holds_neffs`` says (tests/layouts/test_plain_shards.py holds the
+        names, NEFFs where ``_holds_neffs`` says (tests/stores/test_count_plain.py holds the
         rule to ``shard_dir`` of each child)."""
         shards = []
         for directory in directories:

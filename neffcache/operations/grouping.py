@@ -164,7 +164,7 @@ class Grouper:
         - ``_shard_of``: the first layout resolving a child must be the rule's layout.
 
         A child whose listing has a problem, a temp file or anything :meth:`count_plain`
-        declines is declined by the rule too (stores/base.PlainFiles)."""
+        declines is declined by the rule too (stores/plain.PlainFiles)."""
         probes = [f"{directory}/00" for directory in directories]
         if not probes or any(_in_control(p) or self._locate_dir(p) is not None for p in probes):
             return None
@@ -201,12 +201,13 @@ class Grouper:
             rule = lay.plain_entry_dirs_below(directory, self._namespaces)
             if rule is None:
                 continue
-            if TEMP_MARKER in rule.charset or any(TEMP_MARKER in name for name in rule.names):
+            # A covered child could be named like our temp directories only if the marker's every
+            # character were in the charset; a file named like our temp files is not in names.
+            if all(c in rule.charset for c in TEMP_MARKER) or any(TEMP_MARKER in name for name in rule.names):
                 return None
             probe = f"{directory}/{rule.prefix}0" if directory else f"{rule.prefix}0"
             found = self._locate_dir(probe)
-            ok = found is not None and found.namespace == rule.namespace and found.namespace.layout == lay.name
-            return rule if ok else None
+            return rule if found is not None and found.namespace == rule.namespace else None
         return None
 
     def counted(self, files: int) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from neffcache.errors import UnsafePath
 from neffcache.stores import local_listing
 from neffcache.stores.base import DirListing
-from neffcache.stores.local_listing import dir_problem, list_fd
+from neffcache.stores.local_listing import dir_problem, list_fd, unreadable
 from neffcache.stores.plain import PlainCounter
 from neffcache.stores.safepath import DIR_FLAGS, SafeRoot
 
@@ -54,9 +54,7 @@ def walk_together(safe: SafeRoot, trees: Sequence[str], plain: PlainCounter | No
         for fd, _ in frames:
             os.close(fd)
         raise
-    # An older build of the helper (an editable install not rebuilt) lists as before.
-    native = local_listing.native  # read at call time: tests turn the helper off
-    counter = plain if native is not None and hasattr(native, "count_plain") else None
+    counter = plain if local_listing.counting_helper() is not None else None
     yield from _in_step(safe, frames, "", problems, counter)
 
 
@@ -80,15 +78,17 @@ def count_children(plain: PlainCounter, listed: list[tuple[int, str]],
     """Count the children of a level (open as ``listed``: (fd, store path) in each tree) that
     its :class:`PlainFiles` rule covers, and take the counted ones out of ``subdirs`` (name ->
     the parents that have it): only what the C helper declines is walked. The C helper is there."""
+    if len(listed) > 30:  # the helper's mask has a bit per tree
+        return
     rule = plain.rule([path for _, path in listed])
-    if rule is None or len(listed) > 30:  # the helper's mask has a bit per tree
+    if rule is None:
         return
     position = {fd: i for i, (fd, _) in enumerate(listed)}
     children = [(name, sum(1 << position[fd] for fd, _ in parents))
                 for name, parents in subdirs.items() if name in rule.children]
     if not children:
         return
-    native = local_listing.native
+    native = local_listing.counting_helper()
     assert native is not None  # walk_together passes ``plain`` only then
     fds = tuple(fd for fd, _ in listed)
     primary = tuple(path in rule.primary_dirs for _, path in listed)
@@ -112,8 +112,7 @@ def _list_level(safe: SafeRoot, current: list[tuple[int, str]], batch: list[DirL
         try:
             names, listing = list_fd(safe, fd, path)
         except OSError as exc:
-            head, _, name = path.rpartition("/")
-            batch.append(DirListing(head, [], [], ((name, f"unreadable directory ({exc.strerror})"),)))
+            batch.append(unreadable(path, exc))
             continue
         if listing is not None:
             batch.append(listing)

@@ -62,11 +62,23 @@ def _load_native() -> ModuleType | None:
 native: ModuleType | None = _load_native()
 
 
+def counting_helper() -> ModuleType | None:
+    """The C helper when it can count plain directories (``plain``), else None: not built,
+    turned off, or an older build (an editable install not rebuilt), which lists as before."""
+    return native if native is not None and hasattr(native, "count_plain") else None
+
+
 def dir_problem(safe: SafeRoot, fd: int, name: str, exc: OSError) -> str | None:
     """Why a subdirectory could not be opened, or None when it just went away meanwhile."""
     if exc.errno in (errno.ELOOP, errno.ENOTDIR):
         return "a symlinked directory (not followed)" if safe.is_link(fd, name) else None
     return f"unreadable directory ({exc.strerror or exc})"
+
+
+def unreadable(path: str, exc: OSError) -> DirListing:
+    """The directory ``path``, opened but not listable, as a problem of its parent's."""
+    head, _, name = path.rpartition("/")
+    return DirListing(head, [], [], ((name, f"unreadable directory ({exc.strerror})"),))
 
 
 def add_links(safe: SafeRoot, fd: int, rel: str, links: list[str], names: list[str], files: list[FileInfo],
@@ -151,14 +163,12 @@ def list_rels(safe: SafeRoot, directories: list[str]) -> tuple[list[str], list[D
             listings.append(DirListing(head, [], [], ((name, exc.reason),)))
             continue
         except OSError as exc:
-            head, _, name = rel.rpartition("/")
-            listings.append(DirListing(head, [], [], ((name, f"unreadable directory ({exc.strerror})"),)))
+            listings.append(unreadable(rel, exc))
             continue
         try:
             names, listing = list_fd(safe, fd, rel)
         except OSError as exc:
-            head, _, name = rel.rpartition("/")
-            listings.append(DirListing(head, [], [], ((name, f"unreadable directory ({exc.strerror})"),)))
+            listings.append(unreadable(rel, exc))
             continue
         finally:
             os.close(fd)
@@ -180,7 +190,7 @@ def walk(safe: SafeRoot, fd: int, start: str, skip: SkipDirs | None = None,
         return _walk_python(safe, fd, start, skip)
     names = frozenset(os.fsencode(n) for n in skip.names) if skip is not None else None
     return _walk_native(safe, native.Walker(fd, start, FileInfo, names, skip.test if skip is not None else None,
-                                            plain if hasattr(native, "count_plain") else None))
+                                            plain if counting_helper() is not None else None))
 
 
 def _walk_native(safe: SafeRoot, walker: Walker) -> Iterator[DirListing]:
@@ -229,7 +239,7 @@ def _walk_python(safe: SafeRoot, fd: int, start: str, skip: SkipDirs | None = No
                 subdirs, listing = list_fd(safe, cfd, rel)
             except OSError as exc:
                 os.close(cfd)
-                yield DirListing(prel, [], [], ((name, f"unreadable directory ({exc.strerror})"),))
+                yield unreadable(rel, exc)
                 continue
             frames.append((cfd, rel, iter(subdirs)))
             if listing is not None:
