@@ -418,7 +418,7 @@ static int plain_dir(int parent, const char *name, int holds_primary, const Plai
         int primary = 0;
         size_t klen = plain_key(r, fname, strlen(fname), &primary);
         primary = primary && holds_primary;
-        if (klen == 0 || (primary && st.st_size == 0)) {  /* not plain, or an empty NEFF: CORRUPT */
+        if (klen == 0 || (primary && st.st_size == 0)) {  /* not plain, or an empty primary (the layout's CORRUPT) */
             result = 1;
             break;
         }
@@ -455,7 +455,7 @@ static int plain_totals(KeyFiles *k, long long *entries, long long *bytes) {
             total += k->items[j].size;
             j++;
         }
-        if (!primary) return 1;  /* an HLO or a manifest without its NEFF */
+        if (!primary) return 1;  /* a key without its primary file */
         n++;
         i = j;
     }
@@ -567,7 +567,7 @@ done:
 /* ---- Entry directories counted, not listed (layout A) -----------------------------------
  *
  * The walk's counterpart of count_plain for layouts whose entries are directories (layout A:
- * <ns>/MODULE_<g>+<f>/ with model.neff, model.done, ...): before the walk goes below a
+ * one directory an entry; the file names are the layout's, in the rule): before the walk goes below a
  * directory, it asks the caller's ``plain.entry_rule(rel)`` (stores/plain.py PlainEntryDirs);
  * given a rule, each child named ``prefix`` plus one or more characters of ``charset`` is one
  * entry, counted when its directory holds only regular files, each named one of ``names``,
