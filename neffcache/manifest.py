@@ -29,7 +29,7 @@ SCHEMA_VERSION = 1
 # Additive revisions of schema 1, which readers of older releases accept (they ignore unknown
 # fields; a schema bump would make them call every new entry corrupt during a rolling upgrade).
 # Minor 1: the manifest covers the commit marker too (model.done), see Layout.manifest_problems.
-SCHEMA_MINOR = 1
+SCHEMA_MINOR = 2
 _CHUNK = 1 << 20
 
 # Limits on a manifest from outside. Ours are a few hundred bytes, three levels deep, with a

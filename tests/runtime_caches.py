@@ -151,20 +151,47 @@ def native_key(op_key: str | bytes) -> str:
 
 
 def write_native_neff(neff_dir: Path, op_key: str | bytes, data: bytes | None = None) -> Path:
-    """``<dir>/ab/cd/<32 hex>.neff``, as TorchNeuron stores it (temp name + rename)."""
+    """``<dir>/ab/cd/<32 hex>.neff``, as TorchNeuron's C++ writer stores it (``mkstemp`` of
+    ``<shard>/.tmp.XXXXXX``, then rename)."""
     key = native_key(op_key)
     path = neff_dir / key[:2] / key[2:4] / f"{key}.neff"
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{key}.neff.tmp.{os.urandom(3).hex()}")
+    tmp = path.with_name(f".tmp.{os.urandom(3).hex()}")
     tmp.write_bytes(data if data is not None else b"NEFF" + os.urandom(512))
     os.replace(tmp, path)
     return path
 
 
 def write_native_temp(neff_dir: Path, op_key: str) -> Path:
-    """A write in flight (or a dead writer's leftover): ``<key>.neff.tmp.XXXXXX``."""
+    """The C++ writer's write in flight (or a dead writer's leftover): ``<shard>/.tmp.XXXXXX``."""
     key = native_key(op_key)
-    path = neff_dir / key[:2] / key[2:4] / f"{key}.neff.tmp.a1B2c3"
+    path = neff_dir / key[:2] / key[2:4] / ".tmp.a1B2c3"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"NEFF-partial")
+    return path
+
+
+def kernel_key(seed: str | bytes) -> str:
+    """A 64-hex sha256 standing in for the kernel path's key (HLO digest + config, version included)."""
+    return hashlib.sha256(seed.encode() if isinstance(seed, str) else seed).hexdigest()
+
+
+def write_kernel_neff(neff_dir: Path, seed: str | bytes, data: bytes | None = None) -> Path:
+    """``<dir>/<K>/<K>.neff``, as TorchNeuron's Python kernel path stores it
+    (``NamedTemporaryFile(dir=<dir>/<K>, suffix=".tmp")``, then rename)."""
+    key = kernel_key(seed)
+    path = neff_dir / key / f"{key}.neff"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"tmp{os.urandom(4).hex()}.tmp")
+    tmp.write_bytes(data if data is not None else b"NEFF" + os.urandom(512))
+    os.replace(tmp, path)
+    return path
+
+
+def write_kernel_temp(neff_dir: Path, seed: str) -> Path:
+    """The kernel path's write in flight: ``<K>/tmpXXXXXXXX.tmp``."""
+    key = kernel_key(seed)
+    path = neff_dir / key / "tmpa1b2c3d4.tmp"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(b"NEFF-partial")
     return path

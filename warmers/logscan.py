@@ -14,7 +14,7 @@ How a line becomes an entry (a store path under the run's root):
   locates it;
 - an entry name (layout A's ``MODULE_<g>+<f>``, also read from compiler work-directory paths
   outside the cache) in the run's namespace of that layout;
-- a key that is no file name (layout B's readable op key): no entry, counted per namespace.
+- a key that is no file name (TorchNeuron's readable op key): no entry, counted per namespace.
 
 What each kind counts: ``hit`` a graph served from the cache; ``miss`` a graph not found (a
 compile-call line is a miss too); ``compile`` a compiler run (a line saying a compile ended
@@ -22,6 +22,12 @@ and was stored counts as one if its start was not seen); ``failure`` a failed co
 cached failure skipped (one per graph and attempt: two lines about one failure count once).
 Compile seconds per entry run from its compile-call line to its success or failure line, by
 the time the lines were read.
+
+A runtime whose lines cannot say hit or miss (TorchNeuron's come from an in-process dictionary
+in front of the disk cache) reports ``lookup`` (it looked a graph up: the disk served it, or it
+compiled it), ``reuse`` (the process had it already) and ``stored``: none of them is counted as
+a hit, a miss or a compile here; the caller counts those from what the run added to the cache
+(:mod:`.growth`). A lookup whose key a later error line names is where the runtime raised.
 """
 
 from __future__ import annotations
@@ -39,7 +45,9 @@ from neffcache.errors import ConfigError
 from neffcache.layouts import LAYOUTS, LogLine, get_layout, locate
 
 KINDS = ("hit", "miss", "compile", "failure")
-_LINE_KINDS = (*KINDS, "success")
+LOOKUP_KINDS = ("lookup", "reuse", "stored")  # lines of a runtime that cannot say hit or miss
+_LINE_KINDS = (*KINDS, "success", *LOOKUP_KINDS)
+_RAISED = "Error"  # where a runtime without failure lines raised: RuntimeError, ValueError...
 _GROUPS = ("path", "entry", "key")
 
 
@@ -107,6 +115,8 @@ class LogCounter:
     _last: dict[object, LogEvent] = field(default_factory=dict, repr=False)  # per graph: its last event
     _started: dict[object, float] = field(default_factory=dict, repr=False)
     _seconds: dict[str, float] = field(default_factory=dict, repr=False)
+    _pending: dict[object, LogEvent] = field(default_factory=dict, repr=False)  # lookups, nothing after
+    _raised: set[object] = field(default_factory=set, repr=False)  # lookups a later error line names
 
     def feed(self, line: str, at: float | None = None) -> list[LogEvent]:
         text = line.rstrip("\n")
@@ -119,6 +129,9 @@ class LogCounter:
                     continue
                 found.extend(self._events(pattern.layout, parsed, text, now))
             self.events.extend(found)
+            if not found and self._pending and _RAISED in text:
+                # Only error lines are searched, so a chatty job costs no more than before.
+                self._raised.update(ident for ident, e in self._pending.items() if e.key and e.key in text)
         return found
 
     def _events(self, layout: str | None, parsed: LogLine, text: str, now: float) -> list[LogEvent]:
@@ -131,6 +144,15 @@ class LogCounter:
         def add(k: str, implied: bool = False) -> None:
             out.append(LogEvent(k, entry, text, ns, parsed.key, now, implied))
 
+        if kind in LOOKUP_KINDS:
+            add(kind)
+            if kind == "lookup":
+                self._pending[ident] = out[-1]
+            elif kind == "stored":
+                self._pending.pop(ident, None)
+            if kind != "reuse":  # a later step's reuse says nothing about the lookup before it
+                self._last[ident] = out[-1]
+            return out
         if kind == "failure" and last is not None and last.kind == "failure":
             return []  # the second line about the same failure ("Failed compilation" + "after N retries")
         if kind == "compile" and (last is None or last.kind != "miss"):
@@ -207,12 +229,28 @@ class LogCounter:
 
     def compiling(self) -> list[LogEvent]:
         """The graphs whose last line was a miss: the runtime neither stored nor failed nor
-        started compiling them when its output ended (it raised on them, or was stopped).
+        started compiling them when its output ended (it raised on them, or was stopped); and
+        the lookups of a runtime without miss lines that a later error line names.
 
         A compile-call line is not counted here: older runtimes log no success line, so a
-        compile call with nothing after it is as likely a success."""
+        compile call with nothing after it is as likely a success. Nor is a lookup no error
+        names: TorchNeuron prints one for every graph it serves from the disk too."""
         with self._lock:
-            return [e for e in self._last.values() if e.kind == "miss"]
+            return [e for ident, e in self._last.items()
+                    if e.kind == "miss" or (e.kind == "lookup" and ident in self._raised)]
+
+    def lookups(self) -> dict[str, int]:
+        """Namespace path -> graphs a runtime without miss lines looked up (distinct keys)."""
+        out: dict[str, int] = defaultdict(int)
+        with self._lock:
+            for e in self._last.values():
+                if e.kind in ("lookup", "stored") and e.namespace is not None:
+                    out[e.namespace] += 1
+        return dict(out)
+
+    def reused(self) -> int:
+        """Lookups the process answered from its own memory (never a cache hit)."""
+        return self.count("reuse")
 
     def failure_lines(self) -> list[LogEvent]:
         with self._lock:

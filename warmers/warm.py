@@ -7,9 +7,10 @@ the stores hold (prefetched from the remote tiers first) and compiles only what 
 Its log lines, read by the layouts (:mod:`.logscan`), say which entries were hits and which it
 compiled, and how long each compile took (compile-call line to success/failure line); those
 get their manifest (tags, toolchain, compile seconds) and are published to the other tiers. A
-runtime whose lines name no entry (TorchNeuron's op keys) is counted per namespace, and what it
-stored during the bucket is found in its namespace. Warming layout B is exactly this: the
-runtime computes and writes its own keys.
+runtime whose lines cannot say (TorchNeuron's name op keys and come from an in-process
+dictionary) is counted from its cache (:mod:`.growth`): what appeared in its namespace during
+the bucket it compiled, the rest of what it looked up the disk served. Warming TorchNeuron is
+exactly this: the runtime computes and writes its own keys.
 
 Two-phase (layout A, like ``neuron_parallel_compile``): the workloads only extract their
 graphs (``NEURON_EXTRACT_GRAPHS_ONLY=1``), then :class:`~.compiling.CompilePool` compiles
@@ -41,14 +42,15 @@ from neffcache.toolchain import Toolchain
 from .children import Children, wait_all
 from .compile_failures import summary
 from .compiling import CompileJob, CompileOutcome, CompilePool, record_outcome
-from .logscan import Pattern
+from .growth import CacheGrowth, disk_hits
+from .logscan import LogCounter, Pattern
 from .matrix import Bucket, Shard, shard_buckets
 from .memory import MemoryGate
 from .placement import Placement
 from .report import FailureKind, GroupReport, GroupStatus, WarmReport, reporting
 from .runtime_failures import clear_failures, judge_bucket, record_runtime_failures
 from .watchdog import CompileWatchdog
-from .workload import WorkloadRun, clean_after_dead_workload, namespace_of, new_runtime_entries, run_workload
+from .workload import WorkloadRun, clean_after_dead_workload, namespace_of, run_workload
 
 log = logging.getLogger(__name__)
 Progress = Callable[[str], None]
@@ -122,6 +124,8 @@ class Warmer:
         self.pool: CompilePool | None = None
         self.runs: dict[str, WorkloadRun] = {}
         self.found: set[str] = set()  # entries found in namespaces whose lines name none
+        self.growth: CacheGrowth | None = None
+        self.unannounced = 0  # of those, compiles no bucket's lines announced (stored - found)
 
     def run(self) -> WarmReport:
         with reporting(self.report, stop_children=self.children.stop_all,
@@ -135,6 +139,7 @@ class Warmer:
             self.progress(f"prefetching {', '.join(ns.path for ns in self.namespaces)} from the remote tiers")
             self.report.prefetched, _ = placement.prefetch(self.namespaces, parallel=max(4, req.parallel))
         env = workload_env(req, placement.work_root, self.report.notes)
+        self.growth = CacheGrowth(placement.work, self.namespaces)
         if not req.two_phase:  # the runtime compiles: its failure logs that do not stand must go
             cleared = clear_failures(placement.work, self.namespaces, ttl=req.failed_ttl)
             if cleared:
@@ -180,6 +185,7 @@ class Warmer:
         if watchdog is not None:
             self._mark_timeouts(watchdog)
         if not self.children.stopping.is_set():
+            self._unannounced()
             # Entries that reached the work store but not a lower tier (it was down last time).
             self.report.published += placement.catch_up(self.namespaces)
 
@@ -210,28 +216,33 @@ class Warmer:
         failed = [] if native_only else counter.entries("failure")
         named = [] if native_only else [p for p in dict.fromkeys([*counter.entries("compile"),
                                                                   *counter.entries("success")]) if p not in failed]
-        # Their lines name no entry: what the runtime stored during the run, claimed once across
-        # buckets. With --parallel > 1 an entry gets the tags of the bucket that found it first
-        # (the runtime's lines do not say which bucket stored it); the counts are the lines'.
+        # Runtimes counted from their cache: what appeared in their namespaces, claimed once across
+        # buckets. With --parallel > 1 an entry gets the tags (and the count) of the bucket that
+        # found it first: the runtime's lines do not say which bucket stored it.
+        assert self.growth is not None
         with self._lock:
-            found = [p for p in new_runtime_entries(placement.work, counter, run.started)
-                     if p not in named and p not in self.found]
+            added = self.growth.added()
+            found = [p for p in added if p not in named and p not in self.found]
             self.found.update(found)
         compiled = [*named, *found]
+        from_cache = {ns.path for ns in self.growth.namespaces}
         hits = [] if native_only else [p for p in counter.entries("hit") if p not in compiled and p not in failed]
         # Lines that name no entry we manage: a runtime's keys (counted per namespace), or cache
         # paths outside the work store.
         unnamed_hits = sum(counter.unnamed("hit").values()) if native_only else \
             sum(1 for e in counter.events if e.kind == "hit" and e.entry is None)
+        compiled_here = self._compiled_from_cache(counter, found, from_cache)
+        served = {ns_path: disk_hits(n, compiled_here.get(ns_path, 0))
+                  for ns_path, n in counter.lookups().items() if ns_path in from_cache}
         unfinished = [e for e in counter.compiling() if not native_only or e.entry is None] \
             if row.status is GroupStatus.FAILED else []
-        row.hits = len(hits) + unnamed_hits
+        row.hits = len(hits) + unnamed_hits + sum(served.values())
         unnamed_failed = 0 if native_only else sum(1 for e in counter.failure_lines() if e.entry is None)
         row.failed = len(failed) + unnamed_failed + len(unfinished)
         tags = {**self.req.tags, **bucket.tags()}
         for path in hits:
             placement.event("hit", path, self._ns(path))
-        for ns_path, n in counter.unnamed("hit").items():
+        for ns_path, n in [*counter.unnamed("hit").items(), *served.items()]:
             for _ in range(n):
                 placement.event("hit", None, self._ns_at(ns_path))
         placement.stamp(hits)
@@ -252,7 +263,9 @@ class Warmer:
             row.compiled += int(path in named)
             row.compile_seconds += seconds[path] or 0.0
             row.bytes += entry.size
-        row.compiled += sum(counter.unnamed("compile").values())
+        row.compiled += sum(compiled_here.values())
+        # A user pattern's compile lines that name no entry, in namespaces not counted from the cache.
+        row.compiled += sum(n for ns_path, n in counter.unnamed("compile").items() if ns_path not in from_cache)
         judged = {} if native_only else judge_bucket(placement.work, failed, ttl=self.req.failed_ttl).failures
         record_runtime_failures(placement, run, row, unfinished, judged, self._ns, self._ns_at,
                                 native_only=native_only)
@@ -261,6 +274,34 @@ class Warmer:
             self.report.notes.append(f"bucket {bucket.name}: no cache log lines recognised; if the runtime "
                                      "logs differently, add --pattern KIND=REGEX")
 
+
+    def _compiled_from_cache(self, counter: LogCounter, found: Sequence[str], from_cache: set[str]
+                             ) -> dict[str, int]:
+        """This bucket's compiles in namespaces counted from the cache, by namespace: the ones
+        its own ``stored`` lines announce. The cache says how many there were in all (``found``
+        here is claimed by the first bucket to look, which with --parallel may be another
+        bucket's); what no bucket's lines announced (TorchNeuron's kernels) is reported once,
+        when every bucket has ended (:meth:`_unannounced`)."""
+        stored: dict[str, int] = {}
+        for event in counter.events:
+            if event.kind == "stored" and event.namespace in from_cache:
+                stored[event.namespace] = stored.get(event.namespace, 0) + 1
+        with self._lock:
+            self.unannounced += len(found) - sum(stored.values())
+        return stored
+
+    def _unannounced(self) -> None:
+        """Compiles the cache shows that no bucket's lines announced, in a row of their own."""
+        if self.unannounced > 0:
+            row = self.report.group(UNATTRIBUTED)
+            row.compiled += self.unannounced
+            row.graphs += self.unannounced
+            self.report.notes.append(f"{self.unannounced} compile(s) appeared in the cache that no bucket's log "
+                                     "lines announced (TorchNeuron's kernels log none): counted in "
+                                     f"{UNATTRIBUTED}")
+        elif self.unannounced < 0:
+            self.report.notes.append(f"{-self.unannounced} compile(s) the runtime announced left no new entry in "
+                                     "the namespace it was pointed at (a full disk, another cache directory?)")
 
     def _compile_seconds(self, run: WorkloadRun, path: str) -> float | None:
         """From the lines (compile call to success/failure), else the honest bound from its files."""

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from neffcache.entry import EntryState, Namespace
 from neffcache.layouts import get_layout, locate
-from neffcache.operations.scan import load_entry, scan
+from neffcache.operations.scan import load_entry
 from neffcache.stores.base import Store
 
 from .children import Children, exit_status
@@ -143,19 +143,6 @@ def namespace_of(path: str | None, namespaces: Sequence[Namespace]) -> Namespace
     if path is None:
         return None
     return next((ns for ns in namespaces if ns.path and path.startswith(ns.path + "/")), None)
-
-
-def new_runtime_entries(store: Store, counter: LogCounter, since: float) -> list[str]:
-    """Entries the runtime stored during the run in namespaces whose lines name no entry (layout
-    B's op keys): whole, without a manifest, committed at or after ``since`` (wall clock)."""
-    found: list[str] = []
-    for ns_path in counter.unnamed("compile"):
-        for entry in scan(store, prefix=ns_path).entries:
-            marker = entry.files.get(entry.marker_name)
-            if (entry.state is EntryState.SUCCESS and not entry.has_manifest and marker is not None
-                    and marker.mtime >= since - 1 and entry.namespace.path == ns_path):
-                found.append(entry.path)
-    return found
 
 
 def _entries_under(prefix: str, line: str) -> list[str]:

@@ -5,9 +5,10 @@ in the work store), optionally after a prefetch from the remote tiers. Its stdou
 pass through byte for byte (read in chunks, written at once, so progress bars and partial
 lines behave), while a copy of every line goes to the layouts' log parsers (and the user's
 patterns). Lines that name an entry are tied to it, with its compile seconds measured from
-its compile-call line to its success or failure line; lines that name only a runtime key
-(TorchNeuron's op keys) are counted per namespace, and the entries such a runtime stored
-during the job are found in its namespace afterwards. Signals are
+its compile-call line to its success or failure line. A runtime whose lines cannot say what it
+compiled (TorchNeuron: they name op keys, and come from an in-process dictionary in front of
+the disk) is counted from its cache: the entries the job added are its compiles, the graphs
+it looked up and did not compile its hits (:mod:`.growth`). Signals are
 forwarded, so an orchestrator's SIGTERM reaches the job and not only us. Afterwards the
 entries the job compiled get their manifest and are published to every writable tier, hits
 are stamped (for age-based pruning) and everything is reported to the index. The exit code is
@@ -38,10 +39,11 @@ from neffcache.misses.reported import reported_graph
 from neffcache.toolchain import Toolchain
 
 from .children import exit_status
+from .growth import CacheGrowth, disk_hits
 from .logscan import KINDS, LogCounter, Pattern
 from .placement import Placement
 from .runtime_failures import judge_bucket
-from .workload import namespace_of, new_runtime_entries
+from .workload import namespace_of
 
 log = logging.getLogger(__name__)
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
@@ -138,6 +140,7 @@ def run_job(req: RunRequest, placement: Placement, *, stdout: IO[bytes] | None =
     cache_env, _ = job_env(placement.work_root, req.toolchain)
     env = {**req.base_env, **cache_env}
     counter = LogCounter(req.patterns, placement.work_root, namespaces)
+    growth = CacheGrowth(placement.work, namespaces)
     # On a terminal the job stays in our process group (Ctrl-C reaches it directly and it may
     # read the terminal); otherwise it gets its own group and every signal is forwarded to it.
     interactive = sys.stdin.isatty()
@@ -166,20 +169,21 @@ def run_job(req: RunRequest, placement: Placement, *, stdout: IO[bytes] | None =
     for t in pumps:
         t.join()
     result = RunResult(exit_status(status), counter.counts(), cache_env, prefetched)
-    _after(req, placement, counter, namespaces, result, wall_start)
     result.namespaces = counter.by_namespace()
+    _after(req, placement, counter, growth, namespaces, result, wall_start)
     result.problems = placement.problem_notes()
     result.seconds = time.monotonic() - started
     return result
 
 
-def _after(req: RunRequest, placement: Placement, counter: LogCounter, namespaces: list[Namespace],
-           result: RunResult, since: float) -> None:
+def _after(req: RunRequest, placement: Placement, counter: LogCounter, growth: CacheGrowth,
+           namespaces: list[Namespace], result: RunResult, since: float) -> None:
     """Stamp hits, publish what the job compiled, report it all to the index."""
     hits = counter.entries("hit")
     failed = counter.entries("failure")
     named = [p for p in dict.fromkeys([*counter.entries("compile"), *counter.entries("success")]) if p not in failed]
-    found = [p for p in new_runtime_entries(placement.work, counter, since) if p not in named]
+    added = growth.added()
+    found = [p for p in added if p not in named]
     compiled = [*named, *found]
     by_path = {ns.path: ns for ns in namespaces}
 
@@ -192,11 +196,12 @@ def _after(req: RunRequest, placement: Placement, counter: LogCounter, namespace
         if req.publish:
             placement.ingest(path, toolchain=req.toolchain, tags=req.tags, skip_managed=True)
     for kind in ("hit", "miss"):
-        for ns_path, n in counter.unnamed(kind).items():  # runtime keys that name no entry
+        for ns_path, n in counter.unnamed(kind).items():  # a user pattern's keys that name no entry
             for _ in range(n):
                 placement.event(kind, None, by_path.get(ns_path) or ns_of(None))
+    _count_from_cache(placement, counter, added, found, by_path, result)
     misses = counter.entries("miss")
-    for path in [*misses, *(p for p in named if p not in misses)]:
+    for path in [*misses, *(p for p in compiled if p not in misses)]:
         placement.event("miss", path, ns_of(path))
     for path in compiled:
         seconds = counter.compile_seconds(path)
@@ -223,6 +228,31 @@ def _after(req: RunRequest, placement: Placement, counter: LogCounter, namespace
     # every later job on this root would skip the graph (warmers/runtime_failures.py).
     result.cleared = judge_bucket(placement.work, failed, ttl=req.failed_ttl).cleared
     result.graphs = _missed_graphs(req, placement, misses, compiled, failed)
+
+
+def _count_from_cache(placement: Placement, counter: LogCounter, added: dict[str, str], found: Sequence[str],
+                      by_path: dict[str, Namespace], result: RunResult) -> None:
+    """The hits, misses and compiles of runtimes counted from their cache (:mod:`.growth`): an
+    entry the job added is a miss and a compile (its events follow with the published ones);
+    a graph it looked up and did not add was served by the disk: a hit, named by no entry."""
+    new_in: dict[str, int] = {}
+    for ns_path in added.values():
+        new_in[ns_path] = new_in.get(ns_path, 0) + 1
+    for ns_path, looked_up in counter.lookups().items():
+        served = disk_hits(looked_up, new_in.get(ns_path, 0))
+        ns = by_path.get(ns_path)
+        if ns is None:
+            continue
+        for _ in range(served):
+            placement.event("hit", None, ns)
+        result.counts["hit"] = result.counts.get("hit", 0) + served
+        result.namespaces.setdefault(ns_path, dict.fromkeys(KINDS, 0))["hit"] += served
+    for path in found:
+        where = added.get(path)
+        for kind in ("miss", "compile"):
+            result.counts[kind] = result.counts.get(kind, 0) + 1
+            if where is not None:
+                result.namespaces.setdefault(where, dict.fromkeys(KINDS, 0))[kind] += 1
 
 
 def _missed_graphs(req: RunRequest, placement: Placement, misses: Sequence[str], compiled: Sequence[str],

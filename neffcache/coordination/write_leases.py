@@ -14,12 +14,12 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-import re
 import time
 from collections.abc import Iterator
 
 from neffcache.coordination.lease import StoreLease, read_lease, try_acquire
 from neffcache.coordination.releases import BatchedReleases
+from neffcache.layouts import prune_group_dir
 from neffcache.stores.base import Store
 
 log = logging.getLogger(__name__)
@@ -28,7 +28,6 @@ PUBLISH_LEASE_TTL = 300.0
 # for one (a prune holds it while it removes at most one chunk, well under a second on a disk).
 PRUNE_GROUPS = 64
 PRUNE_GROUP_WAIT = 30.0
-_SHARDS_RE = re.compile(r"(?:^|/)[0-9a-f]{2}/[0-9a-f]{2}$")  # a sharded layout's ab/cd/
 
 
 def publish_lease_name(entry_path: str) -> str:
@@ -44,11 +43,12 @@ def prune_group_lease(entry_path: str) -> str:
     name created a moment ago by another process is never answered from a stale cache (an NFS
     client's negative lookups may be); shared stores keep per-entry publish leases.
 
-    Groups are per directory of entries, shard directories left out: TorchNeuron's cache
-    (``<ns>/neff/ab/cd/<key>``) holds one or two entries per ``ab/cd/`` at scale, and a group
-    per shard directory would cost a lease per entry again; its groups are per ``<ns>/neff/``.
-    Publisher and prune compute the name with this one function (both sides of one version)."""
-    directory = _SHARDS_RE.sub("", entry_path.rpartition("/")[0])
+    Groups are per directory of entries, as the layout draws them (:func:`prune_group_dir`:
+    TorchNeuron's cache holds one or two entries per ``ab/cd/`` or kernel directory at scale,
+    and a group per such directory would cost a lease per entry again; its groups are per
+    ``<ns>/neff/``). Publisher and prune compute the name with this one function (both sides
+    of one version)."""
+    directory = prune_group_dir(entry_path)
     group = int(hashlib.sha256(entry_path.encode()).hexdigest()[:8], 16) % PRUNE_GROUPS
     return f"prune-group:{directory}#{group}"
 

@@ -35,4 +35,14 @@ def locate(path: str) -> Located | None:
     return None
 
 
-__all__ = ["LAYOUTS", "EntryNames", "EntryPlan", "Layout", "Located", "LogLine", "get_layout", "locate"]
+def prune_group_dir(entry_path: str) -> str:
+    """The directory an entry's prune group is named by: a layout's rule, else its parent."""
+    for layout in LAYOUTS.values():
+        found = layout.prune_group_dir(entry_path)
+        if found is not None:
+            return found
+    return entry_path.rpartition("/")[0]
+
+
+__all__ = ["LAYOUTS", "EntryNames", "EntryPlan", "Layout", "Located", "LogLine", "get_layout", "locate",
+           "prune_group_dir"]

@@ -31,6 +31,9 @@ class Layout(KeyQuestions, ABC):
     name: str
     runtime_dir: str  # the leaf directory prefix of a namespace: ``<runtime_dir>-<version>``
     needs_filesystem: bool = False  # True: the runtime reads only a local or mounted directory
+    # True when the runtime's log lines do not say which entries it compiled (they name no
+    # entry, or there are none): a run's compiles are the entries it added to the cache.
+    counts_from_cache: bool = False
 
     @abstractmethod
     def namespace_for(self, toolchain: Toolchain) -> Namespace:
@@ -208,6 +211,13 @@ class Layout(KeyQuestions, ABC):
         cache lines."""
         return None
 
+    def prune_group_dir(self, entry_path: str) -> str | None:
+        """The directory whose entries share prune-group leases with the entry at ``entry_path``
+        (coordination/write_leases.py), when it is not the entry's parent directory (layout B:
+        the NEFF tree above its shard or kernel directory, which holds one or two entries at
+        scale); None when this layout has no such rule for the path (the parent is used)."""
+        return None
+
     def runtime_debris_after(self, path: str) -> float | None:
         """For a runtime file (:meth:`is_runtime_file`) that a dead writer may leave behind (a
         temp file): seconds after its mtime when it is surely debris; None: never ours to judge."""
@@ -239,6 +249,10 @@ class Layout(KeyQuestions, ABC):
         """True for a store-relative path outside any entry that the runtime itself keeps
         (layout A's root ``lock``): neither an entry nor garbage."""
         return False
+
+    # Payload names manifests of minor revision < 2 did not cover (written before neffcache knew
+    # them as the runtime's: layout A's wrapped_neff.hlo); a transfer completes such a manifest.
+    late_payload: frozenset[str] = frozenset()
 
     # -- finding entries and what is not theirs -------------------------------------------------
     # True when an entry is one directory of its own (its ``base``): listing that directory
@@ -331,7 +345,7 @@ class Layout(KeyQuestions, ABC):
         file the manifest did not list), and an upgrade must not turn every store it filled
         CORRUPT (``verify --fix`` would quarantine them all). Its NEFF, the bytes that matter,
         every manifest ever written records; a marker, empty by definition, carries nothing a
-        forger could swap.
+        forger could swap. Likewise :attr:`late_payload` only from minor revision 2 on.
         """
         problems = []
         for name, digest in manifest.files.items():
@@ -346,6 +360,8 @@ class Layout(KeyQuestions, ABC):
             neff = self.names(located.namespace, located.key).neff
             if manifest.minor < 1:
                 payload &= {neff} if neff else set()
+            elif manifest.minor < 2:
+                payload -= self.late_payload
             for name in sorted(payload - manifest.files.keys()):
                 problems.append(f"{name} is not covered by the manifest")
         return problems

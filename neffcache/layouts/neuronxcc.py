@@ -12,8 +12,8 @@
 States in optimum-neuron's cleanup order, first match wins: SUCCESS (neff + marker) > FAILED
 (log, no neff) > LOCKED (a ``*.lock``) > EMPTY (an HLO). A lock beside a SUCCESS entry is
 stale: the entry stays SUCCESS and the lock is reported (:meth:`NeuronxccLayout.locks_of`).
-Files the layout does not know (NxD's ``wrapped_neff.hlo``...) are extra: kept, reported,
-never a reason for CORRUPT.
+NxD's ``wrapped_neff.hlo`` beside ``model.neff`` is the entry's (copied, covered by its manifest).
+Files the layout does not know are extra: kept, reported, never a reason for CORRUPT.
 
 The runtime puts ``neuronxcc-<version>/`` under whatever root it is given; neffcache hands it
 ``<root>/<target>-lnc<N>`` so NEFFs of different targets never share a directory (the target
@@ -57,8 +57,12 @@ NEFF = "model.neff"
 DONE = "model.done"
 LOG = "model.log"
 LOCK_SUFFIX = ".lock"
-KNOWN = frozenset({HLO, HLO_OLD, FLAGS_JSON, FLAGS_TXT, NEFF, DONE, LOG, MANIFEST_NAME})
+# NxD writes the wrapped NEFF's HLO beside model.neff, as the second result of its compile: part
+# of the entry (a copy without it is incomplete), not another tool's file.
+WRAPPED = "wrapped_neff.hlo"
+KNOWN = frozenset({HLO, HLO_OLD, FLAGS_JSON, FLAGS_TXT, NEFF, DONE, LOG, MANIFEST_NAME, WRAPPED})
 STALE_LOCK = "stale lock"  # the problem text's prefix for a lock beside a SUCCESS entry
+NO_CACHE_FLAG = "--no_cache"  # a wrapper option in NEURON_CC_FLAGS: the persistent cache is off
 
 _PATH_RE = re.compile(
     "^" + TARGET_DIR_RE + r"neuronxcc-(?P<ver>[0-9][^/]*)/(?P<key>MODULE_[^/]+)/(?P<name>[^/]+)$"
@@ -92,8 +96,11 @@ class NeuronxccLayout(Layout):
     def locks_of(self, entry: Entry) -> tuple[str, ...]:
         return tuple(sorted(n for n in entry.files if n.endswith(LOCK_SUFFIX)))
 
+    # Manifests written before neffcache knew NxD's wrapped NEFF (minor < 2) did not cover it.
+    late_payload = frozenset({WRAPPED})
+
     def payload_names(self, entry: Entry) -> frozenset[str]:
-        return frozenset({NEFF, entry.marker_name})
+        return frozenset({NEFF, entry.marker_name, *(n for n in (WRAPPED,) if n in entry.files)})
 
     def state_anchor(self, entry: Entry) -> str | None:
         # A NEFF without model.done is uncommitted; a legacy entry's NEFF is its marker; else
@@ -296,18 +303,28 @@ class NeuronxccLayout(Layout):
         notes = []
         if len(kept) != len(flags):
             notes.append("removed --cache_dir from NEURON_CC_FLAGS: the warm-up writes to the namespace")
+        if NO_CACHE_FLAG in kept:
+            kept = [f for f in kept if f != NO_CACHE_FLAG]
+            notes.append(f"removed {NO_CACHE_FLAG} from NEURON_CC_FLAGS: a warm-up without the cache keeps nothing")
         if retry_failed and flagsfile.RETRY_FLAG not in kept:
             kept.append(flagsfile.RETRY_FLAG)
         return {"NEURON_CC_FLAGS": shlex.join(kept) or None}, notes
 
     def env_problems(self, environ: Mapping[str, str]) -> list[EnvProblem]:
         # libneuronxla takes --cache_dir from NEURON_CC_FLAGS over NEURON_COMPILE_CACHE_URL
-        # (docs/runtimes.md, "Layout A"): the job would compile into a directory we never see.
-        return [EnvProblem("NEURON_CC_FLAGS",
-                           f"{flag} in NEURON_CC_FLAGS overrides NEURON_COMPILE_CACHE_URL: libneuronxla "
-                           "uses that directory, not the one neffcache manages",
-                           "remove --cache_dir from NEURON_CC_FLAGS and use `neffcache env`")
-                for flag in environ.get("NEURON_CC_FLAGS", "").split() if flag.startswith("--cache_dir")]
+        # (docs/runtimes.md, "neuronxcc"): the job would compile into a directory we never see;
+        # --no_cache turns its persistent cache off altogether, silently.
+        flags = environ.get("NEURON_CC_FLAGS", "").split()
+        problems = [EnvProblem("NEURON_CC_FLAGS",
+                               f"{flag} in NEURON_CC_FLAGS overrides NEURON_COMPILE_CACHE_URL: libneuronxla "
+                               "uses that directory, not the one neffcache manages",
+                               "remove --cache_dir from NEURON_CC_FLAGS and use `neffcache env`")
+                    for flag in flags if flag.startswith("--cache_dir")]
+        if NO_CACHE_FLAG in flags:
+            problems.append(EnvProblem("NEURON_CC_FLAGS", f"{NO_CACHE_FLAG} in NEURON_CC_FLAGS turns libneuronxla's "
+                                       "persistent cache off: every graph compiles in every job, nothing is kept",
+                                       f"remove {NO_CACHE_FLAG} from NEURON_CC_FLAGS"))
+        return problems
 
     def job_env(self, root: str, namespace: Namespace) -> dict[str, str]:
         # The runtime appends neuronxcc-<version> itself: hand it the directory above.

@@ -44,23 +44,26 @@ class ShardDir:
     does per file only what must be per file, the key from the name (:meth:`key_of`).
 
     ``entry_dir``: the prefix of the paths of the entries whose files lie here; ``name_dir``:
-    the prefix of their names (relative to ``base``). A plain class with slots: a scan of a
-    million entries makes one per shard directory, 131,072 of them.
+    the prefix of their names (relative to ``base``); ``key_prefix``: what a key has before the
+    name's (TorchNeuron's kernel entries are keyed ``<K>/<K>``, their directory's name first).
+    A plain class with slots: a scan of a million entries makes one per shard directory,
+    131,072 of them.
     """
 
-    __slots__ = ("base", "entry_dir", "name_dir", "namespace", "shard", "suffixes")
+    __slots__ = ("base", "entry_dir", "key_prefix", "name_dir", "namespace", "shard", "suffixes")
 
     # A plain key's length in lowercase hex digits: the runtime's 32, neffcache's own 64.
     KEY_MIN, KEY_MAX = 32, 64
 
     def __init__(self, namespace: Namespace, base: str, entry_dir: str, name_dir: str, shard: str,
-                 suffixes: frozenset[str]) -> None:
+                 suffixes: frozenset[str], *, key_prefix: str = "") -> None:
         self.namespace = namespace
         self.base = base
         self.entry_dir = entry_dir
         self.name_dir = name_dir
         self.shard = shard  # every key here starts with it
         self.suffixes = suffixes  # what may follow a key (``.neff``)
+        self.key_prefix = key_prefix
 
     def key_of(self, name: str) -> str | None:
         """The key of the entry a file named ``name`` here belongs to, when the name is one of
@@ -68,12 +71,13 @@ class ShardDir:
         suffix of ``suffixes`` from the first dot on; the C helper's count_plain applies the same
         rule, stores/plain.PlainFiles); None otherwise, and the caller asks
         :meth:`Layout.locate` of the whole path (which decides every other name exactly as a
-        scan always has). So this may only say yes to names ``locate`` places the same way."""
+        scan always has). So this may only say yes to names ``locate`` places the same way.
+        The key is ``key_prefix`` and the name's digits."""
         dot = name.find(".")
         if self.KEY_MIN <= dot <= self.KEY_MAX and name[dot:] in self.suffixes:
             key = name[:dot]
             if key.startswith(self.shard) and not key.strip(_HEX_DIGITS):
-                return key
+                return self.key_prefix + key
         return None
 
 

@@ -3,45 +3,50 @@
 ::
 
     <root>/[<target>-lnc<N>/]torchneuron-<version>/
-        neff/<k0k1>/<k2k3>/<key>.neff            TORCH_NEURONX_NEFF_CACHE_DIR: the commit marker
+        neff/<k0k1>/<k2k3>/<key>.neff            TORCH_NEURONX_NEFF_CACHE_DIR, the C++ writer:
+                                                 the NEFF is the commit marker
         neff/<k0k1>/<k2k3>/<key>.neffcache.json  neffcache's manifest, beside the NEFF
-        neff/<k0k1>/<k2k3>/<key>.neff.tmp.XXXXXX the runtime's write in flight (then renamed)
+        neff/<k0k1>/<k2k3>/.tmp.XXXXXX           the C++ writer's write in flight (then renamed)
+        neff/<K>/<K>.neff                        the Python kernel writer (sha256 <K>, 64 hex)
+        neff/<K>/tmpXXXXXXXX.tmp                 its write in flight
         hlo/<k0k1>/<k2k3>/<key>.hlo              TORCH_NEURONX_HLO_CACHE_DIR: the HLO, to recompile
         hlo/<k0k1>/<k2k3>/<key>.flags.json
 
-Keys (docs/runtimes.md, "Layout B"): the runtime names a NEFF by a 128-bit XXH3 hash, **32 hex**, of the
-op's base key, ``_<target>_<lnc>_<opt>_<flags>`` and the IR bytes; neffcache's own API
-(:func:`neffcache.keys.cache_key`) uses 64 hex. Both are accepted (32 to 64 hex): neffcache
-reads the keys the runtime wrote and never computes the runtime's.
+Where each writer puts what, and the kernel entries' ``<K>/<K>`` keys:
+:mod:`neffcache.layouts.torchneuron_names`. Keys: the C++ writer names a NEFF by an XXH3-128,
+**32 hex**, of the op's base key, ``_<target>_<lnc>_<opt>_<args>`` (``<opt>`` from
+``NEURON_COMPILER_OPT_LEVEL``, ``<args>`` including ``$NEURON_CC_FLAGS``) and the IR bytes;
+neffcache's own API (:func:`neffcache.keys.cache_key`) uses 64 hex in the same form. neffcache
+reads the keys the runtimes wrote and never computes theirs.
 
-Versions: the key the public source copy computes carries no compiler version (the release
-docs say it does): neffcache versions the *directory* (``torchneuron-<version>/``), which is
-safe either way. A bare NEFF directory a job filled directly (``ab/cd/<key>.neff`` at the
-root) is read as one namespace of unknown toolchain.
+Versions: the C++ key carries no compiler version (the kernel path's does): neffcache versions
+the *directory* (``torchneuron-<version>/``), which is safe either way. A bare NEFF directory a
+job filled directly (``ab/cd/<key>.neff``, ``<K>/<K>.neff`` at the root) is read as one
+namespace of unknown toolchain.
 
-Temp files: the runtime writes ``<key>.neff.tmp.XXXXXX`` and renames it. Such a file is the
-runtime's (:meth:`TorchNeuronLayout.is_runtime_file`): neither an entry nor neffcache's garbage,
-so a scan does not count it and ``prune`` never removes it. The writer's lock lives on its own
-host's local disk, so from the shared mount an in-flight write cannot be told from a dead one;
-:meth:`TorchNeuronLayout.runtime_debris_after` says after how long one is surely dead (a day,
-far past the runtime's 1200 s lock breaking), for a sweep that wants to offer its removal.
+Temp files are the runtime's (:meth:`TorchNeuronLayout.is_runtime_file`): neither an entry nor
+neffcache's garbage, never removed young. The writer's lock lives on its own host's local disk,
+so from the shared mount an in-flight write cannot be told from a dead one:
+:meth:`TorchNeuronLayout.runtime_debris_after` says after how long one is surely dead (a day).
 
-Locks: flock files on local disk, *outside* the cache
-(``$TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR/locks/<key>.lock``, default ``/tmp/local_cache``; the
-runtime breaks one older than 1200 s). Nothing in the store is a lock, so no entry is ever
-LOCKED and ``prune --stale-locks`` has nothing to do here.
+Locks: flock files on local disk, *outside* the cache (C++:
+``$TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR/locks/<key>.lock``; kernels:
+``$TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR/<K>/locks/compile.lock``; default ``/tmp/local_cache``).
+A waiter gives up after ``TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT`` (1200 s), deletes the lock
+and retries. Nothing in the store is a lock, so no entry is ever LOCKED.
 
-Log lines: ``[NEFF_CACHE] Cache HIT|MISS for key: <k>`` and ``Storing NEFF for key: <k>``,
-where ``<k>`` is a readable op key (``aten::add_t0_(3, 3)_...``), not the file name: they are
-counted per namespace and name no entry. There is no failure line: a failed compile surfaces
-as a Python exception (the workload's exit status).
+Log lines: ``[NEFF_CACHE] Cache HIT|MISS for key: <k>`` and ``Storing NEFF for key: <k>``, where
+``<k>`` is a readable op key, not a file name. HIT and MISS come from an **in-process
+dictionary** consulted before the disk cache: a MISS may be a disk hit, and a HIT is a graph
+the process already had. So they are read as ``lookup`` and ``reuse``, never as cache hits and
+misses: what the run compiled is counted from the NEFFs it added to the cache
+(:attr:`Layout.counts_from_cache`). There is no failure line: a failed compile surfaces as a
+Python exception (the workload's exit status).
 
-Warming and rewarming: warming layout B means running the workload compile-only
-(``neffcache warm``): the runtime computes and writes its own keys. ``neffcache rewarm`` can
-only recompile what has an HLO under neffcache's layout-B namespace (``hlo/ab/cd/<key>.hlo``)
-and publishes it under neffcache's own key (HLO bytes, flags, new toolchain): ``NeffCache.get``
-serves those, but the native runtime, whose key neffcache cannot compute, will not find them.
-For the native runtime, warm the new toolchain with the workload instead.
+Warming and rewarming: warming means running the workload compile-only (``neffcache warm``):
+the runtime computes and writes its own keys. ``neffcache rewarm`` can only recompile what has an
+HLO under neffcache's namespace (``hlo/ab/cd/<key>.hlo``) and publishes it under neffcache's own
+key: ``NeffCache.get`` serves those, the native runtime will not find them.
 """
 
 from __future__ import annotations
@@ -51,11 +56,12 @@ import re
 from collections.abc import Mapping, Sequence
 
 from neffcache.entry import Entry, EntryState, FileInfo, Namespace
+from neffcache.layouts import torchneuron_names as tn
 from neffcache.layouts.base import Layout
 from neffcache.layouts.records import (
-    TARGET_DIR_RE,
     EntryNames,
     EntryPlan,
+    EnvProblem,
     Located,
     LogLine,
     ShardDir,
@@ -65,128 +71,138 @@ from neffcache.manifest import Manifest
 from neffcache.stores.plain import PlainFiles
 from neffcache.toolchain import Toolchain
 
-_FLAGS_SUFFIX = ".flags.json"
-_NEFF_SUFFIX = ".neff"  # names_for's NEFF: the file whose presence makes an entry SUCCESS
-_SUFFIXES = (".neffcache.json", _FLAGS_SUFFIX, _NEFF_SUFFIX, ".hlo")
-_KEY = r"(?P<key>[0-9a-f]{32,64})"
-_KEY_ONLY_RE = re.compile(_KEY + "$")
-_HLO_NAME_RE = re.compile(r"(?:^|/)" + _KEY + r"\.hlo$")
-_MANAGED_RE = re.compile(
-    "^" + TARGET_DIR_RE + r"torchneuron-(?P<ver>[0-9][^/]*)/(?P<kind>neff|hlo)/"
-    r"(?P<a>[0-9a-f]{2})/(?P<b>[0-9a-f]{2})/" + _KEY + r"(?P<suffix>\.[a-z.]+)$"
-)
-_BARE_RE = re.compile(r"^(?P<a>[0-9a-f]{2})/(?P<b>[0-9a-f]{2})/" + _KEY + r"(?P<suffix>\.[a-z.]+)$")
-_TREES = ("hlo", "neff")  # the two trees an entry's files lie in, at the same shard path
-_NEFF_TREE = "neff"  # the one of them a managed namespace keeps its NEFFs in (names_for)
-# A shard directory, resolved once for its files (:meth:`TorchNeuronLayout.shard_dir`). ``\Z``,
-# not ``$``: a directory named ``cd\n`` is not a shard (``$`` would match before the newline).
-_MANAGED_DIR_RE = re.compile(
-    "^(?P<ns>" + TARGET_DIR_RE + r"torchneuron-(?P<ver>[0-9][^/]*))/(?:" + "|".join(_TREES) + r")/"
-    r"(?P<a>[0-9a-f]{2})/(?P<b>[0-9a-f]{2})\Z"
-)
-_TREE_DIR_RE = re.compile("^(?P<ns>" + TARGET_DIR_RE + r"torchneuron-[0-9][^/]*)/(?:" + "|".join(_TREES) + r")\Z")
-_BARE_DIR_RE = re.compile(r"^(?P<a>[0-9a-f]{2})/(?P<b>[0-9a-f]{2})\Z")
-_MANAGED_SUFFIXES = frozenset(_SUFFIXES)
+_NEFF_TREE = tn.NEFF_TREE
+_NEFF_SUFFIX = tn.NEFF
 _HEX_PAIRS = frozenset(f"{i:02x}" for i in range(256))
 _UNKNOWN = Namespace("", "\0", None)  # a cache miss in shard_dir's namespaces
-_BARE_SUFFIXES = frozenset((_NEFF_SUFFIX, ".neffcache.json"))
-# The runtime's in-flight write: mkstemp's six characters after ``<key>.neff.tmp.``.
-_TEMP_RE = re.compile(
-    r"^(?:" + TARGET_DIR_RE + r"torchneuron-[0-9][^/]*/neff/)?"
-    r"(?P<a>[0-9a-f]{2})/(?P<b>[0-9a-f]{2})/" + _KEY + r"\.neff\.tmp\.[A-Za-z0-9_]{6}$"
-)
-TEMP_DEBRIS_AFTER = 24 * 3600.0
-LOCK_BREAK_SECONDS = 1200  # the runtime breaks a lock older than this
+_HLO_NAME_RE = re.compile(r"(?:^|/)(?P<key>[0-9a-f]{32,64})\.hlo$")
+LOCK_TIMEOUT_VAR = "TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT"
+LOCK_TIMEOUT_DEFAULT = 1200  # seconds a waiter waits before it deletes the lock and retries
 LOCAL_DIR_VAR = "TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR"
 LOCAL_DIR_DEFAULT = "/tmp/local_cache"  # noqa: S108 (the runtime's default, quoted)
+NEFF_DIR_VAR = "TORCH_NEURONX_NEFF_CACHE_DIR"
+NEFF_DIR_DEFAULT = "/tmp/neff_cache"  # noqa: S108 (the runtime's default, quoted)
+# Settings that turn the disk cache off or change every key the C++ writer computes.
+DISABLE_VAR = "TORCH_NEURONX_NEFF_DISABLE_CACHE"
+KEY_VARS = ("NEURON_CC_FLAGS", "NEURON_COMPILER_OPT_LEVEL")
 _LOG_RE = re.compile(r"\[NEFF_CACHE\] (?:Cache (?P<hm>HIT|MISS)|(?P<store>Storing NEFF)) for key: (?P<key>.*\S)")
+_LOG_KINDS = {"HIT": "reuse", "MISS": "lookup"}
 
 
 def shard(key: str) -> str:
-    return f"{key[0:2]}/{key[2:4]}/{key}"
+    return tn.neff_tree_path(key)
 
 
 class TorchNeuronLayout(Layout):
     name = "torchneuron"
     runtime_dir = "torchneuron"
     needs_filesystem = True  # the runtime reads a directory; it has no S3 backend
+    counts_from_cache = True  # its lines name op keys, and a MISS may be a disk hit (module docstring)
 
     def names(self, namespace: Namespace, key: str) -> EntryNames:
         names = self.names_for(namespace, key)
-        return EntryNames(hlo=names["hlo"], flags=names["flags"], neff=names["neff"], marker=names["neff"],
-                          manifest=names["manifest"])
+        neff, manifest = names["neff"], names["manifest"]
+        assert neff is not None and manifest is not None
+        return EntryNames(hlo=names["hlo"], flags=names["flags"], neff=neff, marker=neff, manifest=manifest)
 
     def namespace_for(self, toolchain: Toolchain) -> Namespace:
         path = f"{toolchain.target_dir}/torchneuron-{toolchain.compiler_version}"
         return Namespace(self.name, path, toolchain.compiler_version, toolchain.target, toolchain.lnc)
 
     @staticmethod
-    def names_for(namespace: Namespace, key: str) -> dict[str, str]:
-        sharded = shard(key)  # once: a scan asks this of every entry
-        neff = sharded if namespace.path == "" else f"{_NEFF_TREE}/{sharded}"
+    def names_for(namespace: Namespace, key: str) -> dict[str, str | None]:
+        """The names (relative to the namespace) of entry ``key``'s files: its NEFF and
+        manifest in the NEFF tree, its HLO and flags in the HLO tree. A kernel entry
+        (``<K>/<K>``) has no HLO in neffcache's tree: the runtime recompiles its kernels."""
+        at = shard(key)  # once: a scan asks this of every entry
+        neff = at if namespace.path == "" else f"{_NEFF_TREE}/{at}"
+        kernel = tn.is_kernel_key(key)
         return {
-            "neff": f"{neff}.neff",
-            "manifest": f"{neff}.neffcache.json",
-            "hlo": f"hlo/{sharded}.hlo",
-            "flags": f"hlo/{sharded}{_FLAGS_SUFFIX}",
+            "neff": f"{neff}{tn.NEFF}",
+            "manifest": f"{neff}{tn.MANIFEST}",
+            "hlo": None if kernel else f"{tn.HLO_TREE}/{at}{tn.HLO}",
+            "flags": None if kernel else f"{tn.HLO_TREE}/{at}{tn.FLAGS}",
         }
 
     def locate(self, path: str) -> Located | None:
-        match = _MANAGED_RE.match(path)
+        match = tn.MANAGED_RE.match(path)
         if match:
-            if match.group("a") + match.group("b") != match.group("key")[:4]:
-                return None
-            suffix = match.group("suffix")
-            if suffix not in _SUFFIXES:
-                return None
-            target, lnc = parse_target_dir(match)
-            head = path.split("/torchneuron-", 1)[0] if match.group("tdir") else ""
-            ns_path = posixpath.join(head, f"torchneuron-{match.group('ver')}") if head else (
-                f"torchneuron-{match.group('ver')}"
-            )
-            ns = Namespace(self.name, ns_path, match.group("ver"), target, lnc)
             key = match.group("key")
-            name = path[len(ns_path) + 1:]
-            return Located(ns, key, posixpath.join(ns_path, "neff", shard(key)), ns_path, name)
-        match = _BARE_RE.match(path)
-        if match and match.group("suffix") in (".neff", ".neffcache.json"):
-            if match.group("a") + match.group("b") != match.group("key")[:4]:
+            if match.group("a") + match.group("b") != key[:4] or match.group("suffix") not in tn.SHARDED_SUFFIXES:
                 return None
-            ns = Namespace(self.name, "", None)
+            return self._managed(match, key, path)
+        match = tn.KERNEL_MANAGED_RE.match(path)
+        if match:
+            if match.group("suffix") not in tn.NEFF_SUFFIXES:
+                return None
+            return self._managed(match, tn.kernel_key(match.group("k")), path)
+        match = tn.BARE_RE.match(path)
+        if match:
             key = match.group("key")
-            return Located(ns, key, shard(key), "", path)
+            if match.group("suffix") not in tn.NEFF_SUFFIXES or match.group("a") + match.group("b") != key[:4]:
+                return None
+            return Located(Namespace(self.name, "", None), key, shard(key), "", path)
+        match = tn.KERNEL_BARE_RE.match(path)
+        if match and match.group("suffix") in tn.NEFF_SUFFIXES:
+            key = tn.kernel_key(match.group("k"))
+            return Located(Namespace(self.name, "", None), key, key, "", path)
         return None
 
+    def _managed(self, match: re.Match[str], key: str, path: str) -> Located:
+        target, lnc = parse_target_dir(match)
+        ns_path = match.group("ns")
+        ns = Namespace(self.name, ns_path, match.group("ver"), target, lnc)
+        return Located(ns, key, f"{ns_path}/{_NEFF_TREE}/{shard(key)}", ns_path, path[len(ns_path) + 1:])
+
     # An entry's files lie in two trees, at the same shard path in each (the module docstring).
-    spread_trees = _TREES
+    spread_trees = tn.TREES
 
     def spread_namespace(self, directory: str) -> str | None:
-        match = _TREE_DIR_RE.match(directory)
+        match = tn.TREE_DIR_RE.match(directory)
         return match.group("ns") if match else None
 
     def shard_dir(self, directory: str, namespaces: dict[str, Namespace | None] | None = None
                   ) -> ShardDir | None:
-        # What locate() decides from a file's directory, decided once per shard: the same
+        # What locate() decides from a file's directory, decided once per directory: the same
         # regexes up to the file name, so a file key_of() accepts is placed as locate() would.
         ns = self._managed_shard(directory, namespaces)
         if ns is not None:
             a, b = directory[-5:-3], directory[-2:]
             return ShardDir(ns, ns.path, f"{ns.path}/{_NEFF_TREE}/{a}/{b}/", directory[len(ns.path) + 1:] + "/",
-                            a + b, _MANAGED_SUFFIXES)
-        match_bare = _BARE_DIR_RE.match(directory)
-        if match_bare is None:
+                            a + b, tn.SHARDED_SUFFIXES)
+        match_bare = tn.BARE_SHARD_RE.match(directory)
+        if match_bare is not None:
+            return ShardDir(self._bare(namespaces), "", directory + "/", directory + "/",
+                            match_bare.group("a") + match_bare.group("b"), tn.NEFF_SUFFIXES)
+        match_kernel = tn.KERNEL_DIR_RE.match(directory) if len(directory) >= tn.KERNEL_KEY_LEN else None
+        if match_kernel is None:
             return None
+        digest = match_kernel.group("k")
+        if match_kernel.group("ns") is None:
+            return ShardDir(self._bare(namespaces), "", "", directory + "/", digest, tn.NEFF_SUFFIXES,
+                            key_prefix=digest + "/")
+        ns_path = match_kernel.group("ns")
+        ns = namespaces.get(ns_path) if namespaces is not None else None
+        if ns is None:
+            target, lnc = parse_target_dir(match_kernel)
+            ns = Namespace(self.name, ns_path, match_kernel.group("ver"), target, lnc)
+            if namespaces is not None:
+                namespaces[ns_path] = ns
+        return ShardDir(ns, ns_path, f"{ns_path}/{_NEFF_TREE}/", directory[len(ns_path) + 1:] + "/", digest,
+                        tn.NEFF_SUFFIXES, key_prefix=digest + "/")
+
+    def _bare(self, namespaces: dict[str, Namespace | None] | None) -> Namespace:
+        """The one namespace of a bare NEFF directory (unknown toolchain), shared by its entries."""
         bare = namespaces.get("") if namespaces is not None else None
         if bare is None:
             bare = Namespace(self.name, "", None)
             if namespaces is not None:
                 namespaces[""] = bare
-        return ShardDir(bare, "", directory + "/", directory + "/", match_bare.group("a") + match_bare.group("b"),
-                        _BARE_SUFFIXES)
+        return bare
 
     def _managed_shard(self, directory: str, namespaces: dict[str, Namespace | None] | None
                        ) -> Namespace | None:
-        """The namespace of ``directory`` when ``_MANAGED_DIR_RE`` matches it. Its siblings
+        """The namespace of ``directory`` when ``MANAGED_SHARD_RE`` matches it. Its siblings
         share the answer: the regex ends in a last name of two hex digits and the end, so for such a
         last name it matches exactly when it matched a sibling's. ``namespaces`` keeps the
         answer by parent (under a key with a NUL, which no namespace path holds), so a scan runs
@@ -197,7 +213,7 @@ class TorchNeuronLayout(Layout):
             known = namespaces.get("\0" + parent, _UNKNOWN)
             if known is not _UNKNOWN:
                 return known
-        match = _MANAGED_DIR_RE.match(directory)
+        match = tn.MANAGED_SHARD_RE.match(directory)
         ns = None
         if match is not None:
             ns_path = match.group("ns")
@@ -212,44 +228,77 @@ class TorchNeuronLayout(Layout):
         return ns
 
     def is_runtime_file(self, path: str) -> bool:
-        return self._temp_file(path)
+        return tn.is_temp_file(path)
 
     def claims_key(self, key: str) -> bool:
-        # The runtime's 32-hex keys and neffcache's own 64-hex ones share the namespace.
-        return _KEY_ONLY_RE.match(key) is not None
+        # The runtime's 32-hex keys, its kernels' <K>/<K> and neffcache's own 64-hex ones.
+        return tn.claims_key(key)
 
     def flags_beside(self, file_name: str) -> tuple[str, ...]:
         match = _HLO_NAME_RE.search(file_name)
-        return (f"{match.group('key')}{_FLAGS_SUFFIX}",) if match else ()
+        return (f"{match.group('key')}{tn.FLAGS}",) if match else ()
 
     def runtime_debris_after(self, path: str) -> float | None:
-        return TEMP_DEBRIS_AFTER if self._temp_file(path) else None
+        return tn.TEMP_DEBRIS_AFTER if tn.is_temp_file(path) else None
 
-    @staticmethod
-    def _temp_file(path: str) -> bool:
-        match = _TEMP_RE.match(path)
-        return match is not None and match.group("a") + match.group("b") == match.group("key")[:4]
+    def prune_group_dir(self, entry_path: str) -> str | None:
+        return tn.group_dir(entry_path)
 
     def parse_log_line(self, line: str) -> LogLine | None:
         match = _LOG_RE.search(line)
         if match is None:
             return None
-        kind = "success" if match.group("store") else match.group("hm").lower()
+        kind = "stored" if match.group("store") else _LOG_KINDS[match.group("hm")]
         return LogLine(kind, key=match.group("key"))
 
     def env_notes(self, root: str, namespace: Namespace) -> list[str]:
         return [
-            f"TorchNeuron's native key carries no compiler version: neffcache versions the directory "
+            f"TorchNeuron's C++ key carries no compiler version: neffcache versions the directory "
             f"({posixpath.basename(namespace.path)}/); keep one directory per compiler",
-            f"TorchNeuron's native locks live on local disk, outside the cache: "
-            f"${LOCAL_DIR_VAR}/locks/<key>.lock (default {LOCAL_DIR_DEFAULT}, flock, broken after "
-            f"{LOCK_BREAK_SECONDS} s); keep {LOCAL_DIR_VAR} off the shared mount",
+            f"TorchNeuron's locks live on local disk, outside the cache: ${LOCAL_DIR_VAR}/locks/<key>.lock "
+            f"and, for kernels, ${LOCAL_DIR_VAR}/<key>/locks/compile.lock (default {LOCAL_DIR_DEFAULT}, "
+            f"flock); keep {LOCAL_DIR_VAR} off the shared mount. A waiter breaks a lock after "
+            f"${LOCK_TIMEOUT_VAR} seconds (default {LOCK_TIMEOUT_DEFAULT}): a graph that compiles longer is "
+            "compiled again by every waiter, so raise it for large models",
+            f"{' and '.join(KEY_VARS)} are part of every key TorchNeuron computes: jobs that set them "
+            "differently never share NEFFs",
         ]
+
+    def compile_only_env(self, environ: Mapping[str, str], *, retry_failed: bool
+                         ) -> tuple[dict[str, str | None], list[str]]:
+        if DISABLE_VAR in environ:
+            return {DISABLE_VAR: None}, [f"unset {DISABLE_VAR}: a warm-up without the disk cache keeps nothing"]
+        return {}, []
+
+    def env_problems(self, environ: Mapping[str, str]) -> list[EnvProblem]:
+        """The disk cache switched off, a lock directory on the cache itself, a lock timeout
+        that breaks live compiles."""
+        problems = []
+        if _truthy(environ.get(DISABLE_VAR)):
+            problems.append(EnvProblem(DISABLE_VAR, f"{DISABLE_VAR}={environ[DISABLE_VAR]} turns TorchNeuron's "
+                                       "disk cache off: every graph compiles in every job", f"unset {DISABLE_VAR}"))
+        timeout = environ.get(LOCK_TIMEOUT_VAR)
+        if timeout is not None:
+            try:
+                seconds = float(timeout)
+            except ValueError:
+                seconds = float("nan")
+            if not seconds > 0:
+                problems.append(EnvProblem(LOCK_TIMEOUT_VAR, f"{LOCK_TIMEOUT_VAR}={timeout!r} is not a positive "
+                                           "number of seconds", f"unset it (default {LOCK_TIMEOUT_DEFAULT})"))
+        local, neff_dir = environ.get(LOCAL_DIR_VAR), environ.get(NEFF_DIR_VAR)
+        if local and neff_dir and _inside(local, neff_dir):
+            problems.append(EnvProblem(LOCAL_DIR_VAR, f"{LOCAL_DIR_VAR} ({local}) lies in the NEFF cache "
+                                       f"({neff_dir}): its flock files need a local disk",
+                                       f"point {LOCAL_DIR_VAR} at a local directory (default {LOCAL_DIR_DEFAULT})"))
+        return problems
 
     def plan_entry(self, namespace: Namespace, key: str) -> EntryPlan:
         names = self.names_for(namespace, key)
-        path = posixpath.join(namespace.path, "neff", shard(key)) if namespace.path else shard(key)
-        return EntryPlan(namespace, key, path, namespace.path, names["manifest"], names["neff"])
+        path = f"{namespace.path}/{_NEFF_TREE}/{shard(key)}" if namespace.path else shard(key)
+        manifest, neff = names["manifest"], names["neff"]
+        assert manifest is not None and neff is not None
+        return EntryPlan(namespace, key, path, namespace.path, manifest, neff)
 
     def write_order(self, names: list[str], marker: str, manifest: str) -> list[str]:
         # Manifest first (a manifest without its NEFF reads as uncommitted), NEFF last: it commits.
@@ -278,9 +327,11 @@ class TorchNeuronLayout(Layout):
             problems.append(manifest_error)
         if manifest is not None:
             problems.extend(self.manifest_problems(files, manifest, located))
-        neff = files.get(names["neff"])
+        neff_name, manifest_name = names["neff"], names["manifest"]
+        assert neff_name is not None and manifest_name is not None
+        neff = files.get(neff_name)
         committed = True
-        if neff is None and names["manifest"] in files:
+        if neff is None and manifest_name in files:
             state, committed = EntryState.CORRUPT, False
             problems.append("uncommitted: a manifest without its NEFF (an interrupted or ongoing write)")
         elif problems:
@@ -291,8 +342,8 @@ class TorchNeuronLayout(Layout):
                 state, problems = EntryState.CORRUPT, ["the NEFF is empty"]
         else:
             state = EntryState.EMPTY
-        return self.entry_at(located, files, state, problems, manifest, manifest_name=names["manifest"],
-                             marker_name=names["neff"], committed=committed)
+        return self.entry_at(located, files, state, problems, manifest, manifest_name=manifest_name,
+                             marker_name=neff_name, committed=committed)
 
     def plain_entries(self, shards: Sequence[tuple[ShardDir, Sequence[str], Sequence[FileInfo]]]
                       ) -> tuple[int, int] | None:
@@ -302,21 +353,24 @@ class TorchNeuronLayout(Layout):
 
         Per shard, only the plain names (:meth:`ShardDir.key_of`) are taken: any other name
         declines the whole batch (``locate`` decides it). A key's NEFF is ``<key>.neff`` in
-        the shard directory of the key's first four digits (every key ``key_of`` accepts here)
-        in the NEFF tree of a managed namespace, or in the bare directory itself
-        (``names_for``): so whether a shard holds NEFFs is one answer for all its keys."""
+        the shard directory of the key's first four digits (every key ``key_of`` accepts here;
+        a kernel's in its own directory) in the NEFF tree of a managed namespace, or in the
+        bare directory itself (``names_for``): so whether a shard holds NEFFs is one answer for
+        all its keys."""
         sizes: dict[str, int] = {}
         with_neff: set[str] = set()
         for shard, names, files in shards:
             key_of = shard.key_of
             holds_neffs = _holds_neffs(shard)
+            # A NEFF is named <bare key>.neff, the key being the shard's key_prefix + the bare key.
+            extra = len(_NEFF_SUFFIX) - len(shard.key_prefix)
             for name, info in zip(names, files, strict=True):
                 key = key_of(name)
                 if key is None:
                     return None
                 size = info.size
                 sizes[key] = sizes.get(key, 0) + size
-                if holds_neffs and len(name) == len(key) + len(_NEFF_SUFFIX) and name.endswith(_NEFF_SUFFIX):
+                if holds_neffs and len(name) == len(key) + extra and name.endswith(_NEFF_SUFFIX):
                     if size == 0:
                         return None  # CORRUPT: the NEFF is empty
                     with_neff.add(key)
@@ -329,7 +383,7 @@ class TorchNeuronLayout(Layout):
         """:meth:`Layout.plain_files_below`: when ``<d>/00`` is a shard directory for each
         directory ``d``, so is ``<d>/<xy>`` for every pair of lowercase hex digits, with the
         same namespace, suffixes and name prefix, and the shard ``d``'s last two digits plus
-        ``xy``: both regexes (``_MANAGED_DIR_RE``, ``_BARE_DIR_RE``) end in a last name of two
+        ``xy``: both regexes (``MANAGED_SHARD_RE``, ``BARE_SHARD_RE``) end in a last name of two
         hex digits and the end, the argument ``_managed_shard`` caches by. So
         :meth:`plain_entries`' rule for those children is one rule: :meth:`ShardDir.key_of`'s
         names, NEFFs where ``_holds_neffs`` says (tests/stores/test_count_plain.py holds the
@@ -350,7 +404,7 @@ class TorchNeuronLayout(Layout):
 
     # -- what scan, load_entry and prune ask (issue #11) ---------------------------------------
     def locate_entry(self, path: str) -> Located | None:
-        # An entry's path is its NEFF's without the suffix (``.../neff/ab/cd/<key>``).
+        # An entry's path is its NEFF's without the suffix (``.../neff/ab/cd/<key>``, ``.../neff/<K>/<K>``).
         return self.locate(f"{path}.neff")
 
 
@@ -358,3 +412,13 @@ def _holds_neffs(shard: ShardDir) -> bool:
     """Whether the NEFFs of ``shard``'s entries lie in it (``names_for``'s ``neff``): a
     managed namespace's NEFF tree, or a bare NEFF directory."""
     return not shard.namespace.path or shard.name_dir.startswith(_NEFF_TREE + "/")
+
+
+def _truthy(value: str | None) -> bool:
+    return value is not None and value.strip().lower() in ("1", "true", "yes", "on")
+
+
+def _inside(path: str, root: str) -> bool:
+    """Whether ``path`` is ``root`` or lies below it (lexically: neither need exist here)."""
+    path, root = posixpath.normpath(path), posixpath.normpath(root)
+    return path == root or path.startswith(root.rstrip("/") + "/")

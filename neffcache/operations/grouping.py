@@ -2,7 +2,8 @@
 
 Every listed file ends up in exactly one place: an entry's group (the files a layout locates
 in it), ``garbage`` (neffcache's temp names), a count of control files (``.neffcache/``),
-nothing (a runtime's own file outside any entry: layout A's root ``lock``), or ``foreign``.
+a runtime's own file outside any entry (layout A's root ``lock``; ``runtime_temp`` when a dead
+writer may leave it behind: TorchNeuron's temp files), or ``foreign``.
 A listing's problems (a symlink not followed, an unreadable directory) go to the entry they
 lie in, which is then CORRUPT, or to the warnings.
 
@@ -45,8 +46,9 @@ class Group:
 class Grouper:
     """Assigns listings to entry groups, one listing at a time (:meth:`add`).
 
-    ``groups`` (by entry path), ``garbage``, ``unclaimed`` (foreign files) and ``control`` grow
-    as listings come; ``created`` lists every group made since the caller last cleared it.
+    ``groups`` (by entry path), ``garbage``, ``unclaimed`` (foreign files), ``runtime_temp`` (a
+    runtime's temp files) and ``control`` grow as listings come; ``created`` lists every group
+    made since the caller last cleared it.
     """
 
     def __init__(self, progress: Progress | None = None, warnings: list[str] | None = None, *,
@@ -54,6 +56,7 @@ class Grouper:
         self.groups: dict[str, Group] = {}
         self.garbage: list[FileInfo] = []
         self.unclaimed: list[FileInfo] = foreign if foreign is not None else []
+        self.runtime_temp: list[FileInfo] = []
         self.warnings = warnings
         self.control = 0
         self.created: list[Group] = []
@@ -262,9 +265,13 @@ class Grouper:
         for info in files:
             located = locate(info.path)
             if located is None:
-                # Not an entry's, not a temp name of ours: another tool's or unknown. Kept.
-                if not any(lay.is_runtime_file(info.path) for lay in self._layouts):
+                # Not an entry's, not a temp name of ours: a runtime's own, another tool's or
+                # unknown. Kept; a runtime's temp file is reported, so an old one can be swept.
+                runtime = [lay for lay in self._layouts if lay.is_runtime_file(info.path)]
+                if not runtime:
                     self.unclaimed.append(info)
+                elif any(lay.runtime_debris_after(info.path) is not None for lay in runtime):
+                    self.runtime_temp.append(info)
                 continue
             self._group(located).files[located.name] = info
 
@@ -281,10 +288,11 @@ class Grouper:
 
 
 def group_dirs(listings: Iterable[DirListing], progress: Progress | None = None,
-               warnings: list[str] | None = None, *, foreign: list[FileInfo] | None = None
-               ) -> tuple[dict[str, Group], list[FileInfo], int]:
+               warnings: list[str] | None = None, *, foreign: list[FileInfo] | None = None,
+               runtime_temp: list[FileInfo] | None = None) -> tuple[dict[str, Group], list[FileInfo], int]:
     """Assign listings by directory (``Store.iter_dirs``) to entries; return (groups by entry
-    path, garbage, control-file count). Files no layout claims are appended to ``foreign``.
+    path, garbage, control-file count). Files no layout claims are appended to ``foreign``, a
+    runtime's temp files to ``runtime_temp``.
 
     A listing's problems (a symlink not followed, an unreadable directory) make the entry they
     lie in CORRUPT with the reason; one outside any entry is added to ``warnings``."""
@@ -292,6 +300,8 @@ def group_dirs(listings: Iterable[DirListing], progress: Progress | None = None,
     add = grouper.add
     for listing in listings:
         add(listing)
+    if runtime_temp is not None:
+        runtime_temp.extend(grouper.runtime_temp)
     return grouper.groups, grouper.garbage, grouper.control
 
 

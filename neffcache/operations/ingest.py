@@ -148,8 +148,8 @@ def _transfer(src: Store, entry: Entry, dst: Store, *, tags: Mapping[str, str] |
             problems += [f"{n} is missing" for n in entry.manifest.files if n not in local]
             if problems:
                 raise CorruptEntry(where, problems)
-            manifest = dataclasses.replace(entry.manifest, tags={**entry.manifest.tags, **tags}) if tags \
-                else entry.manifest
+            manifest = _completed(entry, staged)
+            manifest = dataclasses.replace(manifest, tags={**manifest.tags, **tags}) if tags else manifest
         else:
             # A runtime-written entry: the manifest is built from the staged copies' digests and,
             # for files uploaded in place, from the digests of the bytes the upload sends, taken
@@ -159,10 +159,27 @@ def _transfer(src: Store, entry: Entry, dst: Store, *, tags: Mapping[str, str] |
                                 tags=dict(tags or {}), computed=True, created=entry.mtime)
         movable = all(n in staged for n in local)
         sources: dict[str, Source] = dict(local)
-        unhashed = frozenset(n for n in local if n not in staged) if entry.manifest is None else frozenset()
+        if entry.manifest is None:
+            unhashed = frozenset(n for n in local if n not in staged)
+        else:  # uploaded in place, a late payload file the manifest lacks: hashed as it is sent
+            late = get_layout(entry.layout).late_payload
+            unhashed = frozenset(n for n in local if n not in staged and n in late and n not in manifest.files)
         return publish(dst, entry.namespace, entry.key, sources, manifest, move=movable,
                        known_absent=known_absent, verified=frozenset(staged), unhashed=unhashed,
                        releases=releases)
+
+
+def _completed(entry: Entry, staged: Mapping[str, FileDigest]) -> Manifest:
+    """``entry``'s manifest, covering too the runtime files a manifest of its revision did not
+    know to cover (:attr:`Layout.late_payload`), with the digests of the staged copies: what is
+    published is what was hashed, and the destination's manifest vouches for the whole entry."""
+    manifest = entry.manifest
+    assert manifest is not None
+    late = get_layout(entry.layout).late_payload
+    added = {n: d for n, d in staged.items() if n in late and n not in manifest.files}
+    if not added:
+        return manifest
+    return dataclasses.replace(manifest, files={**manifest.files, **added})
 
 
 def fetch_file(src: Store, path: str, dest: Path, dst: Store) -> FileDigest:

@@ -65,6 +65,9 @@ class ScanReport:
     uncommitted: tuple[Entry, ...] = ()  # writes that never reached their commit marker
     # Files no layout classified and neffcache did not write: other tools', unknown. Kept.
     foreign: tuple[FileInfo, ...] = ()
+    # A runtime's own temp files outside any entry (TorchNeuron's writes in flight, or a dead
+    # writer's): never garbage while young (Layout.runtime_debris_after says how old is dead).
+    runtime_temp: tuple[FileInfo, ...] = ()
 
     @property
     def size(self) -> int:
@@ -128,6 +131,8 @@ class ScanReport:
                         + [e.path for e in self.uncommitted[:100]]},
             "foreign": {"files": len(self.foreign), "size": self.foreign_size,
                         "paths": [f.path for f in self.foreign[:100]]},
+            "runtime_temp": {"files": len(self.runtime_temp), "size": sum(f.size for f in self.runtime_temp),
+                             "paths": [f.path for f in self.runtime_temp[:100]]},
             "warnings": list(self.warnings),
             "seconds": round(self.seconds, 3),
         }
@@ -177,8 +182,10 @@ def scan(store: Store, *, prefix: str = "", read_manifests: bool = False, layout
 def _scan(store: Store, started: float, *, prefix: str, read_manifests: bool, layout: str | None,
           progress: Progress | None, workers: int) -> ScanReport:
     foreign: list[FileInfo] = []
+    runtime_temp: list[FileInfo] = []
     warnings: list[str] = []
-    groups, garbage, control = group_dirs(store.iter_dirs(prefix), progress, warnings, foreign=foreign)
+    groups, garbage, control = group_dirs(store.iter_dirs(prefix), progress, warnings, foreign=foreign,
+                                          runtime_temp=runtime_temp)
 
     def build(group: Group) -> tuple[Entry | None, list[FileInfo]]:
         if not read_manifests:
@@ -210,7 +217,8 @@ def _scan(store: Store, started: float, *, prefix: str, read_manifests: bool, la
     return ScanReport(store.url, tuple(committed), tuple(sorted(garbage, key=lambda f: f.path)),
                       tuple(warnings), time.monotonic() - started, control,
                       tuple(e for e in entries if not e.committed),
-                      tuple(sorted(foreign, key=lambda f: f.path)))
+                      tuple(sorted(foreign, key=lambda f: f.path)),
+                      tuple(sorted(runtime_temp, key=lambda f: f.path)))
 
 
 def load_entry(store: Store, path: str, *, read_manifest: bool = True) -> Entry | None:

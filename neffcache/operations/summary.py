@@ -377,10 +377,12 @@ def _drain(listing: DirListing, grouper: Grouper, tally: _Tally, kept: _KeptEntr
 
 
 def _drain_counters(grouper: Grouper, tally: _Tally, warnings: list[str], foreign: list[FileInfo]) -> None:
-    """Move the grouper's garbage, the foreign files and the warnings into the counters."""
+    """Move the grouper's garbage, the foreign files and the warnings into the counters (a
+    runtime's temp files a summary does not report: forgotten)."""
     if grouper.garbage:
         tally.garbage(grouper.garbage)
         grouper.garbage.clear()
+    grouper.runtime_temp.clear()
     if foreign:
         tally.foreign(foreign)
         foreign.clear()

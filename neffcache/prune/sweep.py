@@ -43,7 +43,7 @@ from neffcache.coordination.stamps import STAMP_DIR
 from neffcache.coordination.write_leases import publish_lease_name
 from neffcache.entry import Entry, FileInfo
 from neffcache.errors import EntryNotFound
-from neffcache.layouts import get_layout
+from neffcache.layouts import LAYOUTS, get_layout
 from neffcache.operations.scan import ScanReport
 from neffcache.operations.verify import QUARANTINE_DIR
 from neffcache.prune.model import ItemKind, Kept, PruneItem, PrunePolicy, Reason, ago
@@ -199,6 +199,15 @@ def sweep_garbage(store: Store, report: ScanReport, stamps: Mapping[str, FileInf
             young += 1
         elif TEMP_MARKER in name:  # the scan's garbage is our temp names; anything else stays
             out.items.append(_file(store, info, Reason.GARBAGE, "temp file of an interrupted write"))
+    for info in report.runtime_temp:
+        dead_after = _runtime_debris_after(info.path)
+        if dead_after is None:
+            continue
+        if now - info.mtime <= max(policy.grace, dead_after):
+            young += 1  # a runtime's write may be in flight: its lock is on another host's disk
+        else:
+            out.items.append(_file(store, info, Reason.GARBAGE, f"a runtime's temp file, last written "
+                                   f"{ago(now - info.mtime)} ago: its writer is gone"))
     for info in store.iter_files(STAGING_DIR):
         if now - info.mtime > policy.grace:
             out.items.append(_file(store, info, Reason.GARBAGE, "leftover of an interrupted transfer (staging)"))
@@ -223,8 +232,15 @@ def sweep_garbage(store: Store, report: ScanReport, stamps: Mapping[str, FileInf
                                    token=up.upload_id, last_used=up.initiated))
     if young:
         out.notes.append(f"{store.url}: {young} temp files or uncommitted writes younger than the "
-                         f"{ago(policy.grace)} grace period kept (they may be in flight)")
+                         f"{ago(policy.grace)} grace period (a runtime's: the age its layout gives) kept "
+                         "(they may be in flight)")
     return out, uncommitted
+
+
+def _runtime_debris_after(path: str) -> float | None:
+    """Seconds after its last write when a runtime's temp file is surely its dead writer's."""
+    ages = [age for lay in LAYOUTS.values() if (age := lay.runtime_debris_after(path)) is not None]
+    return max(ages) if ages else None
 
 
 def _quarantine_time(path: str) -> float | None:

@@ -1,8 +1,8 @@
 """A SIMULATED TorchNeuron / torch-xla run: lowers fake graphs, looks them up, compiles misses.
 
 ``python -m neffcache.testing.workload [--model NAME] [--bucket N[,N...]]... [--graphs N]
-[--hlo-bytes N] [--steps N] [--backend {xla,native}] [--crash-after N] [--parallel N]
-[--flags=FLAGS]``
+[--kernels N] [--hlo-bytes N] [--steps N] [--backend {xla,native}] [--crash-after N]
+[--parallel N] [--flags=FLAGS]``
 
 It reads exactly the environment a real run reads and leaves the files a real run leaves, so
 neffcache's warm/run/prune/rewarm code paths can be rehearsed without the Neuron SDK. Nothing
@@ -21,9 +21,14 @@ Environment, as the real runtimes read it:
                                   ``--retry_failed_compilation`` are for the cache, not hashed
 ``NEURON_COMPILE_CACHE_URL``      (xla) cache root, a path or file:// URL (default
                                   /var/tmp/neuron-compile-cache; ``--cache_dir`` wins)
-``TORCH_NEURONX_NEFF_CACHE_DIR``  (native, required) NEFF directory
+``TORCH_NEURONX_NEFF_CACHE_DIR``  (native, required) NEFF directory, both writers: the C++
+                                  one's ab/cd/<32 hex>.neff, the kernel path's <K>/<K>.neff
 ``TORCH_NEURONX_HLO_CACHE_DIR``   (native, optional) HLO directory
 ``TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR`` (native) local dir for lock files (default under TMPDIR)
+``TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT`` (native) seconds a waiter waits on a lock before it
+                                  breaks it (default 1200)
+``TORCH_NEURONX_NEFF_DISABLE_CACHE=1`` (native) no disk cache: every graph compiles, none is kept
+``NEURON_COMPILER_OPT_LEVEL``     (native) part of every C++ key (default -O1), as NEURON_CC_FLAGS
 
 Simulation knobs: ``NEFFSIM_BACKEND`` (default backend), ``NEFFSIM_LOCK_TIMEOUT`` (seconds to
 wait on another process's lock before failing the graph; default forever, like the real
@@ -57,11 +62,13 @@ from neffcache.testing.env import (
     xla_cache_root,
 )
 from neffcache.testing.hlo import DEFAULT_HLO_BYTES, make_hlo
-from neffcache.testing.native_cache import NativeCache
+from neffcache.testing.native_cache import DEFAULT_OPT, LOCK_BREAK_SECONDS, NativeCache
 from neffcache.testing.xla_cache import XlaCache
 from neffcache.toolchain import Toolchain, compiler_version
 
 PROG = "neffcache.testing.workload"
+# --help shows the environment the simulation reads: the module docstring's part on it.
+_ENVIRONMENT = (__doc__ or "")[(__doc__ or "").find("Environment, as the real runtimes read it:"):].replace("``", "")
 
 
 def _buckets(values: list[str] | None) -> list[int]:
@@ -79,10 +86,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog=f"python -m {PROG}",
         description="SIMULATED torch-neuronx workload (neffcache.testing): fake graphs, real cache files.",
+        epilog=_ENVIRONMENT, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--model", default="llama-tiny")
     parser.add_argument("--bucket", action="append", help="shape bucket; repeat or comma-separate")
     parser.add_argument("--graphs", type=int, default=4, help="graphs per bucket")
+    parser.add_argument("--kernels", type=int, default=0,
+                        help="(native) kernels per bucket, stored by the Python kernel path as <K>/<K>.neff")
     parser.add_argument("--hlo-bytes", type=int, default=DEFAULT_HLO_BYTES, help="HLO size per graph")
     parser.add_argument("--steps", type=int, default=2, help="steps to 'run' when not compile-only")
     parser.add_argument("--backend", choices=("xla", "native"),
@@ -95,8 +105,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         ns.buckets = _buckets(ns.bucket)
     except argparse.ArgumentTypeError as exc:
         parser.error(str(exc))
-    if ns.graphs < 0 or ns.steps < 0 or ns.parallel < 1 or (ns.crash_after or 0) < 0:
-        parser.error("--graphs, --steps and --crash-after must be >= 0, --parallel >= 1")
+    if ns.graphs < 0 or ns.kernels < 0 or ns.steps < 0 or ns.parallel < 1 or (ns.crash_after or 0) < 0:
+        parser.error("--graphs, --kernels, --steps and --crash-after must be >= 0, --parallel >= 1")
+    if ns.kernels and ns.backend != "native":
+        parser.error("--kernels is a native-backend option (TorchNeuron's kernel path)")
     return ns
 
 
@@ -139,6 +151,8 @@ def run(ns: argparse.Namespace, log: WorkloadLog, runner: CompilerRunner) -> int
         raise WorkloadError(str(exc)) from None
 
     process: Callable[[bytes], GraphOutcome]
+    kernel: Callable[[bytes], GraphOutcome] | None = None
+    reuse: Callable[[bytes], GraphOutcome] | None = None  # a later step's lookup of the same graph
     if ns.backend == "xla":
         root = xla_cache_root(cache_dir, env)
         xla = XlaCache(root, version=version, target=target, lnc=lnc, flags=flags,
@@ -155,19 +169,30 @@ def run(ns: argparse.Namespace, log: WorkloadLog, runner: CompilerRunner) -> int
         native = NativeCache(neff_dir, hlo_dir=hlo_dir, local_dir=local_dir,
                              toolchain=Toolchain(version, target, lnc), flags=flags, log=log,
                              runner=runner, lock_timeout=lock_timeout,
-                             lock_report_every=lock_report_every)
+                             lock_report_every=lock_report_every,
+                             lock_break_after=env_seconds("TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT", None)
+                             or LOCK_BREAK_SECONDS,
+                             opt=env.get("NEURON_COMPILER_OPT_LEVEL", "").strip() or DEFAULT_OPT,
+                             disk=not is_true(env.get("TORCH_NEURONX_NEFF_DISABLE_CACHE")))
         native.open()
-        process = native.lookup_or_compile
+        process = reuse = native.lookup_or_compile
+        kernel = native.lookup_or_compile_kernel
         where = f"neff_cache={neff_dir}"
     log.line(f"{PROG}: model={ns.model} buckets={ns.buckets} instance={instance} target={target} "
              f"lnc={lnc} compiler={version} backend={ns.backend} {where}")
 
     hlos = [make_hlo(ns.model, bucket, i, ns.hlo_bytes) for bucket in ns.buckets for i in range(ns.graphs)]
+    kernels = [make_hlo(f"{ns.model}-kernel", bucket, i, ns.hlo_bytes // 4 or 1)
+               for bucket in ns.buckets for i in range(ns.kernels)]
     if ns.crash_after is not None:
         hlos = hlos[: ns.crash_after]
+        kernels = kernels[: max(0, ns.crash_after - len(hlos))]
     counts = _run_all(process, hlos, ns.parallel, runner)
-    log.line(f"{PROG}: graphs={len(hlos)} hits={counts[GraphOutcome.HIT]} compiled={counts[GraphOutcome.COMPILED]} "
-             f"failed={counts[GraphOutcome.FAILED]} extracted={counts[GraphOutcome.EXTRACTED]}")
+    if kernel is not None and kernels:
+        counts += _run_all(kernel, kernels, ns.parallel, runner)
+    log.line(f"{PROG}: graphs={len(hlos) + len(kernels)} hits={counts[GraphOutcome.HIT]} "
+             f"compiled={counts[GraphOutcome.COMPILED]} failed={counts[GraphOutcome.FAILED]} "
+             f"extracted={counts[GraphOutcome.EXTRACTED]}")
     if ns.crash_after is not None:
         log.line(f"{PROG}: simulated crash after {len(hlos)} graphs (--crash-after)")
         return 3
@@ -177,6 +202,9 @@ def run(ns: argparse.Namespace, log: WorkloadLog, runner: CompilerRunner) -> int
     if not (compile_only or extract_only):
         for step in range(1, ns.steps + 1):
             time.sleep(0.01)
+            if reuse is not None:  # each step runs the graphs again: the process has them now
+                for hlo in hlos:
+                    reuse(hlo)
             print(f"step {step}/{ns.steps}: loss={4.0 / (step + 1):.4f} (simulated)", flush=True)
     return 0
 

@@ -106,6 +106,26 @@ def test_a_cache_dir_in_neuron_cc_flags_is_a_warning(sim: Sim, tmp_path: Path) -
     assert levels(report)["env NEURON_CC_FLAGS"] == "warning"
 
 
+def test_settings_that_silently_turn_a_cache_off_are_named(sim: Sim, tmp_path: Path) -> None:
+    """libneuronxla's --no_cache and TorchNeuron's TORCH_NEURONX_NEFF_DISABLE_CACHE: a job would run
+    and compile every graph, keeping none; doctor says which setting and how to fix it, and so
+    does env (as a note beside the exports)."""
+    store = tmp_path / "store"
+    store.mkdir()
+    code, report = doctor(sim, "--instance", "trn2.48xlarge", "--store", str(store),
+                          NEURON_CC_FLAGS="--model-type=transformer --no_cache", TORCH_NEURONX_NEFF_DISABLE_CACHE="1")
+    assert code == 10, report
+    found = {f["check"]: f for f in report["findings"]}
+    assert "--no_cache" in found["env NEURON_CC_FLAGS"]["message"] and "remove --no_cache" in found[
+        "env NEURON_CC_FLAGS"]["fix"]
+    assert "disk cache off" in found["env TORCH_NEURONX_NEFF_DISABLE_CACHE"]["message"]
+    env = subprocess.run([sys.executable, "-m", "neffcache.cli.main", "env", "--instance", "trn2.48xlarge",
+                          "--store", str(store)], env={**sim.env, "NEURON_CC_FLAGS": "--no_cache"},
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert env.returncode == 0, env.stderr
+    assert "--no_cache in NEURON_CC_FLAGS turns libneuronxla's persistent cache off" in env.stdout + env.stderr
+
+
 def test_an_unversioned_cache_variable_is_a_warning(sim: Sim, tmp_path: Path) -> None:
     store = tmp_path / "store"
     store.mkdir()

@@ -51,14 +51,14 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 def layout_a_root(root: Path) -> dict[str, list[Path]]:
     """Every era, every state, the root lock, and the other tools' files."""
-    made: dict[str, list[Path]] = {"entries": [], "foreign": []}
+    made: dict[str, list[Path]] = {"entries": [], "foreign": [], "wrapped": []}
     for version, states in ((ERA_TXT, ("SUCCESS", "SUCCESS", "FAILED", "EMPTY")),
                             (ERA_JSON, ("SUCCESS", "SUCCESS", "FAILED", "LOCKED", "EMPTY")),
                             (ERA_TARGET, ("SUCCESS", "SUCCESS", "FAILED", "LOCKED", "EMPTY"))):
         for i, state in enumerate(states):
             made["entries"].append(write_runtime_a(root, f"{version}-{i}".encode(), version=version, state=state))
-    # NxD's file beside a 2.20 and a 2.21 SUCCESS entry (a compiler bump removes the first entry).
-    made["foreign"] += [write_nxd_wrapped_neff(made["entries"][i]) for i in (4, 9)]
+    # NxD's wrapped NEFF inside a 2.20 and a 2.21 SUCCESS entry: the entry's own file.
+    made["wrapped"] += [write_nxd_wrapped_neff(made["entries"][i]) for i in (4, 9)]
     made["foreign"] += write_optimum_registry(root)
     made["foreign"] += write_optimum_traced_model(root)
     made["foreign"] += write_optimum_traced_model(root, ERA_JSON, top_level_file=True)
@@ -78,7 +78,8 @@ def test_scan_counts_every_layout_a_entry_of_every_era(tmp_path: Path) -> None:
     # Other tools' files are foreign: reported with their size, part of no entry.
     assert sorted(f.path for f in report.foreign) == sorted(p.relative_to(root).as_posix() for p in made["foreign"])
     assert report.foreign_size == sum(p.stat().st_size for p in made["foreign"])
-    assert all(not name.endswith(".hlo") for e in report.entries for name in e.files)
+    assert sorted(e.path for e in report.entries if "wrapped_neff.hlo" in e.files) == sorted(
+        p.parent.relative_to(root).as_posix() for p in made["wrapped"])
     versions = {e.namespace.compiler_version for e in report.entries}
     assert versions == {ERA_TXT, ERA_JSON, ERA_TARGET}
 
@@ -89,7 +90,7 @@ def test_prune_garbage_keeps_every_runtime_and_other_tool_file(tmp_path: Path) -
     before = files_of(root)
     dry = run_cli("prune", "--store", str(root), "--garbage", "--grace", "0s")
     assert dry.returncode == 0, dry.stderr
-    assert "foreign, kept: 11 files" in dry.stdout and "model.neuron" in dry.stdout
+    assert "foreign, kept: 9 files" in dry.stdout and "model.neuron" in dry.stdout
     done = run_cli("prune", "--store", str(root), "--garbage", "--grace", "0s", "--yes")
     assert done.returncode == 0, done.stderr
     assert files_of(root) == before  # byte for byte
@@ -97,15 +98,15 @@ def test_prune_garbage_keeps_every_runtime_and_other_tool_file(tmp_path: Path) -
 
 
 def test_removing_entries_leaves_the_files_of_other_tools(tmp_path: Path) -> None:
-    """A compiler bump removes the old namespace's entries: only the runtime's files of each entry
-    go; NxD's file beside an entry and optimum's nested models and registry stay."""
+    """A compiler bump removes the old namespace's entries: the runtime's files of each entry go
+    (NxD's wrapped NEFF in it too); optimum's nested models and registry stay."""
     root = tmp_path / "neuron-compile-cache"
     made = layout_a_root(root)
     done = run_cli("prune", "--store", str(root), "--keep-compiler", ERA_TARGET, "--yes", "--force")
     assert done.returncode == 0, done.stderr
     after = files_of(root)
     assert all(p.relative_to(root).as_posix() in after for p in made["foreign"])
-    assert sorted(p.name for p in made["entries"][4].iterdir()) == ["wrapped_neff.hlo"]  # its entry is gone
+    assert not made["entries"][4].exists() or not any(made["entries"][4].iterdir())  # the whole entry is gone
     report = scan(LocalStore(root))
     # The old era's LOCKED entry stays too: its lock is fresh, a compile may still run.
     assert {(e.namespace.compiler_version, e.state.value) for e in report.entries

@@ -36,7 +36,10 @@ def test_workload_twice_second_all_hits_both_layouts(sim: Sim) -> None:
         assert counts(first.stderr) == (0, 6)
         second = sim.run_workload(*args, "--backend", backend, **env)
         assert second.returncode == 0, second.stderr
-        assert counts(second.stderr) == (6, 0), second.stderr
+        # TorchNeuron's lines come from a fresh process's in-memory dictionary: a MISS for every
+        # graph, served by the disk all the same (the runtime's own count says so).
+        assert counts(second.stderr) == ((6, 0) if backend == "xla" else (0, 6)), second.stderr
+        assert "graphs=6 hits=6 compiled=0" in second.stderr
     report = scan(store)
     by_layout = {s.namespace.layout: s for s in report.namespaces()}
     assert by_layout["neuronxcc"].entries == 6 and by_layout["neuronxcc"].states == {"SUCCESS": 6}

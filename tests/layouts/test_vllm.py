@@ -171,7 +171,7 @@ def test_env_prints_vllm_cache_root_and_the_runtimes_notes(tmp_path: Path) -> No
     args = ["env", "--instance", "trn2.48xlarge", "--compiler-version", VERSION, "--store", str(tmp_path)]
     bash = CliRunner().invoke(cli, args, catch_exceptions=False).output
     assert f"export VLLM_CACHE_ROOT={tmp_path}/{NS}" in bash
-    assert "# note: TorchNeuron's native locks live on local disk" in bash
+    assert "# note: TorchNeuron's locks live on local disk" in bash
     assert "no compiler version" in bash and "rewarm cannot rebuild vLLM entries" in bash
     only = json.loads(CliRunner().invoke(cli, [*args, "--layout", "vllm", "--shell", "json"]).output)
     assert set(only["env"]) == {"VLLM_CACHE_ROOT", "NEURON_LOGICAL_NC_CONFIG"}

@@ -21,7 +21,16 @@ from neffcache.stores import local_listing
 from neffcache.stores.base import TEMP_MARKER, DirListing, Store
 from neffcache.stores.local import LocalStore
 from tests.operations.test_scan_listing import FileByFile, _messy_root, _touch
-from tests.runtime_caches import native_key, write_native_neff, write_neuronxcc_entry, write_vllm_entry
+from tests.runtime_caches import (
+    kernel_key,
+    native_key,
+    write_kernel_neff,
+    write_kernel_temp,
+    write_native_neff,
+    write_native_temp,
+    write_neuronxcc_entry,
+    write_vllm_entry,
+)
 
 
 class KeyOrder(FileByFile):
@@ -67,6 +76,16 @@ def _all_layouts(root: Path) -> None:
     write_native_neff(linked_tree / "neff", "op-linked")
     (linked_tree / "hlo").symlink_to(ns / "hlo")  # a symlinked tree: reported once, not followed
     _touch(ns / "neff" / "ab" / "cd" / f"x{TEMP_MARKER}1")  # our temp file
+    # TorchNeuron's kernel writer beside the C++ one: <K>/<K>.neff, its temp files, odd cases.
+    for i in range(12):
+        write_kernel_neff(ns / "neff", f"kernel-{i}", b"" if i == 5 else None)  # i == 5: CORRUPT
+    write_kernel_temp(ns / "neff", "kernel-1")
+    write_native_temp(ns / "neff", "op-2")
+    gone = kernel_key("kernel-7")
+    (ns / "neff" / gone / f"{gone}.neff").unlink()
+    _touch(ns / "neff" / gone / f"{gone}.neffcache.json", b"{}")  # uncommitted
+    _touch(ns / "neff" / kernel_key("kernel-8") / "notes.txt")  # foreign beside a kernel's NEFF
+    write_kernel_neff(root / "bare-kernels", "bare-kernel")  # a bare NEFF dir is no namespace here
     vllm = root / "trn2-lnc2" / "vllm-0.9.1"
     write_vllm_entry(vllm, "llama")
     write_vllm_entry(vllm, "mistral", complete=False)  # LOCKED

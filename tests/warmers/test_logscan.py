@@ -42,22 +42,32 @@ def counter() -> LogCounter:
     return LogCounter(compile_patterns(), ROOT, NS)
 
 
-def test_native_op_key_lines_count_per_namespace_and_name_no_entry() -> None:
+def test_native_lines_are_lookups_never_hits_or_misses() -> None:
+    """TorchNeuron's HIT and MISS come from an in-process dictionary in front of the disk: a
+    MISS is a lookup (a disk hit, or a compile), a HIT a graph the process had. None of its
+    lines counts as a hit, a miss or a compile: the caller counts those from the cache."""
     c = counter()
     for line in (f"[NEFF_CACHE] Cache MISS for key: {OP}", f"[NEFF_CACHE] Storing NEFF for key: {OP}",
-                 f"[NEFF_CACHE] Cache HIT for key: {OP}", "[NEFF_CACHE] Cache HIT for key: aten::mm_t0_(4, 4)_x"):
+                 "[NEFF_CACHE] Cache MISS for key: aten::mm_t0_(4, 4)_x",
+                 f"[NEFF_CACHE] Cache HIT for key: {OP}", "[NEFF_CACHE] Cache HIT for key: aten::mm_t0_(4, 4)_x",
+                 f"[NEFF_CACHE] Cache HIT for key: {OP}"):
         c.feed(line)
-    assert c.counts() == {"hit": 2, "miss": 1, "compile": 1, "failure": 0}
+    assert c.counts() == {"hit": 0, "miss": 0, "compile": 0, "failure": 0}
     assert c.entries("hit") == [] and c.entries("compile") == []
-    assert c.by_namespace() == {B_NS: {"hit": 2, "miss": 1, "compile": 1, "failure": 0}}
-    assert c.unnamed("compile") == {B_NS: 1} and c.unnamed("hit") == {B_NS: 2}
+    assert c.by_namespace() == {}
+    assert c.lookups() == {B_NS: 2} and c.reused() == 3
+    assert c.unnamed("compile") == {} and c.unnamed("hit") == {}
     assert {e.key for e in c.events} == {OP, "aten::mm_t0_(4, 4)_x"}
+    assert c.compiling() == []  # a lookup nothing after names is as likely a disk hit
 
 
-def test_native_miss_without_storing_is_an_unfinished_compile() -> None:
+def test_native_lookup_an_error_line_names_is_where_the_runtime_raised() -> None:
     c = counter()
     c.feed(f"[NEFF_CACHE] Cache MISS for key: {OP}")
-    c.feed("RuntimeError: neuronx-cc failed with exit status 70")
+    c.feed("[NEFF_CACHE] Cache MISS for key: aten::mm_t0_(4, 4)_x")  # served by the disk
+    c.feed("RuntimeError: neuronx-cc failed with exit status 70")  # names no key: nothing known
+    assert c.compiling() == []
+    c.feed(f"RuntimeError: neuronx-cc failed to compile {OP}: exit status 70")
     assert c.count("failure") == 0  # no failure line exists: nothing is invented
     assert [e.key for e in c.compiling()] == [OP]
 
@@ -120,8 +130,8 @@ def test_user_patterns_add_to_the_layouts() -> None:
     assert [p.layout for p in patterns if p.regex is None] == list(LAYOUTS)
     c = LogCounter(patterns, ROOT, NS)
     c.feed("FATAL: graph7")
-    c.feed(f"[NEFF_CACHE] Cache HIT for key: {OP}")
-    assert c.counts() == {"hit": 1, "miss": 0, "compile": 0, "failure": 1}
+    c.feed(f"[NEFF_CACHE] Cache HIT for key: {OP}")  # the process had it: a reuse, not a cache hit
+    assert c.counts() == {"hit": 0, "miss": 0, "compile": 0, "failure": 1} and c.reused() == 1
 
 
 def test_no_layout_parses_an_invented_native_failure_line() -> None:

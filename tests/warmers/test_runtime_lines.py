@@ -79,3 +79,56 @@ def test_run_reports_counts_per_namespace(cli: Cli, tmp_path: Path) -> None:
     (ns,) = [k for k in data["namespaces"] if "/torchneuron-" in k]
     assert data["namespaces"][ns] == {"hit": 0, "miss": 2, "compile": 2, "failure": 0}
     assert data["published"] == 2 and len(data["compile_seconds"]) == 2
+
+
+def _both_writers(*extra: str) -> tuple[str, ...]:
+    """A TorchNeuron job whose graphs go through the C++ writer and whose kernels through the
+    Python kernel path: both write the one TORCH_NEURONX_NEFF_CACHE_DIR."""
+    return (sys.executable, "-m", "neffcache.testing.workload", "--backend", "native", "--graphs", "3",
+            "--kernels", "2", *extra)
+
+
+def test_a_cache_both_torchneuron_writers_filled_scans_whole_survives_prune_and_serves_a_rerun(
+        cli: Cli, tmp_path: Path) -> None:
+    """Done means of issue 35 for TorchNeuron: every NEFF of both writers is an entry, a garbage
+    prune with no grace removes none of them, and a rerun served from disk counts 0 compiles
+    although the runtime prints a MISS line for every graph it looks up."""
+    store = tmp_path / "s"
+    first, second = tmp_path / "first.json", tmp_path / "second.json"
+    run = ("run", "--instance", "trn2.48xlarge", "--store", str(store))
+    proc = cli.run(*run, "--report", str(first), "--", *_both_writers())
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(first.read_text())
+    assert (data["hit"], data["miss"], data["compile"]) == (0, 5, 5) and data["published"] == 5
+    ns = get_layout("torchneuron").namespace_for(Toolchain(data["env"]["TORCH_NEURONX_NEFF_CACHE_DIR"]
+                                                           .split("torchneuron-")[1].split("/")[0], "trn2", 2))
+    report = healthy(store)
+    neffs = sorted(p for p in (store / ns.path / "neff").rglob("*.neff"))
+    assert len(neffs) == 5 and len([e for e in report.entries if e.namespace == ns]) == 5
+    assert sum("/" in e.key for e in report.entries) == 2  # the kernels' <K>/<K> entries
+    pruned = cli.run("prune", "--store", str(store), "--garbage", "--grace", "0s", "--yes")
+    assert pruned.returncode == 0, pruned.stderr
+    assert sorted(p for p in (store / ns.path / "neff").rglob("*.neff")) == neffs
+    proc = cli.run(*run, "--report", str(second), "--", *_both_writers("--steps", "2"),
+                   TORCH_NEURONX_COMPILE_ONLY="0")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("Cache MISS") == 3 and proc.stderr.count("Cache HIT") == 6
+    again = json.loads(second.read_text())
+    # The graphs the C++ writer looked up were served by the disk; the kernels' lookups print
+    # no line (a lower bound: never counted as misses); in-process HITs are not cache hits.
+    assert (again["hit"], again["miss"], again["compile"]) == (3, 0, 0), again
+    assert again["published"] == 0 and again["graphs"] == []
+
+
+def test_warm_counts_torchneuron_compiles_from_the_cache(cli: Cli, tmp_path: Path) -> None:
+    """Warming twice: the first warm compiles every graph and kernel (the kernels, which no line
+    announces, in a row of their own), the second compiles nothing and hits every graph."""
+    store = tmp_path / "store"
+    first = cli.json(*warm_args(store, backend="native", workload=("--kernels", "1")))
+    rows = {g["name"]: g for g in first["groups"]}
+    assert [rows[b]["compiled"] for b in ("SEQ=128", "SEQ=256")] == [2, 2]
+    assert rows["(unattributed)"]["compiled"] == 2
+    assert sum(g["compiled"] for g in first["groups"]) == 6 == len(healthy(store).entries)
+    second = cli.json(*warm_args(store, backend="native", workload=("--kernels", "1")))
+    assert sum(g["compiled"] for g in second["groups"]) == 0
+    assert sum(g["hits"] for g in second["groups"]) == 4
