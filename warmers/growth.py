@@ -16,6 +16,7 @@ store, a local directory the run was pointed at.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from threading import Lock
 
 from neffcache.entry import EntryState, Namespace
 from neffcache.layouts import get_layout
@@ -55,3 +56,27 @@ def disk_hits(lookups: int, compiled: int) -> int:
     """The lookups a run made that the disk served: those it did not compile. A compile its
     lines do not announce (TorchNeuron's kernel path) makes this a lower bound, never more."""
     return max(0, lookups - compiled)
+
+
+class Announced:
+    """Per bucket of a warm-up, the compiles its own ``stored`` lines announce; across buckets,
+    the compiles the cache shows that no line announced (TorchNeuron's kernels log none).
+
+    Which bucket's entry is which cannot be read from the cache (with --parallel, the first
+    bucket to look finds another's entries too), but each bucket's lines say how many it
+    stored: those are its count, and what is left over of what appeared is reported once, when
+    every bucket has ended. The sum is what appeared, whatever the order buckets end in."""
+
+    def __init__(self) -> None:
+        self.unannounced = 0  # compiles found minus compiles announced, so far
+        self._lock = Lock()
+
+    def bucket(self, stored: Sequence[str], found: int) -> dict[str, int]:
+        """A bucket's compiles by namespace (``stored``: the namespace of each of its stored
+        lines), given the ``found`` new entries it claimed."""
+        counts: dict[str, int] = {}
+        for ns_path in stored:
+            counts[ns_path] = counts.get(ns_path, 0) + 1
+        with self._lock:
+            self.unannounced += found - len(stored)
+        return counts

@@ -42,7 +42,7 @@ from neffcache.toolchain import Toolchain
 from .children import Children, wait_all
 from .compile_failures import summary
 from .compiling import CompileJob, CompileOutcome, CompilePool, record_outcome
-from .growth import CacheGrowth, disk_hits
+from .growth import Announced, CacheGrowth, disk_hits
 from .logscan import LogCounter, Pattern
 from .matrix import Bucket, Shard, shard_buckets
 from .memory import MemoryGate
@@ -125,7 +125,7 @@ class Warmer:
         self.runs: dict[str, WorkloadRun] = {}
         self.found: set[str] = set()  # entries found in namespaces whose lines name none
         self.growth: CacheGrowth | None = None
-        self.unannounced = 0  # of those, compiles no bucket's lines announced (stored - found)
+        self.announced = Announced()
 
     def run(self) -> WarmReport:
         with reporting(self.report, stop_children=self.children.stop_all,
@@ -216,24 +216,12 @@ class Warmer:
         failed = [] if native_only else counter.entries("failure")
         named = [] if native_only else [p for p in dict.fromkeys([*counter.entries("compile"),
                                                                   *counter.entries("success")]) if p not in failed]
-        # Runtimes counted from their cache: what appeared in their namespaces, claimed once across
-        # buckets. With --parallel > 1 an entry gets the tags (and the count) of the bucket that
-        # found it first: the runtime's lines do not say which bucket stored it.
-        assert self.growth is not None
-        with self._lock:
-            added = self.growth.added()
-            found = [p for p in added if p not in named and p not in self.found]
-            self.found.update(found)
+        found, from_cache, compiled_here, served = self._from_cache(counter, named)
         compiled = [*named, *found]
-        from_cache = {ns.path for ns in self.growth.namespaces}
         hits = [] if native_only else [p for p in counter.entries("hit") if p not in compiled and p not in failed]
-        # Lines that name no entry we manage: a runtime's keys (counted per namespace), or cache
-        # paths outside the work store.
+        # Lines that name no entry we manage (a user pattern's keys, cache paths outside the work store).
         unnamed_hits = sum(counter.unnamed("hit").values()) if native_only else \
             sum(1 for e in counter.events if e.kind == "hit" and e.entry is None)
-        compiled_here = self._compiled_from_cache(counter, found, from_cache)
-        served = {ns_path: disk_hits(n, compiled_here.get(ns_path, 0))
-                  for ns_path, n in counter.lookups().items() if ns_path in from_cache}
         unfinished = [e for e in counter.compiling() if not native_only or e.entry is None] \
             if row.status is GroupStatus.FAILED else []
         row.hits = len(hits) + unnamed_hits + sum(served.values())
@@ -264,7 +252,7 @@ class Warmer:
             row.compile_seconds += seconds[path] or 0.0
             row.bytes += entry.size
         row.compiled += sum(compiled_here.values())
-        # A user pattern's compile lines that name no entry, in namespaces not counted from the cache.
+        # and a user pattern's compile lines that name no entry, where the cache does not count.
         row.compiled += sum(n for ns_path, n in counter.unnamed("compile").items() if ns_path not in from_cache)
         judged = {} if native_only else judge_bucket(placement.work, failed, ttl=self.req.failed_ttl).failures
         record_runtime_failures(placement, run, row, unfinished, judged, self._ns, self._ns_at,
@@ -275,33 +263,35 @@ class Warmer:
                                      "logs differently, add --pattern KIND=REGEX")
 
 
-    def _compiled_from_cache(self, counter: LogCounter, found: Sequence[str], from_cache: set[str]
-                             ) -> dict[str, int]:
-        """This bucket's compiles in namespaces counted from the cache, by namespace: the ones
-        its own ``stored`` lines announce. The cache says how many there were in all (``found``
-        here is claimed by the first bucket to look, which with --parallel may be another
-        bucket's); what no bucket's lines announced (TorchNeuron's kernels) is reported once,
-        when every bucket has ended (:meth:`_unannounced`)."""
-        stored: dict[str, int] = {}
-        for event in counter.events:
-            if event.kind == "stored" and event.namespace in from_cache:
-                stored[event.namespace] = stored.get(event.namespace, 0) + 1
+    def _from_cache(self, counter: LogCounter, named: Sequence[str]
+                    ) -> tuple[list[str], set[str], dict[str, int], dict[str, int]]:
+        """For runtimes counted from their cache (:mod:`.growth`): the new entries this bucket
+        claims (once across buckets; with --parallel, an entry gets the tags of the bucket that
+        found it first), those namespaces, this bucket's compiles and disk hits by namespace."""
+        assert self.growth is not None
         with self._lock:
-            self.unannounced += len(found) - sum(stored.values())
-        return stored
+            added = self.growth.added()
+            found = [p for p in added if p not in named and p not in self.found]
+            self.found.update(found)
+        from_cache = {ns.path for ns in self.growth.namespaces}
+        compiled = self.announced.bucket([e.namespace for e in counter.events if e.kind == "stored"
+                                          and e.namespace in from_cache], len(found))
+        served = {ns_path: disk_hits(n, compiled.get(ns_path, 0))
+                  for ns_path, n in counter.lookups().items() if ns_path in from_cache}
+        return found, from_cache, compiled, served
 
     def _unannounced(self) -> None:
         """Compiles the cache shows that no bucket's lines announced, in a row of their own."""
-        if self.unannounced > 0:
+        extra = self.announced.unannounced
+        if extra > 0:
             row = self.report.group(UNATTRIBUTED)
-            row.compiled += self.unannounced
-            row.graphs += self.unannounced
-            self.report.notes.append(f"{self.unannounced} compile(s) appeared in the cache that no bucket's log "
-                                     "lines announced (TorchNeuron's kernels log none): counted in "
-                                     f"{UNATTRIBUTED}")
-        elif self.unannounced < 0:
-            self.report.notes.append(f"{-self.unannounced} compile(s) the runtime announced left no new entry in "
-                                     "the namespace it was pointed at (a full disk, another cache directory?)")
+            row.compiled += extra
+            row.graphs += extra
+            self.report.notes.append(f"{extra} compile(s) appeared in the cache that no bucket's log lines "
+                                     f"announced (TorchNeuron's kernels log none): counted in {UNATTRIBUTED}")
+        elif extra < 0:
+            self.report.notes.append(f"{-extra} compile(s) the runtime announced left no new entry in the "
+                                     "namespace it was pointed at (a full disk, another cache directory?)")
 
     def _compile_seconds(self, run: WorkloadRun, path: str) -> float | None:
         """From the lines (compile call to success/failure), else the honest bound from its files."""

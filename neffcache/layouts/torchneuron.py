@@ -29,11 +29,9 @@ neffcache's garbage, never removed young. The writer's lock lives on its own hos
 so from the shared mount an in-flight write cannot be told from a dead one:
 :meth:`TorchNeuronLayout.runtime_debris_after` says after how long one is surely dead (a day).
 
-Locks: flock files on local disk, *outside* the cache (C++:
-``$TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR/locks/<key>.lock``; kernels:
-``$TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR/<K>/locks/compile.lock``; default ``/tmp/local_cache``).
-A waiter gives up after ``TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT`` (1200 s), deletes the lock
-and retries. Nothing in the store is a lock, so no entry is ever LOCKED.
+Locks: flock files on local disk, *outside* the cache (the variables that place and time them,
+and those that turn the cache off or change every key: :mod:`neffcache.layouts.torchneuron_env`).
+Nothing in the store is a lock, so no entry is ever LOCKED.
 
 Log lines: ``[NEFF_CACHE] Cache HIT|MISS for key: <k>`` and ``Storing NEFF for key: <k>``, where
 ``<k>`` is a readable op key, not a file name. HIT and MISS come from an **in-process
@@ -56,6 +54,7 @@ import re
 from collections.abc import Mapping, Sequence
 
 from neffcache.entry import Entry, EntryState, FileInfo, Namespace
+from neffcache.layouts import torchneuron_env as tenv
 from neffcache.layouts import torchneuron_names as tn
 from neffcache.layouts.base import Layout
 from neffcache.layouts.records import (
@@ -76,15 +75,6 @@ _NEFF_SUFFIX = tn.NEFF
 _HEX_PAIRS = frozenset(f"{i:02x}" for i in range(256))
 _UNKNOWN = Namespace("", "\0", None)  # a cache miss in shard_dir's namespaces
 _HLO_NAME_RE = re.compile(r"(?:^|/)(?P<key>[0-9a-f]{32,64})\.hlo$")
-LOCK_TIMEOUT_VAR = "TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT"
-LOCK_TIMEOUT_DEFAULT = 1200  # seconds a waiter waits before it deletes the lock and retries
-LOCAL_DIR_VAR = "TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR"
-LOCAL_DIR_DEFAULT = "/tmp/local_cache"  # noqa: S108 (the runtime's default, quoted)
-NEFF_DIR_VAR = "TORCH_NEURONX_NEFF_CACHE_DIR"
-NEFF_DIR_DEFAULT = "/tmp/neff_cache"  # noqa: S108 (the runtime's default, quoted)
-# Settings that turn the disk cache off or change every key the C++ writer computes.
-DISABLE_VAR = "TORCH_NEURONX_NEFF_DISABLE_CACHE"
-KEY_VARS = ("NEURON_CC_FLAGS", "NEURON_COMPILER_OPT_LEVEL")
 _LOG_RE = re.compile(r"\[NEFF_CACHE\] (?:Cache (?P<hm>HIT|MISS)|(?P<store>Storing NEFF)) for key: (?P<key>.*\S)")
 _LOG_KINDS = {"HIT": "reuse", "MISS": "lookup"}
 
@@ -252,46 +242,14 @@ class TorchNeuronLayout(Layout):
         return LogLine(kind, key=match.group("key"))
 
     def env_notes(self, root: str, namespace: Namespace) -> list[str]:
-        return [
-            f"TorchNeuron's C++ key carries no compiler version: neffcache versions the directory "
-            f"({posixpath.basename(namespace.path)}/); keep one directory per compiler",
-            f"TorchNeuron's locks live on local disk, outside the cache: ${LOCAL_DIR_VAR}/locks/<key>.lock "
-            f"and, for kernels, ${LOCAL_DIR_VAR}/<key>/locks/compile.lock (default {LOCAL_DIR_DEFAULT}, "
-            f"flock); keep {LOCAL_DIR_VAR} off the shared mount. A waiter breaks a lock after "
-            f"${LOCK_TIMEOUT_VAR} seconds (default {LOCK_TIMEOUT_DEFAULT}): a graph that compiles longer is "
-            "compiled again by every waiter, so raise it for large models",
-            f"{' and '.join(KEY_VARS)} are part of every key TorchNeuron computes: jobs that set them "
-            "differently never share NEFFs",
-        ]
+        return tenv.notes(posixpath.basename(namespace.path))
 
     def compile_only_env(self, environ: Mapping[str, str], *, retry_failed: bool
                          ) -> tuple[dict[str, str | None], list[str]]:
-        if DISABLE_VAR in environ:
-            return {DISABLE_VAR: None}, [f"unset {DISABLE_VAR}: a warm-up without the disk cache keeps nothing"]
-        return {}, []
+        return tenv.compile_only(environ)
 
     def env_problems(self, environ: Mapping[str, str]) -> list[EnvProblem]:
-        """The disk cache switched off, a lock directory on the cache itself, a lock timeout
-        that breaks live compiles."""
-        problems = []
-        if _truthy(environ.get(DISABLE_VAR)):
-            problems.append(EnvProblem(DISABLE_VAR, f"{DISABLE_VAR}={environ[DISABLE_VAR]} turns TorchNeuron's "
-                                       "disk cache off: every graph compiles in every job", f"unset {DISABLE_VAR}"))
-        timeout = environ.get(LOCK_TIMEOUT_VAR)
-        if timeout is not None:
-            try:
-                seconds = float(timeout)
-            except ValueError:
-                seconds = float("nan")
-            if not seconds > 0:
-                problems.append(EnvProblem(LOCK_TIMEOUT_VAR, f"{LOCK_TIMEOUT_VAR}={timeout!r} is not a positive "
-                                           "number of seconds", f"unset it (default {LOCK_TIMEOUT_DEFAULT})"))
-        local, neff_dir = environ.get(LOCAL_DIR_VAR), environ.get(NEFF_DIR_VAR)
-        if local and neff_dir and _inside(local, neff_dir):
-            problems.append(EnvProblem(LOCAL_DIR_VAR, f"{LOCAL_DIR_VAR} ({local}) lies in the NEFF cache "
-                                       f"({neff_dir}): its flock files need a local disk",
-                                       f"point {LOCAL_DIR_VAR} at a local directory (default {LOCAL_DIR_DEFAULT})"))
-        return problems
+        return tenv.problems(environ)
 
     def plan_entry(self, namespace: Namespace, key: str) -> EntryPlan:
         names = self.names_for(namespace, key)
@@ -308,7 +266,7 @@ class TorchNeuronLayout(Layout):
     def private_env(self, scratch: str) -> dict[str, str]:
         # Its compile locks live in a local directory shared by every job of the host
         # (default /tmp/local_cache); a plan's recording compiles must not hold those.
-        return {LOCAL_DIR_VAR: posixpath.join(scratch, "torchneuron-local")}
+        return {tenv.LOCAL_DIR_VAR: posixpath.join(scratch, "torchneuron-local")}
 
     def job_env(self, root: str, namespace: Namespace) -> dict[str, str]:
         ns_root = posixpath.join(root, namespace.path) if namespace.path else root
@@ -413,12 +371,3 @@ def _holds_neffs(shard: ShardDir) -> bool:
     managed namespace's NEFF tree, or a bare NEFF directory."""
     return not shard.namespace.path or shard.name_dir.startswith(_NEFF_TREE + "/")
 
-
-def _truthy(value: str | None) -> bool:
-    return value is not None and value.strip().lower() in ("1", "true", "yes", "on")
-
-
-def _inside(path: str, root: str) -> bool:
-    """Whether ``path`` is ``root`` or lies below it (lexically: neither need exist here)."""
-    path, root = posixpath.normpath(path), posixpath.normpath(root)
-    return path == root or path.startswith(root.rstrip("/") + "/")

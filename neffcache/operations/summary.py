@@ -364,8 +364,7 @@ def _judge_left(listing: DirListing, open_flat: list[Group], grouper: Grouper, t
 def _drain(listing: DirListing, grouper: Grouper, tally: _Tally, kept: _KeptEntries, open_flat: list[Group],
            warnings: list[str], foreign: list[FileInfo]) -> None:
     """Move what the last listing added out of the grouper: counters, open or kept entries."""
-    # The directory cache only saves a lookup when a directory comes again: bounded here.
-    grouper.entry_dirs.pop(listing.directory, None)
+    grouper.entry_dirs.pop(listing.directory, None)  # a lookup saved only when a directory comes again
     for group in grouper.created:
         lay = LAYOUTS[group.located.namespace.layout]
         if lay.entry_is_flat_dir:
@@ -377,8 +376,7 @@ def _drain(listing: DirListing, grouper: Grouper, tally: _Tally, kept: _KeptEntr
 
 
 def _drain_counters(grouper: Grouper, tally: _Tally, warnings: list[str], foreign: list[FileInfo]) -> None:
-    """Move the grouper's garbage, the foreign files and the warnings into the counters (a
-    runtime's temp files a summary does not report: forgotten)."""
+    """Move the grouper's garbage, foreign files and warnings into the counters (not its runtime temp files)."""
     if grouper.garbage:
         tally.garbage(grouper.garbage)
         grouper.garbage.clear()

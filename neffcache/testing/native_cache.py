@@ -6,7 +6,8 @@ unverified), two writers share one NEFF directory::
     $TORCH_NEURONX_NEFF_CACHE_DIR/<k[0:2]>/<k[2:4]>/<k>.neff   C++ writer: mkstemp <shard>/.tmp.XXXXXX + rename
     $TORCH_NEURONX_NEFF_CACHE_DIR/<K>/<K>.neff                  kernel path: NamedTemporaryFile
                                                                 <K>/tmpXXXXXXXX.tmp + rename
-    $TORCH_NEURONX_HLO_CACHE_DIR/<k[0:2]>/<k[2:4]>/<k>.hlo  and  <k>.flags.json   (simulation's choice)
+    $TORCH_NEURONX_HLO_CACHE_DIR/<k[0:2]>/<k[2:4]>/<k>.hlo  and  <k>.flags.json   (simulation's choice:
+                                                           the opt level, then NEURON_CC_FLAGS)
     $TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR/locks/<k>.lock          C++ locks, local disk
     $TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR/<K>/locks/compile.lock  kernel locks, local disk
 
@@ -220,7 +221,8 @@ class NativeCache:
         if hlo_path.exists():
             return
         hlo_path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(hlo_path.with_name(f"{key}.flags.json"), json.dumps(self.flags).encode())
+        # The flags the graph is compiled with: the opt level first, then NEURON_CC_FLAGS.
+        atomic_write(hlo_path.with_name(f"{key}.flags.json"), json.dumps([self.opt, *self.flags]).encode())
         atomic_write(hlo_path, hlo)
 
     def _compile(self, key: str, base: str, hlo: bytes, neff: Path | None, *, kernel: bool) -> GraphOutcome:
@@ -232,7 +234,7 @@ class NativeCache:
             work_hlo.write_bytes(hlo)
             tc = self.toolchain
             cmd = ["neuronx-cc", "compile", str(work_hlo), "--framework", "XLA", "--target", tc.target,
-                   "--lnc", str(tc.lnc), "--output", str(work_neff), *self.flags]
+                   "--lnc", str(tc.lnc), "--output", str(work_neff), self.opt, *self.flags]
             status, output = self.runner.run(cmd)
             if status != 0 or not work_neff.exists():
                 lines = [ln for ln in output.strip().splitlines() if ln.strip()]

@@ -47,7 +47,7 @@ import signal
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import FrameType
 
@@ -67,6 +67,7 @@ from neffcache.testing.xla_cache import XlaCache
 from neffcache.toolchain import Toolchain, compiler_version
 
 PROG = "neffcache.testing.workload"
+Lookup = Callable[[bytes], GraphOutcome]
 # --help shows the environment the simulation reads: the module docstring's part on it.
 _ENVIRONMENT = (__doc__ or "")[(__doc__ or "").find("Environment, as the real runtimes read it:"):].replace("``", "")
 
@@ -136,6 +137,20 @@ def _on_sigterm(runner: CompilerRunner) -> Callable[[int, FrameType | None], Non
     return handler
 
 
+def _native_cache(env: Mapping[str, str], toolchain: Toolchain, flags: list[str], log: WorkloadLog,
+                  runner: CompilerRunner, lock_timeout: float | None, lock_report_every: float) -> NativeCache:
+    """TorchNeuron's cache, opened as the variables of the module docstring say."""
+    neff_dir, hlo_dir, local_dir = native_dirs(env)
+    native = NativeCache(neff_dir, hlo_dir=hlo_dir, local_dir=local_dir, toolchain=toolchain, flags=flags,
+                         log=log, runner=runner, lock_timeout=lock_timeout, lock_report_every=lock_report_every,
+                         lock_break_after=env_seconds("TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT", None)
+                         or LOCK_BREAK_SECONDS,
+                         opt=env.get("NEURON_COMPILER_OPT_LEVEL", "").strip() or DEFAULT_OPT,
+                         disk=not is_true(env.get("TORCH_NEURONX_NEFF_DISABLE_CACHE")))
+    native.open()
+    return native
+
+
 def run(ns: argparse.Namespace, log: WorkloadLog, runner: CompilerRunner) -> int:
     env = os.environ
     instance, target, lnc = resolve_instance(env)
@@ -150,9 +165,9 @@ def run(ns: argparse.Namespace, log: WorkloadLog, runner: CompilerRunner) -> int
     except NeffcacheError as exc:
         raise WorkloadError(str(exc)) from None
 
-    process: Callable[[bytes], GraphOutcome]
-    kernel: Callable[[bytes], GraphOutcome] | None = None
-    reuse: Callable[[bytes], GraphOutcome] | None = None  # a later step's lookup of the same graph
+    process: Lookup
+    kernel: Lookup | None = None  # TorchNeuron's kernel path
+    reuse: Lookup | None = None  # a later step's lookup of the same graph
     if ns.backend == "xla":
         root = xla_cache_root(cache_dir, env)
         xla = XlaCache(root, version=version, target=target, lnc=lnc, flags=flags,
@@ -162,22 +177,14 @@ def run(ns: argparse.Namespace, log: WorkloadLog, runner: CompilerRunner) -> int
         process = xla.extract if extract_only else xla.lookup_or_compile
         where = f"cache={xla.version_dir}"
     else:
-        neff_dir, hlo_dir, local_dir = native_dirs(env)
         if extract_only:
             log.line(f"{PROG}: NEURON_EXTRACT_GRAPHS_ONLY is a torch-xla setting; native ignores it")
             extract_only = False
-        native = NativeCache(neff_dir, hlo_dir=hlo_dir, local_dir=local_dir,
-                             toolchain=Toolchain(version, target, lnc), flags=flags, log=log,
-                             runner=runner, lock_timeout=lock_timeout,
-                             lock_report_every=lock_report_every,
-                             lock_break_after=env_seconds("TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT", None)
-                             or LOCK_BREAK_SECONDS,
-                             opt=env.get("NEURON_COMPILER_OPT_LEVEL", "").strip() or DEFAULT_OPT,
-                             disk=not is_true(env.get("TORCH_NEURONX_NEFF_DISABLE_CACHE")))
-        native.open()
+        native = _native_cache(env, Toolchain(version, target, lnc), flags, log, runner, lock_timeout,
+                               lock_report_every)
         process = reuse = native.lookup_or_compile
         kernel = native.lookup_or_compile_kernel
-        where = f"neff_cache={neff_dir}"
+        where = f"neff_cache={native.neff_dir}"
     log.line(f"{PROG}: model={ns.model} buckets={ns.buckets} instance={instance} target={target} "
              f"lnc={lnc} compiler={version} backend={ns.backend} {where}")
 
@@ -200,13 +207,19 @@ def run(ns: argparse.Namespace, log: WorkloadLog, runner: CompilerRunner) -> int
         log.line(f"{PROG}: RuntimeError: {counts[GraphOutcome.FAILED]} graph(s) failed to compile")
         return 1
     if not (compile_only or extract_only):
-        for step in range(1, ns.steps + 1):
-            time.sleep(0.01)
-            if reuse is not None:  # each step runs the graphs again: the process has them now
-                for hlo in hlos:
-                    reuse(hlo)
-            print(f"step {step}/{ns.steps}: loss={4.0 / (step + 1):.4f} (simulated)", flush=True)
+        _steps(ns.steps, hlos, reuse)
     return 0
+
+
+def _steps(steps: int, hlos: list[bytes], reuse: Lookup | None) -> None:
+    """'Train': each step runs the graphs again (a runtime with an in-process cache looks them
+    up there: TorchNeuron prints a HIT line for each)."""
+    for step in range(1, steps + 1):
+        time.sleep(0.01)
+        for hlo in hlos:
+            if reuse is not None:
+                reuse(hlo)
+        print(f"step {step}/{steps}: loss={4.0 / (step + 1):.4f} (simulated)", flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from neffcache.errors import CorruptEntry
-from neffcache.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, Manifest, json_depth
+from neffcache.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, SCHEMA_MINOR, Manifest, json_depth
 from neffcache.operations.scan import load_entry, scan
 from neffcache.operations.verify import verify
 from neffcache.stores.local import LocalStore
@@ -123,7 +123,7 @@ def test_a_manifest_must_cover_the_payload(tmp_path: Path) -> None:
     assert states[fresh][0] == "SUCCESS"
     entry = load_entry(store, fresh)
     assert entry is not None and entry.manifest is not None
-    assert {"model.neff", "model.done"} <= entry.manifest.files.keys() and entry.manifest.minor == 1
+    assert {"model.neff", "model.done"} <= entry.manifest.files.keys() and entry.manifest.minor == SCHEMA_MINOR
     assert {c.path for c in verify(store).corrupt} == {omits_neff, new_omits_marker}
 
 
