@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from neffcache.errors import FlagsFileError
+from neffcache.layouts.keyparts import KeyRule
 
 FLAGS_TXT = "compile_flags.txt"
 FLAGS_JSON = "compile_flags.json"
@@ -142,6 +143,11 @@ def first_version(form: FlagsForm) -> str | None:
     """The first compiler version the version table gives ``form``; None for the oldest form
     and for a form the table never gives."""
     return {LIST: ".".join(map(str, LIST_SINCE)), TARGET: ".".join(map(str, TARGET_SINCE))}.get(form)
+
+
+def key_rule(form: FlagsForm) -> KeyRule:
+    """``form`` as the rule by which the runtime keys flags (what ``why-miss`` compares)."""
+    return KeyRule(form=form.name, hashed=form.hashed, target_in_key=form.target_in_key, since=first_version(form))
 
 
 def version_table_text() -> str:

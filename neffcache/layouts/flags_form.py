@@ -39,6 +39,7 @@ from typing import Any
 from neffcache.entry import Entry, EntryState, FileInfo, Namespace
 from neffcache.errors import FlagsFileError, NeffcacheError
 from neffcache.layouts import flags as flagsfile
+from neffcache.layouts import get_layout
 from neffcache.layouts.flags import FLAGS_JSON, FLAGS_TXT
 from neffcache.layouts.neuronxcc import NeuronxccLayout
 from neffcache.stores.base import Store
@@ -46,7 +47,7 @@ from neffcache.stores.base import Store
 SAMPLE = 16  # flags files read per namespace and store, newest entries first
 LISTED = 1024  # entry directories a listing looks at per namespace and store
 MAX_FLAGS_BYTES = 64 << 10  # a flags file is a few hundred bytes
-_LAYOUT = NeuronxccLayout()
+_LAYOUT = get_layout(NeuronxccLayout.name)  # the registry's: the one runtime whose keys have forms
 
 
 class Rule(StrEnum):

@@ -17,11 +17,10 @@ Files the layout does not know (NxD's ``wrapped_neff.hlo``...) are extra: kept, 
 never a reason for CORRUPT.
 
 Which flags file (and so which marker) an entry gets follows its namespace's flags form
-(``Namespace.flags_form``, decided by :mod:`neffcache.layouts.flags_form` from the namespace's
-entries; the version table when none is decided). A writer publishing files whose flags file is
-``compile_flags.txt`` commits with the NEFF, strictly last, and writes no ``model.done``
-(:meth:`NeuronxccLayout.publish_plan`): the same rule :meth:`~NeuronxccLayout.classify` reads
-entries by, so what neffcache writes reads back as what the text-form runtime writes.
+(``Namespace.flags_form``, decided by :mod:`neffcache.layouts.flags_form`; else the version
+table). Files published with ``compile_flags.txt`` commit by the NEFF, strictly last, with no
+``model.done`` (:meth:`NeuronxccLayout.publish_plan`): the rule :meth:`~NeuronxccLayout.classify`
+reads entries by, so what neffcache writes reads back as what the text-form runtime writes.
 
 The runtime puts ``neuronxcc-<version>/`` under whatever root it is given; neffcache hands it
 ``<root>/<target>-lnc<N>`` so NEFFs of different targets never share a directory (the target
@@ -30,7 +29,6 @@ is in neither the path nor the flags hash the runtime computes).
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import posixpath
 import re
@@ -123,24 +121,8 @@ class NeuronxccLayout(Layout):
 
     # -- the failure log ---------------------------------------------------------------------
     def read_failure_log(self, data: bytes) -> FailureLog:
-        """libneuronxla writes ``Failed compilation with [<the command as a Python list>]:
-        <stderr>`` (docs/runtimes.md, "Layout A"): the command (what the compiler got, flags
-        and all) and the compiler's text. A log of another form is the text as it is."""
-        text = data.decode(errors="replace")
-        if not text.startswith(FAILED_WITH):
-            return FailureLog(None, text)
-        start = len(FAILED_WITH)
-        # The list's end is the first "]" after which the prefix is a list of strings (a path
-        # may hold "]"); bounded, so a crafted log costs little.
-        for end in [m.start() for m in re.finditer(r"\]", text[start:start + 65536])][:200]:
-            try:
-                value = ast.literal_eval(text[start:start + end + 1])
-            except (ValueError, SyntaxError, MemoryError, RecursionError):
-                continue
-            if isinstance(value, list) and all(isinstance(v, str) for v in value):
-                rest = text[start + end + 1:]
-                return FailureLog(tuple(value), rest[1:].lstrip(" ") if rest.startswith(":") else rest)
-        return FailureLog(None, text)
+        """libneuronxla's ``Failed compilation with [<command>]: <stderr>`` (:mod:`.neuronxcc_logs`)."""
+        return neuronxcc_logs.read_failure_log(data)
 
     def failure_log_bytes(self, command: Sequence[str], output: str) -> bytes:
         """The runtime's own form, so a runtime and neffcache read each other's logs alike."""
@@ -205,11 +187,11 @@ class NeuronxccLayout(Layout):
 
     def key_rule(self, namespace: Namespace) -> KeyRule | None:
         form = self.flags_form(namespace)
-        return _rule(form) if form is not None else None
+        return flagsfile.key_rule(form) if form is not None else None
 
     def key_rule_of_file(self, key: str, name: str, data: bytes) -> KeyRule | None:
         form = flagsfile.adopted_form(key, name, data)
-        return _rule(form) if form is not None else None
+        return flagsfile.key_rule(form) if form is not None else None
 
     def flags_target(self, name: str, data: bytes) -> str | None:
         try:
@@ -414,8 +396,3 @@ def _neff_commits(names: Collection[str]) -> bool:
     """The text form's entries (``compile_flags.txt``, no JSON flags file, no ``model.done``)
     are committed by their NEFF: one rule for reading entries and for writing them."""
     return FLAGS_TXT in names and FLAGS_JSON not in names and DONE not in names
-
-
-def _rule(form: flagsfile.FlagsForm) -> KeyRule:
-    return KeyRule(form=form.name, hashed=form.hashed, target_in_key=form.target_in_key,
-                   since=flagsfile.first_version(form))

@@ -64,6 +64,10 @@ def test_same_compiler_two_releases_each_store_gets_its_runtimes_names(cli: Cli,
         assert entry.marker_name == ("model.done" if release == "list" else "model.neff")
     counts = _hits(cli, store, NEFFSIM_FLAGS_FORM=release)
     assert (counts["graphs"], counts["hits"], counts["compiled"]) == (3, 3, 0)
+    # upgrade-report looks for exactly what the rewarm wrote: the same decision.
+    upgrade = cli.json("upgrade-report", "--from", V13, "--to", V14, "--store", str(store), "-q")
+    assert (upgrade["graphs"], upgrade["ready"]) == (3, 3)
+    assert [(f["form"], f["rule"]) for f in upgrade["flags_forms"]] == [(release, "entries")]
 
 
 def test_an_empty_2_14_227_namespace_says_the_table_is_ambiguous(cli: Cli, tmp_path: Path) -> None:
