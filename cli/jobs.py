@@ -89,6 +89,8 @@ def report_text(report: WarmReport) -> str:
     extra = [f"prefetched {report.prefetched}"] if report.prefetched else []
     extra.append(f"published {report.published} entr{'y' if report.published == 1 else 'ies'} to remote tiers")
     out.append("; ".join(extra))
+    out.extend(f"flags form of {d['namespace']}: {d['form'] or '?'} (decided by {d['rule']}): {d['explanation']}"
+               for d in report.flags_forms)
     out.extend(f"note: {n}" for n in report.notes)
     out.extend(f"PROBLEM: {p}" for p in report.problems)
     return "\n".join(out)

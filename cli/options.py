@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from neffcache.layouts import LAYOUTS
+from neffcache.layouts.flags import CHOOSABLE, forms_help, version_table_text
 from neffcache.tags import check_user_tags
 
 if TYPE_CHECKING:
@@ -43,6 +44,15 @@ def layout_option(help_text: str) -> Callable[[F], F]:
 
 def chosen_layouts(value: str) -> tuple[str, ...]:
     return tuple(LAYOUTS) if value in EVERY_LAYOUT else (value,)
+
+
+def flags_form_option(what: str) -> Callable[[F], F]:
+    """``--flags-form text|list|target``: force the flags-file form of the new neuronxcc
+    namespaces instead of deciding it from their entries (neffcache.layouts.flags_form)."""
+    return click.option(
+        "--flags-form", type=click.Choice(CHOOSABLE),
+        help=f"neuronxcc: the flags-file form {what} ({forms_help()}). Default: the form of the "
+             f"namespace's newest entries, else the version table ({version_table_text()}).")
 
 
 def bucket_options(f: F) -> F:

@@ -10,6 +10,7 @@ import click
 
 from neffcache.application.config import load_settings
 from neffcache.errors import ConfigError
+from neffcache.layouts.flags_form import describe
 from neffcache.readiness import UNUSED_WEIGHT
 from neffcache.stores import open_store
 from neffcache.units import human_bytes, parse_duration
@@ -24,7 +25,15 @@ from neffcache.upgrades import (
 )
 
 from .errors import UPGRADE_NOT_READY, announce_index
-from .options import chosen_layouts, endpoint_option, layout_option, open_settings_index, store_option, store_options
+from .options import (
+    chosen_layouts,
+    endpoint_option,
+    flags_form_option,
+    layout_option,
+    open_settings_index,
+    store_option,
+    store_options,
+)
 from .output import render, table
 
 
@@ -102,6 +111,7 @@ def report_text(report: UpgradeReport, gate: float | None, top: int) -> str:
            f"  first day    {first_day / 3600:,.2f} compile hours if the fleet switched now "
            f"({len(hot)} hot graph{'' if len(hot) == 1 else 's'} still missing"
            + (f", {unknown} with no known compile time" if unknown else "") + ")"]
+    out += [f"  flags form   {describe(d)}" for d in report.flags_forms]
     out += _sections(report, top)
     out += [f"note: {note}" for note in report.notes]
     if gate is not None:
@@ -128,12 +138,14 @@ def report_text(report: UpgradeReport, gate: float | None, top: int) -> str:
 @click.option("--instance", metavar="TYPE", help="Target of roots the runtime filled without a target directory.")
 @click.option("--lnc", type=click.IntRange(1, 2), help="LNC for --instance (default: the instance's).")
 @layout_option("Which runtimes' entries to compare.")
+@flags_form_option("the successors are looked for in (as `neffcache rewarm --flags-form` names them)")
 @click.option("--top", type=click.IntRange(min=1), default=20, show_default=True, help="Rows per list in the text.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines on stderr.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (every graph in by_graph).")
 def upgrade_report_cmd(from_version: str, to_version: str, stores: tuple[str, ...], index_url: str | None,
                        token: str | None, window: float, gate: float | None, threshold: float, instance: str | None,
-                       lnc: int | None, layout: str, top: int, quiet: bool, as_json: bool) -> None:
+                       lnc: int | None, layout: str, flags_form: str | None, top: int, quiet: bool,
+                       as_json: bool) -> None:
     """Compare an old compiler's graphs with a new one's, after a shadow rewarm.
 
     Readiness is the share of the old compiler's graphs (SUCCESS entries) whose successor (the
@@ -142,7 +154,8 @@ def upgrade_report_cmd(from_version: str, to_version: str, stores: tuple[str, ..
     graphs not ready (most hit first), graphs that compile slower or whose NEFF grew by more
     than --threshold, and graphs that newly fail, with the first line of their log. Totals:
     the compile hours the rewarm cost, and what the fleet would compile on its first day if it
-    switched now. Read-only.
+    switched now. The successors are named as rewarm names them, in the flags form it decides
+    for each new neuronxcc namespace (or --flags-form); the report says which. Read-only.
 
     \b
     Example:
@@ -151,7 +164,7 @@ def upgrade_report_cmd(from_version: str, to_version: str, stores: tuple[str, ..
     """
     settings = load_settings(index_url=index_url, token=token)
     request = UpgradeRequest(from_version, to_version, chosen_layouts(layout), window, threshold, instance, lnc,
-                             now=time.time())
+                             now=time.time(), flags_form=flags_form)
     urls = stores or settings.stores
     if not urls:
         raise ConfigError("name the stores: --store URL (repeat for tiers) or NEFFCACHE_STORES")

@@ -26,6 +26,7 @@ from .options import (
     bucket_options,
     chosen_layouts,
     endpoint_option,
+    flags_form_option,
     index_options,
     layout_option,
     store_option,
@@ -109,6 +110,7 @@ def warm_cmd(instance: str | None, lnc: int | None, compiler_version: str | None
 @index_options
 @layout_option("Which runtimes' entries to recompile.")
 @compile_options
+@flags_form_option("the new entries are named by")
 @click.option("--allow-failures", is_flag=True, help="Exit 0 even when graphs failed to compile.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines on stderr.")
 @tag_option
@@ -116,15 +118,20 @@ def warm_cmd(instance: str | None, lnc: int | None, compiler_version: str | None
 def rewarm_cmd(from_version: str, instance: str | None, lnc: int | None, compiler_version: str | None,
                compiler: str | None, stores: tuple[str, ...], index_url: str | None, token: str | None, layout: str,
                parallel: int | None, shard: str | None, compile_timeout: float | None, compile_memory: float | None,
-               retry_failed: bool, failed_ttl: float | None, allow_failures: bool, quiet: bool, tags: dict[str, str],
-               as_json: bool) -> None:
+               retry_failed: bool, failed_ttl: float | None, flags_form: str | None, allow_failures: bool, quiet: bool,
+               tags: dict[str, str], as_json: bool) -> None:
     """Recompile the stored HLOs of an old compiler's entries with the installed one.
 
     After a compiler bump, every entry of OLD that kept its HLO is compiled again with the
     neuronx-cc on PATH (or --compiler) for its own target and LNC, and published where the new
-    runtime looks: layout A at neuronxcc-NEW/MODULE_<same>+<same>/. Parallel, sharded (--shard)
-    and leased, so several hosts can share the work. --instance limits it to one target (and
-    names the target of roots the runtime filled without a target directory).
+    runtime looks: neuronxcc at neuronxcc-NEW/MODULE_<same graph>+<suffix>/, the suffix the md5
+    of the flags file in the form the new runtime names entries by. That form follows the
+    libneuronxla release, not the compiler, so it is read off the new namespace's own newest
+    entries in the stores (warm one graph with the new runtime first), else taken from the
+    version table, else forced with --flags-form; the report says which rule decided.
+    Parallel, sharded (--shard) and leased, so several hosts can share the work. --instance
+    limits it to one target (and names the target of roots the runtime filled without a
+    target directory).
 
     What it cannot do: TorchNeuron's native cache (layout B) names NEFFs by a key only the
     runtime computes, so rewarm recompiles only the HLOs kept under neffcache's own
@@ -146,7 +153,7 @@ def rewarm_cmd(from_version: str, instance: str | None, lnc: int | None, compile
                             lnc=lnc, layouts=chosen_layouts(layout), shard=Shard.parse(shard),
                             parallel=parallelism(settings, parallel), compile_timeout=compile_timeout,
                             compile_memory_mb=compile_memory, retry_failed=retry_failed, tags=all_tags,
-                            failed_ttl=settings.failed_ttl)
+                            failed_ttl=settings.failed_ttl, flags_form=flags_form)
     placement = open_job_placement(settings, all_tags, "rewarm")
     drive("rewarm", placement, lambda children: Rewarmer(request, placement, children, progress_lines(quiet)).run(),
            as_json, allow_failures)

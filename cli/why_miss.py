@@ -71,6 +71,8 @@ def explanation_text(found: Explanation, limit: int) -> str:
     out = [f"{missed.origin or missed.path}" + (f" (looked for at {missed.path})" if missed.path
                                                  and missed.path != missed.origin else "")
            + (f" [{missed.status}]" if missed.status else "")]
+    if missed.form_explanation:
+        out.append(f"  keys compared under: {missed.form_explanation}")
     if found.held:
         out.append(f"  held now in: {', '.join(found.held)}")
     out += [f"  likely cause: {found.cause}", f"  would have hit: {found.fix}", f"  index: {found.index}"]
@@ -122,7 +124,10 @@ def why_miss_cmd(what: str | None, report: Path | None, stores: tuple[str, ...],
     `neffcache plan --json` output or a `neffcache run --report` file. It looks in the stores
     (same HLO digest, same graph hash, same key, same model tag) and asks the index for the
     same fleet-wide, then names the likely cause (a compiler bump, a flag added or changed, a
-    path in the flags, another target or LNC, a new flags-file format) and what would have hit.
+    path in the flags, another target or LNC, another flags-file form) and what would have hit.
+    Keys are compared under the flags form of the namespace the job looked in (neuronxcc):
+    the form its own newest entries were named by, else the version table; the output says
+    which rule decided.
     Read-only. Without an index it answers from the stores and says so.
 
     \b

@@ -37,6 +37,11 @@ class Namespace:
 
     ``path`` is store-relative (``trn2-lnc2/neuronxcc-2.27.5334.0+f702b353``). Roots filled by
     the runtimes themselves have no target directory, so target and LNC may be unknown.
+
+    ``flags_form`` (layout A): the form of the flags file decided for this namespace (from its
+    entries, or forced: :mod:`neffcache.layouts.flags_form`), which names its entries; None: the
+    layout's version table. Not part of the namespace's identity (equality, hashing): it is what
+    a command decided about the place, carried to the code that names entries in it.
     """
 
     layout: str
@@ -44,6 +49,7 @@ class Namespace:
     compiler_version: str | None
     target: str | None = None
     lnc: int | None = None
+    flags_form: str | None = field(default=None, compare=False)
 
     @property
     def toolchain(self) -> Toolchain | None:

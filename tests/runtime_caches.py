@@ -12,21 +12,34 @@ from pathlib import Path
 VERSION = "2.21.33363.0+82129205"
 
 
-def flags_file(flags: str, version: str = VERSION, target: str = "trn2") -> tuple[str, bytes]:
-    """The flags file libneuronxla of ``version`` writes (docs/runtimes.md, "Layout A"): <= 2.14 the flag
-    string in compile_flags.txt; 2.15-2.20 a JSON list; from 2.21 the list led by --target."""
-    era = tuple(int(part) for part in version.split("+", maxsplit=1)[0].split(".")[:2])
-    if era <= (2, 14):
+def release_form(version: str) -> str:
+    """The flags-file form the libneuronxla releases observed with compiler ``version`` write
+    (docs/runtimes.md, "Layout A"): text <= 2.13, list from 2.14 (2.14.227.0 also text) up to
+    2.16.344, target from 2.16.345.0. The form follows the release, not the compiler: tests
+    that need the other one name it (``form=``)."""
+    numbers = tuple(int(part) for part in version.split("+", maxsplit=1)[0].split("."))
+    if numbers < (2, 14):
+        return "text"
+    return "list" if numbers < (2, 16, 345) else "target"
+
+
+def flags_file(flags: str, version: str = VERSION, target: str = "trn2", form: str | None = None
+               ) -> tuple[str, bytes]:
+    """The flags file libneuronxla writes in ``form`` (default: the one released with ``version``):
+    text = the flag string in compile_flags.txt; list = a JSON list; target = the list led by --target."""
+    form = form or release_form(version)
+    if form == "text":
         return "compile_flags.txt", flags.encode()
-    if era <= (2, 20):
+    if form == "list":
         return "compile_flags.json", json.dumps(flags.split()).encode()
     return "compile_flags.json", json.dumps([f"--target={target}", *flags.split()]).encode()
 
 
-def module_name(hlo: bytes, flags: str = "", version: str = VERSION, target: str = "trn2") -> str:
+def module_name(hlo: bytes, flags: str = "", version: str = VERSION, target: str = "trn2",
+                form: str | None = None) -> str:
     """``MODULE_<graph>+<md5 of the flags file>[:8]`` as that runtime names the entry."""
     graph = int.from_bytes(hashlib.sha256(hlo).digest()[:8], "big")
-    return f"MODULE_{graph}+{hashlib.md5(flags_file(flags, version, target)[1]).hexdigest()[:8]}"
+    return f"MODULE_{graph}+{hashlib.md5(flags_file(flags, version, target, form)[1]).hexdigest()[:8]}"
 
 
 def write_neuronxcc_entry(
@@ -41,10 +54,11 @@ def write_neuronxcc_entry(
     target: str = "trn2",
 ) -> Path:
     """One layout-A entry as libneuronxla of ``version`` leaves it (its flags file's form and the
-    name's suffix follow the version's era); ``legacy`` = 2.12/2.13 (flags.txt, no done)."""
-    # legacy forces the 2.12-2.14 form whatever the version says (a few tests name no version).
-    name, data = flags_file(flags, "2.12" if legacy else version, target)
-    entry = root / f"neuronxcc-{version}" / module_name(hlo, flags, "2.12" if legacy else version, target)
+    name's suffix follow the version's release); ``legacy``: the text form (flags.txt, no done)."""
+    # legacy forces the text form whatever the version says (a few tests name no version).
+    form = "text" if legacy else None
+    name, data = flags_file(flags, version, target, form)
+    entry = root / f"neuronxcc-{version}" / module_name(hlo, flags, version, target, form)
     entry.mkdir(parents=True, exist_ok=True)
     (root / "lock").touch()
     (entry / "model.hlo_module.pb").write_bytes(hlo)
@@ -62,18 +76,14 @@ def write_neuronxcc_entry(
     return entry
 
 
-# -- era-exact layout A (docs/runtimes.md, "Layout A") ------------------------------------------
+# -- form-exact layout A (docs/runtimes.md, "Layout A") -----------------------------------------
 # The flags suffix of MODULE_<graph>+<flags> is md5(bytes of the flags file)[:8]; the file's form
-# depends on the wrapper era (flags_file above); write_runtime_a writes what each era's runtime
-# writes, with the default target trn1.
-ERA_TXT = "2.14.213.0+013d129b"  # <= 2.14: compile_flags.txt (the flag string), no model.done
-ERA_JSON = "2.20.2.0+f36f5bd7"  # 2.15 - 2.20: compile_flags.json, json.dumps(user flags)
-ERA_TARGET = VERSION  # >= 2.21: compile_flags.json, json.dumps(["--target=<t>", *user flags])
-
-
-def _era(version: str) -> tuple[int, int]:
-    major, minor = version.split(".")[:2]
-    return int(major), int(minor)
+# follows the libneuronxla release (flags_file above); write_runtime_a writes what each form's
+# runtime writes, with the default target trn1.
+ERA_TXT = "2.13.72.0+7a3b8c9d"  # text: compile_flags.txt (the flag string), no model.done
+ERA_JSON = "2.15.128.0+56dc5a86"  # list: compile_flags.json, json.dumps(user flags)
+ERA_TARGET = VERSION  # target (2.16.345.0 on): compile_flags.json, json.dumps(["--target=<t>", *user flags])
+ERA_BOTH = "2.14.227.0+2d4f85be"  # shipped with text (SDK 2.19.0) and with list (SDK 2.19.1)
 
 
 def runtime_module_name(hlo: bytes, flags_bytes: bytes) -> str:
@@ -82,9 +92,10 @@ def runtime_module_name(hlo: bytes, flags_bytes: bytes) -> str:
 
 
 def write_runtime_a(root: Path, hlo: bytes, *, version: str = VERSION, state: str = "SUCCESS",
-                    flags: str = "--model-type=transformer", target: str = "trn1") -> Path:
-    """One layout-A entry exactly as libneuronxla of ``version``'s era leaves it."""
-    name, data = flags_file(flags, version, target)
+                    flags: str = "--model-type=transformer", target: str = "trn1", form: str | None = None) -> Path:
+    """One layout-A entry exactly as libneuronxla of ``form`` (default: ``version``'s release) leaves it."""
+    form = form or release_form(version)
+    name, data = flags_file(flags, version, target, form)
     entry = root / f"neuronxcc-{version}" / runtime_module_name(hlo, data)
     entry.mkdir(parents=True, exist_ok=True)
     (root / "lock").touch()
@@ -92,7 +103,7 @@ def write_runtime_a(root: Path, hlo: bytes, *, version: str = VERSION, state: st
     (entry / name).write_bytes(data)
     if state == "SUCCESS":
         (entry / "model.neff").write_bytes(b"NEFF" + os.urandom(2048))
-        if _era(version) >= (2, 15):
+        if form != "text":
             (entry / "model.done").touch()
     elif state == "FAILED":
         (entry / "model.log").write_text("Failed compilation with ['neuronx-cc', 'compile']: internal error\n")

@@ -134,6 +134,8 @@ class WarmReport:
     notes: list[str] = field(default_factory=list)
     # Tiers that were down or refused (skipped, so the entries did not reach them): a failure.
     problems: list[str] = field(default_factory=list)
+    # rewarm: how the flags form of each new neuronxcc namespace was decided (FormDecision.to_json).
+    flags_forms: list[dict[str, Any]] = field(default_factory=list)
 
     def group(self, name: str) -> GroupReport:
         for g in self.groups:
@@ -171,7 +173,7 @@ class WarmReport:
             row.failures = [Failure(**f) for f in g.get("failures", [])]
             groups.append(row)
         names = ("command", "toolchain", "namespaces", "stores", "mode", "shard", "parallel", "prefetched",
-                 "published", "seconds", "interrupted", "notes", "problems")
+                 "published", "seconds", "interrupted", "notes", "problems", "flags_forms")
         return cls(**{k: data[k] for k in names if k in data}, groups=groups)
 
     def to_json(self) -> dict[str, Any]:
@@ -180,7 +182,7 @@ class WarmReport:
                 "parallel": self.parallel, "groups": [g.to_json() for g in self.groups],
                 "totals": self.totals(), "prefetched": self.prefetched, "published": self.published,
                 "seconds": round(self.seconds, 3), "interrupted": self.interrupted, "notes": self.notes,
-                "problems": self.problems}
+                "problems": self.problems, "flags_forms": self.flags_forms}
 
 
 @contextmanager

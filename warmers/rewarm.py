@@ -6,10 +6,13 @@ compile. Where the new entries go is where the new runtime will look:
 
 - layout A: ``<target dir>/neuronxcc-NEW/MODULE_<same graph hash>+<suffix>/``: the graph hash
   does not depend on the compiler version, the ``+<suffix>`` (md5 of the flags file) does
-  whenever the flags file's form changed (2.15, 2.21: the target joined the list). It is
-  recomputed under the new era's rule from the user flags recovered from the old flags file,
-  and that era's flags file is written. An entry whose flags file is missing, unreadable or
-  does not hash to its own suffix is reported, never compiled;
+  whenever the flags file's form differs. The form of each new namespace is decided once
+  (:mod:`neffcache.layouts.flags_form`) from the tiers being written, fastest first: the form
+  of its newest entries there, else the version table, or ``--flags-form``; the suffix is
+  recomputed under it from the user flags recovered from the old flags file, and that form's
+  flags file is written (the text form with no ``model.done``: its NEFF, written last, commits
+  it). The report says per namespace which form and which rule decided. An entry whose flags
+  file is missing, unreadable or does not hash to its own suffix is reported, never compiled;
 - layout B: ``<target dir>/torchneuron-NEW/neff/ab/cd/<key>.neff`` with the key recomputed,
   since neffcache's key includes the compiler version.
 
@@ -28,6 +31,7 @@ from pathlib import Path
 from neffcache.entry import Entry, EntryState
 from neffcache.errors import ConfigError
 from neffcache.layouts import LAYOUTS, get_layout
+from neffcache.layouts.flags_form import NamespaceForms
 from neffcache.operations.scan import scan
 from neffcache.readiness import REWARMED_FROM_TAG
 from neffcache.stores.base import Store
@@ -64,6 +68,7 @@ class RewarmRequest:
     retry_failed: bool = False
     tags: Mapping[str, str] = field(default_factory=dict)
     failed_ttl: float | None = None  # a cached compiler error older than this is compiled again
+    flags_form: str | None = None  # a flags form forced for the new namespaces (neuronxcc)
 
 
 def source_prefixes(req: RewarmRequest) -> list[str]:
@@ -84,6 +89,8 @@ class Rewarmer:
         self.report = WarmReport("rewarm", {"compiler_version": req.to_version, "from_compiler": req.from_version},
                                  [], [s.url for s in placement.tiers], "rewarm", req.shard.label, req.parallel)
         self.started = time.time()
+        # The new namespaces' flags forms, decided from the tiers this rewarm writes to.
+        self.forms = NamespaceForms(placement.tiers, override=req.flags_form)
 
     def run(self) -> WarmReport:
         with reporting(self.report, stop_children=self.children.stop_all,
@@ -132,7 +139,7 @@ class Rewarmer:
             if hlo_name is None:
                 self.report.notes.append(f"{path}: no stored HLO, cannot be recompiled")
                 continue
-            new_ns = renamed_namespace(entry.namespace, self.req.to_version, toolchain)
+            new_ns = self.forms(renamed_namespace(entry.namespace, self.req.to_version, toolchain))
             group = f"{entry.namespace.path} -> {new_ns.path}"
             try:
                 key, flags = successor_key(store, entry, new_ns, toolchain)
@@ -156,4 +163,7 @@ class Rewarmer:
             self.report.group(job.group)
             jobs.append(job)
         self.report.namespaces = list(namespaces)
+        decisions = self.forms.decisions()
+        self.report.flags_forms = [d.to_json() for d in decisions]
+        self.report.notes += [note for d in decisions for note in d.notes]
         return jobs

@@ -34,6 +34,7 @@ from pathlib import Path
 from neffcache.application.jobenv import job_env
 from neffcache.entry import EntryState, Namespace
 from neffcache.layouts import LAYOUTS, get_layout
+from neffcache.layouts.flags_form import own_namespace
 from neffcache.operations.failed import standing_failure
 from neffcache.operations.ingest import read_flags
 from neffcache.operations.scan import load_entry, scan
@@ -381,7 +382,9 @@ class Warmer:
                 row.fail(path, FailureKind.COMPILE, f"cached compiler error (--retry-failed compiles it again): "
                          f"{summary(failed.text)} (signature {failed.signature})", signature=failed.signature)
             elif (hlo := layout.hlo_of(entry)) is not None:
-                jobs.append(CompileJob(row.name, entry.namespace, entry.key, work, entry.store_path(hlo),
+                # The runtime named the entry in its own flags form: the published flags file
+                # (and marker) must be of that form, whatever the version table says.
+                jobs.append(CompileJob(row.name, own_namespace(work, entry), entry.key, work, entry.store_path(hlo),
                                        tuple(read_flags(work, entry)), self.req.toolchain, tags))
         return jobs
 

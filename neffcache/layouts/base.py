@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from neffcache.entry import Entry, EntryState, FileInfo, Namespace
 from neffcache.layouts.keyparts import KeyQuestions
@@ -61,6 +61,11 @@ class Layout(KeyQuestions, ABC):
     @abstractmethod
     def plan_entry(self, namespace: Namespace, key: str) -> EntryPlan:
         """Where an entry of ``key`` lives in ``namespace``."""
+
+    def publish_plan(self, namespace: Namespace, key: str, names: Collection[str]) -> EntryPlan:
+        """:meth:`plan_entry` for a publish of the files ``names``: a layout whose commit marker
+        depends on the files' own form (layout A's text form) says so here; by default the plan."""
+        return self.plan_entry(namespace, key)
 
     @abstractmethod
     def job_env(self, root: str, namespace: Namespace) -> dict[str, str]:

@@ -1,34 +1,48 @@
-"""Layout A's flags file and the ``+<suffix>`` of a ``MODULE_<graph>+<suffix>`` name, by wrapper era.
+"""Layout A's flags file and the ``+<suffix>`` of a ``MODULE_<graph>+<suffix>`` name, as forms.
 
 libneuronxla names an entry ``MODULE_<graph_hash>+<flags_hash>`` where ``flags_hash`` is
 ``md5(bytes of the entry's flags file)[:8]`` (recomputed from real MODULE names and the flags
-shown beside them, docs/runtimes.md, "Layout A"). What the file holds changed twice::
+shown beside them, docs/runtimes.md, "Layout A"). What the file holds is a *form*: a file name
+times an encoding of the user flags::
 
-    era      compiler     file                  content (the bytes hashed)
-    TEXT     <= 2.14      compile_flags.txt     the flag string
-    LIST     2.15 - 2.20  compile_flags.json    json.dumps([*user flags])
-    TARGET   >= 2.21      compile_flags.json    json.dumps(["--target=<t>", *user flags])
+    form         file                 content (the bytes hashed)               seen with compiler
+    text         compile_flags.txt    the flag string                          <= 2.13, some 2.14.227.0
+    list         compile_flags.json   json.dumps([*user flags])                2.14.227.0, 2.15.x
+    target       compile_flags.json   json.dumps(["--target=<t>", *flags])     2.16.345.0 on
+    json-string  compile_flags.json   the flag string                          one 2.15.141.0 caller
+
+The form follows the **libneuronxla release**, not the compiler version (SDK 2.19.0 and 2.19.1
+shipped the same compiler 2.14.227.0, one writing text, the other list), so a namespace's form
+is decided from its own entries (:mod:`neffcache.layouts.flags_form`); the version table here
+(:func:`form_by_version`) answers only for a namespace without evidence, and says when a
+version was seen with two forms. A form is read off an entry only when its flags file hashes
+to its suffix (:func:`adopted_form`): then the runtime named the entry from those very bytes,
+which is the whole argument for trusting it.
 
 ``--cache_dir=`` (and ``--retry_failed_compilation``, a wrapper option too) never reach the
-file; ``--verbose=35`` is added to the compiler's command line after hashing. The target is in
-the key only from 2.21 on. A real 2.26 trn2 entry ``+839ddec0`` had NEURON_CC_FLAGS
-``--model-type=transformer --optlevel=1 --enable-saturate-infinity --lnc=2``: its file is
-``["--target=trn2", "--model-type=transformer", "--optlevel=1", "--enable-saturate-infinity",
-"--lnc=2"]``, so ``--lnc=2`` is one of the *user* flags there; whether the wrapper adds an
-``--lnc`` of its own when the user gives none is unverified, and nothing here adds one.
+file; ``--verbose=35`` is added to the compiler's command line after hashing. A real 2.26 trn2
+entry ``+839ddec0`` had NEURON_CC_FLAGS ``--model-type=transformer --optlevel=1
+--enable-saturate-infinity --lnc=2``: its file is ``["--target=trn2", "--model-type=transformer",
+"--optlevel=1", "--enable-saturate-infinity", "--lnc=2"]``, so ``--lnc=2`` is one of the *user*
+flags there; whether the wrapper adds an ``--lnc`` of its own when the user gives none is
+unverified, and nothing here adds one. Text-form runtimes write no ``model.done``: the NEFF
+commits their entries (:attr:`FlagsForm.neff_commits`).
 
 Pure functions, no I/O: callers read and write the files.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import shlex
 from collections.abc import Sequence
+from dataclasses import dataclass
 from enum import Enum
 
 from neffcache.errors import FlagsFileError
+from neffcache.layouts.keyparts import KeyRule
 
 FLAGS_TXT = "compile_flags.txt"
 FLAGS_JSON = "compile_flags.json"
@@ -40,49 +54,111 @@ WRAPPER_ONLY = (CACHE_DIR_FLAG, RETRY_FLAG)
 SUFFIX_LEN = 8
 
 
-class FlagsEra(Enum):
-    """The wrapper's flags-file form (see the module docstring)."""
+class Encoding(Enum):
+    """How the user flags become the bytes of the flags file (and so of the suffix)."""
 
-    TEXT = "text"  # <= 2.14
-    LIST = "list"  # 2.15 - 2.20
-    TARGET = "target"  # >= 2.21
+    STRING = "string"  # " ".join(flags)
+    LIST = "list"  # json.dumps(flags)
+    TARGET_LIST = "target-list"  # json.dumps(["--target=<t>", *flags])
+
+
+@dataclass(frozen=True)
+class FlagsForm:
+    """One form of the flags file: its name x how the flags are encoded in it."""
+
+    name: str
+    file_name: str
+    encoding: Encoding
 
     @property
-    def file_name(self) -> str:
-        return FLAGS_TXT if self is FlagsEra.TEXT else FLAGS_JSON
+    def target_in_key(self) -> bool:
+        return self.encoding is Encoding.TARGET_LIST
 
     @property
-    def since(self) -> str | None:
-        """The first compiler (major.minor) of the era; None for the oldest."""
-        return {FlagsEra.TEXT: None, FlagsEra.LIST: "2.15", FlagsEra.TARGET: "2.21"}[self]
+    def neff_commits(self) -> bool:
+        """True when the runtime of this form writes no ``model.done``: its NEFF commits the entry."""
+        return self.file_name == FLAGS_TXT
 
     @property
-    def form(self) -> str:
-        """What the flags file holds in this era, in a few words (``why-miss`` shows it)."""
-        return {FlagsEra.TEXT: f"{FLAGS_TXT}: the flag string",
-                FlagsEra.LIST: f"{FLAGS_JSON}: the list of flags",
-                FlagsEra.TARGET: f"{FLAGS_JSON}: --target=<t> then the list of flags"}[self]
+    def hashed(self) -> str:
+        """What the flags file holds, in a few words (``why-miss`` shows it)."""
+        what = {Encoding.STRING: "the flag string", Encoding.LIST: "the list of flags",
+                Encoding.TARGET_LIST: "--target=<t> then the list of flags"}[self.encoding]
+        return f"{self.file_name}: {what}"
 
 
-def version_tuple(version: str) -> tuple[int, int] | None:
-    """(major, minor) of a compiler version such as ``2.21.33363.0+82129205``, or None."""
+TEXT = FlagsForm("text", FLAGS_TXT, Encoding.STRING)
+LIST = FlagsForm("list", FLAGS_JSON, Encoding.LIST)
+TARGET = FlagsForm("target", FLAGS_JSON, Encoding.TARGET_LIST)
+# Seen once (a 2.15.141.0 transformers-neuronx entry, aws-neuron-sdk#1023): the md5 of the flag
+# string in a JSON-era namespace. Adopted only from an entry whose file hashes to its suffix.
+JSON_STRING = FlagsForm("json-string", FLAGS_JSON, Encoding.STRING)
+FORMS = {f.name: f for f in (TEXT, LIST, TARGET, JSON_STRING)}
+CHOOSABLE = (TEXT.name, LIST.name, TARGET.name)  # what an operator may force (--flags-form)
+
+# The version table, for a namespace without evidence: full versions compared, +hash ignored.
+TARGET_SINCE = (2, 16, 345, 0)  # the first version a target-form sample was seen with
+LIST_SINCE = (2, 14)  # text up to 2.13
+# SDK 2.19.0 wrote text, 2.19.1 list, with the same compiler.
+AMBIGUOUS: dict[tuple[int, ...], tuple[FlagsForm, ...]] = {(2, 14, 227, 0): (TEXT, LIST)}
+
+
+@dataclass(frozen=True)
+class TableAnswer:
+    """What the version table says of a compiler version: the form, and the other forms that
+    version was seen with (empty unless the version is ambiguous)."""
+
+    form: FlagsForm
+    also_seen: tuple[FlagsForm, ...] = ()
+
+    @property
+    def ambiguous(self) -> bool:
+        return bool(self.also_seen)
+
+
+def version_key(version: str) -> tuple[int, ...] | None:
+    """The numeric parts of ``2.16.345.0+a1b2c3``, padded to four; None when not a version."""
     parts = version.split("+", 1)[0].split(".")
-    try:
-        return int(parts[0]), int(parts[1])
-    except (IndexError, ValueError):
+    if len(parts) < 2 or not all(p.isdigit() for p in parts):
         return None
+    numbers = tuple(int(p) for p in parts)
+    return numbers + (0,) * (4 - len(numbers))
 
 
-def era_of(version: str) -> FlagsEra | None:
-    """The flags-file era of a compiler version; None when the version cannot be read."""
-    vt = version_tuple(version)
-    if vt is None:
+@functools.lru_cache(maxsize=256)
+def form_by_version(version: str) -> TableAnswer | None:
+    """The version table's answer for ``version``; None when the version cannot be read."""
+    key = version_key(version)
+    if key is None:
         return None
-    if vt <= (2, 14):
-        return FlagsEra.TEXT
-    if vt <= (2, 20):
-        return FlagsEra.LIST
-    return FlagsEra.TARGET
+    if key < LIST_SINCE:
+        return TableAnswer(TEXT)
+    if key < TARGET_SINCE:
+        seen = AMBIGUOUS.get(key[:4], ())
+        return TableAnswer(LIST, tuple(f for f in seen if f is not LIST))
+    return TableAnswer(TARGET)
+
+
+def first_version(form: FlagsForm) -> str | None:
+    """The first compiler version the version table gives ``form``; None for the oldest form
+    and for a form the table never gives."""
+    return {LIST: ".".join(map(str, LIST_SINCE)), TARGET: ".".join(map(str, TARGET_SINCE))}.get(form)
+
+
+def key_rule(form: FlagsForm) -> KeyRule:
+    """``form`` as the rule by which the runtime keys flags (what ``why-miss`` compares)."""
+    return KeyRule(form=form.name, hashed=form.hashed, target_in_key=form.target_in_key, since=first_version(form))
+
+
+def version_table_text() -> str:
+    """The table in one line (for help texts and explanations)."""
+    return "<= 2.13 text; 2.14 up to 2.16.344 list (2.14.227.0: text and list both seen); >= 2.16.345.0 target"
+
+
+def forms_help() -> str:
+    """What each form an operator may force writes, for a help text."""
+    return (f"text: {FLAGS_TXT}, the flag string, no model.done; list: {FLAGS_JSON}, the flags as a JSON "
+            "list; target: the list led by --target=<t>")
 
 
 def user_flags(flags: Sequence[str]) -> list[str]:
@@ -116,19 +192,20 @@ def without_cache_dir(flags: Sequence[str]) -> list[str]:
     return out
 
 
-def flags_file(era: FlagsEra, target: str | None, flags: Sequence[str]) -> tuple[str, bytes]:
-    """(name, bytes) of the flags file a runtime of ``era`` writes for these user flags.
+def flags_file(form: FlagsForm, target: str | None, flags: Sequence[str]) -> tuple[str, bytes]:
+    """(name, bytes) of the flags file a runtime of ``form`` writes for these user flags.
 
-    ``target`` is required from 2.21 on (it is the list's first element), ignored before.
+    ``target`` is required by the target form (it is the list's first element), ignored by the others.
     """
     flags = user_flags(flags)
-    if era is FlagsEra.TEXT:
-        return FLAGS_TXT, " ".join(flags).encode()
-    if era is FlagsEra.LIST:
-        return FLAGS_JSON, json.dumps(flags).encode()
+    if form.encoding is Encoding.STRING:
+        return form.file_name, " ".join(flags).encode()
+    if form.encoding is Encoding.LIST:
+        return form.file_name, json.dumps(flags).encode()
     if not target:
-        raise FlagsFileError("from neuronx-cc 2.21 on the target is part of the flags file: it is unknown")
-    return FLAGS_JSON, json.dumps([TARGET_FLAG + target, *flags]).encode()
+        raise FlagsFileError("the target form (neuronx-cc 2.16.345.0 on) puts the target in the flags file: "
+                             "it is unknown")
+    return form.file_name, json.dumps([TARGET_FLAG + target, *flags]).encode()
 
 
 def suffix_of(data: bytes) -> str:
@@ -136,28 +213,78 @@ def suffix_of(data: bytes) -> str:
     return hashlib.md5(data, usedforsecurity=False).hexdigest()[:SUFFIX_LEN]
 
 
+def _flag_string(data: bytes) -> str | None:
+    """``data`` as a flag string (empty, or printable text starting with ``-``), else None."""
+    try:
+        text = data.decode()
+    except UnicodeDecodeError:
+        return None
+    if text and (not text.startswith("-") or not text.isprintable()):
+        return None
+    return text
+
+
+def _split(text: str) -> list[str]:
+    try:
+        return shlex.split(text)
+    except ValueError:
+        return text.split()
+
+
+def form_of_file(name: str, data: bytes) -> FlagsForm | None:
+    """The form a flags file named ``name`` holding ``data`` is in, or None when it is in none
+    (binary, garbage, a JSON value that is not a list of strings). Says nothing of whether the
+    file belongs to its entry: :func:`adopted_form` checks that."""
+    if name == FLAGS_TXT:
+        try:
+            data.decode()
+        except UnicodeDecodeError:
+            return None
+        return TEXT
+    if name != FLAGS_JSON:
+        return None
+    try:
+        value = json.loads(data)
+    except (ValueError, RecursionError):
+        return JSON_STRING if _flag_string(data) is not None else None
+    if not isinstance(value, list) or not all(isinstance(f, str) for f in value):
+        return None
+    return TARGET if value and value[0].startswith(TARGET_FLAG) else LIST
+
+
+def adopted_form(key: str, name: str, data: bytes) -> FlagsForm | None:
+    """The form of entry ``key``'s flags file when the file hashes to the key's suffix (the
+    runtime named the entry from these very bytes), else None: only such a file is evidence."""
+    if suffix_problem(key, data) is not None:
+        return None
+    return form_of_file(name, data)
+
+
+def string_hashed_list(key: str, name: str, data: bytes) -> bool:
+    """True when a JSON list of flags does not hash to ``key``'s suffix but its space-joined
+    string does (the caller hashed the string, not the file it wrote: the 2.15.141.0 anomaly).
+    Reported, never adopted: the file does not back the name."""
+    parts = split_module(key)
+    if parts is None or form_of_file(name, data) not in (LIST, TARGET) or suffix_of(data) == parts[1]:
+        return False
+    return suffix_of(" ".join(json.loads(data)).encode()) == parts[1]
+
+
 def read_flags_file(name: str, data: bytes) -> tuple[list[str], str | None]:
     """(user flags, target or None) recovered from a flags file named ``name``.
 
-    A JSON list whose first element is ``--target=<t>`` is the 2.21+ form. Raises
-    :class:`FlagsFileError` when the file is not what any era writes.
+    A JSON list whose first element is ``--target=<t>`` is the target form. Raises
+    :class:`FlagsFileError` when the file is in no form (:func:`form_of_file`).
     """
-    if name == FLAGS_TXT:
-        try:
-            text = data.decode()
-        except UnicodeDecodeError:
-            raise FlagsFileError(f"{name} is not text") from None
-        try:
-            return shlex.split(text), None
-        except ValueError:
-            return text.split(), None
-    try:
-        value = json.loads(data)
-    except ValueError:
-        raise FlagsFileError(f"{name} is not JSON") from None
-    if not isinstance(value, list) or not all(isinstance(f, str) for f in value):
-        raise FlagsFileError(f"{name} is not a JSON list of strings")
-    if value and value[0].startswith(TARGET_FLAG):
+    form = form_of_file(name, data)
+    if form is None:
+        if name == FLAGS_TXT:
+            raise FlagsFileError(f"{name} is not text")
+        raise FlagsFileError(f"{name} is neither a JSON list of strings nor a flag string")
+    if form.encoding is Encoding.STRING:
+        return _split(data.decode()), None
+    value = json.loads(data)
+    if form is TARGET:
         return value[1:], value[0][len(TARGET_FLAG):] or None
     return value, None
 

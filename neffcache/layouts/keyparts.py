@@ -1,7 +1,7 @@
 """What a runtime's key is made of: the questions ``why-miss`` asks a layout about its keys.
 
 A miss is a key that drifted: another compiler, target, LNC or flag, or a runtime that changed
-how it turns the flags into its key (layout A's flags-file eras). neffcache cannot invert a
+how it turns the flags into its key (layout A's flags-file forms). neffcache cannot invert a
 runtime's key, but a layout that knows the rule can *recompute* it: "would the graph of this
 entry, built with those flags, get that key under this toolchain?" is how a missed key is
 matched against the entries a store holds (neffcache/misses/explain.py). The defaults answer
@@ -19,14 +19,17 @@ from neffcache.entry import Namespace
 
 @dataclass(frozen=True)
 class KeyRule:
-    """How a runtime turns a graph's flags into (part of) its key under one compiler version.
+    """How a runtime turns a graph's flags into (part of) its key in one namespace.
 
-    ``since``: the first compiler (major.minor) of the rule, None for the oldest; ``form``: what
-    is hashed, in a few words; ``target_in_key``: the compile target is part of it."""
+    ``form``: the rule's name (layout A: the flags file's form, ``text``, ``list``, ``target``);
+    ``hashed``: what is hashed, in a few words; ``target_in_key``: the compile target is part of
+    it; ``since``: the first compiler version the version table gives the rule, None for the
+    oldest (informative: the form follows the runtime's release, not the compiler)."""
 
-    since: str | None
     form: str
+    hashed: str
     target_in_key: bool
+    since: str | None = None
 
 
 class KeyQuestions:
@@ -51,12 +54,24 @@ class KeyQuestions:
         :class:`~neffcache.errors.FlagsFileError` when ``namespace`` lacks a part the rule needs."""
         return None
 
-    def key_rule(self, compiler_version: str) -> KeyRule | None:
-        """The rule by which the runtime of ``compiler_version`` keys flags, None when unknown."""
+    def flags_forms(self) -> tuple[str, ...]:
+        """The names of every rule (layout A: flags form) by which this runtime may turn flags
+        into keys, so a missed key can be tried under each; () when there is one or none."""
+        return ()
+
+    def key_rule(self, namespace: Namespace) -> KeyRule | None:
+        """The rule by which the runtime of ``namespace`` keys flags (layout A: the namespace's
+        decided flags form, else its version table's), None when unknown."""
+        return None
+
+    def key_rule_of_file(self, key: str, name: str, data: bytes) -> KeyRule | None:
+        """The rule entry ``key`` was named by, read off its flags file ``name`` (``data``) when
+        the file backs the key (layout A: it hashes to the suffix); None when it does not or
+        the layout has no such rule."""
         return None
 
     def flags_target(self, name: str, data: bytes) -> str | None:
-        """The compile target a flags file named ``name`` records (layout A from 2.21), or None."""
+        """The compile target a flags file named ``name`` records (layout A's target form), or None."""
         return None
 
     def flags_beside(self, file_name: str) -> tuple[str, ...]:

@@ -4,9 +4,10 @@
 
     <root>/[<target>-lnc<N>/]neuronxcc-<version>/MODULE_<graph>+<flags>/
         model.hlo_module.pb   (<= 2.13 also model.hlo.pb)
-        compile_flags.json    (<= 2.14: compile_flags.txt; its md5 is the +<flags> suffix,
-                               the file's form by era: see :mod:`neffcache.layouts.flags`)
-        model.neff            model.done (2.15+, written after the neff: the commit marker)
+        compile_flags.json    (text form: compile_flags.txt; its md5 is the +<flags> suffix,
+                               the forms: see :mod:`neffcache.layouts.flags`)
+        model.neff            model.done (written after the neff: the commit marker; the
+                              text form writes none, its NEFF commits the entry)
         model.log             failure text        model.hlo_module.pb.lock  while compiling
 
 States in optimum-neuron's cleanup order, first match wins: SUCCESS (neff + marker) > FAILED
@@ -15,6 +16,12 @@ stale: the entry stays SUCCESS and the lock is reported (:meth:`NeuronxccLayout.
 NxD's ``wrapped_neff.hlo`` beside ``model.neff`` is the entry's (copied, covered by its manifest).
 Files the layout does not know are extra: kept, reported, never a reason for CORRUPT.
 
+Which flags file (and so which marker) an entry gets follows its namespace's flags form
+(``Namespace.flags_form``, decided by :mod:`neffcache.layouts.flags_form`; else the version
+table). Files published with ``compile_flags.txt`` commit by the NEFF, strictly last, with no
+``model.done`` (:meth:`NeuronxccLayout.publish_plan`): the rule :meth:`~NeuronxccLayout.classify`
+reads entries by, so what neffcache writes reads back as what the text-form runtime writes.
+
 The runtime puts ``neuronxcc-<version>/`` under whatever root it is given; neffcache hands it
 ``<root>/<target>-lnc<N>`` so NEFFs of different targets never share a directory (the target
 is in neither the path nor the flags hash the runtime computes).
@@ -22,17 +29,16 @@ is in neither the path nor the flags hash the runtime computes).
 
 from __future__ import annotations
 
-import ast
+import dataclasses
 import posixpath
 import re
-import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from neffcache.entry import Entry, EntryState, FileInfo, Namespace
 from neffcache.errors import FlagsFileError
 from neffcache.instances import TARGETS
 from neffcache.layouts import flags as flagsfile
-from neffcache.layouts import neuronxcc_logs
+from neffcache.layouts import neuronxcc_env, neuronxcc_logs
 from neffcache.layouts.base import Layout
 from neffcache.layouts.flags import FLAGS_JSON, FLAGS_TXT
 from neffcache.layouts.keyparts import KeyRule
@@ -62,7 +68,6 @@ LOCK_SUFFIX = ".lock"
 WRAPPED = "wrapped_neff.hlo"
 KNOWN = frozenset({HLO, HLO_OLD, FLAGS_JSON, FLAGS_TXT, NEFF, DONE, LOG, MANIFEST_NAME, WRAPPED})
 STALE_LOCK = "stale lock"  # the problem text's prefix for a lock beside a SUCCESS entry
-NO_CACHE_FLAG = "--no_cache"  # a wrapper option in NEURON_CC_FLAGS: the persistent cache is off
 
 _PATH_RE = re.compile(
     "^" + TARGET_DIR_RE + r"neuronxcc-(?P<ver>[0-9][^/]*)/(?P<key>MODULE_[^/]+)/(?P<name>[^/]+)$"
@@ -80,11 +85,23 @@ class NeuronxccLayout(Layout):
     name = "neuronxcc"
     runtime_dir = "neuronxcc"
 
+    def flags_form(self, namespace: Namespace) -> flagsfile.FlagsForm | None:
+        """The flags form entries of ``namespace`` are named by: the one decided for it, else the
+        version table's; None when neither is known (an unreadable version)."""
+        if namespace.flags_form is not None:
+            form = flagsfile.FORMS.get(namespace.flags_form)
+            if form is None:
+                raise FlagsFileError(f"unknown flags form {namespace.flags_form!r}")
+            return form
+        answer = flagsfile.form_by_version(namespace.compiler_version or "")
+        return answer.form if answer is not None else None
+
     def names(self, namespace: Namespace, key: str) -> EntryNames:
-        # The flags file's name is the runtime's of that namespace's era (.txt up to 2.14).
-        era = flagsfile.era_of(namespace.compiler_version or "")
-        flags = era.file_name if era is not None else FLAGS_JSON
-        return EntryNames(hlo=HLO, flags=flags, neff=NEFF, marker=DONE, manifest=MANIFEST_NAME,
+        # The flags file's name is the one of the namespace's form; the text form has no done.
+        form = self.flags_form(namespace)
+        flags = form.file_name if form is not None else FLAGS_JSON
+        marker = NEFF if form is not None and form.neff_commits else DONE
+        return EntryNames(hlo=HLO, flags=flags, neff=NEFF, marker=marker, manifest=MANIFEST_NAME,
                           failure_log=LOG, runtime_lock=HLO + LOCK_SUFFIX)
 
     def hlo_of(self, entry: Entry) -> str | None:
@@ -109,24 +126,8 @@ class NeuronxccLayout(Layout):
 
     # -- the failure log ---------------------------------------------------------------------
     def read_failure_log(self, data: bytes) -> FailureLog:
-        """libneuronxla writes ``Failed compilation with [<the command as a Python list>]:
-        <stderr>`` (docs/runtimes.md, "Layout A"): the command (what the compiler got, flags
-        and all) and the compiler's text. A log of another form is the text as it is."""
-        text = data.decode(errors="replace")
-        if not text.startswith(FAILED_WITH):
-            return FailureLog(None, text)
-        start = len(FAILED_WITH)
-        # The list's end is the first "]" after which the prefix is a list of strings (a path
-        # may hold "]"); bounded, so a crafted log costs little.
-        for end in [m.start() for m in re.finditer(r"\]", text[start:start + 65536])][:200]:
-            try:
-                value = ast.literal_eval(text[start:start + end + 1])
-            except (ValueError, SyntaxError, MemoryError, RecursionError):
-                continue
-            if isinstance(value, list) and all(isinstance(v, str) for v in value):
-                rest = text[start + end + 1:]
-                return FailureLog(tuple(value), rest[1:].lstrip(" ") if rest.startswith(":") else rest)
-        return FailureLog(None, text)
+        """libneuronxla's ``Failed compilation with [<command>]: <stderr>`` (:mod:`.neuronxcc_logs`)."""
+        return neuronxcc_logs.read_failure_log(data)
 
     def failure_log_bytes(self, command: Sequence[str], output: str) -> bytes:
         """The runtime's own form, so a runtime and neffcache read each other's logs alike."""
@@ -134,15 +135,16 @@ class NeuronxccLayout(Layout):
 
     # -- the flags file and the MODULE name (see neffcache.layouts.flags) ---------------------
     def flags_file(self, namespace: Namespace, key: str, flags: Sequence[str]) -> tuple[str, bytes]:
-        """(name, bytes) of the flags file the runtime of ``namespace`` writes for ``flags``:
-        what neffcache writes too, so the name it uses is the one that runtime computes."""
-        era = flagsfile.era_of(namespace.compiler_version or "")
-        if era is None:
+        """(name, bytes) of the flags file the runtime of ``namespace`` (in its flags form)
+        writes for ``flags``: what neffcache writes too, so the name it uses is the one that
+        runtime computes."""
+        form = self.flags_form(namespace)
+        if form is None:
             raise FlagsFileError(f"compiler version {namespace.compiler_version!r} unknown: no flags-file form")
-        return flagsfile.flags_file(era, namespace.target, flags)
+        return flagsfile.flags_file(form, namespace.target, flags)
 
     def read_user_flags(self, name: str, data: bytes) -> list[str]:
-        """The user flags a flags file holds (2.21+: without its leading ``--target=``)."""
+        """The user flags a flags file holds (target form: without its leading ``--target=``)."""
         return flagsfile.read_flags_file(name, data)[0]
 
     def flags_problem(self, key: str, data: bytes | None) -> str | None:
@@ -154,7 +156,7 @@ class NeuronxccLayout(Layout):
     def key_for(self, key: str, name: str, data: bytes, namespace: Namespace) -> tuple[str, str, bytes] | None:
         """(key, flags-file name, flags-file bytes) of entry ``key`` (whose flags file ``name``
         holds ``data``) for the runtime of ``namespace``: the same graph hash, the suffix
-        recomputed under that era's rule. Raises :class:`FlagsFileError` when it cannot."""
+        recomputed under that namespace's flags form. Raises :class:`FlagsFileError` when it cannot."""
         parts = flagsfile.split_module(key)
         if parts is None:
             raise FlagsFileError(f"{key} is not a MODULE_<graph>+<flags> name")
@@ -185,11 +187,16 @@ class NeuronxccLayout(Layout):
         _, data = self.flags_file(namespace, key, flags)
         return flagsfile.module_name(parts[0], flagsfile.suffix_of(data))
 
-    def key_rule(self, compiler_version: str) -> KeyRule | None:
-        era = flagsfile.era_of(compiler_version)
-        if era is None:
-            return None
-        return KeyRule(since=era.since, form=era.form, target_in_key=era is flagsfile.FlagsEra.TARGET)
+    def flags_forms(self) -> tuple[str, ...]:
+        return tuple(flagsfile.FORMS)
+
+    def key_rule(self, namespace: Namespace) -> KeyRule | None:
+        form = self.flags_form(namespace)
+        return flagsfile.key_rule(form) if form is not None else None
+
+    def key_rule_of_file(self, key: str, name: str, data: bytes) -> KeyRule | None:
+        form = flagsfile.adopted_form(key, name, data)
+        return flagsfile.key_rule(form) if form is not None else None
 
     def flags_target(self, name: str, data: bytes) -> str | None:
         try:
@@ -281,7 +288,18 @@ class NeuronxccLayout(Layout):
 
     def plan_entry(self, namespace: Namespace, key: str) -> EntryPlan:
         base = posixpath.join(namespace.path, key) if namespace.path else key
-        return EntryPlan(namespace, key, base, base, MANIFEST_NAME, DONE)
+        return EntryPlan(namespace, key, base, base, MANIFEST_NAME, self.names(namespace, key).marker)
+
+    def publish_plan(self, namespace: Namespace, key: str, names: Collection[str]) -> EntryPlan:
+        """:meth:`plan_entry`, its marker chosen by the files being published when they hold a
+        flags file: ``compile_flags.txt`` alone (no ``model.done`` among them) is the text form,
+        committed by its NEFF (the rule :meth:`classify` reads such an entry by); any other
+        flags file commits with ``model.done``. A copy of an entry then keeps its own form."""
+        plan = self.plan_entry(namespace, key)
+        if FLAGS_TXT not in names and FLAGS_JSON not in names:
+            return plan
+        marker = NEFF if _neff_commits(names) else DONE
+        return plan if marker == plan.marker_name else dataclasses.replace(plan, marker_name=marker)
 
     def write_order(self, names: list[str], marker: str, manifest: str) -> list[str]:
         # The manifest first: from then on the directory reads as "uncommitted" (never as an
@@ -298,33 +316,10 @@ class NeuronxccLayout(Layout):
 
     def compile_only_env(self, environ: Mapping[str, str], *, retry_failed: bool
                          ) -> tuple[dict[str, str | None], list[str]]:
-        flags = shlex.split(environ.get("NEURON_CC_FLAGS", ""))
-        kept = flagsfile.without_cache_dir(flags)
-        notes = []
-        if len(kept) != len(flags):
-            notes.append("removed --cache_dir from NEURON_CC_FLAGS: the warm-up writes to the namespace")
-        if NO_CACHE_FLAG in kept:
-            kept = [f for f in kept if f != NO_CACHE_FLAG]
-            notes.append(f"removed {NO_CACHE_FLAG} from NEURON_CC_FLAGS: a warm-up without the cache keeps nothing")
-        if retry_failed and flagsfile.RETRY_FLAG not in kept:
-            kept.append(flagsfile.RETRY_FLAG)
-        return {"NEURON_CC_FLAGS": shlex.join(kept) or None}, notes
+        return neuronxcc_env.compile_only(environ, retry_failed=retry_failed)
 
     def env_problems(self, environ: Mapping[str, str]) -> list[EnvProblem]:
-        # libneuronxla takes --cache_dir from NEURON_CC_FLAGS over NEURON_COMPILE_CACHE_URL
-        # (docs/runtimes.md, "neuronxcc"): the job would compile into a directory we never see;
-        # --no_cache turns its persistent cache off altogether, silently.
-        flags = environ.get("NEURON_CC_FLAGS", "").split()
-        problems = [EnvProblem("NEURON_CC_FLAGS",
-                               f"{flag} in NEURON_CC_FLAGS overrides NEURON_COMPILE_CACHE_URL: libneuronxla "
-                               "uses that directory, not the one neffcache manages",
-                               "remove --cache_dir from NEURON_CC_FLAGS and use `neffcache env`")
-                    for flag in flags if flag.startswith("--cache_dir")]
-        if NO_CACHE_FLAG in flags:
-            problems.append(EnvProblem("NEURON_CC_FLAGS", f"{NO_CACHE_FLAG} in NEURON_CC_FLAGS turns libneuronxla's "
-                                       "persistent cache off: every graph compiles in every job, nothing is kept",
-                                       f"remove {NO_CACHE_FLAG} from NEURON_CC_FLAGS"))
-        return problems
+        return neuronxcc_env.problems(environ)
 
     def job_env(self, root: str, namespace: Namespace) -> dict[str, str]:
         # The runtime appends neuronxcc-<version> itself: hand it the directory above.
@@ -345,8 +340,7 @@ class NeuronxccLayout(Layout):
         else:
             extra = tuple(sorted(n for n in names if n not in KNOWN and not n.endswith(LOCK_SUFFIX)))
             locks = [n for n in names if n.endswith(LOCK_SUFFIX)]
-        legacy = FLAGS_TXT in names and FLAGS_JSON not in names and DONE not in names
-        marker = NEFF if legacy else DONE
+        marker = NEFF if _neff_commits(names) else DONE
         neff = files.get(NEFF)
 
         if manifest_error:
@@ -368,7 +362,7 @@ class NeuronxccLayout(Layout):
             state = EntryState.LOCKED
         elif neff is not None or MANIFEST_NAME in names:
             state, committed = EntryState.CORRUPT, False
-            problems.append("uncommitted: no model.done (an interrupted or ongoing write)")
+            problems.append(f"uncommitted: no {marker} (an interrupted or ongoing write)")
         elif DONE in names:
             state = EntryState.CORRUPT
             problems.append("model.done without model.neff")
@@ -388,3 +382,9 @@ class NeuronxccLayout(Layout):
 
     def locate_entry(self, path: str) -> Located | None:
         return self.locate(f"{path}/{NEFF}")
+
+
+def _neff_commits(names: Collection[str]) -> bool:
+    """The text form's entries (``compile_flags.txt``, no JSON flags file, no ``model.done``)
+    are committed by their NEFF: one rule for reading entries and for writing them."""
+    return FLAGS_TXT in names and FLAGS_JSON not in names and DONE not in names

@@ -1,14 +1,16 @@
 """libneuronxla's log lines and the entry names they print (layout A; docs/runtimes.md,
 "Layout A"): what :class:`~neffcache.layouts.neuronxcc.NeuronxccLayout` reads from a job's
-output. Apart from the layout's cache files because they are a separate fact of the runtime:
-what it prints, not what it stores.
+output, and from the failure log (``model.log``) it writes in the same words. Apart from the
+layout's cache files because they are a separate fact of the runtime: what it prints, not
+what it stores.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 
-from neffcache.layouts.records import LogLine
+from neffcache.layouts.records import FailureLog, LogLine
 
 # The runtime's log lines (docs/runtimes.md, "Layout A"). An entry is named by the MODULE_<g>+<f> in a
 # path: a cache path (.../MODULE_<g>+<f>/model.neff) or a work-directory file name
@@ -66,3 +68,24 @@ def parse_log_line(line: str) -> LogLine | None:
             path = match.group("path")
             return LogLine(kind, entry=entry_of_path(path), path=path)
     return None
+
+
+def read_failure_log(data: bytes) -> FailureLog:
+    """libneuronxla writes ``Failed compilation with [<the command as a Python list>]:
+    <stderr>`` into ``model.log`` (docs/runtimes.md, "Layout A"): the command (what the compiler
+    got, flags and all) and the compiler's text. A log of another form is the text as it is."""
+    text = data.decode(errors="replace")
+    if not text.startswith(FAILED_WITH):
+        return FailureLog(None, text)
+    start = len(FAILED_WITH)
+    # The list's end is the first "]" after which the prefix is a list of strings (a path may
+    # hold "]"); bounded, so a crafted log costs little.
+    for end in [m.start() for m in re.finditer(r"\]", text[start:start + 65536])][:200]:
+        try:
+            value = ast.literal_eval(text[start:start + end + 1])
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            continue
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            rest = text[start + end + 1:]
+            return FailureLog(tuple(value), rest[1:].lstrip(" ") if rest.startswith(":") else rest)
+    return FailureLog(None, text)

@@ -94,7 +94,8 @@ def _fragments(comparison: Comparison) -> list[tuple[Field, str]]:
         out.append((Field.COMPILER, f"compiler {old} → {new}"))
     if Field.KEY_RULE in by_field:
         same = comparison.match(Field.FLAGS) is Match.SAME
-        out.append((Field.KEY_RULE, f"flags-file format {by_field[Field.KEY_RULE].note}"
+        rule = by_field[Field.KEY_RULE]
+        out.append((Field.KEY_RULE, f"flags-file form {rule.found} → {rule.wanted}"
                     + (" (same flags, new suffix)" if same else "")))
     if Field.FLAGS in by_field:
         out.append((Field.FLAGS, _flag_cause(comparison.flags)))
@@ -129,12 +130,17 @@ def _fix(comparison: Comparison, fields: set[Field]) -> str:
         paths = "keep per-run paths out of the compiler flags, then " if comparison.flags is not None \
             and comparison.flags.path_flags() else ""
         fixes.append(f"{paths}rerun with the flags of entry {cand.path}{flags}")
+    form = _wanted(comparison, Field.KEY_RULE)
     if Field.COMPILER in fields:
         version = cand.parts.compiler_version
-        rule = " (it recomputes the key under the new flags-file format)" if Field.KEY_RULE in fields else ""
+        rule = (f" (it names the entry in the job's flags form, {form})" if Field.KEY_RULE in fields else "")
         instance = f" --instance {instance_for(target)}" if target else ""
         fixes.append(f"use compiler {version} (the entry's), or rewarm: "
                      f"neffcache rewarm --from-compiler {version}{instance}{_where(cand)}{rule}")
+    elif Field.KEY_RULE in fields:
+        fixes.append(f"the entry is named in another flags form than the job's runtime keys by ({form}): "
+                     f"compile it again under that form (`neffcache rewarm --flags-form {form}` from an older "
+                     f"compiler's entries), or warm it with the job's runtime: neffcache warm -- {WORKLOAD}")
     if not fixes:
         where = f" in {cand.stores[0]}" if cand.stores else ""
         return (f"entry {cand.path}{where} has every known part of the graph: point the job at it "

@@ -3,7 +3,9 @@
 A miss is a key that drifted. Every key is made of the same parts (neffcache/keys.py's
 :class:`~neffcache.keys.KeyParts`, JAX's ``explain_cache_misses`` habit): the HLO, the flags,
 the compiler version, the target and the LNC, plus the rule by which the runtime turns them
-into its key (layout A's flags-file era, neffcache/layouts/flags.py). So a miss is explained by
+into its key (layout A's flags-file form, neffcache/layouts/flags.py: the missed graph's is
+its namespace's decided form, neffcache/layouts/flags_form.py; an entry's is read off its own
+flags file; either falls back to the version table, and each says which rule gave it). So a miss is explained by
 comparing what is known of the missed graph (:class:`GraphParts`, any part may be unknown)
 with what is known of each entry that shares its HLO, its graph hash or its model tag
 (:class:`Candidate`, found in the stores and the index by :mod:`neffcache.misses.nearest`),
@@ -13,8 +15,10 @@ Why the comparison is sound: a field is called different only when both sides kn
 for the flags of a layout-A key, when the layout recomputes the key from the entry's flags and
 gets another one); an unknown field is reported as unknown and counts against closeness only
 after every known difference. A field a layout can *recompute* is inferred rather than assumed:
-when the entry's flags, under the missed graph's compiler and target, give exactly the missed
-key, the flags are the same, whatever the key's hash hides. The wording of causes and fixes is
+when the entry's flags, under the missed graph's compiler, target and flags form, give exactly
+the missed key, the flags are the same, whatever the key's hash hides; and when they give it
+only under another form, that form is the one the job's runtime keys by (an md5 match is
+proof), whatever its namespace's entries say. The wording of causes and fixes is
 :mod:`neffcache.misses.causes`. Pure: no I/O.
 """
 
@@ -72,12 +76,16 @@ class GraphParts:
     hlo_size: int | None = None
     flags: tuple[str, ...] | None = None  # the user flags
     tags: Mapping[str, str] = field(default_factory=dict)
+    # The rule by which the key was made (layout A's flags form) and what said so: "entries",
+    # "version table", "override" (a namespace's decision), "its flags file", "inferred from the key".
+    flags_form: str | None = None
+    form_rule: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"layout": self.layout, "key": self.key, "compiler_version": self.compiler_version,
                 "target": self.target, "lnc": self.lnc, "hlo_sha256": self.hlo_sha256,
                 "hlo_size": self.hlo_size, "flags": list(self.flags) if self.flags is not None else None,
-                "tags": dict(self.tags)}
+                "tags": dict(self.tags), "flags_form": self.flags_form, "flags_form_rule": self.form_rule}
 
 
 @dataclass(frozen=True)
@@ -89,9 +97,14 @@ class Missed:
     parts: GraphParts
     origin: str = ""
     status: str | None = None  # what a report said of it (miss, compiled, failed...)
+    # How the flags form of the namespace it was looked for in was decided (one line, and the
+    # decision as JSON), when its layout has forms.
+    form_explanation: str = ""
+    form_decision: Mapping[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "origin": self.origin, "status": self.status, **self.parts.to_json()}
+        return {"path": self.path, "origin": self.origin, "status": self.status, **self.parts.to_json(),
+                "flags_form_decision": dict(self.form_decision) if self.form_decision is not None else None}
 
 
 @dataclass(frozen=True)
@@ -190,21 +203,44 @@ def _hlo(missed: GraphParts, cand: GraphParts, layout: Layout | None) -> Differe
     return Difference(Field.HLO, Match.UNKNOWN, cand.hlo_sha256, missed.hlo_sha256)
 
 
+def _namespace(layout: Layout, parts: GraphParts, version: str | None = None, target: str | None = None,
+               form: str | None = None) -> Namespace:
+    """A namespace of ``parts``' toolchain and flags form, to ask the layout about its keys."""
+    return Namespace(layout.name, "", version or parts.compiler_version, target or parts.target, parts.lnc,
+                     form if form is not None else parts.flags_form)
+
+
+def _rule_of(layout: Layout, parts: GraphParts) -> tuple[str, str] | None:
+    """(form, what said so) of the rule ``parts``' key was made by, None when unknown."""
+    if not parts.compiler_version and not parts.flags_form:
+        return None
+    try:
+        rule = layout.key_rule(_namespace(layout, parts))
+    except FlagsFileError:
+        return None
+    if rule is None:
+        return None
+    return rule.form, parts.form_rule or "version table"
+
+
 def _key_rule(missed: GraphParts, cand: GraphParts, layout: Layout | None) -> Difference | None:
-    """The runtime's rule from flags to key, when the two compilers follow different ones."""
-    if layout is None or not missed.compiler_version or not cand.compiler_version:
+    """The runtime's rule from flags to key on each side, and what said so: a difference when
+    the job's runtime keys by another rule than the entry was named by."""
+    if layout is None or missed.layout != cand.layout:
         return None
-    mine, theirs = layout.key_rule(missed.compiler_version), layout.key_rule(cand.compiler_version)
-    if mine is None or theirs is None or mine == theirs:
+    mine, theirs = _rule_of(layout, missed), _rule_of(layout, cand)
+    if mine is None or theirs is None:
         return None
-    newer = mine if (mine.since or "") > (theirs.since or "") else theirs
-    return Difference(Field.KEY_RULE, Match.DIFFERENT, theirs.form, mine.form, note=f"changed at {newer.since}")
+    note = f"job's: {mine[1]}; entry's: {theirs[1]}"
+    return Difference(Field.KEY_RULE, Match.SAME if mine[0] == theirs[0] else Match.DIFFERENT, theirs[0], mine[0],
+                      note=note)
 
 
 def infer_from_key(missed: GraphParts, cand: GraphParts) -> tuple[GraphParts, bool]:
-    """The missed graph's parts with its flags (and target) filled in from ``cand`` when the
-    layout, recomputing the missed key from the candidate's flags under the missed graph's
-    compiler and target (each target, where the target is unknown), gets the missed key itself.
+    """The missed graph's parts with its flags (and target, and flags form) filled in from
+    ``cand`` when the layout, recomputing the missed key from the candidate's flags under the
+    missed graph's compiler, target (each target, where the target is unknown) and flags form
+    (its decided one first, then the layout's others), gets the missed key itself.
 
     Returns (parts, tried): ``tried`` is True when the layout could recompute the key at all,
     so a mismatch then means the flags (or the target) differ."""
@@ -215,16 +251,22 @@ def infer_from_key(missed: GraphParts, cand: GraphParts) -> tuple[GraphParts, bo
         return missed, False
     version = missed.compiler_version or cand.compiler_version
     targets = [missed.target] if missed.target else list(dict.fromkeys([cand.target, *TARGETS]))
+    forms: list[str | None] = [missed.flags_form]
+    forms += [f for f in layout.flags_forms() if f != missed.flags_form and (version or missed.flags_form)]
     tried = False
-    for target in targets:
-        namespace = Namespace(layout.name, "", version, target, missed.lnc)
-        try:
-            key = layout.key_with_flags(missed.key, namespace, cand.flags)
-        except FlagsFileError:
-            continue
-        tried = tried or key is not None
-        if key == missed.key:
-            return dataclasses.replace(missed, flags=cand.flags, target=missed.target or target), True
+    for form in forms:
+        for target in targets:
+            namespace = _namespace(layout, missed, version, target, form)
+            try:
+                key = layout.key_with_flags(missed.key, namespace, cand.flags)
+            except FlagsFileError:
+                continue
+            tried = tried or key is not None
+            if key == missed.key:
+                found = dataclasses.replace(missed, flags=cand.flags, target=missed.target or target)
+                if form != missed.flags_form:
+                    found = dataclasses.replace(found, flags_form=form, form_rule="inferred from the key")
+                return found, True
     return missed, tried
 
 

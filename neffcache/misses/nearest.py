@@ -31,7 +31,8 @@ from typing import Any
 from neffcache.entry import Entry, EntryState
 from neffcache.errors import ConfigError, CorruptEntry, IndexServerError, NeffcacheError
 from neffcache.index import Index
-from neffcache.layouts import get_layout
+from neffcache.layouts import LAYOUTS, get_layout
+from neffcache.layouts.flags_form import NamespaceForms, describe
 from neffcache.manifest import Manifest, read_manifest, sha256_stream
 from neffcache.misses.causes import Explanation, explain
 from neffcache.misses.explain import Candidate, GraphParts, Missed, Source
@@ -47,6 +48,7 @@ MAX_INDEX_ANSWERS = 50
 MODEL_TAG = "model"
 ITSELF = "the entry itself"
 SAME_GRAPH = ("same HLO", "same graph hash", "same key")
+FROM_FILE = "its flags file"  # a candidate's flags form, read off its own flags file
 
 
 @dataclass
@@ -96,20 +98,23 @@ class StoreCatalog:
             self.problems.append(f"{self.store.url}/{path}: {exc}")
         return None
 
-    def _flags_file(self, entry: Entry) -> tuple[tuple[str, ...] | None, str | None]:
-        """(user flags, target) from the entry's flags file, as its layout reads it."""
+    def _flags_file(self, entry: Entry) -> tuple[tuple[str, ...] | None, str | None, str | None]:
+        """(user flags, target, flags form) from the entry's flags file, as its layout reads it
+        (the form only when the file backs the entry's key)."""
         layout = get_layout(entry.layout)
         name = layout.flags_of(entry)
         if name is None or entry.files[name].size > MAX_FLAGS_FILE:
-            return None, None
+            return None, None, None
         path = entry.store_path(name)
         try:
             with self.store.open_read(path) as stream:
                 data = stream.read(MAX_FLAGS_FILE + 1)
-            return tuple(layout.read_user_flags(name, data)), layout.flags_target(name, data)
+            rule = layout.key_rule_of_file(entry.key, name, data)
+            return (tuple(layout.read_user_flags(name, data)), layout.flags_target(name, data),
+                    rule.form if rule is not None else None)
         except (ValueError, NeffcacheError, OSError) as exc:  # FlagsFileError is a ValueError
             self.problems.append(f"{self.store.url}/{path}: {exc}")
-            return None, None
+            return None, None, None
 
     def parts(self, entry: Entry) -> GraphParts:
         """What the entry says of its key: its namespace, manifest and flags file (cached)."""
@@ -122,7 +127,7 @@ class StoreCatalog:
         manifest = self.manifest(entry)
         ns = entry.namespace
         tc = manifest.toolchain if manifest is not None and manifest.toolchain else ns.toolchain
-        flags, file_target = self._flags_file(entry)
+        flags, file_target, form = self._flags_file(entry)
         if flags is None and manifest is not None and not manifest.computed:
             flags = manifest.flags  # neffcache compiled it with these; an adopted entry's manifest only guessed
         hlo = layout.hlo_of(entry)
@@ -132,7 +137,8 @@ class StoreCatalog:
                           target=tc.target if tc else ns.target or file_target, lnc=tc.lnc if tc else ns.lnc,
                           hlo_sha256=digest.sha256 if digest else None,
                           hlo_size=entry.files[hlo].size if hlo else None, flags=flags,
-                          tags=dict(manifest.tags) if manifest is not None else {})
+                          tags=dict(manifest.tags) if manifest is not None else {},
+                          flags_form=form, form_rule=FROM_FILE if form is not None else None)
 
     def hlo_digest(self, entry: Entry) -> str | None:
         """The entry's HLO digest: its manifest's, else the file hashed (then remembered)."""
@@ -262,15 +268,36 @@ def _records(index: Index, missed: Missed, digests: list[str]) -> list[tuple[Any
     return records
 
 
+def with_form(graph: Missed, forms: NamespaceForms) -> Missed:
+    """``graph`` with the flags form of the namespace it was looked for in, and how that was
+    decided (its layout's forms only; a graph of unknown namespace keeps the version table)."""
+    located = next((found for lay in LAYOUTS.values() if (found := lay.locate_entry(graph.path or ""))), None)
+    if located is None or graph.parts.layout != located.namespace.layout:
+        return graph
+    namespace = located.namespace
+    version = graph.parts.compiler_version
+    decision = forms.decision(namespace)
+    if decision is None or (version and namespace.compiler_version != version):
+        return graph
+    parts = dataclasses.replace(graph.parts, flags_form=decision.form, form_rule=decision.rule.value)
+    return dataclasses.replace(graph, parts=parts, form_explanation=describe(decision),
+                               form_decision=decision.to_json())
+
+
 def why_miss(missed: Sequence[Missed], catalogs: Sequence[StoreCatalog], index: Index, *,
              progress: Callable[[int], None] | None = None) -> list[Explanation]:
-    """Every missed graph explained against the stores' entries and the index's."""
+    """Every missed graph explained against the stores' entries and the index's: its key
+    compared under the flags form its namespace's entries in these stores decide (the
+    catalogs' listings: nothing listed again)."""
     asker = IndexAsker(index)
     searched = [c.store.url for c in catalogs]
+    listed = {id(c.store): list(c.entries.values()) for c in catalogs}
+    forms = NamespaceForms([c.store for c in catalogs], entries=lambda store: listed.get(id(store)))
     out = []
-    for number, graph in enumerate(missed, 1):
+    for number, looked_for in enumerate(missed, 1):
         if progress is not None:
             progress(number)
+        graph = with_form(looked_for, forms)
         candidates: list[Candidate] = []
         held: list[str] = []
         for catalog in catalogs:

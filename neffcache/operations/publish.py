@@ -15,8 +15,9 @@ without ``model.done``; :meth:`neffcache.layouts.base.Layout.data_before_manifes
    *uncommitted*, never as an EMPTY entry a runtime would take;
 3. the other data files, each whole (temp name + rename, or one S3 object);
 4. the manifest (``neffcache.json``: every file's sha256 and size);
-5. create the runtime's commit marker exclusively (``model.done`` in layout A, the ``.neff``
-   itself in layout B) — the one file both the runtime and neffcache treat as "this entry
+5. create the runtime's commit marker exclusively (``model.done`` in layout A, the NEFF of
+   its text form, which has no ``model.done``: ``Layout.publish_plan``; the ``.neff`` itself
+   in layout B) — the one file both the runtime and neffcache treat as "this entry
    exists". Until it is there, a reader treats the entry as absent; a publisher killed
    before it leaves only files that ``prune --garbage`` removes.
 
@@ -117,7 +118,7 @@ def publish(
     ``releases``: release the lease with a batch of others (neffcache/coordination/releases.py).
     """
     layout = get_layout(namespace.layout)
-    plan = layout.plan_entry(namespace, key)
+    plan = layout.publish_plan(namespace, key, files.keys())
     # The file a runtime loads: the NEFF (layout B's is its marker too); layouts without one: the marker.
     _refuse_placeholders(plan.path, files, [layout.names(namespace, key).neff or plan.marker_name])
     marker_path = _join(plan.base, plan.marker_name)

@@ -32,7 +32,10 @@ Environment, as the real runtimes read it:
 
 Simulation knobs: ``NEFFSIM_BACKEND`` (default backend), ``NEFFSIM_LOCK_TIMEOUT`` (seconds to
 wait on another process's lock before failing the graph; default forever, like the real
-runtime), ``NEFFSIM_LOCK_LOG_SECONDS`` (how often the wait is reported; default 60).
+runtime), ``NEFFSIM_LOCK_LOG_SECONDS`` (how often the wait is reported; default 60),
+``NEFFSIM_FLAGS_FORM`` (xla: the simulated libneuronxla release's flags-file form, ``text``,
+``list`` or ``target``; it names the entries, see :mod:`neffcache.testing.xla_cache`; default:
+the form observed with the compiler, text <= 2.13, list 2.14 - 2.16.344, target from 2.16.345.0).
 
 Exit status: 0 all graphs available, 1 some graph failed, 2 bad configuration,
 3 ``--crash-after``, 130/143 interrupted. A summary line ends stderr, e.g.
@@ -63,7 +66,7 @@ from neffcache.testing.env import (
 )
 from neffcache.testing.hlo import DEFAULT_HLO_BYTES, make_hlo
 from neffcache.testing.native_cache import DEFAULT_OPT, LOCK_BREAK_SECONDS, NativeCache
-from neffcache.testing.xla_cache import XlaCache
+from neffcache.testing.xla_cache import XlaCache, flags_form_for
 from neffcache.toolchain import Toolchain, compiler_version
 
 PROG = "neffcache.testing.workload"
@@ -172,10 +175,11 @@ def run(ns: argparse.Namespace, log: WorkloadLog, runner: CompilerRunner) -> int
         root = xla_cache_root(cache_dir, env)
         xla = XlaCache(root, version=version, target=target, lnc=lnc, flags=flags,
                        retry_failed=retry_failed, log=log, runner=runner,
-                       lock_timeout=lock_timeout, lock_report_every=lock_report_every)
+                       lock_timeout=lock_timeout, lock_report_every=lock_report_every,
+                       flags_form=flags_form_for(version, env))
         xla.open()
         process = xla.extract if extract_only else xla.lookup_or_compile
-        where = f"cache={xla.version_dir}"
+        where = f"cache={xla.version_dir} flags_form={xla.flags_form}"
     else:
         if extract_only:
             log.line(f"{PROG}: NEURON_EXTRACT_GRAPHS_ONLY is a torch-xla setting; native ignores it")

@@ -5,14 +5,18 @@ What a torch-xla run does with each graph, per docs/runtimes.md, "Layout A"::
     <root>/lock
     <root>/neuronxcc-<version>/MODULE_<graph_hash>+<flags_hash>/
         model.hlo_module.pb  compile_flags.json | compile_flags.txt
-        model.neff  model.done (2.15+) | model.log
+        model.neff  model.done (not in the text form) | model.log
         model.hlo_module.pb.lock   (while a process compiles it)
 
 ``graph_hash`` is the decimal uint64 of the first 8 bytes of sha256(HLO) (big-endian; the real
-formula is not public). ``flags_hash`` is md5 of the bytes of the flags file, first 8 hex, and
-the file's form follows the compiler version's era: up to 2.14 ``compile_flags.txt`` holding
-the flag string; 2.15-2.20 ``compile_flags.json`` holding ``json.dumps(flags)``; from 2.21
-``json.dumps(["--target=<t>", *flags])``. So from 2.21 the target is in the key; before, a
+formula is not public). ``flags_hash`` is md5 of the bytes of the flags file, first 8 hex. The
+file's form follows the libneuronxla *release* (the real one: SDK 2.19.0 and 2.19.1 shipped the
+same compiler 2.14.227.0 with two forms), which this simulation takes from
+``NEFFSIM_FLAGS_FORM``: ``text`` (``compile_flags.txt`` holding the flag string, and no
+``model.done``: the NEFF commits the entry), ``list`` (``compile_flags.json`` holding
+``json.dumps(flags)``) or ``target`` (``json.dumps(["--target=<t>", *flags])``). Unset, it is
+the form the observed releases shipped with the compiler: text up to 2.13, list from 2.14 up to
+2.16.344, target from 2.16.345.0. With the target form the target is in the key; before, a
 root shared by trn1 and trn2 hosts mixes their NEFFs, as with the real runtime.
 
 A miss compiles in a work directory, ``$TMPDIR/<user>/neuroncc_compile_workdir/<uuid>/``
@@ -35,7 +39,7 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from neffcache.testing._files import atomic_write, create_exclusive
@@ -50,18 +54,43 @@ def graph_hash(hlo: bytes) -> str:
     return str(int.from_bytes(hashlib.sha256(hlo).digest()[:8], "big"))
 
 
-def _minor(version: str) -> tuple[int, int]:
-    major, _, rest = version.partition(".")
-    minor = rest.split(".", 1)[0].split("+", 1)[0]
-    return (int(major), int(minor)) if major.isdigit() and minor.isdigit() else (99, 0)
+FORMS = ("text", "list", "target")
+FORM_ENV = "NEFFSIM_FLAGS_FORM"
 
 
-def flags_file_for(version: str, target: str, flags: Sequence[str]) -> tuple[str, bytes]:
-    """(name, bytes) of the flags file a runtime of compiler ``version`` writes."""
-    era = _minor(version)
-    if era <= (2, 14):
+def _numbers(version: str) -> tuple[int, ...]:
+    parts = version.split("+", 1)[0].split(".")
+    if not all(p.isdigit() for p in parts):
+        return (99,)
+    return tuple(int(p) for p in parts)
+
+
+def release_form(version: str) -> str:
+    """The flags form the observed libneuronxla releases shipped beside compiler ``version``
+    (2.14.227.0 was shipped with text and with list: list, the later release's)."""
+    numbers = _numbers(version)
+    if numbers < (2, 14):
+        return "text"
+    if numbers < (2, 16, 345):
+        return "list"
+    return "target"
+
+
+def flags_form_for(version: str, environ: Mapping[str, str]) -> str:
+    """The simulated release's form: ``NEFFSIM_FLAGS_FORM``, else :func:`release_form`."""
+    chosen = environ.get(FORM_ENV, "").strip()
+    if not chosen:
+        return release_form(version)
+    if chosen not in FORMS:
+        raise ValueError(f"{FORM_ENV} must be one of {', '.join(FORMS)}, not {chosen!r}")
+    return chosen
+
+
+def flags_file_for(form: str, target: str, flags: Sequence[str]) -> tuple[str, bytes]:
+    """(name, bytes) of the flags file a runtime of flags ``form`` writes."""
+    if form == "text":
         return "compile_flags.txt", " ".join(flags).encode()
-    if era <= (2, 20):
+    if form == "list":
         return "compile_flags.json", json.dumps(list(flags)).encode()
     return "compile_flags.json", json.dumps([f"--target={target}", *flags]).encode()
 
@@ -94,6 +123,7 @@ class XlaCache:
         runner: CompilerRunner,
         lock_timeout: float | None,
         lock_report_every: float,
+        flags_form: str | None = None,
     ) -> None:
         self.root = root
         self.version_dir = root / f"neuronxcc-{version}"
@@ -106,9 +136,10 @@ class XlaCache:
         self.lock_timeout = lock_timeout
         self.lock_report_every = lock_report_every
         self.version = version
-        self.flags_name, self.flags_bytes = flags_file_for(version, target, self.flags)
-        # Up to 2.14 the NEFF itself was the commit marker: no model.done.
-        self.writes_done = self.flags_name.endswith(".json")
+        self.flags_form = flags_form or release_form(version)
+        self.flags_name, self.flags_bytes = flags_file_for(self.flags_form, target, self.flags)
+        # The text form's NEFF itself is the commit marker: no model.done.
+        self.writes_done = self.flags_form != "text"
         self._flags_hash = flags_hash(self.flags_bytes)
 
     def open(self) -> None:
@@ -167,7 +198,7 @@ class XlaCache:
                 return GraphOutcome.FAILED
 
     def _is_done(self, entry: Path) -> bool:
-        # 2.12/2.13 wrote compile_flags.txt and no model.done: their neff alone means success.
+        # The text form writes compile_flags.txt and no model.done: its neff alone means success.
         neff = entry / "model.neff"
         return (entry / "model.done").exists() or (
             (entry / "compile_flags.txt").exists() and neff.exists()

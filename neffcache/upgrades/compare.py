@@ -6,7 +6,10 @@ jobs still run the old one. Read-only: nothing is written to a store or reported
 1. the old graphs: every SUCCESS entry of the old version's namespaces, each once, from the
    fastest store holding it (as ``rewarm`` reads them);
 2. each one's successor, named as ``rewarm`` names it (:mod:`.successor`), looked up among the
-   new version's entries in every store (SUCCESS in any store wins: a job reads through tiers);
+   new version's entries in every store (SUCCESS in any store wins: a job reads through tiers).
+   The flags form of each new namespace is decided as ``rewarm`` decides it, from the same
+   stores in the same order, by the same code (``--flags-form`` forces one),
+   and the report says per namespace which form and which rule;
 3. its hits in the window, from the index (one paginated question per toolchain label), or
    none when no index is configured (every graph then weighs the same);
 4. compile seconds from the manifests, NEFF bytes from the listings, and the failure log of a
@@ -25,6 +28,7 @@ from neffcache.entry import Entry, EntryState
 from neffcache.errors import ConfigError, StoreError
 from neffcache.index import Index
 from neffcache.layouts import LAYOUTS, get_layout
+from neffcache.layouts.flags_form import NamespaceForms
 from neffcache.operations.scan import scan
 from neffcache.stores.base import Store
 from neffcache.upgrades.report import Build, GraphComparison, UpgradeReport
@@ -49,6 +53,7 @@ class UpgradeRequest:
     instance: str | None = None  # for roots the runtime filled without a target directory
     lnc: int | None = None
     now: float = field(default_factory=time.time)
+    flags_form: str | None = None  # a flags form forced for the new namespaces (neuronxcc)
 
     def __post_init__(self) -> None:
         if self.from_version == self.to_version:
@@ -82,6 +87,8 @@ def compare(stores: Sequence[Store], index: Index, req: UpgradeRequest,
                           "check --from and --store")
     new = _entries(stores, version_prefixes(req.layouts, req.to_version, instance=req.instance, lnc=req.lnc),
                    set(EntryState))
+    # The same decision as rewarm's, by the same code on the same stores (its bounded listing).
+    forms = NamespaceForms(stores, override=req.flags_form)
     hits = _hits(index, (entry for _, entry in old.values()), since, until, say)
     if not index.enabled:
         report.notes.append("no index configured: hits unknown, every graph weighs the same and every "
@@ -91,10 +98,12 @@ def compare(stores: Sequence[Store], index: Index, req: UpgradeRequest,
     # scan reads manifests. The report keeps the paths' order whatever finishes first.
     def one(item: tuple[str, tuple[Store, Entry]]) -> GraphComparison:
         path, (store, entry) = item
-        return _compare_one(store, entry, new, hits.get(path, 0), req)
+        return _compare_one(store, entry, new, hits.get(path, 0), req, forms)
 
     with ThreadPoolExecutor(max_workers=READ_WORKERS, thread_name_prefix="neffcache-upgrade") as pool:
         report.graphs.extend(pool.map(one, sorted(old.items())))
+    report.flags_forms = forms.decisions()
+    report.notes += [note for decision in report.flags_forms for note in decision.notes]
     unknown = sum(1 for g in report.graphs if g.reason == TARGET_UNKNOWN)
     if unknown:
         report.notes.append(f"{unknown} graph(s) in a root without a target directory: rerun with --instance")
@@ -131,10 +140,11 @@ def _hits(index: Index, entries: Iterable[Entry], since: float, until: float, sa
     return found
 
 
-def _compare_one(store: Store, entry: Entry, new: Found, hits: int, req: UpgradeRequest) -> GraphComparison:
+def _compare_one(store: Store, entry: Entry, new: Found, hits: int, req: UpgradeRequest,
+                 forms: NamespaceForms) -> GraphComparison:
     old = _build(store, entry)
     try:
-        successor = successor_of(store, entry, req.to_version, instance=req.instance, lnc=req.lnc,
+        successor = successor_of(store, entry, req.to_version, forms, instance=req.instance, lnc=req.lnc,
                                  trust_manifest=True)
     except (ValueError, StoreError) as exc:  # per graph: the report goes on with the rest
         return GraphComparison(old, hits, reason=f"its name under {req.to_version} cannot be computed: {exc}")

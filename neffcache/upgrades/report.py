@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from neffcache.entry import EntryState
+from neffcache.layouts.flags_form import FormDecision
 from neffcache.readiness import UNUSED_WEIGHT, graph_weight, readiness
 
 
@@ -115,6 +116,8 @@ class UpgradeReport:
     hits_known: bool  # False without an index: every graph weighs the floor
     graphs: list[GraphComparison] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # How the flags form of each new neuronxcc namespace was decided: the successors' names follow it.
+    flags_forms: list[FormDecision] = field(default_factory=list)
 
     # -- readiness --------------------------------------------------------------------------
     def readiness(self) -> float | None:
@@ -185,5 +188,6 @@ class UpgradeReport:
                        "first_day_unknown": unknown},
             "gate": {"fraction": gate, "passed": None if gate is None else not reasons, "reasons": reasons},
             "notes": self.notes,
+            "flags_forms": [d.to_json() for d in self.flags_forms],
             "by_graph": rows(sorted(self.graphs, key=lambda g: g.old.path)),
         }

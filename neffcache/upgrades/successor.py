@@ -7,10 +7,14 @@ the rule, docs/upgrades.md):
 - the namespace: the old one with its leaf renamed for the new version (``<target dir>/
   neuronxcc-NEW``); target and LNC from the namespace's target directory, else the entry's
   manifest, else the ``--instance`` the caller names;
-- layout A: the same ``MODULE_<graph hash>`` with the ``+<suffix>`` recomputed under the new
-  flags-file era from the user flags of the old flags file (:meth:`Layout.key_for`); an entry
-  whose flags file is missing, unreadable or does not hash to its own suffix has no successor
-  (the runtime would look for a name we cannot compute);
+- layout A: the same ``MODULE_<graph hash>`` with the ``+<suffix>`` recomputed, from the user
+  flags of the old flags file, under the flags form of the *new* namespace
+  (:meth:`Layout.key_for`). That form is decided once per namespace by the caller's ``forms``
+  (:class:`neffcache.layouts.flags_form.NamespaceForms`: the namespace's own newest entries in
+  the stores, else the version table, or a forced form), so rewarm and upgrade-report, asking
+  the same stores, name the same successor. An entry whose flags file is missing, unreadable or
+  does not hash to its own suffix has no successor (the runtime would look for a name we
+  cannot compute);
 - layout B: neffcache's own key over the same HLO and flags with the new toolchain
   (:func:`neffcache.keys.cache_key`), since that key covers the compiler version. The HLO's
   digest is the key's input, so a caller may take it from the entry's manifest instead of
@@ -19,7 +23,7 @@ the rule, docs/upgrades.md):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from neffcache.entry import Entry, Namespace
@@ -29,6 +33,9 @@ from neffcache.keys import cache_key, key_of_digest
 from neffcache.layouts import get_layout
 from neffcache.stores.base import Store
 from neffcache.toolchain import TARGET_DIRS, Toolchain, target_dir
+
+# The namespace with the flags form decided for it (neffcache.layouts.flags_form.NamespaceForms).
+Forms = Callable[[Namespace], Namespace]
 
 
 @dataclass(frozen=True)
@@ -61,7 +68,8 @@ def version_prefixes(layouts: Sequence[str], version: str, *, instance: str | No
 
 
 def renamed_namespace(ns: Namespace, to_version: str, toolchain: Toolchain) -> Namespace:
-    """``ns`` for ``to_version``: the same place, its leaf directory renamed."""
+    """``ns`` for ``to_version``: the same place, its leaf directory renamed (no flags form
+    decided yet: the caller's ``forms`` puts it on)."""
     head, _, _ = ns.path.rpartition("/")
     new_leaf = get_layout(ns.layout).version_dir(to_version)
     path = f"{head}/{new_leaf}" if head else new_leaf
@@ -107,14 +115,15 @@ def successor_key(store: Store, entry: Entry, new_ns: Namespace, toolchain: Tool
     return _content_key(store, entry, flags, toolchain, trust_manifest), flags
 
 
-def successor_of(store: Store, entry: Entry, to_version: str, *, instance: str | None = None,
+def successor_of(store: Store, entry: Entry, to_version: str, forms: Forms, *, instance: str | None = None,
                  lnc: int | None = None, trust_manifest: bool = False) -> Successor | None:
-    """``entry``'s successor under ``to_version``; None when its target is unknown. Raises
-    ValueError when its name cannot be computed (see :func:`successor_key`)."""
+    """``entry``'s successor under ``to_version``, in the flags form ``forms`` decides for its
+    namespace; None when its target is unknown. Raises ValueError when its name cannot be
+    computed (see :func:`successor_key`)."""
     toolchain = successor_toolchain(entry, to_version, instance=instance, lnc=lnc)
     if toolchain is None:
         return None
-    new_ns = renamed_namespace(entry.namespace, to_version, toolchain)
+    new_ns = forms(renamed_namespace(entry.namespace, to_version, toolchain))
     key, flags = successor_key(store, entry, new_ns, toolchain, trust_manifest=trust_manifest)
     return Successor(new_ns, key, tuple(flags))
 

@@ -59,10 +59,10 @@ def test_a_run_report_is_explained_flag_by_flag(cli: Cli, tmp_path: Path) -> Non
 
 @pytest.mark.parametrize(("warmed_with", "run_with", "cause"), [
     ((V1, INSTANCE), (V2, INSTANCE), "compiler 2.27 → 2.28"),
-    (("2.20.2.0+f36f5bd7", INSTANCE), (VERSION, INSTANCE),
-     "compiler 2.20 → 2.21; flags-file format changed at 2.21 (same flags, new suffix)"),
+    (("2.15.128.0+56dc5a86", INSTANCE), ("2.16.372.0+0badc0de", INSTANCE),
+     "compiler 2.15 → 2.16; flags-file form list → target (same flags, new suffix)"),
     ((V1, "trn1.32xlarge"), (V1, INSTANCE), "target trn1 vs trn2; LNC 1 vs 2"),
-], ids=["compiler-bump", "flags-file-era", "target"])
+], ids=["compiler-bump", "flags-form", "target"])
 def test_a_toolchain_drift_between_warm_and_run(cli: Cli, tmp_path: Path, warmed_with: tuple[str, str],
                                                 run_with: tuple[str, str], cause: str) -> None:
     store, report = tmp_path / "store", tmp_path / "run-report.json"
@@ -91,7 +91,12 @@ def test_a_key_explained_in_text_and_json(cli: Cli, tmp_path: Path) -> None:
     (graph,) = data["graphs"]
     assert graph["missed"]["path"] == f"trn2-lnc2/neuronxcc-{V22}/{old.name}"
     assert {d["field"]: d["match"] for d in graph["nearest"][0]["differences"]} == {
-        "layout": "same", "hlo": "same", "compiler": "different", "target": "same", "lnc": "same", "flags": "same"}
+        "layout": "same", "hlo": "same", "compiler": "different", "key_rule": "same", "target": "same", "lnc": "same",
+        "flags": "same"}
+    # The job's namespace holds nothing: its flags form came from the version table, and it says so.
+    assert (graph["missed"]["flags_form"], graph["missed"]["flags_form_rule"]) == ("target", "version table")
+    assert f"  keys compared under: trn2-lnc2/neuronxcc-{V22}: flags form target (version table): " \
+           f"no entry says the flags form: the version table gives target for neuronx-cc {V22}" in lines
 
 
 def test_with_the_index_down_it_answers_from_the_stores(cli: Cli, tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -14,10 +15,12 @@ from neffcache.layouts import LAYOUTS, get_layout
 from neffcache.layouts.flags import (
     FLAGS_JSON,
     FLAGS_TXT,
-    FlagsEra,
+    LIST,
+    TARGET,
+    TEXT,
     FlagsFileError,
-    era_of,
     flags_file,
+    form_by_version,
     read_flags_file,
     suffix_of,
     suffix_problem,
@@ -39,46 +42,41 @@ def test_documented_suffixes() -> None:
     assert suffix_of(b"--model-type=transformer") == "abb26765"
     assert suffix_of(b"") == "d41d8cd9"
     assert suffix_of(json.dumps(["--target=trn1"]).encode()) == "e30acd3a"
-    assert flags_file(FlagsEra.TEXT, None, ["--model-type=transformer"]) == (
-        FLAGS_TXT, b"--model-type=transformer")
-    assert suffix_of(flags_file(FlagsEra.TARGET, "trn1", [])[1]) == "e30acd3a"
+    assert flags_file(TEXT, None, ["--model-type=transformer"]) == (FLAGS_TXT, b"--model-type=transformer")
+    assert suffix_of(flags_file(TARGET, "trn1", [])[1]) == "e30acd3a"
 
 
 def test_real_trn2_lnc2_entry_839ddec0() -> None:
     # neuronxcc-2.26.6360.0+6f180f47/MODULE_18108742649528384371+839ddec0 on trn2, LNC 2, with
     # NEURON_CC_FLAGS="--model-type=transformer --optlevel=1 --enable-saturate-infinity --lnc=2".
     flags = ["--model-type=transformer", "--optlevel=1", "--enable-saturate-infinity", "--lnc=2"]
-    name, data = flags_file(era_of("2.26.6360.0+6f180f47") or FlagsEra.TEXT, "trn2", flags)
+    answer = form_by_version("2.26.6360.0+6f180f47")
+    assert answer is not None
+    name, data = flags_file(answer.form, "trn2", flags)
     assert name == FLAGS_JSON and suffix_of(data) == "839ddec0"
     assert suffix_of(json.dumps(["--target=trn2", "--lnc=2"]).encode()) != "839ddec0"
     assert read_flags_file(name, data) == (flags, "trn2")
 
 
-@pytest.mark.parametrize(("version", "era"), [
-    ("2.12.54.0+f631c2365", FlagsEra.TEXT), ("2.14.227.0+2d4f85be", FlagsEra.TEXT),
-    ("2.15.128.0+56dc5a86", FlagsEra.LIST), ("2.20.1.0+abc", FlagsEra.LIST),
-    ("2.21.33363.0+82129205", FlagsEra.TARGET), ("2.27.5334.0+f702b353", FlagsEra.TARGET),
-    ("3.0.1", FlagsEra.TARGET), ("garbage", None),
-])
-def test_era_of(version: str, era: FlagsEra | None) -> None:
-    assert era_of(version) is era
-
-
 def test_wrapper_options_never_reach_the_file() -> None:
     flags = ["--cache_dir=/x", "--model-type=transformer", "--retry_failed_compilation", "--cache_dir", "/y", "-O1"]
     assert user_flags(flags) == ["--model-type=transformer", "-O1"]
-    assert flags_file(FlagsEra.LIST, "trn2", flags)[1] == b'["--model-type=transformer", "-O1"]'
+    assert flags_file(LIST, "trn2", flags)[1] == b'["--model-type=transformer", "-O1"]'
     with pytest.raises(FlagsFileError):
-        flags_file(FlagsEra.TARGET, None, flags)
+        flags_file(TARGET, None, flags)
 
 
-def test_read_flags_file_each_era_and_bad_files() -> None:
+def test_read_flags_file_each_form_and_bad_files() -> None:
     assert read_flags_file(FLAGS_TXT, b"--model-type=transformer -O1") == (["--model-type=transformer", "-O1"], None)
     assert read_flags_file(FLAGS_JSON, b'["-O1"]') == (["-O1"], None)
     assert read_flags_file(FLAGS_JSON, b'["--target=trn1", "-O1"]') == (["-O1"], "trn1")
-    for bad in (b"{", b'{"a": 1}', b"[1]"):
+    # The 2.15.141.0 anomaly: the flag string in a JSON-era namespace.
+    assert read_flags_file(FLAGS_JSON, b"--model-type=transformer -O1") == (["--model-type=transformer", "-O1"], None)
+    for bad in (b"{", b'{"a": 1}', b"[1]", b"\x00\xff binary"):
         with pytest.raises(FlagsFileError):
             read_flags_file(FLAGS_JSON, bad)
+    with pytest.raises(FlagsFileError):
+        read_flags_file(FLAGS_TXT, b"\xff\xfe")
 
 
 def test_suffix_check() -> None:
@@ -89,9 +87,9 @@ def test_suffix_check() -> None:
     assert LAYOUT.flags_problem("MODULE_1+e30acd3a", None)
 
 
-def test_key_for_recomputes_the_suffix_across_eras() -> None:
-    old = Namespace("neuronxcc", "trn2-lnc2/neuronxcc-2.20.1.0+a", "2.20.1.0+a", "trn2", 2)
-    new = Namespace("neuronxcc", "trn2-lnc2/neuronxcc-2.21.1.0+b", "2.21.1.0+b", "trn2", 2)
+def test_key_for_recomputes_the_suffix_across_forms() -> None:
+    old = Namespace("neuronxcc", "trn2-lnc2/neuronxcc-2.15.128.0+a", "2.15.128.0+a", "trn2", 2)
+    new = Namespace("neuronxcc", "trn2-lnc2/neuronxcc-2.16.372.0+b", "2.16.372.0+b", "trn2", 2)
     name, data = LAYOUT.flags_file(old, "", ["--model-type=transformer"])
     key = f"MODULE_42+{suffix_of(data)}"
     got = LAYOUT.key_for(key, name, data, new)
@@ -99,12 +97,29 @@ def test_key_for_recomputes_the_suffix_across_eras() -> None:
     new_key, new_name, new_data = got
     assert new_data == json.dumps(["--target=trn2", "--model-type=transformer"]).encode()
     assert (new_key, new_name) == (f"MODULE_42+{suffix_of(new_data)}", FLAGS_JSON)
-    assert LAYOUT.key_for(key, name, data, old) == (key, name, data)  # within an era: unchanged
+    assert LAYOUT.key_for(key, name, data, old) == (key, name, data)  # within a form: unchanged
+    # The decided form, not the version, names the successor: a 2.16.372.0 namespace in list form.
+    assert LAYOUT.key_for(key, name, data, dataclasses.replace(new, flags_form="list")) == (key, name, data)
+    text = LAYOUT.key_for(key, name, data, dataclasses.replace(new, flags_form="text"))
+    assert text == ("MODULE_42+abb26765", FLAGS_TXT, b"--model-type=transformer")
     with pytest.raises(FlagsFileError, match="does not match"):
         LAYOUT.key_for("MODULE_42+00000000", name, data, new)
     with pytest.raises(FlagsFileError, match="trn1"):
         LAYOUT.key_for("MODULE_42+e30acd3a", FLAGS_JSON, b'["--target=trn1"]', new)
     assert LAYOUT.names(Namespace("neuronxcc", "neuronxcc-2.13.1", "2.13.1"), key).flags == FLAGS_TXT
+
+
+def test_the_text_form_is_committed_by_its_neff() -> None:
+    text_ns = Namespace("neuronxcc", "neuronxcc-2.14.227.0+2d4f85be", "2.14.227.0+2d4f85be", flags_form="text")
+    list_ns = dataclasses.replace(text_ns, flags_form="list")
+    assert text_ns == list_ns  # the form is no part of the namespace's identity
+    assert (LAYOUT.names(text_ns, "MODULE_1+a").marker, LAYOUT.names(list_ns, "MODULE_1+a").marker) == (
+        "model.neff", "model.done")
+    assert LAYOUT.plan_entry(text_ns, "MODULE_1+a").marker_name == "model.neff"
+    # What is published decides: a text flags file alone commits by the NEFF, a JSON one by model.done.
+    assert LAYOUT.publish_plan(list_ns, "MODULE_1+a", [FLAGS_TXT, "model.neff"]).marker_name == "model.neff"
+    assert LAYOUT.publish_plan(text_ns, "MODULE_1+a", [FLAGS_JSON, "model.neff"]).marker_name == "model.done"
+    assert LAYOUT.publish_plan(text_ns, "MODULE_1+a", ["model.neff"]).marker_name == "model.neff"
 
 
 # -- states -----------------------------------------------------------------------------------
@@ -206,6 +221,7 @@ def test_entry_named_by_a_work_directory_file_only() -> None:
 ])
 def test_runtime_entries_of_every_era_scan_and_pass_the_flags_check(tmp_path: Path, version: str,
                                                                     legacy: bool) -> None:
+    from neffcache.layouts.flags_form import own_namespace
     from tests.runtime_caches import write_neuronxcc_entry
 
     for i, state in enumerate(("SUCCESS", "FAILED", "EMPTY", "LOCKED")):
@@ -216,7 +232,9 @@ def test_runtime_entries_of_every_era_scan_and_pass_the_flags_check(tmp_path: Pa
     assert report.garbage == ()
     for entry in report.entries:
         name = LAYOUT.flags_of(entry)
-        assert name is not None and name == LAYOUT.names(entry.namespace, entry.key).flags
+        # 2.14.227.0 was shipped with two forms: the entry's own flags file says which (the
+        # version table's guess, list, is wrong for a text-form runtime's entries).
+        assert name is not None and name == LAYOUT.names(own_namespace(store, entry), entry.key).flags
         assert LAYOUT.flags_problem(entry.key, store.read_bytes(entry.store_path(name))) is None
         assert LAYOUT.read_user_flags(name, store.read_bytes(entry.store_path(name))) == ["--model-type=transformer"]
 

@@ -21,9 +21,10 @@ from neffcache.operations.ingest import build_manifest
 from neffcache.operations.publish import publish
 from neffcache.stores.local import LocalStore
 from neffcache.toolchain import Toolchain
-from tests.runtime_caches import ERA_JSON, VERSION, module_name, write_native_neff, write_runtime_a
+from tests.runtime_caches import ERA_BOTH, ERA_JSON, VERSION, module_name, write_native_neff, write_runtime_a
 
 V21 = VERSION  # 2.21.33363.0+82129205
+V16 = "2.16.372.0+0badc0de"  # the target form, like every later compiler
 V22 = "2.22.4455.0+0123abcd"
 HLO = b"HloModule train_step " + bytes(range(256)) * 40
 FLAGS = "--model-type=transformer"
@@ -108,19 +109,58 @@ def test_lnc_1_vs_2(tmp_path: Path) -> None:
     assert found.fix.startswith(f"run the job with LNC 1 to use {entry_path(root, old)}")
 
 
-def test_the_flags_file_era_change_at_2_21_same_flags_new_suffix(tmp_path: Path) -> None:
+def test_the_flags_form_change_at_2_16_345_same_flags_new_suffix(tmp_path: Path) -> None:
     root = tmp_path / "store"  # a root libneuronxla filled itself: no target directory
     old = write_runtime_a(root, HLO, version=ERA_JSON, flags=FLAGS, target="trn1")
-    new_name = module_name(HLO, FLAGS, V21, "trn1")
+    new_name = module_name(HLO, FLAGS, V16, "trn1")
     assert new_name != old.name  # the same user flags, another suffix
     # A bare key and the job's compiler: the target is found by recomputing the key.
-    found = explain(root, new_name, Known(compiler_version=V21))
-    assert found.cause == "compiler 2.20 → 2.21; flags-file format changed at 2.21 (same flags, new suffix)"
+    found = explain(root, new_name, Known(compiler_version=V16))
+    assert found.cause == "compiler 2.15 → 2.16; flags-file form list → target (same flags, new suffix)"
     assert f"neffcache rewarm --from-compiler {ERA_JSON}" in found.fix
     best = found.comparisons[0]
     assert best.candidate.path == entry_path(root, old)
     target = next(d for d in best.differences if d.field is Field.TARGET)
     assert (target.wanted, target.note) == ("trn1", "inferred from the key")
+    rule = next(d for d in best.differences if d.field is Field.KEY_RULE)
+    assert (rule.found, rule.wanted, rule.note) == ("list", "target", "job's: version table; entry's: its flags file")
+
+
+def test_keys_are_compared_under_the_namespaces_own_form_and_the_rule_is_said(tmp_path: Path) -> None:
+    """2.14.227.0 shipped with two forms: a namespace whose entries a text-form runtime wrote
+    names a missing graph in the text form, whatever the version table says."""
+    root = tmp_path / "store"
+    write_runtime_a(root / "trn2-lnc2", b"another graph", version=ERA_BOTH, flags=FLAGS, target="trn2", form="text")
+    old = write_runtime_a(root / "trn2-lnc2", HLO, version=ERA_JSON, flags=FLAGS, target="trn2")
+    missed = f"trn2-lnc2/neuronxcc-{ERA_BOTH}/{module_name(HLO, FLAGS, ERA_BOTH, form='text')}"
+    found = explain(root, missed)
+    assert found.missed.parts.flags_form == "text" and found.missed.parts.form_rule == "entries"
+    assert found.missed.form_explanation.startswith(f"trn2-lnc2/neuronxcc-{ERA_BOTH}: flags form text (entries)")
+    assert found.cause == "compiler 2.15 → 2.14; flags-file form list → text (same flags, new suffix)"
+    assert found.comparisons[0].candidate.path == entry_path(root, old)
+    data = found.to_json()["missed"]
+    assert (data["flags_form"], data["flags_form_rule"]) == ("text", "entries")
+    assert data["flags_form_decision"]["rule"] == "entries" and data["flags_form_decision"]["evidence"]["forms"] == {
+        "text": 1}
+
+
+def test_a_key_only_another_form_gives_is_named_by_that_form(tmp_path: Path) -> None:
+    """The 0-of-3 case: entries named in the list form in a 2.16.372.0 namespace, and a
+    target-form runtime that looked for its own names. The namespace's entries say list; the
+    missed key itself says target (its md5 is what the entry's flags give under that form)."""
+    root = tmp_path / "store"
+    wrong = write_runtime_a(root / "trn2-lnc2", HLO, version=V16, flags=FLAGS, target="trn2", form="list")
+    missed = f"trn2-lnc2/neuronxcc-{V16}/{module_name(HLO, FLAGS, V16, 'trn2')}"
+    found = explain(root, missed)
+    assert found.missed.parts.form_rule == "entries" and found.missed.parts.flags_form == "list"
+    best = found.comparisons[0]
+    assert best.candidate.path == entry_path(root, wrong)
+    rule = next(d for d in best.differences if d.field is Field.KEY_RULE)
+    assert (rule.match, rule.found, rule.wanted) == (Match.DIFFERENT, "list", "target")
+    assert rule.note == "job's: inferred from the key; entry's: its flags file"
+    assert best.match(Field.FLAGS) is Match.SAME
+    assert found.cause == "flags-file form list → target (same flags, new suffix)"
+    assert "--flags-form target" in found.fix
 
 
 def test_a_key_whose_flags_part_no_entry_gives_is_a_flag_difference(tmp_path: Path) -> None:

@@ -39,11 +39,11 @@ def _summary(proc: subprocess.CompletedProcess[str]) -> tuple[int, ...]:
     return _summary_of(proc.stderr)
 
 
-def _module(hlo: bytes, flags: str = "", *, target: str = "trn2", era: str = "2.21+") -> str:
-    """The MODULE name the runtime gives ``hlo``: md5 of the flags file, whose form is the era's."""
+def _module(hlo: bytes, flags: str = "", *, target: str = "trn2", form: str = "target") -> str:
+    """The MODULE name the runtime gives ``hlo``: md5 of the flags file, in the release's form."""
     graph = int.from_bytes(hashlib.sha256(hlo).digest()[:8], "big")
-    data = {"<=2.14": flags, "2.15-2.20": json.dumps(flags.split()),
-            "2.21+": json.dumps([f"--target={target}", *flags.split()])}[era]
+    data = {"text": flags, "list": json.dumps(flags.split()),
+            "target": json.dumps([f"--target={target}", *flags.split()])}[form]
     return f"MODULE_{graph}+{hashlib.md5(data.encode()).hexdigest()[:8]}"
 
 
@@ -88,22 +88,40 @@ def test_entry_files_flags_hash_and_cache_dir_flag(sim: Sim) -> None:
     assert not (sim.root / "xla-cache").exists()  # --cache_dir wins over NEURON_COMPILE_CACHE_URL
 
 
-@pytest.mark.parametrize(("version", "era", "files"), [
-    ("2.14.227.0+2d4f85be", "<=2.14", ["compile_flags.txt", "model.hlo_module.pb", "model.neff"]),
-    ("2.20.1.0+0a0b0c0d", "2.15-2.20", ["compile_flags.json", "model.done", "model.hlo_module.pb", "model.neff"]),
-    ("2.21.33363.0+82129205", "2.21+", ["compile_flags.json", "model.done", "model.hlo_module.pb", "model.neff"]),
+TEXT_FILES = ["compile_flags.txt", "model.hlo_module.pb", "model.neff"]
+JSON_FILES = ["compile_flags.json", "model.done", "model.hlo_module.pb", "model.neff"]
+
+
+@pytest.mark.parametrize(("version", "release", "form", "files"), [
+    ("2.13.72.0+7a3b8c9d", "", "text", TEXT_FILES),
+    ("2.14.227.0+2d4f85be", "text", "text", TEXT_FILES),  # SDK 2.19.0
+    ("2.14.227.0+2d4f85be", "list", "list", JSON_FILES),  # SDK 2.19.1, the same compiler
+    ("2.14.227.0+2d4f85be", "", "list", JSON_FILES),
+    ("2.15.128.0+56dc5a86", "", "list", JSON_FILES),
+    ("2.16.344.0+0a0b0c0d", "", "list", JSON_FILES),
+    ("2.16.345.0+0a0b0c0d", "", "target", JSON_FILES),
+    ("2.16.372.0+0a0b0c0d", "list", "list", JSON_FILES),
+    ("2.21.33363.0+82129205", "", "target", JSON_FILES),
 ])
-def test_flags_file_and_suffix_follow_the_compiler_era(sim: Sim, version: str, era: str, files: list[str]) -> None:
+def test_flags_file_and_suffix_follow_the_release(sim: Sim, version: str, release: str, form: str,
+                                                  files: list[str]) -> None:
     flags = "--model-type=transformer"
-    proc = sim.run_workload("--graphs", "1", NEFFSIM_COMPILER_VERSION=version, NEURON_CC_FLAGS=flags)
+    env = {"NEFFSIM_COMPILER_VERSION": version, "NEURON_CC_FLAGS": flags, "NEFFSIM_FLAGS_FORM": release}
+    proc = sim.run_workload("--graphs", "1", **env)
     assert proc.returncode == 0, proc.stderr
+    assert f"flags_form={form}" in proc.stderr
     entry = sim.root / "xla-cache" / f"neuronxcc-{version}" / _module(make_hlo("llama-tiny", 128, 0, 20_000), flags,
-                                                                      era=era)
+                                                                      form=form)
     assert sorted(p.name for p in entry.iterdir()) == files
-    if era == "<=2.14":
+    if form == "text":
         assert entry.name.endswith("+abb26765")  # the documented md5 of this flag string
-    again = sim.run_workload("--graphs", "1", NEFFSIM_COMPILER_VERSION=version, NEURON_CC_FLAGS=flags)
+    again = sim.run_workload("--graphs", "1", **env)
     assert _summary(again)[1] == 1  # a hit
+
+
+def test_an_unknown_flags_form_is_a_bad_configuration(sim: Sim) -> None:
+    proc = sim.run_workload("--graphs", "1", NEFFSIM_FLAGS_FORM="json")
+    assert proc.returncode == 2 and "NEFFSIM_FLAGS_FORM must be one of text, list, target" in proc.stderr
 
 
 def test_instance_and_lnc_select_the_toolchain(sim: Sim) -> None:

@@ -148,8 +148,8 @@ def test_without_an_index_every_graph_weighs_the_same(cli: Cli, tmp_path: Path, 
     assert any("no index" in note for note in report["notes"])
 
 
-def test_successors_across_the_2_21_flags_change_and_in_layout_b(cli: Cli, tmp_path: Path, index: Index) -> None:
-    v20, v21 = "2.20.2.0+7d2c1a3b", "2.21.33363.0+82129205"
+def test_successors_across_the_2_16_345_flags_change_and_in_layout_b(cli: Cli, tmp_path: Path, index: Index) -> None:
+    v20, v21 = "2.15.128.0+56dc5a86", "2.16.372.0+0badc0de"  # list form, then target form
     store = tmp_path / "store"
     cli.bump(v20)
     for backend in ("xla", "native"):
@@ -162,6 +162,9 @@ def test_successors_across_the_2_21_flags_change_and_in_layout_b(cli: Cli, tmp_p
 
     report = cli.json("upgrade-report", "--from", v20, "--to", v21, "--store", str(store), "-q")
     assert (report["graphs"], report["ready"], report["readiness"]) == (8, 8, 1.0)
+    # The same decision as the rewarm's: the new namespace's own (rewarmed) entries, target form.
+    (form,) = report["flags_forms"]
+    assert (form["namespace"], form["form"], form["rule"]) == (f"trn2-lnc2/neuronxcc-{v21}", "target", "entries")
     assert {row["new"]["path"] for row in report["by_graph"]} == {
         e.path for e in healthy(store).entries if e.namespace.compiler_version == v21}
     with httpx.Client(base_url=index.url, headers={"Authorization": f"Bearer {index.tokens.read}"}) as client:

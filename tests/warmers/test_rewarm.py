@@ -83,14 +83,16 @@ def test_rewarm_refuses_the_installed_version(cli: Cli, tmp_path: Path) -> None:
     assert proc.returncode == 2 and "already" in proc.stderr
 
 
-# -- layout A across the flags-file eras, and beside a live runtime ------------------------------
-V20 = "2.20.2.0+7d2c1a3b"  # compile_flags.json = json.dumps(user flags)
-V21 = "2.21.33363.0+82129205"  # compile_flags.json = json.dumps(["--target=<t>", *user flags])
+# -- layout A across the flags-file forms, and beside a live runtime ------------------------------
+V20 = "2.15.128.0+56dc5a86"  # list form: compile_flags.json = json.dumps(user flags)
+V21 = "2.16.372.0+0badc0de"  # target form: compile_flags.json = json.dumps(["--target=<t>", *user flags])
 FLAGS = "--model-type=transformer -O1"
 XLA_ARGS = ("--model", "llama-tiny", "--bucket", "128", "--graphs", "3")
 
 
-def test_rewarm_across_the_2_21_flags_change_lands_where_the_new_runtime_looks(cli: Cli, tmp_path: Path) -> None:
+def test_rewarm_across_the_target_form_lands_where_the_new_runtime_looks(cli: Cli, tmp_path: Path) -> None:
+    """2.15 -> 2.16: the target joined the flags file at 2.16.345.0 (an earlier table put it at
+    2.21, and the 2.16 runtime then hit 0 of 3 rewarmed graphs)."""
     store = tmp_path / "store"
     cli.bump(V20)
     assert cli.json(*warm_args(store, buckets="128", graphs=3), NEURON_CC_FLAGS=FLAGS)["ok"]
@@ -99,6 +101,9 @@ def test_rewarm_across_the_2_21_flags_change_lands_where_the_new_runtime_looks(c
     cli.bump(V21)
     report = cli.json("rewarm", "--from-compiler", V20, "--store", str(store), "-q")
     assert report["totals"]["compiled"] == 3 and report["ok"], report
+    # The new namespace is empty: the version table decided, and the report says so.
+    (form,) = [f for f in report["flags_forms"] if f["namespace"] == f"trn2-lnc2/neuronxcc-{V21}"]
+    assert (form["form"], form["rule"], form["evidence"]["entries_read"]) == ("target", "version table", 0)
 
     new = {e.key: e for e in healthy(store).entries if e.namespace.compiler_version == V21}
     assert {k.split("+")[0] for k in new} == {k.split("+")[0] for k in old}  # same graph hashes
@@ -108,9 +113,11 @@ def test_rewarm_across_the_2_21_flags_change_lands_where_the_new_runtime_looks(c
         assert json.loads(flags_file.read_text()) == ["--target=trn2", *FLAGS.split()]
         assert entry.key.endswith("+" + hashlib.md5(flags_file.read_bytes()).hexdigest()[:8])
 
-    # The 2.21 runtime finds every one of them: before, it found 0 of 3 and compiled them all.
-    counts = summary(cli.workload(store, *XLA_ARGS, NEURON_CC_FLAGS=FLAGS).stderr)
-    assert (counts["hits"], counts["compiled"]) == (3, 0)
+    # The 2.16 runtime finds every one of them: before, it found 0 of 3 and compiled them all.
+    run = cli.workload(store, *XLA_ARGS, NEURON_CC_FLAGS=FLAGS)
+    counts = summary(run.stderr)
+    assert (counts["graphs"], counts["hits"], counts["compiled"]) == (3, 3, 0)
+    assert run.stderr.count("Using a cached neff at") == 3
 
 
 def test_rewarm_reports_and_skips_an_entry_whose_flags_file_does_not_match(cli: Cli, tmp_path: Path) -> None:
