@@ -74,6 +74,12 @@ class KeyQuestions:
         """The compile target a flags file named ``name`` records (layout A's target form), or None."""
         return None
 
+    def job_settings(self, flags: Sequence[str]) -> dict[str, str]:
+        """The job settings (environment variables) that give a graph these compiler ``flags``
+        under this runtime, so a miss on other flags names what to set (why-miss); {} when the
+        layout cannot say."""
+        return {}
+
     def flags_beside(self, file_name: str) -> tuple[str, ...]:
         """The names of the flags files the runtime keeps beside an HLO file named ``file_name``
         (its own name in an entry or a compile work directory), most recent form first; () when

@@ -177,6 +177,9 @@ class NeuronxccLayout(Layout):
         parts = flagsfile.split_module(key)
         return parts[0] if parts else None
 
+    def job_settings(self, flags: Sequence[str]) -> dict[str, str]:
+        return neuronxcc_env.job_settings(flags)
+
     def key_flags(self, flags: Sequence[str]) -> list[str]:
         return flagsfile.user_flags(flags)
 

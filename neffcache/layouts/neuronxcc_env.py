@@ -10,7 +10,7 @@ the Neuron Persistent Cache page). ``--cache_dir`` wins over ``NEURON_COMPILE_CA
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from neffcache.layouts import flags as flagsfile
 from neffcache.layouts.records import EnvProblem
@@ -34,6 +34,11 @@ def compile_only(environ: Mapping[str, str], *, retry_failed: bool) -> tuple[dic
     if retry_failed and flagsfile.RETRY_FLAG not in kept:
         kept.append(flagsfile.RETRY_FLAG)
     return {FLAGS_VAR: shlex.join(kept) or None}, notes
+
+
+def job_settings(flags: Sequence[str]) -> dict[str, str]:
+    """The job setting that compiles a graph with these user ``flags``."""
+    return {FLAGS_VAR: shlex.join(flags)}
 
 
 def problems(environ: Mapping[str, str]) -> list[EnvProblem]:

@@ -224,6 +224,9 @@ class TorchNeuronLayout(Layout):
         # The runtime's 32-hex keys, its kernels' <K>/<K> and neffcache's own 64-hex ones.
         return tn.claims_key(key)
 
+    def job_settings(self, flags: Sequence[str]) -> dict[str, str]:
+        return tenv.job_settings(flags)
+
     def flags_beside(self, file_name: str) -> tuple[str, ...]:
         match = _HLO_NAME_RE.search(file_name)
         return (f"{match.group('key')}{tn.FLAGS}",) if match else ()

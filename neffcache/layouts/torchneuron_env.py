@@ -8,7 +8,9 @@ release). What ``env`` and ``doctor`` say, and what a warm-up changes, all come 
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Mapping
+import re
+import shlex
+from collections.abc import Mapping, Sequence
 
 from neffcache.layouts.records import EnvProblem
 
@@ -19,8 +21,21 @@ LOCAL_DIR_DEFAULT = "/tmp/local_cache"  # noqa: S108 (the runtime's default, quo
 NEFF_DIR_VAR = "TORCH_NEURONX_NEFF_CACHE_DIR"
 NEFF_DIR_DEFAULT = "/tmp/neff_cache"  # noqa: S108 (the runtime's default, quoted)
 DISABLE_VAR = "TORCH_NEURONX_NEFF_DISABLE_CACHE"  # the disk cache off
+FLAGS_VAR = "NEURON_CC_FLAGS"
+OPT_VAR = "NEURON_COMPILER_OPT_LEVEL"
+OPT_DEFAULT = "-O1"
 # Part of every key the C++ writer computes: jobs that differ in them never share a NEFF.
-KEY_VARS = ("NEURON_CC_FLAGS", "NEURON_COMPILER_OPT_LEVEL")
+KEY_VARS = (FLAGS_VAR, OPT_VAR)
+_OPT_RE = re.compile(r"-O[0-9]\Z|--optlevel=[0-9]\Z")
+
+
+def job_settings(flags: Sequence[str]) -> dict[str, str]:
+    """The settings that compile a graph with ``flags``: the opt level the flags file lists
+    first (``NEURON_COMPILER_OPT_LEVEL``, which the HLO tree neffcache points
+    ``TORCH_NEURONX_HLO_CACHE_DIR`` at records so), the rest ``NEURON_CC_FLAGS``."""
+    rest = list(flags)
+    opt = rest.pop(0) if rest and _OPT_RE.match(rest[0]) else OPT_DEFAULT
+    return {OPT_VAR: opt, FLAGS_VAR: shlex.join(rest)}
 
 
 def notes(namespace_dir: str) -> list[str]:

@@ -98,8 +98,18 @@ def _fragments(comparison: Comparison) -> list[tuple[Field, str]]:
         out.append((Field.KEY_RULE, f"flags-file form {rule.found} → {rule.wanted}"
                     + (" (same flags, new suffix)" if same else "")))
     if Field.FLAGS in by_field:
-        out.append((Field.FLAGS, _flag_cause(comparison.flags)))
+        out.append((Field.FLAGS, _settings_cause(comparison) or _flag_cause(comparison.flags)))
     return out
+
+
+def _settings_cause(comparison: Comparison) -> str | None:
+    """The job settings behind the differing flags, when the layout splits its flags into
+    several (TorchNeuron: the opt level and NEURON_CC_FLAGS; :func:`~.explain.compare`)."""
+    named = [(name, found, wanted) for name, found, wanted in comparison.settings if found != wanted]
+    if not named:
+        return None
+    return "; ".join(f"{name} `{found or '(unset)'}` → `{wanted or '(unset)'}`" for name, found, wanted in named) \
+        + f": part of every {comparison.candidate.parts.layout or 'runtime'} key"
 
 
 def _where(candidate: Candidate) -> str:
@@ -129,7 +139,11 @@ def _fix(comparison: Comparison, fields: set[Field]) -> str:
         flags = f": `{shlex.join(cand.parts.flags)}`" if cand.parts.flags is not None else ""
         paths = "keep per-run paths out of the compiler flags, then " if comparison.flags is not None \
             and comparison.flags.path_flags() else ""
-        fixes.append(f"{paths}rerun with the flags of entry {cand.path}{flags}")
+        if _settings_cause(comparison) is not None:
+            fixes.append(f"rerun with the settings entry {cand.path} was compiled under: "
+                         + " ".join(f"{name}={shlex.quote(found)}" for name, found, _ in comparison.settings))
+        else:
+            fixes.append(f"{paths}rerun with the flags of entry {cand.path}{flags}")
     form = _wanted(comparison, Field.KEY_RULE)
     if Field.COMPILER in fields:
         version = cand.parts.compiler_version

@@ -148,6 +148,9 @@ class Comparison:
     flags: FlagDiff | None
     cause: str = ""
     fix: str = ""
+    # The job settings behind differing flags, as the layout names them (:meth:`Layout.job_settings`):
+    # (variable, the entry's value, the job's), every one of them when some differ.
+    settings: tuple[tuple[str, str, str], ...] = ()
 
     def match(self, name: Field) -> Match:
         return next((d.match for d in self.differences if d.field is name), Match.UNKNOWN)
@@ -168,6 +171,7 @@ class Comparison:
         return {"entry": self.candidate.to_json(), "differences": [d.to_json() for d in self.differences],
                 "differing": [d.field.value for d in self.differences if d.match is Match.DIFFERENT],
                 "flags_diff": self.flags.to_json() if self.flags is not None else None,
+                "settings": [{"variable": v, "found": f, "wanted": w} for v, f, w in self.settings],
                 "cause": self.cause, "fix": self.fix}
 
 
@@ -302,7 +306,20 @@ def compare(missed: GraphParts, cand: Candidate) -> Comparison:
     found = [_plain(Field.LAYOUT, theirs.layout, missed.layout), _hlo(missed, theirs, layout),
              _plain(Field.COMPILER, theirs.compiler_version, missed.compiler_version),
              _key_rule(missed, theirs, layout), target, _plain(Field.LNC, theirs.lnc, missed.lnc), flags]
-    return Comparison(cand, tuple(d for d in found if d is not None), diff)
+    return Comparison(cand, tuple(d for d in found if d is not None), diff,
+                      settings=_settings(layout, theirs.flags, missed.flags) if flags.match is Match.DIFFERENT else ())
+
+
+def _settings(layout: Layout | None, found: Sequence[str] | None, wanted: Sequence[str] | None
+              ) -> tuple[tuple[str, str, str], ...]:
+    """The job settings behind the entry's flags and the job's, when some differ; () when the
+    layout's flags come from one setting (the flags then say all there is)."""
+    if layout is None or found is None or wanted is None:
+        return ()
+    theirs, mine = layout.job_settings(found), layout.job_settings(wanted)
+    if len(theirs) < 2 or theirs == mine:
+        return ()
+    return tuple((name, theirs[name], mine.get(name, "")) for name in theirs)
 
 
 def nearest(comparisons: Sequence[Comparison]) -> list[Comparison]:

@@ -133,3 +133,30 @@ def test_it_needs_one_graph_and_somewhere_to_look(cli: Cli, tmp_path: Path) -> N
     assert proc.returncode == 2 and "name a store to look in" in proc.stderr
     help_text = cli.run("why-miss", "--help").stdout
     assert "Examples:" in help_text and "--from-report" in help_text and "--json" in help_text
+
+
+@pytest.mark.parametrize(("env", "cause", "fix"), [
+    ({"NEURON_COMPILER_OPT_LEVEL": "-O2"}, "NEURON_COMPILER_OPT_LEVEL `-O1` → `-O2`: part of every torchneuron key",
+     "NEURON_COMPILER_OPT_LEVEL=-O1 NEURON_CC_FLAGS=--model-type=transformer"),
+    ({"NEURON_CC_FLAGS": f"{FLAGS} --auto-cast=none"},
+     f"NEURON_CC_FLAGS `{FLAGS}` → `{FLAGS} --auto-cast=none`: part of every torchneuron key",
+     "NEURON_COMPILER_OPT_LEVEL=-O1 NEURON_CC_FLAGS=--model-type=transformer"),
+], ids=["opt-level", "cc-flags"])
+def test_a_torchneuron_job_whose_key_settings_drifted(cli: Cli, tmp_path: Path, env: dict[str, str], cause: str,
+                                                      fix: str) -> None:
+    """TorchNeuron's C++ key covers NEURON_COMPILER_OPT_LEVEL and NEURON_CC_FLAGS: a job run with
+    other values than the warm-up's recompiles every graph, and why-miss names the variable."""
+    store, report = tmp_path / "store", tmp_path / "run-report.json"
+    warmed = cli.run(*warm_args(store, graphs=1, buckets="128", backend="native"), NEURON_CC_FLAGS=FLAGS)
+    assert warmed.returncode == 0, warmed.stderr
+    job = cli.run("run", "--instance", INSTANCE, "--store", str(store), "--report", str(report), "--",
+                  *WORKLOAD, "--model", "llama-tiny", "--bucket", "128", "--graphs", "1", "--backend", "native",
+                  **{"NEURON_CC_FLAGS": FLAGS, **env})
+    assert job.returncode == 0, job.stderr
+    assert json.loads(report.read_text())["compile"] == 1
+    (graph,) = cli.json("why-miss", "--from-report", str(report), "--store", str(store))["graphs"]
+    assert graph["cause"] == cause
+    assert graph["fix"].endswith(fix), graph["fix"]
+    settings = {s["variable"]: s for s in graph["nearest"][0]["settings"]}
+    assert set(settings) == {"NEURON_COMPILER_OPT_LEVEL", "NEURON_CC_FLAGS"}
+    assert [name for name, s in settings.items() if s["found"] != s["wanted"]] == list(env)

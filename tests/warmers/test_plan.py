@@ -215,3 +215,20 @@ def test_layout_b_locks_of_a_plan_stay_out_of_the_hosts_shared_lock_dir(cli: Cli
                      TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR=str(host_local))
     assert data_totals(data)["misses"] == 4
     assert not host_local.exists(), list(host_local.rglob("*"))
+
+
+def test_a_torchneuron_opt_level_drift_is_planned_as_misses_and_named(cli: Cli, tmp_path: Path) -> None:
+    """NEURON_COMPILER_OPT_LEVEL is part of every TorchNeuron key: a job planned with another
+    level than the warm-up's misses every graph, and why-miss on the plan names the variable."""
+    store = tmp_path / "store"
+    cli.json(*warm_args(store, backend="native", buckets="128", graphs=2))
+    data = plan_json(cli, tmp_path, *plan_args(store, buckets="128", backend="native"),
+                     NEURON_COMPILER_OPT_LEVEL="-O2")
+    assert data_totals(data) == {"graphs": 2, "hits": 0, "misses": 2}
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps(data))
+    explained = cli.json("why-miss", "--from-report", str(plan_file), "--store", str(store))["graphs"]
+    assert [g["cause"] for g in explained] == ["NEURON_COMPILER_OPT_LEVEL `-O1` → `-O2`: part of every "
+                                               "torchneuron key"] * 2
+    same = plan_json(cli, tmp_path, *plan_args(store, buckets="128", backend="native"))
+    assert data_totals(same) == {"graphs": 2, "hits": 2, "misses": 0}
