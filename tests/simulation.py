@@ -11,7 +11,7 @@ from pathlib import Path
 from neffcache.testing.shim import install_compiler_shim, read_invocation_log, simulated_env
 
 # Variables a developer's shell might carry into the tests and change what the simulation does.
-_SCRUB_PREFIXES = ("NEURON_", "TORCH_NEURONX_", "NEFFSIM_")
+_SCRUB_PREFIXES = ("NEURON_", "TORCH_NEURONX_", "NEFFSIM_", "VLLM_")
 
 
 @dataclass

@@ -44,6 +44,7 @@ from .compiling import CompileJob, CompileOutcome, CompilePool, record_outcome
 from .logscan import Pattern
 from .matrix import Bucket, Shard, shard_buckets
 from .memory import MemoryGate
+from .node_tiers import NodeTiers, Served, private_base
 from .placement import Placement
 from .report import FailureKind, GroupReport, GroupStatus, WarmReport, reporting
 from .runtime_failures import clear_failures, judge_bucket, record_runtime_failures
@@ -75,20 +76,24 @@ class WarmRequest:
     prefetch: bool = True
     tags: Mapping[str, str] = field(default_factory=dict)
     base_env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    compile_workers: int | None = None  # compiles at once inside a runtime that runs its own (--parallel given)
+    local_root: str | None = None  # node-local directory for the buckets' private runtime tiers
 
 
-def workload_env(req: WarmRequest, root: str, notes: list[str]) -> dict[str, str]:
-    """The compile-only contract, every layout's cache variables, the compiler first on PATH."""
+def workload_env(req: WarmRequest, root: str, notes: list[str], local_root: str | None = None) -> dict[str, str]:
+    """The compile-only contract, every layout's cache variables, the compiler first on PATH
+    (``local_root``: where runtimes with a node-local tier keep it)."""
     env = dict(req.base_env)
     for layout in LAYOUTS.values():  # e.g. layout A drops --cache_dir, which would win over the URL
-        changes, layout_notes = layout.compile_only_env(env, retry_failed=req.retry_failed)
+        changes, layout_notes = layout.compile_only_env(env, retry_failed=req.retry_failed, toolchain=req.toolchain,
+                                                        workers=req.compile_workers)
         notes.extend(layout_notes)
         for name, value in changes.items():
             if value is None:
                 env.pop(name, None)
             else:
                 env[name] = value
-    cache_vars, job_notes = job_env(root, req.toolchain, environ=env)
+    cache_vars, job_notes = job_env(root, req.toolchain, environ=env, local_root=local_root, local_notes=False)
     notes.extend(job_notes)
     env.update(cache_vars)
     env.update({"TORCH_NEURONX_COMPILE_ONLY": "1", "NEURON_RT_FAKE_INSTANCE_TYPE": req.instance})
@@ -122,11 +127,15 @@ class Warmer:
         self.pool: CompilePool | None = None
         self.runs: dict[str, WorkloadRun] = {}
         self.found: set[str] = set()  # entries found in namespaces whose lines name none
+        self.node = NodeTiers(placement, tc, private_base(req.local_root))  # runtimes' node-local tiers
 
     def run(self) -> WarmReport:
-        with reporting(self.report, stop_children=self.children.stop_all,
-                       problem_notes=self.placement.problem_notes):
-            self._run()
+        try:
+            with reporting(self.report, stop_children=self.children.stop_all,
+                           problem_notes=self.placement.problem_notes):
+                self._run()
+        finally:
+            self.node.close()
         return self.report
 
     def _run(self) -> None:
@@ -134,7 +143,7 @@ class Warmer:
         if req.prefetch and placement.remotes:
             self.progress(f"prefetching {', '.join(ns.path for ns in self.namespaces)} from the remote tiers")
             self.report.prefetched, _ = placement.prefetch(self.namespaces, parallel=max(4, req.parallel))
-        env = workload_env(req, placement.work_root, self.report.notes)
+        env = workload_env(req, placement.work_root, self.report.notes, local_root=str(self.node.base))
         if not req.two_phase:  # the runtime compiles: its failure logs that do not stand must go
             cleared = clear_failures(placement.work, self.namespaces, ttl=req.failed_ttl)
             if cleared:
@@ -185,7 +194,8 @@ class Warmer:
 
     def _bucket(self, bucket: Bucket, env: Mapping[str, str], runs: dict[str, WorkloadRun]) -> None:
         req = self.req
-        run = run_workload(bucket.name, bucket.command(req.command), {**env, **bucket.env()},
+        before, private = self.node.before(), self.node.env_for(bucket)
+        run = run_workload(bucket.name, bucket.command(req.command), {**env, **bucket.env(), **private},
                            children=self.children, patterns=req.patterns, root=self.placement.work_root,
                            namespaces=self.namespaces, log_path=req.log_dir / log_name(bucket),
                            timeout=req.timeout, live_groups=self.live_groups)
@@ -199,7 +209,9 @@ class Warmer:
         if not self.children.stopping.is_set():
             # Two-phase: extracted graphs are compiled by our pool; only what the runtime itself
             # stored (the native backend cannot extract, its lines name no entry) is ingested here.
+            served = self._account_node_tiers(bucket, run, before)
             self._ingest(bucket, run, row, native_only=req.two_phase)
+            served.add_to(row)
             if self.pool is not None:
                 self._queue_extracted(bucket, run)
         self.progress(_row_line(row, "extracted" if req.two_phase else "done"))
@@ -257,10 +269,19 @@ class Warmer:
         record_runtime_failures(placement, run, row, unfinished, judged, self._ns, self._ns_at,
                                 native_only=native_only)
         row.graphs = row.hits + row.compiled + row.failed
-        if not counter.events and not run.mentioned and row.status is GroupStatus.OK:
+        if not counter.events and not run.mentioned and not run.served and row.status is GroupStatus.OK:
             self.report.notes.append(f"bucket {bucket.name}: no cache log lines recognised; if the runtime "
                                      "logs differently, add --pattern KIND=REGEX")
 
+
+    def _account_node_tiers(self, bucket: Bucket, run: WorkloadRun, before: Mapping[str, frozenset[str]]) -> Served:
+        """What a runtime with a node-local tier did in the bucket, from its tiers (node_tiers.py)."""
+        served = self.node.account(bucket, before, {**self.req.tags, **bucket.tags()})
+        run.served = served.hits + served.compiled
+        with self._lock:
+            self.report.published += served.published
+            self.report.notes.extend(served.notes)
+        return served
 
     def _compile_seconds(self, run: WorkloadRun, path: str) -> float | None:
         """From the lines (compile call to success/failure), else the honest bound from its files."""

@@ -57,7 +57,22 @@ class Layout(KeyQuestions, ABC):
 
     @abstractmethod
     def plan_entry(self, namespace: Namespace, key: str) -> EntryPlan:
-        """Where an entry of ``key`` lives in ``namespace``."""
+        """Where a writer puts an entry of ``key`` in ``namespace``."""
+
+    # True for a layout whose entries may lie at more than one path (:meth:`entry_paths`).
+    has_other_forms: bool = False
+
+    def entry_paths(self, namespace: Namespace, key: str) -> tuple[str, ...]:
+        """Every path at which this runtime's readers find entry ``key`` of ``namespace``, the
+        writer's (:meth:`plan_entry`) first: one entry, whichever of them holds it (vLLM's
+        shared tier is flat, its local tier is not). Default: the writer's alone."""
+        return (self.plan_entry(namespace, key).path,)
+
+    def runtime_local_path(self, namespace: Namespace, key: str) -> str | None:
+        """For a runtime with a node-local tier of its own form (:meth:`node_local_env`): the
+        path of entry ``key`` of ``namespace`` in that tier, relative to the local root. None
+        (the default): the runtime has no such tier."""
+        return None
 
     @abstractmethod
     def job_env(self, root: str, namespace: Namespace) -> dict[str, str]:
@@ -217,12 +232,30 @@ class Layout(KeyQuestions, ABC):
         """What an operator should know when pointing this runtime at ``namespace`` (``env``)."""
         return []
 
-    def compile_only_env(self, environ: Mapping[str, str], *, retry_failed: bool
+    def compile_only_env(self, environ: Mapping[str, str], *, retry_failed: bool,
+                         toolchain: Toolchain | None = None, workers: int | None = None
                          ) -> tuple[dict[str, str | None], list[str]]:
         """What a warm-up changes in a job's ``environ`` so this runtime compiles into the
-        namespace it is pointed at (``retry_failed``: and recompiles cached failures):
-        (variables to set, ``None`` for one to unset; notes for the report)."""
+        namespace it is pointed at (``retry_failed``: and recompiles cached failures; the
+        ``toolchain`` it compiles for; ``workers``: compiles at once, None for the runtime's
+        default): (variables to set, ``None`` for one to unset; notes for the report)."""
         return {}, []
+
+    def node_local_env(self, local_root: str, namespace: Namespace) -> dict[str, str]:
+        """Variables that point this runtime's node-local tier (a cache it keeps beside the
+        shared one, on local disk) at ``namespace`` under the node-local directory
+        ``local_root``. Empty (the default): the runtime keeps no such tier."""
+        return {}
+
+    def filesystem_note(self) -> str:
+        """What ``env`` says when the store is not a filesystem and the runtime needs one."""
+        return (f"the {self.name} runtime reads a filesystem path only: mount the bucket "
+                "(FSx for Lustre linked to S3) or run `neffcache pull` first")
+
+    def is_ready_line(self, line: str) -> bool:
+        """True when ``line`` of a long-running workload's output (a server) says it finished
+        starting, compiles included: a warm-up may stop it there. False by default."""
+        return False
 
     def private_env(self, scratch: str) -> dict[str, str]:
         """Variables that move this runtime's host-local state (locks, work directories: not the

@@ -289,7 +289,8 @@ class NeuronxccLayout(Layout):
             return None
         return [NEFF, *(n for n in self.write_order(names, DONE, MANIFEST_NAME) if n != NEFF)]
 
-    def compile_only_env(self, environ: Mapping[str, str], *, retry_failed: bool
+    def compile_only_env(self, environ: Mapping[str, str], *, retry_failed: bool,
+                         toolchain: Toolchain | None = None, workers: int | None = None
                          ) -> tuple[dict[str, str | None], list[str]]:
         flags = shlex.split(environ.get("NEURON_CC_FLAGS", ""))
         kept = flagsfile.without_cache_dir(flags)
