@@ -29,6 +29,13 @@ class Sim:
             env={**self.env, **env}, capture_output=True, text=True, timeout=30, check=False,
         )
 
+    def run_vllm_server(self, *args: str, timeout: float = 60, **env: str) -> subprocess.CompletedProcess[str]:
+        """The simulated vLLM-Neuron server; pass ``--exit-when-ready`` or it serves until stopped."""
+        return subprocess.run(
+            [sys.executable, "-m", "neffcache.testing.vllm_server", *args],
+            env={**self.env, **env}, capture_output=True, text=True, timeout=timeout, check=False,
+        )
+
     def compile(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [str(self.bin_dir / "neuronx-cc"), *args],

@@ -10,9 +10,12 @@ graph, and it promotes to the shared tier only when told to. So for each bucket:
 - **after**, from the caches, not from lines: every key committed in the private tier or newly
   in the shared tier that was not in the shared tier before is *compiled* by this bucket;
   every key in the private tier that was in the shared tier before was *fetched* (a hit: the
-  private tier started empty, so nothing else put it there). Buckets running at once may fetch
-  what another saved meanwhile: a key is claimed once per warm-up, and the first bucket to
-  account for it counts the compile, the others a hit;
+  private tier started empty, so nothing else put it there). Buckets run at once: a key new in
+  the shared tier that another bucket's private tier holds is that bucket's (its runtime saved
+  it), and a key is claimed once per warm-up: the first bucket to account for it counts the
+  compile, the others a hit (two buckets that both hold a graph cannot be told apart: one of
+  them compiled it, the other fetched what the first saved). A key another host saved
+  meanwhile counts as this bucket's: from the caches alone it cannot be told apart;
 - **promotion**: every committed entry of the private tier that the shared tier lacks is
   copied into the work store by :func:`~neffcache.operations.ingest.transfer` (verified,
   atomic, where the layout's writers put it: flat for vLLM), with a manifest of the warm's
@@ -116,7 +119,10 @@ class NodeTiers:
             mine = {e.key: e for e in scan(local, prefix=ns.path).entries
                     if e.state is EntryState.SUCCESS and e.namespace == ns}
         shared = self._shared(lay, ns)
-        new = (mine.keys() | shared) - before
+        # New in the shared tier but not in ours: saved by this run's runtime, unless another
+        # bucket's private tier holds it (that bucket's runtime saved it).
+        saved = {k for k in shared - before - mine.keys() if not self._elsewhere(lay, ns, k, root)}
+        new = (mine.keys() - before) | saved
         with self._lock:
             compiled = sorted(k for k in new if (ns.path, k) not in self._claimed)
             self._claimed.update((ns.path, k) for k in compiled)
@@ -141,6 +147,17 @@ class NodeTiers:
             placement.event("hit", path, ns)
         placement.stamp(hit_paths)
         served.hits += len(fetched)
+
+    def _elsewhere(self, lay: Layout, ns: Namespace, key: str, root: Path) -> bool:
+        """Whether another bucket's private tier holds entry ``key``."""
+        where = lay.runtime_local_path(ns, key)
+        if where is None:
+            return False
+        try:
+            others = [d for d in self.base.iterdir() if d != root]
+        except OSError:
+            return False
+        return any((d / where).is_dir() for d in others)
 
     def close(self) -> None:
         """Remove the private tiers (what they held the shared tier now has)."""
