@@ -137,7 +137,7 @@ def rewarm_cmd(from_version: str, instance: str | None, lnc: int | None, compile
     What it cannot do: TorchNeuron's native cache (layout B) names NEFFs by a key only the
     runtime computes, so rewarm recompiles only the HLOs kept under neffcache's own
     torchneuron-OLD/hlo/ and publishes them under neffcache's key (served by neffcache's API,
-    not found by the native runtime); vLLM's cache (layout C) keeps no HLO to recompile. Warm
+    not found by the native runtime); vLLM-Neuron's cache keeps no HLO to recompile. Warm
     those with `neffcache warm -- <your workload>` and the new compiler instead.
 
     \b
