@@ -31,7 +31,9 @@ def _isolate_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
         ):
             monkeypatch.delenv(var, raising=False)
     # Node-local runtime tiers (vLLM's VLLM_CACHE_ROOT) default to /var/tmp: never in a test.
-    monkeypatch.setenv("NEFFCACHE_LOCAL_ROOT", str(home / "node-local"))
+    # Beside tmp_path, not in it: a test may use tmp_path itself as the store, and `neffcache
+    # env` refuses a node-local directory inside the store.
+    monkeypatch.setenv("NEFFCACHE_LOCAL_ROOT", str(tmp_path.parent / f"{tmp_path.name}.node-local"))
     yield
 
 

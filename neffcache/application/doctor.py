@@ -342,17 +342,14 @@ def _node_tiers_in_stores(req: DoctorRequest) -> list[Finding]:
     file locks on a shared mount, and pods that still compile on cold start (aws-neuron-sdk#1368)."""
     probe = Toolchain("1.0.0.0", "trn2", 2)
     names = {n for lay in LAYOUTS.values() for n in lay.node_local_env("/probe", lay.namespace_for(probe))}
-    roots = [root for s in req.stores if "://" not in s or s.startswith(("file://", "fsx://"))
-             for root, _ in [runtime_root(s)]]
+    roots = [runtime_root(s)[0] for s in req.stores if "://" not in s or s.startswith(("file://", "fsx://"))]
     found = []
     for name in sorted(names):
         value = req.environ.get(name, "").strip()
-        store = next((r for r in roots if value and inside(value, r)), None)
-        if store is not None:
-            found.append(Finding(f"env {name}", Level.WARNING,
-                                 f"{name}={value} is inside the shared store {store}: it is the runtime's node-local "
-                                 "tier, whose file locks a shared mount does not honour; pods read the shared "
-                                 "store through the runtime's remote tier instead",
+        for store in [r for r in roots if value and inside(value, r)][:1]:
+            found.append(Finding(f"env {name}", Level.WARNING, f"{name}={value} is inside the shared store {store}: "
+                                 "it is the runtime's node-local tier, whose file locks a shared mount does not "
+                                 "honour; pods read the shared store through the runtime's remote tier instead",
                                  'eval "$(neffcache env ...)": a directory on local disk for it, the store as the '
                                  "runtime's shared tier"))
     return found
