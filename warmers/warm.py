@@ -207,9 +207,9 @@ class Warmer:
         if row.status in (GroupStatus.TIMEOUT, GroupStatus.CRASHED, GroupStatus.INTERRUPTED):
             clean_after_dead_workload(self.placement.work, run)
         if not self.children.stopping.is_set():
+            served = self._account_node_tiers(bucket, run, before)  # a server's, from its tiers
             # Two-phase: extracted graphs are compiled by our pool; only what the runtime itself
             # stored (the native backend cannot extract, its lines name no entry) is ingested here.
-            served = self._account_node_tiers(bucket, run, before)
             self._ingest(bucket, run, row, native_only=req.two_phase)
             served.add_to(row)
             if self.pool is not None:
@@ -273,7 +273,6 @@ class Warmer:
             self.report.notes.append(f"bucket {bucket.name}: no cache log lines recognised; if the runtime "
                                      "logs differently, add --pattern KIND=REGEX")
 
-
     def _account_node_tiers(self, bucket: Bucket, run: WorkloadRun, before: Mapping[str, frozenset[str]]) -> Served:
         """What a runtime with a node-local tier did in the bucket, from its tiers (node_tiers.py)."""
         served = self.node.account(bucket, before, {**self.req.tags, **bucket.tags()})
@@ -282,6 +281,7 @@ class Warmer:
             self.report.published += served.published
             self.report.notes.extend(served.notes)
         return served
+
 
     def _compile_seconds(self, run: WorkloadRun, path: str) -> float | None:
         """From the lines (compile call to success/failure), else the honest bound from its files."""
