@@ -238,23 +238,30 @@ def verify_cmd(store_url: str, fix: bool, index_url: str | None, token: str | No
 @toolchain_options
 @click.option("--store", "store_url", metavar="URL", help="The shared cache (default: NEFFCACHE_STORES' first).")
 @layout_option("Which runtime's variables to print.")
+@click.option("--local", "local_root", metavar="DIR",
+              help="Node-local directory for runtimes that keep a local tier beside the shared cache (vLLM-Neuron's "
+                   "VLLM_CACHE_ROOT); never inside the store (default: NEFFCACHE_LOCAL_ROOT, else "
+                   "/var/tmp/neffcache-local).")
 @click.option("--shell", type=click.Choice(["bash", "fish", "json"]), default="bash", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="The same as --shell json: toolchain, env and notes as JSON.")
 def env_cmd(instance: str | None, lnc: int | None, compiler_version: str | None, compiler: str | None,
-            store_url: str | None, layout: str, shell: str, as_json: bool) -> None:
-    """Print the exports a training job needs to use the shared cache.
+            store_url: str | None, layout: str, local_root: str | None, shell: str, as_json: bool) -> None:
+    """Print the exports a training or serving job needs to use the shared cache.
 
     The cache directories are versioned by toolchain (compiler version, target, LNC), so
-    trn1 and trn2 jobs, or two compiler versions, never share NEFFs by accident.
+    trn1 and trn2 jobs, or two compiler versions, never share NEFFs by accident. vLLM-Neuron
+    gets the store as its shared tier (NEURON_LIBTORCH_REMOTE_CACHE) and a directory on local
+    disk as its local tier (VLLM_CACHE_ROOT).
 
     \b
     Example:
       eval "$(neffcache env --instance trn2.48xlarge --store /mnt/fsx/neuron-cache)"
+      eval "$(neffcache env --instance trn2.48xlarge --store /mnt/fsx/neuron-cache --layout vllm --local /nvme/vllm)"
     """
     settings = load_settings(instance=instance, compiler=compiler, compiler_version=compiler_version,
-                             stores=(store_url,) if store_url else ())
+                             stores=(store_url,) if store_url else (), local_root=local_root)
     toolchain = job_toolchain(settings, lnc)
-    env, notes = job_env(settings.local_store, toolchain, chosen_layouts(layout))
+    env, notes = job_env(settings.local_store, toolchain, chosen_layouts(layout), local_root=settings.local_root)
     if shell == "json" or as_json:
         render(True, {"toolchain": toolchain.to_json(), "env": env, "notes": notes}, str)
         return

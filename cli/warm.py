@@ -75,11 +75,19 @@ def warm_cmd(instance: str | None, lnc: int | None, compiler_version: str | None
     manifest with the tags and go to every writable store. Exit 1 when a graph failed or a
     workload crashed or timed out (unless --allow-failures); 130/143 when interrupted.
 
+    A vLLM-Neuron server is warmed the same way: it compiles on the CPU host
+    (VLLM_NEURON_CPU_COMPILE=1, NEURON_PLATFORM_TARGET_OVERRIDE from --instance) with the
+    store as its shared tier and a private local tier, is stopped once it prints that it is
+    up, and what it compiled lands in the store where serving pods' NEURON_LIBTORCH_REMOTE_CACHE
+    reads it (--parallel also sets NEURON_LIBTORCH_PARALLEL_COMPILE_WORKERS).
+
     \b
     Example:
       neffcache warm --instance trn2.48xlarge --store /nvme/cache --store s3://ml-cache/neuron \\
           --bucket SEQ=512,1024,2048 --parallel 4 --shard $JOB_COMPLETION_INDEX/4 --tag model=llama3-8b \\
           -- python train.py --seq-len {SEQ} --max-steps 2
+      neffcache warm --instance trn2.48xlarge --store /mnt/fsx/neuron-cache \\
+          -- python3 -m vllm.entrypoints.openai.api_server --model meta-llama/Llama-3.1-8B
     """
     buckets = build_buckets(bucket_flags, matrix_file)  # a typo in the matrix fails before anything runs
     settings = job_settings(stores, instance=instance, compiler=compiler, compiler_version=compiler_version,
@@ -95,7 +103,7 @@ def warm_cmd(instance: str | None, lnc: int | None, compiler_version: str | None
                           shard=Shard.parse(shard), parallel=parallelism(settings, parallel), two_phase=two_phase,
                           timeout=timeout, compile_timeout=compile_timeout, compile_memory_mb=compile_memory,
                           retry_failed=retry_failed, failed_ttl=settings.failed_ttl, prefetch=not no_prefetch,
-                          tags=all_tags)
+                          tags=all_tags, compile_workers=parallel, local_root=settings.local_root)
     placement = open_job_placement(settings, all_tags, "warm")
     drive("warm", placement, lambda children: Warmer(request, placement, children, progress_lines(quiet)).run(),
            as_json, allow_failures)
@@ -136,7 +144,7 @@ def rewarm_cmd(from_version: str, instance: str | None, lnc: int | None, compile
     What it cannot do: TorchNeuron's native cache (layout B) names NEFFs by a key only the
     runtime computes, so rewarm recompiles only the HLOs kept under neffcache's own
     torchneuron-OLD/hlo/ and publishes them under neffcache's key (served by neffcache's API,
-    not found by the native runtime); vLLM's cache (layout C) keeps no HLO to recompile. Warm
+    not found by the native runtime); vLLM-Neuron's cache keeps no HLO to recompile. Warm
     those with `neffcache warm -- <your workload>` and the new compiler instead.
 
     \b

@@ -25,11 +25,15 @@ def _isolate_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     monkeypatch.setenv("NEFFCACHE_SPOOL_DIR", str(home / "spool"))
     for var in list(os.environ):
         # A developer's own settings must not leak into tests.
-        if var.startswith(("NEFFCACHE_", "NEURON_", "TORCH_NEURONX_", "NEFFSIM_")) and var not in (
+        if var.startswith(("NEFFCACHE_", "NEURON_", "TORCH_NEURONX_", "NEFFSIM_", "VLLM_")) and var not in (
             "NEFFCACHE_SPOOL_DIR", "NEFFCACHE_REQUIRE_SERVICES", "NEFFCACHE_TEST_POSTGRES_URL",
             "NEFFCACHE_NATIVE",  # which listing a test run uses (tests/stores/test_listing_paths.py)
         ):
             monkeypatch.delenv(var, raising=False)
+    # Node-local runtime tiers (vLLM's VLLM_CACHE_ROOT) default to /var/tmp: never in a test.
+    # Beside tmp_path, not in it: a test may use tmp_path itself as the store, and `neffcache
+    # env` refuses a node-local directory inside the store.
+    monkeypatch.setenv("NEFFCACHE_LOCAL_ROOT", str(tmp_path.parent / f"{tmp_path.name}.node-local"))
     yield
 
 

@@ -209,11 +209,17 @@ def write_kernel_temp(neff_dir: Path, seed: str) -> Path:
 
 
 # -- layout C: vLLM-Neuron's compile cache (docs/runtimes.md, "Layout C") -----------------------
-def write_vllm_entry(cache_root: Path, name: str, *, complete: bool = True) -> Path:
-    """``$VLLM_CACHE_ROOT/neuron/compile_cache/<hash>/`` with artifacts (nested too) and the
-    ``.compilation_complete`` marker, written last."""
-    digest = hashlib.sha256(name.encode()).hexdigest()[:16]
-    entry = cache_root / "neuron" / "compile_cache" / digest
+def vllm_hash(name: str) -> str:
+    """A vLLM cache key: 32 hex digits (the runtime's MD5; here of a name)."""
+    return hashlib.md5(name.encode()).hexdigest()
+
+
+def write_vllm_entry(cache_root: Path, name: str, *, complete: bool = True, flat: bool = False) -> Path:
+    """``$VLLM_CACHE_ROOT/neuron/compile_cache/<hash>/`` (the local tier; ``flat``: the shared
+    tier's ``$NEURON_LIBTORCH_REMOTE_CACHE/<hash>/``, as save_cache() leaves it) with artifacts
+    (nested too) and the ``.compilation_complete`` marker, written last."""
+    digest = vllm_hash(name)
+    entry = cache_root / digest if flat else cache_root / "neuron" / "compile_cache" / digest
     (entry / "context_encoding_model" / "_tp0_bk0").mkdir(parents=True, exist_ok=True)
     (entry / "token_generation_model" / "_tp0_bk0").mkdir(parents=True, exist_ok=True)
     (entry / "model.pt").write_bytes(b"TORCHSCRIPT" + os.urandom(256))

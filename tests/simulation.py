@@ -11,7 +11,7 @@ from pathlib import Path
 from neffcache.testing.shim import install_compiler_shim, read_invocation_log, simulated_env
 
 # Variables a developer's shell might carry into the tests and change what the simulation does.
-_SCRUB_PREFIXES = ("NEURON_", "TORCH_NEURONX_", "NEFFSIM_")
+_SCRUB_PREFIXES = ("NEURON_", "TORCH_NEURONX_", "NEFFSIM_", "VLLM_")
 
 
 @dataclass
@@ -27,6 +27,13 @@ class Sim:
         return subprocess.run(
             [sys.executable, "-m", "neffcache.testing.workload", *args],
             env={**self.env, **env}, capture_output=True, text=True, timeout=30, check=False,
+        )
+
+    def run_vllm_server(self, *args: str, timeout: float = 60, **env: str) -> subprocess.CompletedProcess[str]:
+        """The simulated vLLM-Neuron server; pass ``--exit-when-ready`` or it serves until stopped."""
+        return subprocess.run(
+            [sys.executable, "-m", "neffcache.testing.vllm_server", *args],
+            env={**self.env, **env}, capture_output=True, text=True, timeout=timeout, check=False,
         )
 
     def compile(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:

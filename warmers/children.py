@@ -43,6 +43,21 @@ def stop_group(proc: subprocess.Popen[Any], grace: float = DEFAULT_GRACE) -> Non
         proc.wait(timeout=grace)
 
 
+def stop_ready_server(proc: subprocess.Popen[Any], grace: float = DEFAULT_GRACE) -> None:
+    """Stop a server that said it is up, the way its operator would: SIGINT (Ctrl-C, a
+    graceful shutdown), SIGTERM after ``grace`` seconds, SIGKILL after as many again."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        _signal_group(proc, sig)
+        try:
+            proc.wait(timeout=grace)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    _signal_group(proc, signal.SIGKILL)  # a leader that ignored both, or stragglers of its group
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=grace)
+
+
 def _signal_group(proc: subprocess.Popen[Any], sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, sig)

@@ -16,12 +16,15 @@ store, a local directory the run was pointed at.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from threading import Lock
 
 from neffcache.entry import EntryState, Namespace
 from neffcache.layouts import get_layout
 from neffcache.operations.scan import scan
 from neffcache.stores.base import Store
+
+from .logscan import LogCounter
 
 
 def counted_from_cache(namespaces: Sequence[Namespace]) -> list[Namespace]:
@@ -58,25 +61,49 @@ def disk_hits(lookups: int, compiled: int) -> int:
     return max(0, lookups - compiled)
 
 
-class Announced:
-    """Per bucket of a warm-up, the compiles its own ``stored`` lines announce; across buckets,
-    the compiles the cache shows that no line announced (TorchNeuron's kernels log none).
+@dataclass(frozen=True)
+class BucketCounts:
+    """What one bucket of a warm-up did in the namespaces counted from the cache."""
+
+    found: list[str]  # new entries this bucket claims (it publishes them)
+    namespaces: frozenset[str]  # the namespaces counted from the cache
+    compiled: dict[str, int]  # its compiles, by namespace
+    served: dict[str, int]  # its disk hits, by namespace
+
+
+class CountedFromCache:
+    """A warm-up's buckets counted from the cache, across buckets.
 
     Which bucket's entry is which cannot be read from the cache (with --parallel, the first
-    bucket to look finds another's entries too), but each bucket's lines say how many it
-    stored: those are its count, and what is left over of what appeared is reported once, when
-    every bucket has ended. The sum is what appeared, whatever the order buckets end in."""
+    bucket to look finds another's entries too: it claims them, and publishes them with its
+    tags), but each bucket's ``stored`` lines say how many it made: those are its count, and
+    what is left over of what appeared (TorchNeuron's kernels log none) is :attr:`unannounced`,
+    reported once when every bucket has ended. The sum is what appeared, whatever the order
+    buckets end in; a bucket's hits are its lookups less its compiles."""
 
-    def __init__(self) -> None:
+    def __init__(self, store: Store | None, namespaces: Sequence[Namespace]) -> None:
+        self.growth = CacheGrowth(store, namespaces) if store is not None else None
+        self.claimed: set[str] = set()
         self.unannounced = 0  # compiles found minus compiles announced, so far
         self._lock = Lock()
 
-    def bucket(self, stored: Sequence[str], found: int) -> dict[str, int]:
-        """A bucket's compiles by namespace (``stored``: the namespace of each of its stored
-        lines), given the ``found`` new entries it claimed."""
-        counts: dict[str, int] = {}
-        for ns_path in stored:
-            counts[ns_path] = counts.get(ns_path, 0) + 1
+    @classmethod
+    def nothing(cls) -> CountedFromCache:
+        """Before a warm-up starts: no namespace is counted."""
+        return cls(None, ())
+
+    def bucket(self, counter: LogCounter, named: Sequence[str]) -> BucketCounts:
+        """What the bucket whose lines ``counter`` read did (``named``: the entries its lines named)."""
+        if self.growth is None:
+            return BucketCounts([], frozenset(), {}, {})
+        namespaces = frozenset(ns.path for ns in self.growth.namespaces)
+        stored: dict[str, int] = {}
+        for event in counter.events:
+            if event.kind == "stored" and event.namespace in namespaces:
+                stored[event.namespace] = stored.get(event.namespace, 0) + 1
         with self._lock:
-            self.unannounced += found - len(stored)
-        return counts
+            found = [p for p in self.growth.added() if p not in named and p not in self.claimed]
+            self.claimed.update(found)
+            self.unannounced += len(found) - sum(stored.values())
+        served = {ns: disk_hits(n, stored.get(ns, 0)) for ns, n in counter.lookups().items() if ns in namespaces}
+        return BucketCounts(found, namespaces, stored, served)

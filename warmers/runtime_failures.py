@@ -41,8 +41,9 @@ from neffcache.stores.base import Store
 
 from .logscan import LogEvent
 from .placement import Placement
-from .report import FailureKind, GroupReport, GroupStatus
+from .report import FailureKind, GroupReport, GroupStatus, WarmReport
 from .runtime_lock import RuntimeLock
+from .watchdog import CompileWatchdog
 from .workload import WorkloadRun
 
 log = logging.getLogger(__name__)
@@ -157,3 +158,22 @@ def record_runtime_failures(placement: Placement, run: WorkloadRun, row: GroupRe
         placement.event("error", event.entry, ns_at(event.namespace), message=said[-4000:])
     if row.failed:
         row.worsen(GroupStatus.FAILED)
+
+
+def mark_timeouts(watchdog: CompileWatchdog, runs: Sequence[WorkloadRun], report: WarmReport) -> None:
+    """Say "timeout" for the graphs whose compiler the watchdog killed (not "compile error").
+
+    The killed compiler's input path is in the runtime's compile-call line, which names the
+    entry (layout A, even from a work directory). A runtime that logs no compile call
+    (TorchNeuron) leaves its timeouts reported as compile failures."""
+    for killed in watchdog.killed:
+        if not killed.input:
+            continue
+        event = next((e for run in runs if (e := run.counter.line_naming(killed.input))), None)
+        if event is None or event.entry is None:
+            continue
+        for failure in report.failures:
+            if failure.what == event.entry:
+                failure.kind = FailureKind.TIMEOUT
+                failure.reason = (f"compile killed after {killed.seconds:.0f}s "
+                                  f"(--compile-timeout {watchdog.timeout:g}s); runtime said: {failure.reason}")

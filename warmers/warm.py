@@ -43,13 +43,14 @@ from neffcache.toolchain import Toolchain
 from .children import Children, wait_all
 from .compile_failures import summary
 from .compiling import CompileJob, CompileOutcome, CompilePool, record_outcome
-from .growth import Announced, CacheGrowth, disk_hits
-from .logscan import LogCounter, Pattern
+from .growth import CountedFromCache
+from .logscan import Pattern
 from .matrix import Bucket, Shard, shard_buckets
 from .memory import MemoryGate
+from .node_tiers import NodeTiers, Served, private_base
 from .placement import Placement
 from .report import FailureKind, GroupReport, GroupStatus, WarmReport, reporting
-from .runtime_failures import clear_failures, judge_bucket, record_runtime_failures
+from .runtime_failures import clear_failures, judge_bucket, mark_timeouts, record_runtime_failures
 from .watchdog import CompileWatchdog
 from .workload import WorkloadRun, clean_after_dead_workload, namespace_of, run_workload
 
@@ -78,20 +79,24 @@ class WarmRequest:
     prefetch: bool = True
     tags: Mapping[str, str] = field(default_factory=dict)
     base_env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    compile_workers: int | None = None  # compiles at once inside a runtime that runs its own (--parallel given)
+    local_root: str | None = None  # node-local directory for the buckets' private runtime tiers
 
 
-def workload_env(req: WarmRequest, root: str, notes: list[str]) -> dict[str, str]:
-    """The compile-only contract, every layout's cache variables, the compiler first on PATH."""
+def workload_env(req: WarmRequest, root: str, notes: list[str], local_root: str | None = None) -> dict[str, str]:
+    """The compile-only contract, every layout's cache variables, the compiler first on PATH
+    (``local_root``: where runtimes with a node-local tier keep it)."""
     env = dict(req.base_env)
     for layout in LAYOUTS.values():  # e.g. layout A drops --cache_dir, which would win over the URL
-        changes, layout_notes = layout.compile_only_env(env, retry_failed=req.retry_failed)
+        changes, layout_notes = layout.compile_only_env(env, retry_failed=req.retry_failed, toolchain=req.toolchain,
+                                                        workers=req.compile_workers)
         notes.extend(layout_notes)
         for name, value in changes.items():
             if value is None:
                 env.pop(name, None)
             else:
                 env[name] = value
-    cache_vars, job_notes = job_env(root, req.toolchain, environ=env)
+    cache_vars, job_notes = job_env(root, req.toolchain, environ=env, local_root=local_root, local_notes=False)
     notes.extend(job_notes)
     env.update(cache_vars)
     env.update({"TORCH_NEURONX_COMPILE_ONLY": "1", "NEURON_RT_FAKE_INSTANCE_TYPE": req.instance})
@@ -124,14 +129,16 @@ class Warmer:
         self.claimed: set[str] = set()  # two-phase: entries already queued by some bucket
         self.pool: CompilePool | None = None
         self.runs: dict[str, WorkloadRun] = {}
-        self.found: set[str] = set()  # entries found in namespaces whose lines name none
-        self.growth: CacheGrowth | None = None
-        self.announced = Announced()
+        self.from_cache: CountedFromCache = CountedFromCache.nothing()  # runtimes whose lines name no entry
+        self.node = NodeTiers(placement, tc, private_base(req.local_root))  # runtimes' node-local tiers
 
     def run(self) -> WarmReport:
-        with reporting(self.report, stop_children=self.children.stop_all,
-                       problem_notes=self.placement.problem_notes):
-            self._run()
+        try:
+            with reporting(self.report, stop_children=self.children.stop_all,
+                           problem_notes=self.placement.problem_notes):
+                self._run()
+        finally:
+            self.node.close()
         return self.report
 
     def _run(self) -> None:
@@ -139,8 +146,8 @@ class Warmer:
         if req.prefetch and placement.remotes:
             self.progress(f"prefetching {', '.join(ns.path for ns in self.namespaces)} from the remote tiers")
             self.report.prefetched, _ = placement.prefetch(self.namespaces, parallel=max(4, req.parallel))
-        env = workload_env(req, placement.work_root, self.report.notes)
-        self.growth = CacheGrowth(placement.work, self.namespaces)
+        env = workload_env(req, placement.work_root, self.report.notes, local_root=str(self.node.base))
+        self.from_cache = CountedFromCache(placement.work, self.namespaces)
         if not req.two_phase:  # the runtime compiles: its failure logs that do not stand must go
             cleared = clear_failures(placement.work, self.namespaces, ttl=req.failed_ttl)
             if cleared:
@@ -184,7 +191,7 @@ class Warmer:
                 if watchdog is not None:
                     watchdog.__exit__(None, None, None)
         if watchdog is not None:
-            self._mark_timeouts(watchdog)
+            mark_timeouts(watchdog, list(self.runs.values()), self.report)
         if not self.children.stopping.is_set():
             self._unannounced()
             # Entries that reached the work store but not a lower tier (it was down last time).
@@ -192,7 +199,8 @@ class Warmer:
 
     def _bucket(self, bucket: Bucket, env: Mapping[str, str], runs: dict[str, WorkloadRun]) -> None:
         req = self.req
-        run = run_workload(bucket.name, bucket.command(req.command), {**env, **bucket.env()},
+        before, private = self.node.before(), self.node.env_for(bucket)
+        run = run_workload(bucket.name, bucket.command(req.command), {**env, **bucket.env(), **private},
                            children=self.children, patterns=req.patterns, root=self.placement.work_root,
                            namespaces=self.namespaces, log_path=req.log_dir / log_name(bucket),
                            timeout=req.timeout, live_groups=self.live_groups)
@@ -204,9 +212,11 @@ class Warmer:
         if row.status in (GroupStatus.TIMEOUT, GroupStatus.CRASHED, GroupStatus.INTERRUPTED):
             clean_after_dead_workload(self.placement.work, run)
         if not self.children.stopping.is_set():
+            served = self._account_node_tiers(bucket, run, before)  # a server's, from its tiers
             # Two-phase: extracted graphs are compiled by our pool; only what the runtime itself
             # stored (the native backend cannot extract, its lines name no entry) is ingested here.
             self._ingest(bucket, run, row, native_only=req.two_phase)
+            served.add_to(row)
             if self.pool is not None:
                 self._queue_extracted(bucket, run)
         self.progress(_row_line(row, "extracted" if req.two_phase else "done"))
@@ -217,7 +227,8 @@ class Warmer:
         failed = [] if native_only else counter.entries("failure")
         named = [] if native_only else [p for p in dict.fromkeys([*counter.entries("compile"),
                                                                   *counter.entries("success")]) if p not in failed]
-        found, from_cache, compiled_here, served = self._from_cache(counter, named)
+        counted = self.from_cache.bucket(counter, named)
+        found, from_cache, compiled_here, served = counted.found, counted.namespaces, counted.compiled, counted.served
         compiled = [*named, *found]
         hits = [] if native_only else [p for p in counter.entries("hit") if p not in compiled and p not in failed]
         # Lines that name no entry we manage (a user pattern's keys, cache paths outside the work store).
@@ -259,31 +270,23 @@ class Warmer:
         record_runtime_failures(placement, run, row, unfinished, judged, self._ns, self._ns_at,
                                 native_only=native_only)
         row.graphs = row.hits + row.compiled + row.failed
-        if not counter.events and not run.mentioned and row.status is GroupStatus.OK:
+        if not counter.events and not run.mentioned and not run.served and row.status is GroupStatus.OK:
             self.report.notes.append(f"bucket {bucket.name}: no cache log lines recognised; if the runtime "
                                      "logs differently, add --pattern KIND=REGEX")
 
-
-    def _from_cache(self, counter: LogCounter, named: Sequence[str]
-                    ) -> tuple[list[str], set[str], dict[str, int], dict[str, int]]:
-        """For runtimes counted from their cache (:mod:`.growth`): the new entries this bucket
-        claims (once across buckets; with --parallel, an entry gets the tags of the bucket that
-        found it first), those namespaces, this bucket's compiles and disk hits by namespace."""
-        assert self.growth is not None
+    def _account_node_tiers(self, bucket: Bucket, run: WorkloadRun, before: Mapping[str, frozenset[str]]) -> Served:
+        """What a runtime with a node-local tier did in the bucket, from its tiers (node_tiers.py)."""
+        served = self.node.account(bucket, before, {**self.req.tags, **bucket.tags()})
+        run.served = served.hits + served.compiled
         with self._lock:
-            added = self.growth.added()
-            found = [p for p in added if p not in named and p not in self.found]
-            self.found.update(found)
-        from_cache = {ns.path for ns in self.growth.namespaces}
-        compiled = self.announced.bucket([e.namespace for e in counter.events if e.kind == "stored"
-                                          and e.namespace in from_cache], len(found))
-        served = {ns_path: disk_hits(n, compiled.get(ns_path, 0))
-                  for ns_path, n in counter.lookups().items() if ns_path in from_cache}
-        return found, from_cache, compiled, served
+            self.report.published += served.published
+            self.report.notes.extend(served.notes)
+        return served
+
 
     def _unannounced(self) -> None:
         """Compiles the cache shows that no bucket's lines announced, in a row of their own."""
-        extra = self.announced.unannounced
+        extra = self.from_cache.unannounced
         if extra > 0:
             row = self.report.group(UNATTRIBUTED)
             row.compiled += extra
@@ -304,25 +307,6 @@ class Warmer:
 
     def _ns_at(self, ns_path: str | None) -> Namespace:
         return next((ns for ns in self.namespaces if ns.path == ns_path), self.namespaces[0])
-
-    def _mark_timeouts(self, watchdog: CompileWatchdog) -> None:
-        """Say "timeout" for the graphs whose compiler the watchdog killed (not "compile error").
-
-        The killed compiler's input path is in the runtime's compile-call line, which names the
-        entry (layout A, even from a work directory). A runtime that logs no compile call
-        (TorchNeuron) leaves its timeouts reported as compile failures."""
-        for killed in watchdog.killed:
-            if not killed.input:
-                continue
-            event = next((e for run in list(self.runs.values()) if (e := run.counter.line_naming(killed.input))),
-                         None)
-            if event is None or event.entry is None:
-                continue
-            for failure in self.report.failures:
-                if failure.what == event.entry:
-                    failure.kind = FailureKind.TIMEOUT
-                    failure.reason = (f"compile killed after {killed.seconds:.0f}s "
-                                      f"(--compile-timeout {watchdog.timeout:g}s); runtime said: {failure.reason}")
 
     # -- two-phase: compile what the workloads extracted ----------------------------------
     def _compile_pool(self) -> CompilePool:

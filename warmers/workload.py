@@ -8,7 +8,10 @@ decides the bucket's status:
 - exit 0: ok, unless the runtime reported failed graphs;
 - non-zero with failure lines: ``failed`` (the runtime raises when a graph fails to compile);
 - non-zero without them, or killed by a signal: ``crashed``, with the last lines of output;
-- past ``--timeout``: stopped (SIGTERM, then SIGKILL) and ``timeout``.
+- past ``--timeout``: stopped (SIGTERM, then SIGKILL) and ``timeout``;
+- a server that prints its ready line (a layout's, e.g. uvicorn's for vLLM-Neuron: its
+  start-up compiles are over) is stopped there (SIGINT, SIGTERM, SIGKILL) and ``ok``, however
+  it took the signal: serving was never the point of a warm-up.
 
 A workload that dies mid-compile may leave the runtime's lock in the entry (layout A's
 ``model.hlo_module.pb.lock``), on which every later job would wait forever, or a NEFF without
@@ -28,16 +31,16 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from neffcache.entry import EntryState, Namespace
-from neffcache.layouts import get_layout, locate
+from neffcache.layouts import LAYOUTS, Layout, get_layout, locate
 from neffcache.operations.scan import load_entry
 from neffcache.stores.base import Store
 
-from .children import Children, exit_status
+from .children import Children, exit_status, stop_ready_server
 from .logscan import LogCounter, Pattern
 from .report import FailureKind, GroupReport, GroupStatus
 
@@ -57,6 +60,8 @@ class WorkloadRun:
     mentioned: list[str] = field(default_factory=list)
     tail: list[str] = field(default_factory=list)
     started: float = 0.0  # wall clock, to tell our files from older ones
+    ready: bool = False  # a server said it was up (its compiles done) and was stopped there
+    served: int = 0  # graphs counted from a node-local tier (warmers/node_tiers.py), not from lines
 
 
 def run_workload(name: str, argv: Sequence[str], env: Mapping[str, str], *, children: Children,
@@ -80,12 +85,15 @@ def run_workload(name: str, argv: Sequence[str], env: Mapping[str, str], *, chil
         if live_groups is not None:
             live_groups.add(proc.pid)
 
+        watch = _ready_watch(proc, children, run)
+
         def read() -> None:
             assert proc.stdout is not None
             for raw in proc.stdout:
                 out.write(raw)
                 line = raw.decode(errors="replace")
                 counter.feed(line)
+                watch(line)
                 if prefix in line:
                     for found in _entries_under(prefix, line):
                         mentioned.setdefault(found)
@@ -116,6 +124,9 @@ def _classify(run: WorkloadRun, status: int | None, timeout: float | None, child
         group.worsen(GroupStatus.INTERRUPTED)
         group.exit_code = None if status is None else exit_status(status)
         return
+    if run.ready:  # a server stopped once it was up: done, however it took the signal
+        group.exit_code = None if status is None else exit_status(status)
+        return
     if status is None:
         group.worsen(GroupStatus.TIMEOUT)
         group.fail("workload", FailureKind.TIMEOUT, f"the workload ran past --timeout {timeout:g}s and was stopped "
@@ -131,6 +142,23 @@ def _classify(run: WorkloadRun, status: int | None, timeout: float | None, child
     how = f"was killed by {signal.Signals(-status).name}" if status < 0 else f"exited {status}"
     last = " | ".join(_clip(line) for line in run.tail[-2:] if line.strip()) or "no output"
     group.fail("workload", FailureKind.CRASH, f"the workload {how}: {last} (log: {group.log})")
+
+
+def _ready_watch(proc: subprocess.Popen[bytes], children: Children, run: WorkloadRun) -> Callable[[str], None]:
+    """What reads each output line for a server's ready line (a layout's
+    :meth:`~neffcache.layouts.base.Layout.is_ready_line`: its start-up, compiles included, is
+    over): on the first, the run is marked ready and the server stopped as its operator would
+    (:func:`.children.stop_ready_server`, in a thread: the output must keep draining)."""
+    layouts = [lay for lay in LAYOUTS.values() if type(lay).is_ready_line is not Layout.is_ready_line]
+
+    def watch(line: str) -> None:
+        if run.ready or not any(lay.is_ready_line(line) for lay in layouts):
+            return
+        run.ready = True
+        threading.Thread(target=stop_ready_server, args=(proc, children.grace), name="workload-ready-stop",
+                         daemon=True).start()
+
+    return watch
 
 
 def unfinished(counter: LogCounter) -> list[str]:

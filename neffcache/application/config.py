@@ -27,6 +27,9 @@ from neffcache.toolchain import Toolchain, resolve_toolchain
 from neffcache.units import parse_duration
 
 ENV_PREFIX = "NEFFCACHE_"
+# Node-local runtime tiers (vLLM's VLLM_CACHE_ROOT) go under here by default: local disk that
+# survives a reboot on most distributions, never the shared store.
+DEFAULT_LOCAL_ROOT = "/var/tmp/neffcache-local"  # noqa: S108
 
 
 def default_cache_home() -> Path:
@@ -58,6 +61,10 @@ class Settings:
     # it. None: a compiler error stands until --retry-failed, as the runtime has it. A duration
     # in the file or the variable ("7d", "12h", or seconds).
     failed_ttl: float | None = None
+    # The node-local directory for runtimes that keep a local tier beside the shared store
+    # (vLLM-Neuron's VLLM_CACHE_ROOT): each toolchain's namespace path below it. Never inside
+    # the shared store (`neffcache env` refuses it).
+    local_root: str = DEFAULT_LOCAL_ROOT
     sources: tuple[str, ...] = ()  # where the values came from, for `neffcache config`
 
     @property

@@ -28,7 +28,7 @@ from typing import Any
 
 import httpx
 
-from neffcache.application.jobenv import job_env
+from neffcache.application.jobenv import inside, job_env, runtime_root
 from neffcache.errors import (
     AccessDenied,
     CompilerNotFound,
@@ -306,6 +306,7 @@ def check_environment(req: DoctorRequest, toolchain: Toolchain | None) -> list[F
     for layout in LAYOUTS.values():
         found.extend(Finding(f"env {problem.variable}", Level.WARNING, problem.message, problem.fix)
                      for problem in layout.env_problems(env))
+    found.extend(_node_tiers_in_stores(req))
     wanted = _wanted_env(req, toolchain)
     for name in sorted(_cache_variables()):
         value = env.get(name)
@@ -334,6 +335,24 @@ def _cache_variables() -> set[str]:
     for layout in LAYOUTS.values():
         names.update(layout.job_env("/probe", layout.namespace_for(probe)))
     return names
+
+
+def _node_tiers_in_stores(req: DoctorRequest) -> list[Finding]:
+    """A runtime's node-local tier (vLLM's local cache) pointed into a shared store: the runtime's
+    file locks on a shared mount, and pods that still compile on cold start (aws-neuron-sdk#1368)."""
+    probe = Toolchain("1.0.0.0", "trn2", 2)
+    names = {n for lay in LAYOUTS.values() for n in lay.node_local_env("/probe", lay.namespace_for(probe))}
+    roots = [runtime_root(s)[0] for s in req.stores if "://" not in s or s.startswith(("file://", "fsx://"))]
+    found = []
+    for name in sorted(names):
+        value = req.environ.get(name, "").strip()
+        for store in [r for r in roots if value and inside(value, r)][:1]:
+            found.append(Finding(f"env {name}", Level.WARNING, f"{name}={value} is inside the shared store {store}: "
+                                 "it is the runtime's node-local tier, whose file locks a shared mount does not "
+                                 "honour; pods read the shared store through the runtime's remote tier instead",
+                                 'eval "$(neffcache env ...)": a directory on local disk for it, the store as the '
+                                 "runtime's shared tier"))
+    return found
 
 
 def _wanted_env(req: DoctorRequest, toolchain: Toolchain | None) -> dict[str, str]:

@@ -26,6 +26,19 @@ def get_layout(name: str) -> Layout:
         raise ConfigError(f"unknown layout {name!r}; known: {', '.join(LAYOUTS)}") from None
 
 
+def entry_forms(path: str) -> tuple[str, ...]:
+    """Every path at which the entry whose path is ``path`` may lie (:meth:`Layout.entry_paths`),
+    ``path`` first: a copy that finds it at any of them finds it present. ``(path,)`` when no
+    layout places it, or its layout has one form."""
+    for layout in LAYOUTS.values():
+        if not layout.has_other_forms:
+            continue
+        found = layout.locate_entry(path)
+        if found is not None:
+            return (path, *(p for p in layout.entry_paths(found.namespace, found.key) if p != path))
+    return (path,)
+
+
 def locate(path: str) -> Located | None:
     """The entry a store-relative file belongs to, in whichever layout claims it."""
     for layout in LAYOUTS.values():
@@ -44,5 +57,5 @@ def prune_group_dir(entry_path: str) -> str:
     return entry_path.rpartition("/")[0]
 
 
-__all__ = ["LAYOUTS", "EntryNames", "EntryPlan", "Layout", "Located", "LogLine", "get_layout", "locate",
-           "prune_group_dir"]
+__all__ = ["LAYOUTS", "EntryNames", "EntryPlan", "Layout", "Located", "LogLine", "entry_forms", "get_layout",
+           "locate", "prune_group_dir"]

@@ -7,8 +7,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Collection, Mapping, Sequence
 
 from neffcache.entry import Entry, EntryState, FileInfo, Namespace
+from neffcache.layouts.envparts import RuntimeEnv
 from neffcache.layouts.keyparts import KeyQuestions
-from neffcache.layouts.records import EntryNames, EntryPlan, EnvProblem, FailureLog, Located, LogLine, ShardDir
+from neffcache.layouts.records import EntryNames, EntryPlan, FailureLog, Located, LogLine, ShardDir
 from neffcache.manifest import Manifest
 from neffcache.stores.base import TEMP_MARKER
 from neffcache.stores.plain import PlainEntryDirs, PlainFiles
@@ -20,9 +21,10 @@ DEFAULT_LAYOUT = "neuronxcc"
 KEYED_LAYOUT = "torchneuron"
 
 
-class Layout(KeyQuestions, ABC):
+class Layout(KeyQuestions, RuntimeEnv, ABC):
     """How one runtime arranges entries under a root: every runtime fact has its home here
-    (what its keys are made of: :class:`~neffcache.layouts.keyparts.KeyQuestions`).
+    (what its keys are made of: :class:`~neffcache.layouts.keyparts.KeyQuestions`; the settings
+    a job runs it with: :class:`~neffcache.layouts.envparts.RuntimeEnv`).
 
     Code outside ``neffcache/layouts/`` never names a runtime's files or tests a layout's name:
     it asks the layout (a test in tests/layouts/test_knowledge_stays_in_layouts.py enforces it).
@@ -60,7 +62,22 @@ class Layout(KeyQuestions, ABC):
 
     @abstractmethod
     def plan_entry(self, namespace: Namespace, key: str) -> EntryPlan:
-        """Where an entry of ``key`` lives in ``namespace``."""
+        """Where a writer puts an entry of ``key`` in ``namespace``."""
+
+    # True for a layout whose entries may lie at more than one path (:meth:`entry_paths`).
+    has_other_forms: bool = False
+
+    def entry_paths(self, namespace: Namespace, key: str) -> tuple[str, ...]:
+        """Every path at which this runtime's readers find entry ``key`` of ``namespace``, the
+        writer's (:meth:`plan_entry`) first: one entry, whichever of them holds it (vLLM's
+        shared tier is flat, its local tier is not). Default: the writer's alone."""
+        return (self.plan_entry(namespace, key).path,)
+
+    def runtime_local_path(self, namespace: Namespace, key: str) -> str | None:
+        """For a runtime with a node-local tier of its own form (:meth:`node_local_env`): the
+        path of entry ``key`` of ``namespace`` in that tier, relative to the local root. None
+        (the default): the runtime has no such tier."""
+        return None
 
     def publish_plan(self, namespace: Namespace, key: str, names: Collection[str]) -> EntryPlan:
         """:meth:`plan_entry` for a publish of the files ``names``: a layout whose commit marker
@@ -227,28 +244,6 @@ class Layout(KeyQuestions, ABC):
         """For a runtime file (:meth:`is_runtime_file`) that a dead writer may leave behind (a
         temp file): seconds after its mtime when it is surely debris; None: never ours to judge."""
         return None
-
-    def env_notes(self, root: str, namespace: Namespace) -> list[str]:
-        """What an operator should know when pointing this runtime at ``namespace`` (``env``)."""
-        return []
-
-    def compile_only_env(self, environ: Mapping[str, str], *, retry_failed: bool
-                         ) -> tuple[dict[str, str | None], list[str]]:
-        """What a warm-up changes in a job's ``environ`` so this runtime compiles into the
-        namespace it is pointed at (``retry_failed``: and recompiles cached failures):
-        (variables to set, ``None`` for one to unset; notes for the report)."""
-        return {}, []
-
-    def private_env(self, scratch: str) -> dict[str, str]:
-        """Variables that move this runtime's host-local state (locks, work directories: not the
-        cache itself) under ``scratch``, for a run that must not touch what real jobs on the host
-        share (``plan``'s discovery). Default: the runtime keeps none."""
-        return {}
-
-    def env_problems(self, environ: Mapping[str, str]) -> list[EnvProblem]:
-        """Settings in ``environ`` that would make this runtime ignore the cache neffcache manages
-        (layout A: ``--cache_dir`` in ``NEURON_CC_FLAGS``)."""
-        return []
 
     def is_runtime_file(self, path: str) -> bool:
         """True for a store-relative path outside any entry that the runtime itself keeps

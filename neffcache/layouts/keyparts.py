@@ -6,7 +6,7 @@ runtime's key, but a layout that knows the rule can *recompute* it: "would the g
 entry, built with those flags, get that key under this toolchain?" is how a missed key is
 matched against the entries a store holds (neffcache/misses/explain.py). The defaults answer
 "unknown", which is right for a runtime whose key only it computes (layout B's native keys,
-layout C's hashes).
+vLLM-Neuron's hashes).
 """
 
 from __future__ import annotations

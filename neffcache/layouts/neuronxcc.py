@@ -317,7 +317,8 @@ class NeuronxccLayout(Layout):
             return None
         return [NEFF, *(n for n in self.write_order(names, DONE, MANIFEST_NAME) if n != NEFF)]
 
-    def compile_only_env(self, environ: Mapping[str, str], *, retry_failed: bool
+    def compile_only_env(self, environ: Mapping[str, str], *, retry_failed: bool,
+                         toolchain: Toolchain | None = None, workers: int | None = None
                          ) -> tuple[dict[str, str | None], list[str]]:
         return neuronxcc_env.compile_only(environ, retry_failed=retry_failed)
 

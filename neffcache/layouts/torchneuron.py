@@ -247,7 +247,8 @@ class TorchNeuronLayout(Layout):
     def env_notes(self, root: str, namespace: Namespace) -> list[str]:
         return tenv.notes(posixpath.basename(namespace.path))
 
-    def compile_only_env(self, environ: Mapping[str, str], *, retry_failed: bool
+    def compile_only_env(self, environ: Mapping[str, str], *, retry_failed: bool,
+                         toolchain: Toolchain | None = None, workers: int | None = None
                          ) -> tuple[dict[str, str | None], list[str]]:
         return tenv.compile_only(environ)
 

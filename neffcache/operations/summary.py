@@ -30,7 +30,7 @@ When has an entry been seen whole? It depends on how its layout spreads its file
   namespace and base (shared per shard), and per file the name with the key taken out
   (shared: a handful of forms) and the size. A fraction of the memory of its ``FileInfo``
   objects; mtimes are not kept (a summary reports no ages).
-- **Entries with nested files** (layout C: vLLM's compile cache) are kept as groups until the
+- **Entries with nested files** (vLLM-Neuron's compile cache) are kept as groups until the
   end: the threaded listing reaches their subdirectories late. A vLLM cache holds few entries
   (one per compiled model configuration), not millions.
 

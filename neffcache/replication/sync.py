@@ -3,7 +3,8 @@
 What it promises:
 
 - *only what DST lacks*: both sides are listed once (one scan each, in parallel) and diffed
-  by entry path; no per-entry HEAD on the destination;
+  by entry path (any path the entry may lie at: vLLM's two forms are one entry); no per-entry
+  HEAD on the destination. What is copied lands where the layout's writers put it (vLLM: flat);
 - *verified*: every SUCCESS entry goes through :func:`neffcache.operations.ingest.transfer`, which checks
   the source files against the source manifest (or computes one for entries the runtimes
   wrote) before publishing; a digest mismatch is a failed entry and nothing lands;
@@ -45,7 +46,7 @@ from neffcache.errors import (
     StoreUnavailable,
 )
 from neffcache.keys import is_canonical_relpath
-from neffcache.layouts import get_layout
+from neffcache.layouts import entry_forms, get_layout
 from neffcache.layouts.records import Located
 from neffcache.manifest import Manifest, read_manifest
 from neffcache.operations.ingest import fetch_file, transfer
@@ -72,12 +73,15 @@ FATAL = (StoreUnavailable, AccessDenied, ReadOnlyStore, NoSpace)
 _FEW_PATHS = 256  # explicit entry lists up to this size are looked up, not listed
 
 
-def _list(store: Store, flt: EntryFilter) -> tuple[list[Entry], list[str]]:
+def _list(store: Store, flt: EntryFilter, *, every_form: bool = False) -> tuple[list[Entry], list[str]]:
     """The committed entries of ``store`` the filter could select (listing only), and the
-    paths of the foreign files the listing found beside them (none for explicit paths)."""
+    paths of the foreign files the listing found beside them (none for explicit paths).
+    ``every_form``: explicit paths are looked up at every path their entry may lie at
+    (:func:`~neffcache.layouts.entry_forms`; the destination's side)."""
     if flt.paths is not None and len(flt.paths) <= _FEW_PATHS:
+        paths = sorted({form for p in flt.paths for form in entry_forms(p)} if every_form else flt.paths)
         with ThreadPoolExecutor(8) as pool:
-            found = list(pool.map(lambda p: load_entry(store, p, read_manifest=False), sorted(flt.paths)))
+            found = list(pool.map(lambda p: load_entry(store, p, read_manifest=False), paths))
         return [e for e in found if e is not None and e.committed], []
     prefixes = [n.strip("/") for n in flt.namespaces] or [""]
     entries: list[Entry] = []
@@ -264,9 +268,9 @@ def sync(src: Store | str, dst: Store | str, *, namespaces: Collection[str] = ()
         src, dst = _open_pair(src, dst, dict(store_options or {}), opened)
         with ThreadPoolExecutor(2) as listing:
             src_future = listing.submit(_list, src, flt)
-            dst_future = listing.submit(_list, dst, flt)
+            dst_future = listing.submit(_list, dst, flt, every_form=True)
             (src_entries, foreign), (dst_entries, _) = src_future.result(), dst_future.result()
-        tally = _plan(src_entries, {e.path: e for e in dst_entries}, flt, foreign, progress)
+        tally = _plan(src_entries, _by_every_form(dst_entries), flt, foreign, progress)
         if progress is not None:
             progress(0, tally.total, 0)
         # On a remote store the publish leases of done entries are released in batches: a
@@ -297,6 +301,23 @@ def _open_pair(src: Store | str, dst: Store | str, options: dict[str, Any],
         raise ConfigError(f"source and destination are the same store ({src.url})")
     dst.check_writable()
     return src, dst
+
+
+def _by_every_form(entries: list[Entry]) -> dict[str, Entry]:
+    """The destination's entries by path and, for layouts whose entries have several forms
+    (vLLM's flat shared tier and its local tier), by each other path the entry may lie at: a
+    source entry in one form is found present when the destination holds the other. A SUCCESS
+    entry wins a path over one in another state."""
+    there = {e.path: e for e in entries}
+    for entry in entries:
+        layout = get_layout(entry.layout)
+        if not layout.has_other_forms:
+            continue
+        for form in layout.entry_paths(entry.namespace, entry.key):
+            held = there.get(form)
+            if held is None or (held.state is not EntryState.SUCCESS and entry.state is EntryState.SUCCESS):
+                there[form] = entry
+    return there
 
 
 def _plan(src_entries: list[Entry], there: dict[str, Entry], flt: EntryFilter, foreign: list[str],

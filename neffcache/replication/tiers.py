@@ -36,6 +36,7 @@ from typing import Any
 
 from neffcache.entry import Entry, EntryState, Namespace
 from neffcache.errors import ConfigError, CorruptEntry, EntryNotFound, SourceChanged, StoreError, StoreUnavailable
+from neffcache.layouts import entry_forms
 from neffcache.manifest import Manifest
 from neffcache.operations.ingest import transfer
 from neffcache.operations.publish import PublishResult, publish
@@ -187,24 +188,36 @@ class Tiers:
 
     # -- reads --------------------------------------------------------------------------------
     def get_entry(self, path: str) -> TierHit | None:
-        """The SUCCESS entry ``path`` from the fastest tier that has it, promoted and verified."""
+        """The SUCCESS entry ``path`` from the fastest tier that has it, promoted and verified.
+        A tier holding it at another of its paths (:func:`~neffcache.layouts.entry_forms`: vLLM's
+        flat shared form of a local-form path) holds it too."""
         problems: list[TierProblem] = []
+        forms = entry_forms(path)
         for depth, tier in enumerate(self.tiers):
             if not tier.up:
                 continue
             assert tier.store is not None
             try:
-                entry = load_entry(tier.store, path)
+                entry = self._load_any(tier.store, forms)
             except TIER_ERRORS as exc:
                 problems.append(self._down(tier, TierOp.GET, exc, path))
                 continue
-            if entry is None or entry.state is not EntryState.SUCCESS:
+            if entry is None:
                 continue
             if depth == 0:
                 return TierHit(entry, tier.store, tier.url, (), tuple(problems))
             hit = self._promote(tier, entry, self.tiers[:depth], problems)
             if hit is not None:
                 return hit
+        return None
+
+    @staticmethod
+    def _load_any(store: Store, forms: Sequence[str]) -> Entry | None:
+        """The first SUCCESS entry at one of ``forms`` in ``store``."""
+        for form in forms:
+            entry = load_entry(store, form)
+            if entry is not None and entry.state is EntryState.SUCCESS:
+                return entry
         return None
 
     def _promote(self, source: Tier, entry: Entry, above: Sequence[Tier], problems: list[TierProblem]
@@ -240,11 +253,13 @@ class Tiers:
                 if culprit is source:
                     return None
                 continue
-            if result.status is PublishStatus.BUSY and not self._await_commit(target, entry.path):
+            # Where the copy landed: the layout's writers' path, which may be another form of
+            # the entry's (vLLM's flat shared form).
+            if result.status is PublishStatus.BUSY and not self._await_commit(target, result.path):
                 problems.append(self._report(target, TierOp.PROMOTE, TierProblemKind.BUSY,
                                              "another process is publishing it", entry.path))
                 continue
-            fresh = load_entry(target.store, entry.path)
+            fresh = self._load_any(target.store, entry_forms(result.path))
             if fresh is None or fresh.state is not EntryState.SUCCESS:
                 continue
             promoted.append(target.url)

@@ -25,6 +25,7 @@ class GraphOutcome(StrEnum):
     COMPILED = "compiled"
     FAILED = "failed"
     EXTRACTED = "extracted"  # NEURON_EXTRACT_GRAPHS_ONLY: the HLO stored, nothing compiled
+    FETCHED = "fetched"  # vLLM: copied from the remote tier into the local one
 
 
 _POLL = 0.05

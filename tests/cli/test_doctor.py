@@ -186,3 +186,22 @@ def test_clock_skew_levels(skew: float, level: Level) -> None:
     finding = _skew_finding("store x clock", skew, "the store's")
     assert finding.level is level
     assert ("ahead" if skew > 0 else "behind") in finding.message
+
+
+def test_vllm_settings_that_defeat_its_cache_are_warnings(sim: Sim, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    store.mkdir()
+    code, report = doctor(sim, "--instance", "trn2.48xlarge", "--store", str(store),
+                          NEURON_LIBTORCH_DISABLE_COMPILE_CACHE="1", VLLM_NEURON_CPU_COMPILE="1",
+                          VLLM_NEURON_CPU_MODE="1", NEURON_LIBTORCH_REMOTE_CACHE="s3://bucket/cache",
+                          VLLM_CACHE_ROOT=str(store / "trn2-lnc2" / "vllm-x"))
+    assert code == 10, report
+    found = levels(report)
+    for name in ("NEURON_LIBTORCH_DISABLE_COMPILE_CACHE", "VLLM_NEURON_CPU_COMPILE", "NEURON_LIBTORCH_REMOTE_CACHE",
+                 "VLLM_CACHE_ROOT"):
+        assert found[f"env {name}"] == "warning", name
+    findings = report["findings"]
+    assert isinstance(findings, list)
+    text = " ".join(f["message"] for f in findings)
+    assert "NEURON_LIBTORCH_DISABLE_COMPILE_CACHE=1 turns vLLM-Neuron's compile cache off" in text
+    assert "inside the shared store" in text

@@ -265,5 +265,6 @@ def test_a_warm_up_drops_cache_dir_in_both_spellings_and_adds_retry_once() -> No
     assert again == changes  # idempotent: the retry flag is not added twice
     assert layout.compile_only_env({"NEURON_CC_FLAGS": "--cache_dir=/a"}, retry_failed=False) == (
         {"NEURON_CC_FLAGS": None}, ["removed --cache_dir from NEURON_CC_FLAGS: the warm-up writes to the namespace"])
-    assert all(other.compile_only_env(env, retry_failed=True) == ({}, [])
+    # The other runtimes leave libneuronxla's flags alone (vLLM sets its own CPU-compile variables).
+    assert all("NEURON_CC_FLAGS" not in other.compile_only_env(env, retry_failed=True)[0]
                for name, other in LAYOUTS.items() if name != "neuronxcc")
