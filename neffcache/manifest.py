@@ -22,6 +22,8 @@ from typing import Any, BinaryIO, Protocol
 
 from neffcache.errors import CorruptEntry, InvalidKey
 from neffcache.keys import safe_relpath
+from neffcache.provenance import Provenance
+from neffcache.signature import Signature
 from neffcache.toolchain import Toolchain
 
 MANIFEST_NAME = "neffcache.json"
@@ -29,6 +31,8 @@ SCHEMA_VERSION = 1
 # Additive revisions of schema 1, which readers of older releases accept (they ignore unknown
 # fields; a schema bump would make them call every new entry corrupt during a rolling upgrade).
 # Minor 1: the manifest covers the commit marker too (model.done), see Layout.manifest_problems.
+# Minor 2: it covers every file the runtime keeps in the entry (NxD's wrapped_neff.hlo), and may
+# carry its provenance and a signature (neffcache/provenance.py, neffcache/signing.py).
 SCHEMA_MINOR = 2
 _CHUNK = 1 << 20
 
@@ -72,6 +76,8 @@ class Manifest:
     computed: bool = False  # True when made on ingest of an entry the runtime wrote
     schema: int = SCHEMA_VERSION
     minor: int = SCHEMA_MINOR
+    provenance: Provenance | None = None  # who made it, how, from what, where, when
+    signature: Signature | None = None  # over all of the above and the entry's path (signing.py)
 
     @property
     def size(self) -> int:
@@ -91,6 +97,8 @@ class Manifest:
             "compile_seconds": self.compile_seconds,
             "tags": dict(sorted(self.tags.items())),
             "computed": self.computed,
+            **({"provenance": self.provenance.to_json()} if self.provenance is not None else {}),
+            **({"signature": self.signature.to_json()} if self.signature is not None else {}),
         }
 
     def to_bytes(self) -> bytes:
@@ -151,6 +159,11 @@ class Manifest:
         computed = data.get("computed", False)
         if not isinstance(computed, bool):
             raise _Bad(f"'computed' must be true or false, not {_show(computed)}")
+        try:
+            provenance = Provenance.from_json(data.get("provenance"))
+            signature = Signature.from_json(data.get("signature"))
+        except ValueError as exc:
+            raise _Bad(str(exc)) from None
         return cls(
             layout=_text(data, "layout"),
             key=_text(data, "key"),
@@ -164,6 +177,8 @@ class Manifest:
             computed=computed,
             schema=schema,
             minor=minor,
+            provenance=provenance,
+            signature=signature,
         )
 
     def with_marker(self, name: str, content: bytes = b"") -> Manifest:
