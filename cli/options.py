@@ -86,6 +86,18 @@ def workload_argument(f: F) -> F:
     return click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED, callback=_workload)(f)
 
 
+def size(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
+    """A click callback: ``500G``, ``1.5T``, ``64GiB`` or bytes, as bytes (None when not given)."""
+    from neffcache.units import parse_size
+
+    if value is None:
+        return None
+    try:
+        return parse_size(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+
+
 def duration(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
     """A click callback: ``30d``, ``12h``, ``90m`` or seconds, as seconds (None when not given)."""
     from neffcache.units import parse_duration

@@ -29,7 +29,11 @@ def write_report(path: Path, data: Any) -> None:
     """Write a JSON report file whole or not at all: a temp file beside it, then a rename. A job
     killed mid-write leaves the previous report (or none), never half of one that
     `why-miss --from-report` would then refuse."""
-    body = (json.dumps(data, indent=2, sort_keys=True, default=str) + "\n").encode()
+    write_atomically(path, (json.dumps(data, indent=2, sort_keys=True, default=str) + "\n").encode())
+
+
+def write_atomically(path: Path, body: bytes) -> None:
+    """``body`` into ``path`` whole or not at all (a temp file beside it, then a rename)."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or Path("."))
     try:
         with os.fdopen(fd, "wb") as out:

@@ -77,9 +77,11 @@ class Admission:
 class TrustPolicy:
     keys: Mapping[str, TrustedKey] = field(default_factory=dict)  # by key id
     require_signed: bool = False
+    revoked_ids: frozenset[str] = frozenset()  # revoked by id alone (no .pub file at hand)
 
     @classmethod
-    def of(cls, keys: Sequence[TrustedKey], *, require_signed: bool = False) -> TrustPolicy:
+    def of(cls, keys: Sequence[TrustedKey], *, require_signed: bool = False,
+           revoked_ids: frozenset[str] = frozenset()) -> TrustPolicy:
         """A policy of ``keys``; a key listed twice keeps its widest scope, and revoked wins."""
         merged: dict[str, TrustedKey] = {}
         for trusted in keys:
@@ -92,12 +94,12 @@ class TrustPolicy:
                 seen.key, () if wide[0] else tuple(dict.fromkeys([*seen.stores, *trusted.stores])),
                 () if wide[1] else tuple(dict.fromkeys([*seen.namespaces, *trusted.namespaces])),
                 seen.revoked or trusted.revoked)
-        return cls(merged, require_signed)
+        return cls(merged, require_signed, frozenset(revoked_ids))
 
     @property
     def active(self) -> bool:
         """Whether the policy asks anything of an entry (a key to check, or signatures required)."""
-        return bool(self.keys) or self.require_signed
+        return bool(self.keys) or self.require_signed or bool(self.revoked_ids)
 
     def judge(self, store_url: str, entry_path: str, namespace: str, manifest: Manifest | None) -> Admission:
         """What ``manifest`` (None: the entry has none) proves for the entry at ``entry_path`` in
@@ -107,6 +109,8 @@ class TrustPolicy:
             what = "no manifest" if manifest is None else "an unsigned manifest"
             return self._admit(Verdict.UNSIGNED, f"{what}: nothing vouches for who made it")
         trusted = self.keys.get(sig.key_id)
+        if sig.key_id in self.revoked_ids:
+            return self._admit(Verdict.REVOKED, f"signed by key {sig.key_id}, which is revoked", sig.key_id)
         if trusted is None:
             return self._admit(Verdict.UNKNOWN_KEY, f"signed by key {sig.key_id}, which this reader does not "
                                "trust", sig.key_id)

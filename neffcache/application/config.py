@@ -65,6 +65,14 @@ class Settings:
     # (vLLM-Neuron's VLLM_CACHE_ROOT): each toolchain's namespace path below it. Never inside
     # the shared store (`neffcache env` refuses it).
     local_root: str = DEFAULT_LOCAL_ROOT
+    # Trust (docs/security.md): the key this process signs what it publishes with (a private key
+    # file), the public keys a reader trusts (.pub files, each anywhere unless a [[trust]] table
+    # scopes it), the keys it refuses, and whether unsigned entries are refused too.
+    signing_key: str | None = None
+    trusted_keys: tuple[str, ...] = ()
+    revoked_keys: tuple[str, ...] = ()  # .pub files or key ids
+    require_signed: bool = False
+    trust: tuple[Mapping[str, Any], ...] = ()  # [[trust]] tables: key, stores, namespaces, revoked
     sources: tuple[str, ...] = ()  # where the values came from, for `neffcache config`
 
     @property
@@ -79,9 +87,13 @@ _NUMBERS = {"quarantine_days", "warm_log_days", "prune_max_share"}
 def _coerce(name: str, value: Any, where: str) -> Any:
     kind = _FIELDS[name].type
     try:
-        if name == "stores":
+        if name in ("stores", "trusted_keys", "revoked_keys"):
             items = value.split(",") if isinstance(value, str) else list(value)
-            return tuple(s.strip() for s in items if str(s).strip())
+            return tuple(str(s).strip() for s in items if str(s).strip())
+        if name == "require_signed":
+            return _boolean(value)
+        if name == "trust":
+            return _trust_tables(value)
         if name == "tags":
             if isinstance(value, str):
                 pairs = [p.split("=", 1) for p in value.split(",") if p.strip()]
@@ -111,6 +123,37 @@ def _coerce(name: str, value: Any, where: str) -> Any:
         return str(value)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{where}: bad value for {name} ({kind}): {value!r}: {exc}") from None
+
+
+def _boolean(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError("true or false (1/0)")
+
+
+_TRUST_KEYS = {"key", "stores", "namespaces", "revoked"}
+
+
+def _trust_tables(value: Any) -> tuple[Mapping[str, Any], ...]:
+    """``[[trust]]`` tables: a ``key`` (a .pub file), optional ``stores`` and ``namespaces``
+    (lists of prefixes it may sign for) and ``revoked``."""
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        raise ValueError("[[trust]] tables (in neffcache.toml)")
+    out = []
+    for table in value:
+        if not isinstance(table, dict) or not isinstance(table.get("key"), str) or set(table) - _TRUST_KEYS:
+            raise ValueError(f"each [[trust]] table has a key (a .pub file) and only {', '.join(sorted(_TRUST_KEYS))}")
+        for name in ("stores", "namespaces"):
+            if not isinstance(table.get(name, []), list) or not all(isinstance(x, str) for x in table.get(name, [])):
+                raise ValueError(f"[[trust]] {name} is a list of prefixes")
+        out.append({"key": table["key"], "stores": tuple(table.get("stores", ())),
+                    "namespaces": tuple(table.get("namespaces", ())), "revoked": _boolean(table.get("revoked", False))})
+    return tuple(out)
 
 
 def _read_toml(path: Path) -> dict[str, Any]:

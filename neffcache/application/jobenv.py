@@ -68,6 +68,31 @@ def job_env(store_url: str, toolchain: Toolchain, layouts: tuple[str, ...] | Non
     return env, list(dict.fromkeys(notes))
 
 
+def local_tier_env(local_root: str, shared_url: str | None, toolchain: Toolchain,
+                   layouts: tuple[str, ...] | None = None) -> tuple[dict[str, str], list[str]]:
+    """(variables, notes) pointing every runtime at a node-local tier a prefetch filled under
+    ``local_root``: a runtime with a node-local tier of its own form (vLLM-Neuron) gets it there
+    (``VLLM_CACHE_ROOT``) and the shared store behind it when that is a filesystem; the others
+    read the local root as their cache."""
+    root = os.path.abspath(local_root)
+    env: dict[str, str] = {}
+    notes: list[str] = []
+    shared_root, shared_local = runtime_root(shared_url) if shared_url else (None, False)
+    for name in layouts if layouts is not None else tuple(LAYOUTS):
+        layout = LAYOUTS[name]
+        namespace = layout.namespace_for(toolchain)
+        node_env = layout.node_local_env(root, namespace)
+        if node_env:
+            env.update(node_env)
+            if shared_root is not None and shared_local:
+                env.update(layout.job_env(shared_root, namespace))
+        else:
+            env.update(layout.job_env(root, namespace))
+        notes.extend(layout.env_notes(root, namespace))
+    env["NEURON_LOGICAL_NC_CONFIG"] = str(toolchain.lnc)
+    return env, list(dict.fromkeys(notes))
+
+
 def _refuse_inside(node_root: str, store_root: str) -> None:
     if inside(node_root, store_root):
         raise ConfigError(f"the node-local directory {node_root} is inside the shared store {store_root}: a "

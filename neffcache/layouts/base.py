@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Mapping, Sequence
@@ -79,10 +80,15 @@ class Layout(KeyQuestions, RuntimeEnv, ABC):
         (the default): the runtime has no such tier."""
         return None
 
-    def publish_plan(self, namespace: Namespace, key: str, names: Collection[str]) -> EntryPlan:
+    def publish_plan(self, namespace: Namespace, key: str, names: Collection[str], *, local: bool = False
+                     ) -> EntryPlan:
         """:meth:`plan_entry` for a publish of the files ``names``: a layout whose commit marker
-        depends on the files' own form (layout A's text form) says so here; by default the plan."""
-        return self.plan_entry(namespace, key)
+        depends on the files' own form (layout A's text form) says so here; by default the plan.
+        ``local``: into a node-local tier, at :meth:`runtime_local_path` where the runtime has
+        one (vLLM's ``neuron/compile_cache/<hash>``), the same names below it."""
+        plan = self.plan_entry(namespace, key)
+        at = self.runtime_local_path(namespace, key) if local else None
+        return plan if at is None else dataclasses.replace(plan, path=at, base=at)
 
     @abstractmethod
     def job_env(self, root: str, namespace: Namespace) -> dict[str, str]:

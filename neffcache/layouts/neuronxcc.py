@@ -293,11 +293,13 @@ class NeuronxccLayout(Layout):
         base = posixpath.join(namespace.path, key) if namespace.path else key
         return EntryPlan(namespace, key, base, base, MANIFEST_NAME, self.names(namespace, key).marker)
 
-    def publish_plan(self, namespace: Namespace, key: str, names: Collection[str]) -> EntryPlan:
+    def publish_plan(self, namespace: Namespace, key: str, names: Collection[str], *, local: bool = False
+                     ) -> EntryPlan:
         """:meth:`plan_entry`, its marker chosen by the files being published when they hold a
         flags file: ``compile_flags.txt`` alone (no ``model.done`` among them) is the text form,
         committed by its NEFF (the rule :meth:`classify` reads such an entry by); any other
-        flags file commits with ``model.done``. A copy of an entry then keeps its own form."""
+        flags file commits with ``model.done``. A copy of an entry then keeps its own form (a
+        node-local tier, ``local``, keeps the same one: libneuronxla has no form of its own there)."""
         plan = self.plan_entry(namespace, key)
         if FLAGS_TXT not in names and FLAGS_JSON not in names:
             return plan

@@ -78,7 +78,8 @@ def read_flags(store: Store, entry: Entry) -> list[str]:
 
 
 def transfer(src: Store, entry: Entry, dst: Store, *, tags: Mapping[str, str] | None = None,
-             known_absent: bool = False, releases: BatchedReleases | None = None) -> PublishResult:
+             known_absent: bool = False, releases: BatchedReleases | None = None, local: bool = False
+             ) -> PublishResult:
     """Copy one SUCCESS entry from ``src`` to ``dst``, verified, published atomically.
 
     Every file is read once, and the bytes hashed are the bytes published:
@@ -95,12 +96,15 @@ def transfer(src: Store, entry: Entry, dst: Store, *, tags: Mapping[str, str] | 
     when a source file was rewritten while it was read, NoSpace when the destination (or its
     staging directory) is full: nothing is committed at the destination in any of these.
     ``releases``: the publish lease is released with a batch of others (a sync's).
+    ``local``: ``dst`` is a node-local tier (a prefetch's): the entry lands in the runtime's local
+    form where it has one (:func:`~neffcache.operations.publish.publish`).
     """
     if entry.state is not EntryState.SUCCESS:
         raise CorruptEntry(entry.path, [f"only SUCCESS entries are transferred, not {entry.state}"])
     started = time.time()
     try:
-        return _transfer(src, entry, dst, tags=tags, known_absent=known_absent, releases=releases)
+        return _transfer(src, entry, dst, tags=tags, known_absent=known_absent, releases=releases,
+                         to_local_tier=local)
     except CorruptEntry as exc:
         # A mismatch with a source file modified since we started is a rewrite under us, not
         # corruption at the source: say so (and tiers then never quarantine it).
@@ -122,7 +126,8 @@ def _changed_since(src: Store, entry: Entry, started: float) -> str | None:
 
 
 def _transfer(src: Store, entry: Entry, dst: Store, *, tags: Mapping[str, str] | None,
-              known_absent: bool, releases: BatchedReleases | None) -> PublishResult:
+              known_absent: bool, releases: BatchedReleases | None, to_local_tier: bool = False
+              ) -> PublishResult:
     names = transferable_names(entry)
     where = f"{src.url}/{entry.path}"
     with dst.staging_dir() as staging:
@@ -166,7 +171,7 @@ def _transfer(src: Store, entry: Entry, dst: Store, *, tags: Mapping[str, str] |
             unhashed = frozenset(n for n in local if n not in staged and n in late and n not in manifest.files)
         return publish(dst, entry.namespace, entry.key, sources, manifest, move=movable,
                        known_absent=known_absent, verified=frozenset(staged), unhashed=unhashed,
-                       releases=releases)
+                       releases=releases, local=to_local_tier)
 
 
 def _completed(entry: Entry, staged: Mapping[str, FileDigest]) -> Manifest:

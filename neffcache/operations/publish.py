@@ -98,6 +98,7 @@ def publish(
     verified: Collection[str] = (),
     unhashed: Collection[str] = (),
     releases: BatchedReleases | None = None,
+    local: bool = False,
 ) -> PublishResult:
     """Publish ``files`` (names relative to the entry's base) with ``manifest`` into ``store``.
 
@@ -107,18 +108,17 @@ def publish(
     the commit marker exists. A NEFF that is a ``plan`` placeholder is refused before anything
     is written (:class:`~neffcache.errors.PlaceholderNeff`). ``verified`` names sources the
     caller hashed itself from the very bytes it hands over (private staged copies, consumed
-    with ``move``): not hashed again.
-    ``move`` lets a local store consume source files by rename.
+    with ``move``): not hashed again. ``move`` lets a local store consume source files by rename.
     ``known_absent``: the caller's own listing of ``store`` just showed neither the entry nor a
     runtime lock, so the two lookups before the lease are skipped (a remote store pays a
     request for each); the check under the lease, which decides races, always runs.
     ``unhashed`` names local source files ``manifest`` does not describe yet: their digests
     are taken from the bytes sent and completed into the manifest (the module docstring says
-    in which order, and why it stays safe).
-    ``releases``: release the lease with a batch of others (neffcache/coordination/releases.py).
+    in which order, and why it stays safe). ``releases``: release the lease with a batch of others (neffcache/coordination/releases.py);
+    ``local``: into a node-local tier, in the runtime's form there (:meth:`Layout.publish_plan`).
     """
     layout = get_layout(namespace.layout)
-    plan = layout.publish_plan(namespace, key, files.keys())
+    plan = layout.publish_plan(namespace, key, files.keys(), local=local)
     # The file a runtime loads: the NEFF (layout B's is its marker too); layouts without one: the marker.
     _refuse_placeholders(plan.path, files, [layout.names(namespace, key).neff or plan.marker_name])
     marker_path = _join(plan.base, plan.marker_name)
