@@ -114,9 +114,8 @@ def publish(
     request for each); the check under the lease, which decides races, always runs.
     ``unhashed`` names local source files ``manifest`` does not describe yet: their digests
     are taken from the bytes sent and completed into the manifest (the module docstring says
-    in which order, and why it stays safe). ``releases``: release the lease with a batch of
-    others (coordination/releases.py). ``local``: into a node-local tier, in the runtime's
-    form there (:meth:`Layout.publish_plan`).
+    in which order, and why it stays safe). ``releases``: release the lease in a batch (coordination/
+    releases.py). ``local``: into a node-local tier, in its runtime's form (:meth:`Layout.publish_plan`).
     """
     layout = get_layout(namespace.layout)
     plan = layout.publish_plan(namespace, key, files.keys(), local=local)
