@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -13,13 +16,15 @@ from neffcache.entry import Entry
 from neffcache.index import IndexClient, entry_record
 from neffcache.instances import TARGETS
 from neffcache.manifest import Manifest
+from neffcache.replication.inotify import open_watch
 from neffcache.replication.sync import COPYABLE_STATES, SyncReport, sync
+from neffcache.replication.watch import WriteBack
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
 from neffcache.units import human_bytes
 
 from .errors import SOME_ENTRIES_FAILED, announce_index
-from .options import _parse_tags, endpoint_option, index_options, open_settings_index, store_options
+from .options import _parse_tags, duration, endpoint_option, index_options, open_settings_index, store_options
 from .output import json_option, progress, render
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -125,7 +130,15 @@ def _run(verb: str, src_url: str, dst_url: str, namespaces: tuple[str, ...], com
 @click.argument("src_url", metavar="SRC")
 @click.argument("dst_url", metavar="DST")
 @sync_options
-def push_cmd(src_url: str, dst_url: str, **options: Any) -> None:
+@click.option("--watch", is_flag=True,
+              help="Keep running beside a job (a sidecar): publish every entry the runtime commits in SRC within "
+                   "seconds; on SIGTERM/SIGINT drain what is committed, then exit 0.")
+@click.option("--interval", type=click.FloatRange(0.1, 3600), default=2.0, show_default=True,
+              help="--watch: seconds between listings when no change was signalled (inotify wakes it sooner).")
+@click.option("--drain-timeout", callback=duration, default="30s", show_default=True, metavar="DURATION",
+              help="--watch: how long the last round may take after SIGTERM (within the pod's grace period).")
+def push_cmd(src_url: str, dst_url: str, watch: bool, interval: float, drain_timeout: float,
+             **options: Any) -> None:
     """Publish the entries SRC has and DST lacks: a local cache to S3, FSx to S3.
 
     Both sides are listed once and compared by entry; each entry is checked against its
@@ -133,11 +146,54 @@ def push_cmd(src_url: str, dst_url: str, **options: Any) -> None:
     interrupted push leaves nothing half-visible and a rerun finishes it. Exits 1 when any
     entry failed (reasons are printed).
 
+    With --watch it stays up beside the job and publishes what the runtime commits as it
+    commits it (vLLM-Neuron's save_cache(), without anyone calling it); never an entry whose
+    compile still holds its lock or whose commit marker is missing.
+
     \b
     Example:
       neffcache push /var/tmp/neuron-compile-cache s3://my-bucket/neuron-cache --target trn2 --parallel 32
+      neffcache push /nvme/neffcache s3://my-bucket/neuron-cache --watch --drain-timeout 25s
     """
+    if watch:
+        _watch(src_url, dst_url, interval, drain_timeout, **options)
+        return
     _run("push", src_url, dst_url, **options)
+
+
+def _watch(src_url: str, dst_url: str, interval: float, drain_timeout: float, *, namespaces: tuple[str, ...],
+           parallel: int, index_url: str | None, token: str | None, as_json: bool, **_: Any) -> None:
+    """The write-back sidecar: rounds until SIGTERM or SIGINT, then a drain; exit 0."""
+    settings = load_settings(index_url=index_url, token=token)
+    index = open_settings_index(settings)
+    options = store_options(settings)
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    src = _open(src_url, options, parallel, read_only=True, create=False)
+    dst = _open(dst_url, options, parallel)
+    watch = open_watch(Path(src.local_root)) if src.local_root is not None else None
+    try:
+        def register(entry: Entry, manifest: Manifest | None) -> None:
+            index.register_entry(entry_record(entry, dst.url, manifest))
+
+        writer = WriteBack(src, dst, namespaces=namespaces, interval=interval, parallel=parallel,
+                           on_copied=register if index.enabled else None, wake=watch.wait if watch else None)
+        if not as_json:
+            click.echo(f"watching {src.url} -> {dst.url} ({'inotify' if watch else 'polling'} "
+                       f"every {interval:g}s); SIGTERM drains and exits", err=True)
+        report = writer.run(stop, drain_timeout=drain_timeout)
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+        if watch is not None:
+            watch.close()
+        src.close()
+        dst.close()
+        index.close()
+    render(as_json, report.to_json(), lambda: (
+        f"write-back {report.src} -> {report.dst}: {len(report.published)} published in {report.rounds} rounds, "
+        f"{len(report.failed)} failures, drained: {'yes' if report.drained else f'no, {report.left} left'}"))
+    announce_index(index)
 
 
 @click.command("pull")
