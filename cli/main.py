@@ -24,6 +24,7 @@ COMMAND_MODULES: Mapping[str, tuple[str, ...]] = {
     "neffcache.cli.cache": ("scan", "show", "verify", "env", "config"),  # one cache root
     "neffcache.cli.sync": ("push", "pull"),  # between stores
     "neffcache.cli.coldstart": ("prefetch",),  # a pod's NEFFs to node-local disk before it starts
+    "neffcache.cli.trust": ("key",),  # signing keys
     "neffcache.cli.warm": ("warm", "rewarm", "run"),  # compiling
     "neffcache.cli.plan": ("plan",),  # before compiling: what a job will miss, what it costs
     "neffcache.cli.prune": ("prune", "reconcile"),  # cleaning
