@@ -178,9 +178,9 @@ def _watch(src_url: str, dst_url: str, interval: float, drain_timeout: float, *,
 
         writer = WriteBack(src, dst, namespaces=namespaces, interval=interval, parallel=parallel,
                            on_copied=register if index.enabled else None, wake=watch.wait if watch else None)
-        if not as_json:
-            click.echo(f"watching {src.url} -> {dst.url} ({'inotify' if watch else 'polling'} "
-                       f"every {interval:g}s); SIGTERM drains and exits", err=True)
+        # On stderr even with --json (stdout holds the report): a supervisor can wait for it.
+        click.echo(f"watching {src.url} -> {dst.url} ({'inotify' if watch else 'polling'} "
+                   f"every {interval:g}s); SIGTERM drains and exits", err=True)
         report = writer.run(stop, drain_timeout=drain_timeout)
     finally:
         for sig, old in previous.items():
