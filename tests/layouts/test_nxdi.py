@@ -8,6 +8,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -216,3 +218,47 @@ def test_hostile_files_are_per_entry_problems(tmp_path: Path, name: str) -> None
     assert states.get(bad.name) is not EntryState.SUCCESS
     result = sync(LocalStore(root), LocalStore(tmp_path / "shared"))
     assert good.relative_to(root).as_posix() in [c.path for c in result.copied]
+
+
+def _age(root: Path) -> None:
+    old = time.time() - 3600  # the compile long finished: settled
+    for p in [root, *root.rglob("*")]:
+        os.utime(p, (old, old))
+
+
+def test_a_compiled_model_pushed_with_its_toolchain_is_prefetched_and_loads_without_compiling(
+        sim: Sim, tmp_path: Path) -> None:
+    """The NxDI cold start end to end: compiled on one host (a model's default directory and a
+    NEURON_COMPILED_ARTIFACTS one), pushed into the toolchain's namespace, prefetched on another,
+    loaded there with nothing compiled."""
+    def neffcache(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "neffcache.cli.main", *args], env=sim.env, capture_output=True,
+                              text=True, timeout=120, check=False)
+
+    model, artifacts, shared = tmp_path / "Llama-tiny", tmp_path / "compiled", tmp_path / "shared"
+    assert sim.run_nxdi("--model", str(model)).returncode == 0
+    assert sim.run_nxdi("--model", str(model), "--tp-degree", "4",
+                        NEURON_COMPILED_ARTIFACTS=str(artifacts)).returncode == 0
+    _age(model)
+    _age(artifacts)
+    for src in (model, artifacts):
+        pushed = neffcache("push", str(src), str(shared), "--adopt-instance", "trn2.48xlarge", "--json")
+        assert pushed.returncode == 0 and json.loads(pushed.stdout)["copied"] == 1, pushed.stderr
+    entries = scan(LocalStore(shared), read_manifests=True).entries
+    namespace = get_layout("nxdi").namespace_for(Toolchain("2.27.5334.0+f702b353", "trn2", 2))
+    assert {e.namespace for e in entries} == {namespace} and len(entries) == 2
+    assert all(e.state is EntryState.SUCCESS and e.manifest is not None and e.manifest.toolchain == namespace.toolchain
+               for e in entries)
+    again = neffcache("push", str(model), str(shared), "--adopt-instance", "trn2.48xlarge", "--json")
+    assert json.loads(again.stdout)["copied"] == 0  # found where it was published
+
+    local = tmp_path / "nvme"
+    fetched = neffcache("prefetch", "--instance", "trn2.48xlarge", "--layout", "nxdi", "--store", str(shared),
+                        "--to", str(local), "--json")
+    assert fetched.returncode == 0 and json.loads(fetched.stdout)["copied"] == 2, fetched.stderr
+    before = len(sim.compiles())
+    (default,) = (model / "neuron-compiled-artifacts").iterdir()
+    loaded = sim.run_nxdi("--model", str(model), NEURON_COMPILED_ARTIFACTS=str(local / namespace.path / default.name),
+                          NEFFSIM_NXDI_MUST_LOAD="1")
+    assert loaded.returncode == 0 and "loaded=1 compiled=0" in loaded.stderr, loaded.stderr
+    assert len(sim.compiles()) == before
