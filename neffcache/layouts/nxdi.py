@@ -154,7 +154,7 @@ class NxdiLayout(Layout):
     def env_notes(self, root: str, namespace: Namespace) -> list[str]:
         where = posixpath.join(root, namespace.path) if namespace.path else root
         return [f"NxD Inference loads the directory {ARTIFACTS_VAR} names: point it at {where}/<config hash> "
-                f"(the md5 of the model's {CONFIG}; `neffcache scan --layout {self.name}` lists them)"]
+                f"(the md5 of the model's {CONFIG}; `neffcache scan --entries` lists them)"]
 
     # -- writing, removing, judging ---------------------------------------------------------------
     def write_order(self, names: list[str], marker: str, manifest: str) -> list[str]:
