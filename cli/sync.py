@@ -139,9 +139,9 @@ def _run(verb: str, src_url: str, dst_url: str, namespaces: tuple[str, ...], com
 @click.option("--drain-timeout", callback=duration, default="30s", show_default=True, metavar="DURATION",
               help="--watch: how long the last round may take after SIGTERM (within the pod's grace period).")
 @click.option("--adopt-instance", metavar="TYPE",
-              help="Publish entries of unknown toolchain (a runtime's own root: a model's neuron-compiled-artifacts/"
-                   "<hash>/, a NEURON_COMPILED_ARTIFACTS directory, vLLM's cache) into this instance's namespace: "
-                   "you vouch that its toolchain built them.")
+              help="Publish entries of unknown toolchain (at a runtime's own root, which names no compiler: NxD "
+                   "Inference's compiled models, vLLM-Neuron's own cache) into this instance's namespace: you "
+                   "vouch that its toolchain built them.")
 @click.option("--adopt-compiler-version", metavar="VERSION",
               help="With --adopt-instance: their compiler version (default: the installed neuronx-cc's).")
 def push_cmd(src_url: str, dst_url: str, watch: bool, interval: float, drain_timeout: float,

@@ -253,10 +253,13 @@ def _summary(result: RunResult, report_file: Path | None) -> None:
                + f"; exit {result.exit_code}", err=True)
     if result.local is not None:
         back = result.local["write_back"]
+        lag = f"lag p50 {back['lag_p50']}s, p99 {back['lag_p99']}s; " if back["lag_p50"] is not None else ""
         click.echo(f"neffcache run: wrote back {back['published']} entr{'y' if back['published'] == 1 else 'ies'} "
-                   f"during the run (lag p50 {back['lag_p50']}s, p99 {back['lag_p99']}s; "
-                   f"{'drained' if back['drained'] else 'NOT drained'})", err=True)
-        fetched = result.local["prefetch"] or {}
+                   f"during the run ({lag}{'drained' if back['drained'] else 'NOT drained'})", err=True)
+        fetched = result.local["prefetch"]
+        if fetched.get("error"):
+            click.echo(f"neffcache run: PROBLEM: the prefetch failed, the job ran without it: {fetched['error']}",
+                       err=True)
         for row in [*fetched.get("refused", []), *fetched.get("failed", [])]:
             click.echo(f"neffcache run: PROBLEM: prefetch of {row['path']} ({row['store']}): {row['detail']}", err=True)
     if result.cleared:

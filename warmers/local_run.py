@@ -86,8 +86,7 @@ class LocalGrowth(CacheGrowth):
         readers = [ns for ns in namespaces if _reads_shared(ns)]
         counted = counted_from_cache(namespaces)
         self.namespaces = [*counted, *(ns for ns in readers if ns not in counted)]
-        self.shared_before = {form for ns in readers for e in _committed(shared, ns) for form in entry_forms(e.path)
-                              } if shared is not None else set()
+        self.shared_before = _forms(shared, readers) if shared is not None else set()
         self.before = self._committed()
         self.fetched: dict[str, str] = {}
 
@@ -95,6 +94,16 @@ class LocalGrowth(CacheGrowth):
         new = super().added()
         self.fetched = {p: ns for p, ns in new.items() if self.shared_before.intersection(entry_forms(p))}
         return {p: ns for p, ns in new.items() if p not in self.fetched}
+
+
+def _forms(shared: Store, namespaces: Sequence[Namespace]) -> set[str]:
+    """Every path of every entry committed in ``shared``'s ``namespaces`` now; none when it
+    cannot be listed (then what the runtime fetched counts as compiled: reported, not hidden)."""
+    try:
+        return {form for ns in namespaces for e in _committed(shared, ns) for form in entry_forms(e.path)}
+    except (NeffcacheError, OSError) as exc:
+        log.warning("cannot list %s before the job: %s", shared.url, exc)
+        return set()
 
 
 def _committed(store: Store, ns: Namespace) -> list[Entry]:
@@ -113,6 +122,7 @@ class LocalSession:
     since: float  # the run's start (wall clock): what DIR gains after it, the run compiled
     publish: bool = True
     prefetched: PrefetchReport | None = None
+    prefetch_error: str | None = None
     counter: LogCounter | None = None
     writers: list[tuple[WriteBack, threading.Thread]] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -122,12 +132,19 @@ class LocalSession:
         """The first shared tier a runtime can read as a directory (vLLM-Neuron's remote tier)."""
         return next((s.url for s in self.placement.remotes if runtime_root(s.url)[1]), None)
 
-    def run_prefetch(self) -> PrefetchReport:
-        self.prefetched = prefetch(self.placement.remotes, self.placement.work, self.spec.prefetch,
-                                   usage=self.spec.usage)
+    def run_prefetch(self) -> int:
+        """The prefetch; the entries it copied. A shared tier that cannot be listed is reported,
+        and the job runs without the prefetch (it compiles what it lacks), never not at all."""
+        try:
+            self.prefetched = prefetch(self.placement.remotes, self.placement.work, self.spec.prefetch,
+                                       usage=self.spec.usage)
+        except (NeffcacheError, OSError) as exc:
+            self.prefetch_error = f"{type(exc).__name__}: {exc}"
+            log.warning("prefetch failed, the job runs without it: %s", self.prefetch_error)
+            return 0
         for failure in [*self.prefetched.failed, *self.prefetched.refused]:
             log.warning("prefetch of %s from %s: %s", failure.path, failure.store, failure.detail)
-        return self.prefetched
+        return len(self.prefetched.copied)
 
     def env(self) -> tuple[dict[str, str], list[str]]:
         return local_tier_env(self.placement.work_root, self.shared_url, self.toolchain)
@@ -205,7 +222,7 @@ class LocalSession:
         reports: list[WatchReport] = [writer.report for writer, _ in self.writers]
         lag = sorted(x for r in reports for x in r.lag)
         return {
-            "prefetch": self.prefetched.to_json() if self.prefetched is not None else None,
+            "prefetch": self.prefetched.to_json() if self.prefetched is not None else {"error": self.prefetch_error},
             "write_back": {
                 "tiers": [r.to_json() for r in reports],
                 "published": sum(len(r.published) for r in reports),

@@ -141,7 +141,7 @@ def run_job(req: RunRequest, placement: Placement, *, stdout: IO[bytes] | None =
         if req.local is not None else None
     prefetched = 0
     if local is not None:
-        prefetched = len(local.run_prefetch().copied)
+        prefetched = local.run_prefetch()
         cache_env, _ = local.env()
     else:
         if req.prefetch and placement.remotes:

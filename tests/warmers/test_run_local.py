@@ -123,3 +123,15 @@ def test_bad_local_settings_are_refused(cli: Cli, tmp_path: Path) -> None:
                           "--prefetch-max-bytes", "lots"], "lots")):
         proc = cli.run("run", "--instance", INSTANCE, *args, "--", *TRAIN)
         assert proc.returncode != 0 and words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_a_shared_tier_that_is_down_is_reported_and_the_job_runs(cli: Cli, tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    proc = cli.run("run", "--instance", INSTANCE, "--local", str(tmp_path / "nvme"), "--store", "s3://no-bucket/x",
+                   "--endpoint-url", "http://127.0.0.1:9", "--report", str(report), "--", *TRAIN,
+                   TORCH_NEURONX_COMPILE_ONLY="", AWS_ACCESS_KEY_ID="x", AWS_SECRET_ACCESS_KEY="x",
+                   AWS_DEFAULT_REGION="us-east-1")
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(report.read_text())
+    assert "cannot reach" in got["prefetch"]["error"] and got["compile"] == 3
+    assert "the prefetch failed, the job ran without it" in proc.stderr
