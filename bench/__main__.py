@@ -37,6 +37,9 @@ SUITE: dict[str, tuple[str, Callable[[int], list[str]]]] = {
                                         "--max-neff", "2000000"]),
     "scan": ("bench.scan_bench", lambda n: ["--layout", "both", "--entries", *_count(10_000)(n), "--rounds", "2"]),
     "prune": ("bench.prune_bench", lambda n: ["--entries", *_count(10_000)(n), "--rounds", "1", "--index-rows", "0"]),
+    "coldstart": ("bench.coldstart_bench", lambda n: ["--graphs", *_count(8)(n), "--compile-seconds", "0.5",
+                                                      "--entries", *_count(30)(n), "--wb-entries", *_count(20)(n),
+                                                      "--rounds", "1", "--max-neff", "2000000"]),
     "index": ("bench.index_bench", lambda n: ["--entries", *_count(1_000)(n), "--lookups", *_count(2_000)(n),
                                               "--events", *_count(5_000)(n), "--rounds", "1"]),
 }

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
-from neffcache.application.config import job_toolchain, load_settings
+from neffcache.application.config import Settings, job_toolchain, load_settings
 from neffcache.application.jobenv import local_tier_env, render_env, runtime_root
 from neffcache.application.trusted import trust_policy
 from neffcache.errors import ConfigError
@@ -19,7 +22,10 @@ from neffcache.layouts import LAYOUTS
 from neffcache.replication.prefetch import PrefetchReport, PrefetchRequest, prefetch
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
+from neffcache.toolchain import Toolchain
 from neffcache.units import human_bytes
+from neffcache.warmers.local_run import LocalRun
+from neffcache.warmers.placement import Placement
 
 from .errors import SOME_ENTRIES_FAILED
 from .options import (
@@ -36,6 +42,7 @@ from .options import (
 from .output import json_option, progress, render, write_atomically
 
 MAX_REPORT_BYTES = 64 << 20
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 @click.command("prefetch")
@@ -179,6 +186,48 @@ def _text(report: PrefetchReport, env: dict[str, str], notes: list[str]) -> str:
     out += [f"# note: {n}" for n in notes]
     out.append(render_env(env, "bash"))
     return "\n".join(out)
+
+
+def local_run_options(f: F) -> F:
+    """``run --local``'s options (the rest of its prefetch is ``--prefetch-tag``)."""
+    options = [
+        click.option("--local", "local_dir", metavar="DIR",
+                     help="Run against this node-local tier: prefetch the job's entries into it from the --store "
+                          "tiers (verified, trust policy), write back what the job commits while it runs and "
+                          "after it ends."),
+        click.option("--prefetch-max-bytes", metavar="SIZE", callback=size,
+                     help="--local: copy at most this much before the job (the most recently used first)."),
+        click.option("--prefetch-deadline", metavar="DURATION", callback=duration,
+                     help="--local: start no copy after this long; the job starts on time."),
+        click.option("--require-signed", is_flag=True, default=None,
+                     help="--local: prefetch only entries a trusted key signed (default: NEFFCACHE_REQUIRE_SIGNED)."),
+        click.option("--drain-timeout", callback=duration, default="30s", show_default=True, metavar="DURATION",
+                     help="--local: how long the write-back may take after the job ends (within the pod's grace "
+                          "period)."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def with_local_tier(settings: Settings, local_dir: str) -> Settings:
+    """The settings of ``run --local DIR``: DIR first, the shared tiers behind it (never DIR twice)."""
+    shared = tuple(u for u in settings.stores if not _same_dir(u, local_dir))
+    if not shared:
+        raise ConfigError("run --local needs a shared tier to prefetch from and write back to: --store URL "
+                          "(or NEFFCACHE_STORES)")
+    return dataclasses.replace(settings, stores=(os.path.abspath(local_dir), *shared))
+
+
+def local_run(settings: Settings, placement: Placement, toolchain: Toolchain, tags: Mapping[str, str], *,
+              prefetch_max_bytes: int | None, prefetch_deadline: float | None, require_signed: bool | None,
+              drain_timeout: float, **_: Any) -> LocalRun:
+    """What ``run --local`` prefetches (every layout's namespace of the toolchain, most recently
+    used first by the index's record) and how it writes back."""
+    req = PrefetchRequest(namespaces=tuple(layout.namespace_for(toolchain) for layout in LAYOUTS.values()),
+                          tags=dict(tags), max_bytes=prefetch_max_bytes, deadline=prefetch_deadline,
+                          policy=trust_policy(settings, require_signed=require_signed))
+    return LocalRun(req, usage=_index_usage(placement.index, placement.remotes), drain_timeout=drain_timeout)
 
 
 COMMANDS = [prefetch_cmd]

@@ -21,6 +21,7 @@ from neffcache.replication.sync import COPYABLE_STATES, SyncReport, sync
 from neffcache.replication.watch import WriteBack
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
+from neffcache.toolchain import Toolchain, resolve_toolchain
 from neffcache.units import human_bytes
 
 from .errors import SOME_ENTRIES_FAILED, announce_index
@@ -78,7 +79,7 @@ def _text(verb: str, report: SyncReport) -> str:
 
 def _run(verb: str, src_url: str, dst_url: str, namespaces: tuple[str, ...], compiler_versions: tuple[str, ...],
          targets: tuple[str, ...], states: tuple[str, ...], tags: dict[str, str], parallel: int,
-         index_url: str | None, token: str | None, as_json: bool) -> None:
+         index_url: str | None, token: str | None, as_json: bool, adopt_into: Toolchain | None = None) -> None:
     settings = load_settings(index_url=index_url, token=token)
     # Every entry copied is registered with the index as held by DST. Reports never fail the
     # copy: an index that is down gets them from the spool later.
@@ -97,7 +98,7 @@ def _run(verb: str, src_url: str, dst_url: str, namespaces: tuple[str, ...], com
                     report = sync(src, dst, namespaces=namespaces, compiler_versions=compiler_versions,
                                   targets=targets, states=states, tags=tags, parallel=parallel,
                                   progress=lambda done, total, size: bar.update(done, total, human_bytes(size)),
-                                  on_copied=register if index.enabled else None)
+                                  on_copied=register if index.enabled else None, adopt_into=adopt_into)
             finally:
                 dst.close()
         finally:
@@ -137,8 +138,14 @@ def _run(verb: str, src_url: str, dst_url: str, namespaces: tuple[str, ...], com
               help="--watch: seconds between listings when no change was signalled (inotify wakes it sooner).")
 @click.option("--drain-timeout", callback=duration, default="30s", show_default=True, metavar="DURATION",
               help="--watch: how long the last round may take after SIGTERM (within the pod's grace period).")
+@click.option("--adopt-instance", metavar="TYPE",
+              help="Publish entries of unknown toolchain (at a runtime's own root, which names no compiler: NxD "
+                   "Inference's compiled models, vLLM-Neuron's own cache) into this instance's namespace: you "
+                   "vouch that its toolchain built them.")
+@click.option("--adopt-compiler-version", metavar="VERSION",
+              help="With --adopt-instance: their compiler version (default: the installed neuronx-cc's).")
 def push_cmd(src_url: str, dst_url: str, watch: bool, interval: float, drain_timeout: float,
-             **options: Any) -> None:
+             adopt_instance: str | None, adopt_compiler_version: str | None, **options: Any) -> None:
     """Publish the entries SRC has and DST lacks: a local cache to S3, FSx to S3.
 
     Both sides are listed once and compared by entry; each entry is checked against its
@@ -150,15 +157,26 @@ def push_cmd(src_url: str, dst_url: str, watch: bool, interval: float, drain_tim
     commits it (vLLM-Neuron's save_cache(), without anyone calling it); never an entry whose
     compile still holds its lock or whose commit marker is missing.
 
+    With --adopt-instance, entries a runtime wrote at its own root, where no path says which
+    toolchain built them, land in that toolchain's namespace, where prefetch and prune by
+    compiler find them (NxD Inference's compiled models, from the host that compiled them).
+
     \b
     Example:
       neffcache push /var/tmp/neuron-compile-cache s3://my-bucket/neuron-cache --target trn2 --parallel 32
       neffcache push /nvme/neffcache s3://my-bucket/neuron-cache --watch --drain-timeout 25s
+      neffcache push /models/Llama-3.1-8B s3://my-bucket/neuron-cache --adopt-instance trn2.48xlarge
     """
+    if adopt_compiler_version and not adopt_instance:
+        raise click.UsageError("--adopt-compiler-version goes with --adopt-instance")
+    adopt_into = resolve_toolchain(adopt_instance, compiler_version_override=adopt_compiler_version) \
+        if adopt_instance else None
     if watch:
+        if adopt_into is not None:
+            raise click.UsageError("--adopt-instance is for a one-off push, not --watch")
         _watch(src_url, dst_url, interval, drain_timeout, **options)
         return
-    _run("push", src_url, dst_url, **options)
+    _run("push", src_url, dst_url, **options, adopt_into=adopt_into)
 
 
 def _watch(src_url: str, dst_url: str, interval: float, drain_timeout: float, *, namespaces: tuple[str, ...],
@@ -178,9 +196,9 @@ def _watch(src_url: str, dst_url: str, interval: float, drain_timeout: float, *,
 
         writer = WriteBack(src, dst, namespaces=namespaces, interval=interval, parallel=parallel,
                            on_copied=register if index.enabled else None, wake=watch.wait if watch else None)
-        if not as_json:
-            click.echo(f"watching {src.url} -> {dst.url} ({'inotify' if watch else 'polling'} "
-                       f"every {interval:g}s); SIGTERM drains and exits", err=True)
+        # On stderr even with --json (stdout holds the report): a supervisor can wait for it.
+        click.echo(f"watching {src.url} -> {dst.url} ({'inotify' if watch else 'polling'} "
+                   f"every {interval:g}s); SIGTERM drains and exits", err=True)
         report = writer.run(stop, drain_timeout=drain_timeout)
     finally:
         for sig, old in previous.items():

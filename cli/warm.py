@@ -6,6 +6,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -17,8 +18,9 @@ from neffcache.warmers.logscan import compile_patterns
 from neffcache.warmers.matrix import Shard, build_buckets
 from neffcache.warmers.rewarm import Rewarmer, RewarmRequest
 from neffcache.warmers.warm import Warmer, WarmRequest
-from neffcache.warmers.wrap import RunRequest, run_job
+from neffcache.warmers.wrap import RunRequest, RunResult, run_job
 
+from .coldstart import local_run, local_run_options, with_local_tier
 from .errors import announce_index
 from .jobs import compile_options, drive, job_settings, open_job_placement, parallelism, progress_lines
 from .options import (
@@ -175,6 +177,7 @@ def rewarm_cmd(from_version: str, instance: str | None, lnc: int | None, compile
 @click.option("--prefetch", is_flag=True, help="Pull the toolchain's namespace from the remote tiers first.")
 @click.option("--prefetch-tag", "prefetch_tags", multiple=True, metavar="KEY=VALUE",
               help="Prefetch only entries with this tag (implies --prefetch); repeatable.")
+@local_run_options
 @click.option("--pattern", "patterns", multiple=True, metavar="KIND=REGEX",
               help="Extra log pattern (KIND: hit, miss, compile, failure) with a (?P<path>), (?P<entry>) "
                    "or (?P<key>) group.")
@@ -189,7 +192,8 @@ def rewarm_cmd(from_version: str, instance: str | None, lnc: int | None, compile
 def run_cmd(instance: str | None, lnc: int | None, compiler_version: str | None, compiler: str | None,
             stores: tuple[str, ...], index_url: str | None, token: str | None, prefetch: bool,
             prefetch_tags: tuple[str, ...], patterns: tuple[str, ...], no_default_patterns: bool, no_publish: bool,
-            report_file: Path | None, quiet: bool, tags: dict[str, str], command: tuple[str, ...]) -> None:
+            report_file: Path | None, quiet: bool, tags: dict[str, str], command: tuple[str, ...],
+            local_dir: str | None, **local: Any) -> None:
     """Run a training or inference job with the cache set up, and account for it.
 
     Sets the cache variables of every runtime for the toolchain, passes the job's output
@@ -197,48 +201,77 @@ def run_cmd(instance: str | None, lnc: int | None, compiler_version: str | None,
     log lines, forwards signals, then publishes what the job compiled to every writable
     store and reports it to the index. Exits with the job's exit code.
 
+    With --local DIR the job runs against a node-local tier: its entries are prefetched into
+    DIR from the --store tiers (verified, under the trust policy), the runtimes are pointed at
+    DIR (vLLM-Neuron's shared tier stays the shared filesystem store), what the job commits is
+    written back to the shared tiers while it runs (a spot reclaim loses little) and after it
+    ends, each entry once, with this run's tags and compile seconds in its manifest. The
+    report adds the prefetch and the write-back's lag.
+
     \b
     Example:
       neffcache run --instance trn2.48xlarge --store /nvme/cache --store s3://ml-cache/neuron \\
           --prefetch --tag model=llama3-8b --tag team=llm -- torchrun --nproc-per-node 32 train.py
+      neffcache run --instance trn2.48xlarge --local /nvme/neffcache --store fsx:///mnt/fsx/neuron-cache \\
+          --report /nvme/run.json -- torchrun --nproc-per-node 32 train.py
     """
     settings = job_settings(stores, instance=instance, compiler=compiler, compiler_version=compiler_version,
                          index_url=index_url, token=token)
+    if local_dir is not None:
+        settings = with_local_tier(settings, local_dir)
+    elif any(local[k] is not None for k in ("prefetch_max_bytes", "prefetch_deadline", "require_signed")):
+        raise click.UsageError("--prefetch-max-bytes, --prefetch-deadline and --require-signed go with --local DIR")
     toolchain = job_toolchain(settings, lnc)
     all_tags = {**settings.tags, **tags}
     parsed_prefetch = dict(t.split("=", 1) for t in prefetch_tags if "=" in t)
     if len(parsed_prefetch) != len(prefetch_tags):
         raise click.BadParameter("expected KEY=VALUE", param_hint="--prefetch-tag")
-    request = RunRequest(command=command, toolchain=toolchain,
-                         patterns=compile_patterns(patterns, defaults=not no_default_patterns),
-                         prefetch=prefetch or bool(prefetch_tags), prefetch_tags=parsed_prefetch, tags=all_tags,
-                         publish=not no_publish, failed_ttl=settings.failed_ttl)
     placement = open_job_placement(settings, all_tags, "run")
     try:
+        spec = local_run(settings, placement, toolchain, parsed_prefetch, **local) if local_dir else None
+        request = RunRequest(command=command, toolchain=toolchain,
+                             patterns=compile_patterns(patterns, defaults=not no_default_patterns),
+                             prefetch=prefetch or bool(prefetch_tags), prefetch_tags=parsed_prefetch, tags=all_tags,
+                             publish=not no_publish, failed_ttl=settings.failed_ttl, local=spec)
         result = run_job(request, placement)
     finally:
         placement.close()
     if report_file is not None:
         write_report(report_file, result.to_json())
     if not quiet:
-        c = result.counts
-        click.echo(f"neffcache run: {c['hit']} hits, {c['miss']} misses, {c['compile']} compiles, "
-                   f"{c['failure']} failures; published {result.published} new entr"
-                   f"{'y' if result.published == 1 else 'ies'}"
-                   + (f", prefetched {result.prefetched}" if result.prefetched else "")
-                   + f"; exit {result.exit_code}", err=True)
-        if result.cleared:
-            n = len(result.cleared)
-            click.echo(f"neffcache run: cleared {n} failure{'' if n == 1 else 's'} the host caused "
-                       "(killed, out of memory, missing library...): the next job compiles "
-                       f"{'it' if n == 1 else 'them'} again", err=True)
-        for problem in result.problems:
-            click.echo(f"neffcache run: PROBLEM: {problem}", err=True)
-        if report_file is not None and result.graphs:
-            click.echo(f"neffcache run: {len(result.graphs)} graph{'' if len(result.graphs) == 1 else 's'} missed; "
-                       f"why: neffcache why-miss --from-report {report_file}", err=True)
+        _summary(result, report_file)
     announce_index(placement.index)
     sys.exit(result.exit_code)
+
+
+def _summary(result: RunResult, report_file: Path | None) -> None:
+    c = result.counts
+    click.echo(f"neffcache run: {c['hit']} hits, {c['miss']} misses, {c['compile']} compiles, "
+               f"{c['failure']} failures; published {result.published} new entr"
+               f"{'y' if result.published == 1 else 'ies'}"
+               + (f", prefetched {result.prefetched}" if result.prefetched else "")
+               + f"; exit {result.exit_code}", err=True)
+    if result.local is not None:
+        back = result.local["write_back"]
+        lag = f"lag p50 {back['lag_p50']}s, p99 {back['lag_p99']}s; " if back["lag_p50"] is not None else ""
+        click.echo(f"neffcache run: wrote back {back['published']} entr{'y' if back['published'] == 1 else 'ies'} "
+                   f"during the run ({lag}{'drained' if back['drained'] else 'NOT drained'})", err=True)
+        fetched = result.local["prefetch"]
+        if fetched.get("error"):
+            click.echo(f"neffcache run: PROBLEM: the prefetch failed, the job ran without it: {fetched['error']}",
+                       err=True)
+        for row in [*fetched.get("refused", []), *fetched.get("failed", [])]:
+            click.echo(f"neffcache run: PROBLEM: prefetch of {row['path']} ({row['store']}): {row['detail']}", err=True)
+    if result.cleared:
+        n = len(result.cleared)
+        click.echo(f"neffcache run: cleared {n} failure{'' if n == 1 else 's'} the host caused "
+                   "(killed, out of memory, missing library...): the next job compiles "
+                   f"{'it' if n == 1 else 'them'} again", err=True)
+    for problem in result.problems:
+        click.echo(f"neffcache run: PROBLEM: {problem}", err=True)
+    if report_file is not None and result.graphs:
+        click.echo(f"neffcache run: {len(result.graphs)} graph{'' if len(result.graphs) == 1 else 's'} missed; "
+                   f"why: neffcache why-miss --from-report {report_file}", err=True)
 
 
 COMMANDS: list[click.Command] = [warm_cmd, rewarm_cmd, run_cmd]

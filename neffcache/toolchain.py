@@ -33,7 +33,7 @@ _SAFE_VERSION = re.compile(r"^[0-9][0-9A-Za-z.+_-]*$")
 # The layouts' names (neffcache.layouts.LAYOUTS, in its order) as a plain value: the index
 # server validates the names clients send against it, and ships without the layouts.
 # neffcache.layouts refuses to import if its registry says otherwise.
-LAYOUT_NAMES: tuple[str, ...] = ("neuronxcc", "torchneuron", "vllm")
+LAYOUT_NAMES: tuple[str, ...] = ("neuronxcc", "torchneuron", "vllm", "nxdi")
 
 
 def version_key(version: str) -> tuple[Any, ...]:

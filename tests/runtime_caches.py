@@ -1,6 +1,6 @@
 """Caches laid out the way the runtimes write them, byte for byte, without neffcache: layout A
-(libneuronxla), B (TorchNeuron native) and C (vLLM-Neuron). The one writer of runtime entries
-for the tests."""
+(libneuronxla), B (TorchNeuron native), C (vLLM-Neuron) and NxD Inference's compiled models.
+The one writer of runtime entries for the tests."""
 
 from __future__ import annotations
 
@@ -230,6 +230,33 @@ def write_vllm_entry(cache_root: Path, name: str, *, complete: bool = True, flat
     if complete:
         (entry / ".compilation_complete").touch()
     return entry
+
+
+def write_nxdi_entry(directory: Path, name: str, *, tp: int = 2, settled: bool = True, config: bytes | None = None
+                     ) -> Path:
+    """What NxDI ``compile()`` leaves in ``directory`` (NEURON_COMPILED_ARTIFACTS, or
+    :func:`nxdi_dir` for its default below a model): neuron_config.json, model.pt, the sharded
+    weights; no marker. ``settled``: its files dated an hour back (a compile long finished)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "neuron_config.json").write_bytes(config if config is not None else nxdi_config(name))
+    (directory / "model.pt").write_bytes(b"TORCHSCRIPT" + os.urandom(512))
+    (directory / "weights").mkdir(exist_ok=True)
+    for rank in range(tp):
+        (directory / "weights" / f"tp{rank}_sharded_checkpoint.safetensors").write_bytes(os.urandom(300))
+    if settled:
+        old = os.path.getmtime(directory) - 3600
+        for p in [directory, *directory.rglob("*")]:
+            os.utime(p, (old, old))
+    return directory
+
+
+def nxdi_config(name: str) -> bytes:
+    return json.dumps({"model": name, "tp_degree": 2, "batch_size": 1}, sort_keys=True).encode()
+
+
+def nxdi_dir(root: Path, name: str) -> Path:
+    """``<root>/neuron-compiled-artifacts/<md5 of the config JSON>``: NxDI's default below a model."""
+    return root / "neuron-compiled-artifacts" / hashlib.md5(nxdi_config(name), usedforsecurity=False).hexdigest()
 
 
 def all_files(root: Path) -> dict[str, bytes]:

@@ -36,6 +36,13 @@ class Sim:
             env={**self.env, **env}, capture_output=True, text=True, timeout=timeout, check=False,
         )
 
+    def run_nxdi(self, *args: str, timeout: float = 60, **env: str) -> subprocess.CompletedProcess[str]:
+        """The simulated NxD Inference compile-and-load (``neffcache.testing.nxdi_compile``)."""
+        return subprocess.run(
+            [sys.executable, "-m", "neffcache.testing.nxdi_compile", *args],
+            env={**self.env, **env}, capture_output=True, text=True, timeout=timeout, check=False,
+        )
+
     def compile(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [str(self.bin_dir / "neuronx-cc"), *args],

@@ -40,6 +40,7 @@ from neffcache.toolchain import Toolchain
 
 from .children import exit_status
 from .growth import CacheGrowth, disk_hits
+from .local_run import LocalGrowth, LocalRun, LocalSession
 from .logscan import KINDS, LogCounter, Pattern
 from .placement import Placement
 from .runtime_failures import judge_bucket
@@ -61,6 +62,7 @@ class RunRequest:
     publish: bool = True
     failed_ttl: float | None = None  # a compiler error the job met, older than this, is cleared too
     base_env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    local: LocalRun | None = None  # run against a node-local tier: prefetch, write-back (:mod:`.local_run`)
 
 
 @dataclass
@@ -78,13 +80,14 @@ class RunResult:
     compile_seconds: dict[str, float] = field(default_factory=dict)  # per entry published
     # Each graph the job missed: neffcache.misses.reported's record, read by `why-miss --from-report`.
     graphs: list[dict[str, Any]] = field(default_factory=list)
+    local: dict[str, Any] | None = None  # run --local: the prefetch's and the write-backs' reports
 
     def to_json(self) -> dict[str, Any]:
         return {"exit_code": self.exit_code, **{k: self.counts.get(k, 0) for k in KINDS},
                 "prefetched": self.prefetched, "published": self.published, "seconds": round(self.seconds, 3),
                 "failures": self.failures, "problems": self.problems, "env": self.env,
                 "namespaces": self.namespaces, "cleared_failures": self.cleared,
-                "compile_seconds": self.compile_seconds, "graphs": self.graphs}
+                "compile_seconds": self.compile_seconds, "graphs": self.graphs, **(self.local or {})}
 
 
 def _pump(src: IO[bytes], dst: IO[bytes], counter: LogCounter) -> None:
@@ -134,13 +137,44 @@ def run_job(req: RunRequest, placement: Placement, *, stdout: IO[bytes] | None =
     started = time.monotonic()
     wall_start = time.time()
     namespaces = [layout.namespace_for(req.toolchain) for layout in LAYOUTS.values()]
+    local = LocalSession(req.local, placement, req.toolchain, req.tags, wall_start, req.publish) \
+        if req.local is not None else None
     prefetched = 0
-    if req.prefetch and placement.remotes:
-        prefetched, _ = placement.prefetch(namespaces, tags=req.prefetch_tags or None)
-    cache_env, _ = job_env(placement.work_root, req.toolchain)
-    env = {**req.base_env, **cache_env}
+    if local is not None:
+        prefetched = local.run_prefetch()
+        cache_env, _ = local.env()
+    else:
+        if req.prefetch and placement.remotes:
+            prefetched, _ = placement.prefetch(namespaces, tags=req.prefetch_tags or None)
+        cache_env, _ = job_env(placement.work_root, req.toolchain)
     counter = LogCounter(req.patterns, placement.work_root, namespaces)
-    growth = CacheGrowth(placement.work, namespaces)
+    growth = local.growth(namespaces) if local is not None else CacheGrowth(placement.work, namespaces)
+    if local is not None:
+        local.start_write_back(counter, namespaces)
+    try:
+        code = _run_process(req, {**req.base_env, **cache_env}, counter, stdout, stderr)
+    finally:
+        if local is not None:
+            local.stop_write_back()
+    if isinstance(code, OSError):
+        return RunResult(127 if isinstance(code, FileNotFoundError) else 126, counter.counts(), cache_env,
+                         prefetched, failures=[str(code)], local=local.report() if local is not None else None)
+    result = RunResult(code, counter.counts(), cache_env, prefetched)
+    result.namespaces = counter.by_namespace()
+    _after(req, placement, counter, growth, namespaces, result, wall_start)
+    if local is not None:
+        assert isinstance(growth, LocalGrowth)
+        local.count_fetched(growth, {ns.path: ns for ns in namespaces}, result.counts, result.namespaces)
+        result.local = local.report()
+    result.problems = placement.problem_notes()
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _run_process(req: RunRequest, env: dict[str, str], counter: LogCounter, stdout: IO[bytes] | None,
+                 stderr: IO[bytes] | None) -> int | OSError:
+    """Run the job with ``env``, its output passed through and counted; its exit status, or the
+    error that kept it from starting (said on stderr as a shell would)."""
     # On a terminal the job stays in our process group (Ctrl-C reaches it directly and it may
     # read the terminal); otherwise it gets its own group and every signal is forwarded to it.
     interactive = sys.stdin.isatty()
@@ -148,15 +182,11 @@ def run_job(req: RunRequest, placement: Placement, *, stdout: IO[bytes] | None =
         proc = subprocess.Popen(list(req.command), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 process_group=None if interactive else 0)
     except OSError as exc:
-        # What a shell would say and return: 127 not found, 126 not runnable.
-        code = 127 if isinstance(exc, FileNotFoundError) else 126
         (stderr or sys.stderr.buffer).write(f"neffcache run: {req.command[0]}: {exc.strerror}\n".encode())
-        return RunResult(code, counter.counts(), cache_env, prefetched, failures=[str(exc)])
+        return exc
     assert proc.stdout is not None and proc.stderr is not None
-    out = stdout or sys.stdout.buffer
-    err = stderr or sys.stderr.buffer
-    pumps = [threading.Thread(target=_pump, args=(proc.stdout, out, counter), daemon=True),
-             threading.Thread(target=_pump, args=(proc.stderr, err, counter), daemon=True)]
+    pumps = [threading.Thread(target=_pump, args=(proc.stdout, stdout or sys.stdout.buffer, counter), daemon=True),
+             threading.Thread(target=_pump, args=(proc.stderr, stderr or sys.stderr.buffer, counter), daemon=True)]
     for t in pumps:
         t.start()
     with _forward_signals(proc, own_group=not interactive):
@@ -168,12 +198,7 @@ def run_job(req: RunRequest, placement: Placement, *, stdout: IO[bytes] | None =
                 continue
     for t in pumps:
         t.join()
-    result = RunResult(exit_status(status), counter.counts(), cache_env, prefetched)
-    result.namespaces = counter.by_namespace()
-    _after(req, placement, counter, growth, namespaces, result, wall_start)
-    result.problems = placement.problem_notes()
-    result.seconds = time.monotonic() - started
-    return result
+    return exit_status(status)
 
 
 def _after(req: RunRequest, placement: Placement, counter: LogCounter, growth: CacheGrowth,
@@ -204,14 +229,7 @@ def _after(req: RunRequest, placement: Placement, counter: LogCounter, growth: C
     for path in [*misses, *(p for p in compiled if p not in misses)]:
         placement.event("miss", path, ns_of(path))
     for path in compiled:
-        seconds = counter.compile_seconds(path)
-        if seconds is None:
-            seconds = placement.compile_seconds_of(path, since)
-        if req.publish and placement.ingest(path, toolchain=req.toolchain, tags=req.tags,
-                                            compile_seconds=seconds) is not None:
-            result.published += 1
-            if seconds is not None:
-                result.compile_seconds[path] = seconds
+        seconds = _publish_compiled(req, placement, counter, path, result, since)
         placement.event("compile", path, ns_of(path), compile_seconds=seconds)
     for event in counter.failure_lines():
         placement.event("error", event.entry, ns_of(event.entry), message=event.line[-4000:])
@@ -228,6 +246,28 @@ def _after(req: RunRequest, placement: Placement, counter: LogCounter, growth: C
     # every later job on this root would skip the graph (warmers/runtime_failures.py).
     result.cleared = judge_bucket(placement.work, failed, ttl=req.failed_ttl).cleared
     result.graphs = _missed_graphs(req, placement, misses, compiled, failed)
+
+
+def _publish_compiled(req: RunRequest, placement: Placement, counter: LogCounter, path: str, result: RunResult,
+                      since: float) -> float | None:
+    """Adopt and publish one entry the job compiled; its compile seconds: those its manifest
+    records when one was written during the run (``run --local``'s write-back adopts first, and
+    the first manifest stands: the report says what the stores hold), else the runtime's lines',
+    else the files' times."""
+    seconds = counter.compile_seconds(path)
+    if seconds is None:
+        seconds = placement.compile_seconds_of(path, since)
+    got = placement.ingest(path, toolchain=req.toolchain, tags=req.tags, compile_seconds=seconds) \
+        if req.publish else None
+    if got is None:
+        return seconds
+    manifest = got[0].manifest
+    if manifest is not None and manifest.compile_seconds is not None:
+        seconds = manifest.compile_seconds
+    result.published += 1
+    if seconds is not None:
+        result.compile_seconds[path] = seconds
+    return seconds
 
 
 def _count_from_cache(placement: Placement, counter: LogCounter, added: dict[str, str], found: Sequence[str],

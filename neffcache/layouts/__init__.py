@@ -5,13 +5,14 @@ from __future__ import annotations
 from neffcache.errors import ConfigError
 from neffcache.layouts.base import Layout
 from neffcache.layouts.neuronxcc import NeuronxccLayout
+from neffcache.layouts.nxdi import NxdiLayout
 from neffcache.layouts.records import EntryNames, EntryPlan, Located, LogLine
 from neffcache.layouts.torchneuron import TorchNeuronLayout
 from neffcache.layouts.vllm import VllmLayout
 from neffcache.toolchain import LAYOUT_NAMES
 
 LAYOUTS: dict[str, Layout] = {
-    layout.name: layout for layout in (NeuronxccLayout(), TorchNeuronLayout(), VllmLayout())
+    layout.name: layout for layout in (NeuronxccLayout(), TorchNeuronLayout(), VllmLayout(), NxdiLayout())
 }
 # One list of names: the index server (which has no layouts) validates against LAYOUT_NAMES.
 if tuple(LAYOUTS) != LAYOUT_NAMES:

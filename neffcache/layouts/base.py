@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from neffcache.entry import Entry, EntryState, FileInfo, Namespace
 from neffcache.layouts.envparts import RuntimeEnv
@@ -222,6 +222,13 @@ class Layout(KeyQuestions, RuntimeEnv, ABC):
         the entry (layout A: the MODULE name); None when it cannot (the caller keys by content).
         Raises ValueError when the entry contradicts itself."""
         return None
+
+    def key_from_content(self, key: str, read: Callable[[str], bytes]) -> str:
+        """The key entry ``key`` has by its own bytes (``read(name)`` gives a file's), for a layout
+        whose directory is named by a hash of a file in it (NxDI's config hash): ``key`` itself,
+        or the one its content gives when ``key`` is empty (a root that names none). Raises
+        ValueError when the content contradicts the name. Default: ``key``, nothing read."""
+        return key
 
     def entry_named(self, path: str) -> str | None:
         """The entry (its name inside a namespace) a printed path names wherever it lies (layout

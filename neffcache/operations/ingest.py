@@ -169,9 +169,34 @@ def _transfer(src: Store, entry: Entry, dst: Store, *, tags: Mapping[str, str] |
         else:  # uploaded in place, a late payload file the manifest lacks: hashed as it is sent
             late = get_layout(entry.layout).late_payload
             unhashed = frozenset(n for n in local if n not in staged and n in late and n not in manifest.files)
-        return publish(dst, entry.namespace, entry.key, sources, manifest, move=movable,
+        key = _content_key(entry, local, where)  # NxDI: a root's copy lands under its config hash
+        manifest = dataclasses.replace(manifest, key=key) if key != manifest.key else manifest
+        return publish(dst, entry.namespace, key, sources, manifest, move=movable,
                        known_absent=known_absent, verified=frozenset(staged), unhashed=unhashed,
                        releases=releases, local=to_local_tier)
+
+
+MAX_KEYED_FILE = 16 << 20  # bytes: the file a key is a hash of (a config) is small; a bigger one is refused
+
+
+def _content_key(entry: Entry, local: Mapping[str, Path], where: str) -> str:
+    """The key the entry is published under: its own, or the one its content gives
+    (:meth:`Layout.key_from_content`, read from the very copies about to be published).
+    CorruptEntry when the content contradicts the name: nothing lands."""
+
+    def read(name: str) -> bytes:
+        if name not in local:
+            raise ValueError(f"{name} is missing")
+        with open(local[name], "rb") as f:
+            data = f.read(MAX_KEYED_FILE + 1)
+        if len(data) > MAX_KEYED_FILE:
+            raise ValueError(f"{name} is larger than {MAX_KEYED_FILE} bytes")
+        return data
+
+    try:
+        return get_layout(entry.layout).key_from_content(entry.key, read)
+    except (ValueError, OSError) as exc:
+        raise CorruptEntry(where, [str(exc)]) from None
 
 
 def _completed(entry: Entry, staged: Mapping[str, FileDigest]) -> Manifest:

@@ -24,6 +24,7 @@ from neffcache.coordination.write_leases import publish_lease_name
 from neffcache.entry import Entry, EntryState
 from neffcache.errors import EntryNotFound, InvalidKey, StoreUnavailable
 from neffcache.index import Index
+from neffcache.layouts import get_layout
 from neffcache.operations.ingest import digest_of
 from neffcache.operations.scan import scan
 from neffcache.stores.base import CONTROL_DIR, Store
@@ -93,9 +94,10 @@ def check_entry(store: Store, entry: Entry) -> EntryCheck:
     """
     if entry.state is EntryState.CORRUPT:
         return EntryCheck(entry.path, CheckStatus.CORRUPT, entry.problems)
+    problems = _content_problems(store, entry)
     if entry.manifest is None:
-        return EntryCheck(entry.path, CheckStatus.UNVERIFIED)
-    problems = []
+        return EntryCheck(entry.path, CheckStatus.CORRUPT, tuple(problems)) if problems else \
+            EntryCheck(entry.path, CheckStatus.UNVERIFIED)
     for name, expected in sorted(entry.manifest.files.items()):
         try:
             got = digest_of(store, entry.store_path(name))
@@ -110,6 +112,29 @@ def check_entry(store: Store, entry: Entry) -> EntryCheck:
     if problems:
         return EntryCheck(entry.path, CheckStatus.CORRUPT, tuple(problems))
     return EntryCheck(entry.path, CheckStatus.OK)
+
+
+MAX_KEYED_FILE = 16 << 20  # bytes read of the file a key is a hash of (NxDI's config)
+
+
+def _content_problems(store: Store, entry: Entry) -> list[str]:
+    """What the entry's content says against its name (NxDI: a directory named by another
+    configuration's hash; :meth:`Layout.key_from_content`). Layouts without such a rule read nothing."""
+
+    def read(name: str) -> bytes:
+        with store.open_read(entry.store_path(name)) as stream:
+            data: bytes = stream.read(MAX_KEYED_FILE + 1)
+        if len(data) > MAX_KEYED_FILE:
+            raise ValueError(f"{name} is larger than {MAX_KEYED_FILE} bytes")
+        return data
+
+    try:
+        get_layout(entry.layout).key_from_content(entry.key, read)
+    except EntryNotFound as exc:
+        return [f"cannot check its name: {exc}"]
+    except ValueError as exc:
+        return [str(exc)]
+    return []
 
 
 def quarantine_stamp() -> str:

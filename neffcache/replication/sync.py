@@ -62,6 +62,7 @@ from neffcache.replication.sync_report import (
 )
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
+from neffcache.toolchain import Toolchain
 
 # The report's names are imported from here too (the CLI, tiers, the tests).
 __all__ = ["COPYABLE_STATES", "FATAL", "EntryFilter", "EntryOutcome", "OnCopied", "SyncProgress", "SyncReport",
@@ -252,8 +253,11 @@ def sync(src: Store | str, dst: Store | str, *, namespaces: Collection[str] = ()
          states: Collection[EntryState | str] = (EntryState.SUCCESS,), tags: Mapping[str, str] | None = None,
          paths: Collection[str] | None = None, parallel: int = 16, progress: SyncProgress | None = None,
          busy_wait: float = 60.0, store_options: Mapping[str, Any] | None = None,
-         on_copied: OnCopied | None = None) -> SyncReport:
+         on_copied: OnCopied | None = None, adopt_into: Toolchain | None = None) -> SyncReport:
     """Copy the entries of ``src`` that ``dst`` lacks (see the module docstring).
+
+    ``adopt_into``: entries of unknown toolchain at a runtime's own root (:func:`adopted`) are
+    published into that toolchain's namespace, the caller vouching for what built them.
 
     ``on_copied(entry, manifest)`` is called, from a worker thread, for every SUCCESS entry
     published to ``dst`` (with the manifest it was published with), e.g. to register it with
@@ -270,6 +274,8 @@ def sync(src: Store | str, dst: Store | str, *, namespaces: Collection[str] = ()
             src_future = listing.submit(_list, src, flt)
             dst_future = listing.submit(_list, dst, flt, every_form=True)
             (src_entries, foreign), (dst_entries, _) = src_future.result(), dst_future.result()
+        if adopt_into is not None:
+            src_entries = [adopted(e, adopt_into) for e in src_entries]
         tally = _plan(src_entries, _by_every_form(dst_entries), flt, foreign, progress)
         if progress is not None:
             progress(0, tally.total, 0)
@@ -301,6 +307,22 @@ def _open_pair(src: Store | str, dst: Store | str, options: dict[str, Any],
         raise ConfigError(f"source and destination are the same store ({src.url})")
     dst.check_writable()
     return src, dst
+
+
+def adopted(entry: Entry, toolchain: Toolchain) -> Entry:
+    """``entry`` as it is published into ``toolchain``'s namespace, when it lies at a runtime's
+    own root (namespace ``""``, toolchain unknown: vLLM's ``neuron/compile_cache/<hash>/``, a
+    model's ``neuron-compiled-artifacts/<hash>/``, a ``NEURON_COMPILED_ARTIFACTS`` directory)
+    in a layout whose entries are directories; any other entry as it is. Its files are read
+    where they lie (``base`` is kept): only the destination's path and namespace change, and
+    a computed manifest records that toolchain. A key the path does not name (a root) is read
+    from the content when copied (:meth:`Layout.key_from_content`)."""
+    layout = get_layout(entry.layout)
+    if entry.namespace.path or entry.namespace.toolchain is not None or not layout.entry_is_dir:
+        return entry
+    namespace = layout.namespace_for(toolchain)
+    path = layout.plan_entry(namespace, entry.key).path if entry.key else entry.path
+    return dataclasses.replace(entry, namespace=namespace, path=path)
 
 
 def _by_every_form(entries: list[Entry]) -> dict[str, Entry]:

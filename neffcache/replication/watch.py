@@ -15,7 +15,13 @@ without its marker is absent. The copy itself is :func:`~neffcache.replication.s
 
 Why it is cheap: the first round diffs both sides once; later rounds list only the local tier
 (a local directory: milliseconds for thousands of entries) and copy the committed entries not
-yet published, by path. A round starts when the local tier may have changed: at once when the
+yet published, by path.
+
+``prepare`` (``run --local``'s): called with the committed entries a round is about to copy,
+before it copies them (it gives each the manifest the run publishes it with). With it every
+round, the first too, copies exactly the entries it handed to ``prepare``, by path: an entry
+committed after the round's listing waits for the next round, so none is ever copied without
+having been prepared. A round starts when the local tier may have changed: at once when the
 platform tells (Linux inotify on the tier's directories, :mod:`.inotify`), else every
 ``interval`` seconds; both, so a missed event costs at most one interval.
 """
@@ -29,7 +35,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from neffcache.entry import EntryState
+from neffcache.entry import Entry, EntryState
 from neffcache.operations.scan import scan
 from neffcache.replication.sync import OnCopied, sync
 from neffcache.replication.sync_report import EntryOutcome, SyncReport
@@ -37,6 +43,7 @@ from neffcache.stores.base import Store
 
 log = logging.getLogger(__name__)
 Wake = Callable[[float], bool]  # wait up to N seconds for a change; True when one was seen
+Prepare = Callable[[list[Entry]], None]  # called with the entries a round is about to copy
 
 
 @dataclass
@@ -64,8 +71,10 @@ class WriteBack:
     """Publishes the committed entries of ``src`` (below ``namespaces``) to ``dst``, round by round."""
 
     def __init__(self, src: Store, dst: Store, *, namespaces: Collection[str] = (), interval: float = 2.0,
-                 parallel: int = 8, on_copied: OnCopied | None = None, wake: Wake | None = None) -> None:
+                 parallel: int = 8, on_copied: OnCopied | None = None, wake: Wake | None = None,
+                 prepare: Prepare | None = None) -> None:
         self.src, self.dst = src, dst
+        self.prepare = prepare
         self.namespaces = tuple(namespaces)
         self.interval = interval
         self.parallel = parallel
@@ -101,25 +110,28 @@ class WriteBack:
         worker.join(timeout)
         if not finished.is_set():
             self.report.drained = False
-            self.report.left = len(self._committed() - self._done)
+            self.report.left = len(self._committed().keys() - self._done)
             log.warning("write-back: the drain did not finish in %.0fs: %d committed entries left unpublished",
                         timeout, self.report.left)
 
-    def _committed(self) -> set[str]:
+    def _committed(self) -> dict[str, Entry]:
         prefixes = [n.strip("/") for n in self.namespaces] or [""]
-        return {e.path for p in prefixes for e in scan(self.src, prefix=p).entries
+        return {e.path: e for p in prefixes for e in scan(self.src, prefix=p).entries
                 if e.state is EntryState.SUCCESS and e.committed}
 
     def _round(self, *, first: bool = False) -> None:
-        """One pass: everything the destination lacks on the first, new committed entries after."""
+        """One pass: everything the destination lacks on the first, new committed entries after
+        (with ``prepare``, always the new committed entries: the module docstring says why)."""
         self.report.rounds += 1
-        if first:
+        if first and self.prepare is None:
             report = self._sync(None)
         else:
-            new = self._committed() - self._done
+            new = {p: e for p, e in self._committed().items() if p not in self._done}
             if not new:
                 return
-            report = self._sync(new)
+            if self.prepare is not None:
+                self.prepare(list(new.values()))
+            report = self._sync(set(new))
         self._account(report)
 
     def _sync(self, paths: set[str] | None) -> SyncReport:

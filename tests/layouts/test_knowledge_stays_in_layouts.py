@@ -26,13 +26,14 @@ EXEMPT_DIRS = ("neffcache/layouts/", "neffcache/testing/")
 # Names of runtime files and log markers: a string holding one is a runtime fact.
 RUNTIME_NAMES = (
     "model.neff", "model.done", "model.log", "hlo_module.pb", "compile_flags", ".compilation_complete",
-    "MODULE_", "[NEFF_CACHE]", "NEURON_CC_WRAPPER",
+    "MODULE_", "[NEFF_CACHE]", "NEURON_CC_WRAPPER", "model.pt", "neuron_config.json", "neuron-compiled-artifacts",
+    "NEURON_COMPILED_ARTIFACTS",
 )
 # The one copy of a layout fact outside the layouts, as a value the index server (which ships
 # without the layouts) may import: (file, name assigned). neffcache.layouts refuses to import
 # if its registry differs, and the tests below hold the copies to the layouts.
 DECLARED = {("neffcache/toolchain.py", "LAYOUT_NAMES")}
-LAYOUT_MODULES = tuple(f"neffcache.layouts.{m}" for m in ("neuronxcc", "torchneuron", "vllm"))
+LAYOUT_MODULES = tuple(f"neffcache.layouts.{m}" for m in ("neuronxcc", "torchneuron", "vllm", "nxdi"))
 
 @dataclass(frozen=True)
 class Finding:

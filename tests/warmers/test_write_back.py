@@ -76,7 +76,9 @@ def test_what_the_job_commits_is_published_and_sigterm_drains(cli: Cli, tmp_path
 def test_a_watcher_started_on_an_empty_tier_and_stopped_at_once_exits_zero(cli: Cli, tmp_path: Path) -> None:
     (tmp_path / "nvme").mkdir()
     watcher = cli.popen("push", str(tmp_path / "nvme"), str(tmp_path / "shared"), "--watch", "--json")
-    time.sleep(0.5)
+    assert watcher.stderr is not None
+    while not watcher.stderr.readline().startswith("watching "):  # then its handlers are installed
+        assert watcher.poll() is None, watcher.stderr.read()
     watcher.send_signal(signal.SIGINT)
     out, err = watcher.communicate(timeout=PATIENCE)
     assert watcher.returncode == 0, err
