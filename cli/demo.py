@@ -29,6 +29,7 @@ from typing import Any
 
 import click
 
+from neffcache.errors import ConfigError
 from neffcache.toolchain import find_compiler
 from neffcache.warmers.report import WarmReport
 
@@ -43,6 +44,45 @@ NEW_BUCKET = "2048"
 GRAPHS = 4
 COMPILE_SECONDS = 1.0
 WORKLOAD = [sys.executable, "-m", "neffcache.testing.workload", "--model", "llama-tiny", "--graphs", str(GRAPHS)]
+
+
+# What the demo makes in its workdir, and the marker that says the directory is the demo's.
+PARTS = ("cache", "server", "bin", "logs", "tmp", "spool", "server.log", "run-report.json")
+MARKER = ".neffcache-demo"
+
+
+def claim_workdir(workdir: Path) -> Path:
+    """Make ``workdir`` the demo's and clear what an earlier demo made there; raise ConfigError,
+    having changed nothing, when it holds anything the demo did not make.
+
+    Why this never deletes a user's file: the demo removes only :data:`PARTS`, and only in a
+    directory that carries :data:`MARKER`; the marker is written by this function alone, into a
+    directory that did not exist or was empty, before the demo creates anything in it. A
+    directory without the marker is used only when empty. (A fixed subfolder of the user's
+    directory would not be enough: it could hold the user's files too, and would need the
+    same check.)"""
+    if workdir.exists() and not workdir.is_dir():
+        raise ConfigError(f"--workdir {workdir} is a file, not a directory")
+    marker = workdir / MARKER
+    if marker.is_file():
+        for part in PARTS:
+            path = workdir / part
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            elif path.exists() or path.is_symlink():
+                path.unlink()
+        return workdir
+    held = sorted(p.name for p in workdir.iterdir()) if workdir.is_dir() else []
+    if held:
+        shown = ", ".join(held[:6]) + (", ..." if len(held) > 6 else "")
+        raise ConfigError(f"--workdir {workdir} holds files the demo did not make ({shown}): the demo deletes "
+                          f"and rewrites what is in its workdir, so it runs only in a new or empty directory or "
+                          f"one an earlier demo made (marked {MARKER}); nothing was changed. Name another "
+                          f"directory, e.g. --workdir {workdir / 'neffcache-demo'}")
+    workdir.mkdir(parents=True, exist_ok=True)
+    marker.write_text("made by `neffcache demo`: it replaces these on its next run, and nothing else here:\n"
+                      + "".join(f"{part}\n" for part in PARTS))
+    return workdir
 
 
 @dataclass
@@ -270,7 +310,9 @@ def steps(demo: Demo) -> list[tuple[str, Callable[[], None]]]:
 
 @click.command("demo")
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=Path(".demo"),
-              show_default=True, help="Where the demo keeps its cache, index and logs (wiped at the start).")
+              show_default=True, help="Where the demo keeps its cache, index and logs: a new or empty directory, "
+                                      "or one an earlier demo made (it marks it with .neffcache-demo and replaces "
+                                      "only what it made there).")
 @click.option("--serve", is_flag=True, help="Keep the index server (and its dashboard) running at the end.")
 @click.option("--compile-seconds", type=click.FloatRange(min=0), default=COMPILE_SECONDS, show_default=True,
               help="How long the simulated neuronx-cc takes per graph.")
@@ -288,10 +330,8 @@ def demo_cmd(workdir: Path, serve: bool, compile_seconds: float) -> None:
     Example:
       neffcache demo --workdir /tmp/neffcache-demo --serve
     """
-    workdir = workdir.absolute()
-    for part in ("cache", "server", "bin", "logs", "tmp", "spool"):
-        shutil.rmtree(workdir / part, ignore_errors=True)
-    (workdir / "tmp").mkdir(parents=True)
+    workdir = claim_workdir(workdir.absolute())
+    (workdir / "tmp").mkdir()
     started = time.monotonic()
     try:
         real = find_compiler()
