@@ -75,25 +75,29 @@ def short_toolchain(label: str) -> str:
 def charts(stats: StatsOut) -> dict[str, Any]:
     start, end, bucket = stats.window.start, stats.window.end, stats.window.bucket_seconds
     points = stats.series
-    saved_total, spent_total, saved, spent = 0.0, 0.0, [], []
+    saved_total, spent_total, ahead_total = 0.0, 0.0, 0.0
+    saved, spent, ahead = [], [], []
     for p in points:
         saved_total += p.saved_hours
         spent_total += p.compile_hours
+        ahead_total += p.ahead_hours
         saved.append((p.start, saved_total))
         spent.append((p.start, spent_total))
+        ahead.append((p.start, ahead_total))
     sizes = stats.size_by_toolchain[:8]
     return {
         "hit_rate": line_chart(
-            "hit-rate", [Line("hit rate", [(p.start, None if p.hit_rate is None else p.hit_rate * 100)
-                                           for p in points], "hit", area=True)],
-            start=start, end=end, y_max=100, y_format=lambda v: f"{v:.0f}%", label="hit rate over time"),
+            "hit-rate", [Line("job hit rate", [(p.start, None if p.hit_rate is None else p.hit_rate * 100)
+                                               for p in points], "hit", area=True)],
+            start=start, end=end, y_max=100, y_format=lambda v: f"{v:.0f}%", label="job hit rate over time"),
         "lookups": stacked_bars(
             "lookups", [p.start for p in points],
             [("hits", "hit", [float(p.hits) for p in points]), ("misses", "miss", [float(p.misses) for p in points])],
             start=start, end=end, bucket=bucket, label="hits and misses per bucket"),
         "saved": line_chart(
             "saved", [Line("compile hours saved", saved, "saved", area=True),
-                      Line("compile hours spent", spent, "spent", dashed=True)],
+                      Line("compile hours spent by jobs", spent, "spent", dashed=True),
+                      Line("compiled ahead by warm-ups", ahead, "ahead", dashed=True)],
             start=start, end=end, y_format=lambda v: f"{v:,.0f} h", label="cumulative compile hours"),
         "sizes": hbars("size-by-toolchain", [(s.toolchain, float(s.bytes), f"{human_bytes(s.bytes)}", "size")
                                              for s in sizes], label="cache size by toolchain",
