@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import shlex
 import sys
 import time
 from collections import Counter
@@ -20,7 +21,7 @@ from neffcache.operations.summary import ScanSummary, summarize
 from neffcache.operations.verify import CheckStatus, VerifyReport, verify
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
-from neffcache.units import human_bytes
+from neffcache.units import human_bytes, plural
 
 from .errors import CORRUPT, SOME_ENTRIES_FAILED, announce_index
 from .options import (
@@ -54,13 +55,16 @@ def _failures_json(failed: list[FailedGraph]) -> dict[str, object]:
             "signatures": len({f.signature for f in failed}), "entries": [f.to_json() for f in failed[:1000]]}
 
 
-def _failures_text(failed: list[FailedGraph]) -> list[str]:
+def _failures_text(failed: list[FailedGraph], store: str) -> list[str]:
     if not failed:
         return []
     compiler = [f for f in failed if not f.verdict.is_environment]
-    out = [f"failed: {len(compiler)} compiler errors ({len({f.signature for f in compiler})} signatures; "
-           f"`neffcache failures`), {len(failed) - len(compiler)} environment failures (the host failed the "
-           "compile, not the graph: warm compiles them again, `neffcache prune --failed environment` removes them)"]
+    where = shlex.quote(store)
+    signatures = plural(len({f.signature for f in compiler}), "signature")
+    out = [f"failed: {plural(len(compiler), 'compiler error')} ({signatures}; `neffcache failures --store {where}`), "
+           f"{plural(len(failed) - len(compiler), 'environment failure')} (the "
+           "host failed the compile, not the graph: warm compiles them again, "
+           f"`neffcache prune --store {where} --failed environment` plans their removal)"]
     out += [f"  {f.verdict.failure_class:<11} {f.signature}  {f.path}: {f.message[:120]}" for f in failed[:20]]
     return out + ([f"  ... and {len(failed) - 20} more (--json lists them)"] if len(failed) > 20 else [])
 
@@ -75,7 +79,7 @@ def _scan_text(summary: ScanSummary, report: ScanReport | None, show_entries: bo
         tc = f"{ns.target or '?'} lnc={ns.lnc or '?'}"
         rows.append([ns.label, ns.layout, ns.compiler_version or "?", tc, s.entries,
                      *(s.states.get(st, 0) for st in STATES), human_bytes(s.size)])
-    out = [f"{summary.store}: {summary.entries} entries, {human_bytes(summary.size)} "
+    out = [f"{summary.store}: {plural(summary.entries, 'entry')}, {human_bytes(summary.size)} "
            f"(scanned in {summary.seconds:.2f}s)"]
     if rows:
         out.append(table(rows, ["namespace", "layout", "compiler", "target", "entries", *STATES, "size"]))
@@ -86,11 +90,12 @@ def _scan_text(summary: ScanSummary, report: ScanReport | None, show_entries: bo
         out.append(_entries_table(report, manifests))
     if summary.garbage_count:
         out.append(f"garbage: {summary.garbage_files} temp files and {summary.uncommitted_entries} "
-                   f"uncommitted entries, {human_bytes(summary.garbage_size)} (neffcache prune --garbage)")
+                   f"uncommitted entries, {human_bytes(summary.garbage_size)} "
+                   f"(`neffcache prune --store {shlex.quote(summary.store)} --garbage` plans their removal)")
     if summary.foreign_files:
         out.append(f"foreign, kept: {summary.foreign_files} files no runtime or neffcache wrote (other tools', "
                    f"unknown), {human_bytes(summary.foreign_size)}; neffcache never removes them")
-    out.extend(_failures_text(failed))
+    out.extend(_failures_text(failed, summary.store))
     out.extend(f"warning: {w}" for w in summary.warnings)
     if summary.warning_count > len(summary.warnings):
         out.append(f"warning: ... and {summary.warning_count - len(summary.warnings)} more (--json lists them all)")
@@ -227,7 +232,7 @@ def verify_cmd(store_url: str, fix: bool, index_url: str | None, token: str | No
     if index.enabled:
         data["index"] = index.counts().to_json()
     render(as_json, data, lambda: _verify_text(report))
-    announce_index(index)
+    announce_index(index, [store_url])
     if any(c.quarantined_to is None for c in report.corrupt):
         sys.exit(CORRUPT)
     if report.failed:

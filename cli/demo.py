@@ -35,6 +35,7 @@ from neffcache.warmers.report import WarmReport
 
 from .errors import NOT_WARM
 from .jobs import report_text
+from .server import DEFAULT_PORT
 
 INSTANCE = "trn2.48xlarge"
 OLD_VERSION = "2.27.5334.0+f702b353"
@@ -355,19 +356,26 @@ def demo_cmd(workdir: Path, serve: bool, compile_seconds: float) -> None:
             click.secho(f"\n== {number}. {title}", bold=True)
             step()
         click.echo("")
-        if url:
-            click.secho(f"dashboard: {url}/   (metrics: {url}/metrics)", bold=True)
         click.echo(f"demo finished in {time.monotonic() - started:.0f}s; workdir {workdir}")
         if demo.failures:
             raise click.ClickException("demo checks failed: " + "; ".join(demo.failures))
         if url and serve:
+            click.secho(f"dashboard: {url}/   (metrics: {url}/metrics)", bold=True)
             click.echo("serving the index until Ctrl-C ...")
             with contextlib.suppress(KeyboardInterrupt):
                 while True:
                     time.sleep(3600)
         elif url:
-            click.echo(f"(the index stopped with the demo; browse it again with `neffcache serve --data-dir "
-                       f"{workdir / 'server'}` or rerun with --serve)")
+            click.secho(dashboard_hint(workdir), bold=True)
+
+
+def dashboard_hint(workdir: Path) -> str:
+    """How to see the dashboard once the demo's own server stopped: a server on the demo's
+    database that lets reads in without a token (the demo's token died with it; on 127.0.0.1,
+    serve's default interface, nothing else can reach it)."""
+    command = shlex.join(["neffcache", "serve", "--data-dir", str(workdir / "server"), "--anonymous-read"])
+    return (f"dashboard: the index stopped with the demo; browse it with: {command}   "
+            f"(then open http://127.0.0.1:{DEFAULT_PORT}/), or rerun the demo with --serve")
 
 
 COMMANDS: list[click.Command] = [demo_cmd]

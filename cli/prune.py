@@ -104,11 +104,13 @@ def _plan_text(plan: PrunePlan, show_items: bool, executing: bool) -> str:
     if plan.guards:
         out.append("")
         out.extend(f"guard ({g.rule}): the plan {g.message}" for g in plan.guards)
-        out.append("this looks like a mistake: --yes alone refuses it; check the plan, then add --force to --yes.")
+        out.append("this looks like a mistake: --yes alone refuses it; check the plan before you force it.")
     if not executing:
         out.append("")
-        out.append("dry run: nothing was changed. Add --yes to remove these items." if plan.items
-                   else "nothing to prune.")
+        # The last line is what carries the plan out: with a guard tripped that is --yes --force.
+        act = "Add --yes --force to remove these items (the guard refuses --yes alone)." if plan.guards else \
+            "Add --yes to remove these items."
+        out.append(f"dry run: nothing was changed. {act}" if plan.items else "nothing to prune.")
     return "\n".join(out)
 
 
@@ -280,7 +282,7 @@ def _prune(opened: list[Store], policy: PrunePolicy, settings: Settings, *, sour
             index.close()
         for store in opened:
             store.close()
-    announce_index(index)
+    announce_index(index, [store.url for store in opened])
     if result.failed:
         sys.exit(SOME_ENTRIES_FAILED)
 
@@ -386,7 +388,7 @@ def reconcile_cmd(stores: tuple[str, ...], fix: str, yes: bool, force: bool, max
         index.close()
         for store in opened:
             store.close()
-    announce_index(index)
+    announce_index(index, [store.url for store in opened])
 
 
 COMMANDS: list[click.Command] = [prune_cmd, reconcile_cmd]

@@ -116,7 +116,7 @@ def _run(verb: str, src_url: str, dst_url: str, namespaces: tuple[str, ...], com
         return out
 
     render(as_json, data, text)
-    announce_index(index)
+    announce_index(index, [dst_url])
     if report.failed:
         sys.exit(SOME_ENTRIES_FAILED)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -235,9 +236,11 @@ def run_cmd(instance: str | None, lnc: int | None, compiler_version: str | None,
         for problem in result.problems:
             click.echo(f"neffcache run: PROBLEM: {problem}", err=True)
         if report_file is not None and result.graphs:
+            # The stores the job read: why-miss looks in them (it needs a store or an index).
+            where = "".join(f" --store {shlex.quote(url)}" for url in settings.stores)
             click.echo(f"neffcache run: {len(result.graphs)} graph{'' if len(result.graphs) == 1 else 's'} missed; "
-                       f"why: neffcache why-miss --from-report {report_file}", err=True)
-    announce_index(placement.index)
+                       f"why: neffcache why-miss --from-report {shlex.quote(str(report_file))}{where}", err=True)
+    announce_index(placement.index, [store.url for store in placement.writable])
     sys.exit(result.exit_code)
 
 
