@@ -27,7 +27,7 @@ from neffcache.operations.repro import write_bundle
 from neffcache.prune import FailedSelect
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
-from neffcache.units import parse_duration
+from neffcache.units import parse_duration, plural
 
 from .options import (
     duration,
@@ -182,7 +182,8 @@ def failures_group(ctx: click.Context, stores: tuple[str, ...], index_url: str |
     if only:
         groups = [g for g in groups if g.failure_class == only]
     notes = [*([index_note] if index_note else []), *warnings]
-    head = (f"failures of the last {label}: {len(groups)} signatures, {sum(g.graphs for g in groups)} graphs "
+    head = (f"failures of the last {label}: {plural(len(groups), 'signature')}, "
+            f"{plural(sum(g.graphs for g in groups), 'graph')} "
             f"(stores: {', '.join(settings.stores) or 'none'}; index: {settings.index_url if not index_note else '-'})")
     data: dict[str, Any] = {"window": label, "stores": list(settings.stores),
                             "index": settings.index_url if not index_note else None, "notes": notes,

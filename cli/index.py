@@ -184,7 +184,7 @@ def flush_cmd(index_url: str | None, token: str | None, as_json: bool) -> None:
 
     \b
     Example:
-      neffcache flush --index-url http://neffcache-index:8080 --json
+      neffcache flush --index-url http://neffcache-index:8787 --json
     """
     settings = load_settings(index_url=index_url, token=token)
     root = Path(settings.spool_dir) if settings.spool_dir else None

@@ -28,7 +28,7 @@ from neffcache.prune import (
 from neffcache.replication.reconcile import ReconcilePlan, plan_reconcile
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
-from neffcache.units import human_bytes, parse_size
+from neffcache.units import human_bytes, parse_size, plural
 
 from .errors import SOME_ENTRIES_FAILED, announce_index
 from .failures import failed_options, failed_rule
@@ -73,7 +73,7 @@ def _index(settings: Settings, enabled: bool) -> Index | None:
 
 def _plan_text(plan: PrunePlan, show_items: bool, executing: bool) -> str:
     other = len(plan.items) - plan.entries
-    head = (f"prune plan {plan.id}: {plan.entries} entries and {other} other items, "
+    head = (f"prune plan {plan.id}: {plural(plan.entries, 'entry')} and {plural(other, 'other item')}, "
             f"{human_bytes(plan.expected_freed_size)} to free (planned in {plan.seconds:.1f}s)")
     out = [head]
     if plan.items:
@@ -117,13 +117,14 @@ def _plan_text(plan: PrunePlan, show_items: bool, executing: bool) -> str:
 def _warm_logs_text(runs: list[WarmLogRun], days: float, removed: bool) -> str:
     size = sum(r.size for r in runs)
     verb = "removed" if removed else "would remove"
-    return (f"warm logs: {verb} {len(runs)} runs ({human_bytes(size)}) older than {days:g} days "
+    return (f"warm logs: {verb} {plural(len(runs), 'run')} ({human_bytes(size)}) older than {days:g} days "
             f"under {warm_log_home()}")
 
 
 def _result_text(result: PruneResult) -> str:
     entries = sum(1 for i in result.removed if i.kind.value == "entry")
-    out = [f"removed {len(result.removed)} items ({entries} entries), freed {human_bytes(result.freed_bytes)} "
+    out = [f"removed {plural(len(result.removed), 'item')} ({plural(entries, 'entry')}), "
+           f"freed {human_bytes(result.freed_bytes)} "
            f"in {result.seconds:.1f}s"]
     if result.skipped:
         reasons = Counter(s.why for s in result.skipped)

@@ -16,7 +16,7 @@ from neffcache.manifest import Manifest
 from neffcache.replication.sync import COPYABLE_STATES, SyncReport, sync
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
-from neffcache.units import human_bytes
+from neffcache.units import human_bytes, plural
 
 from .errors import SOME_ENTRIES_FAILED, announce_index
 from .options import _parse_tags, endpoint_option, index_options, open_settings_index, store_options
@@ -112,7 +112,7 @@ def _run(verb: str, src_url: str, dst_url: str, namespaces: tuple[str, ...], com
         out = _text(verb, report)
         if index.enabled:
             # Registered = delivered or waiting in the spool; the notice on stderr says which.
-            out += f"\nindex {settings.index_url}: {registered} entries registered"
+            out += f"\nindex {settings.index_url}: {plural(registered, 'entry')} registered"
         return out
 
     render(as_json, data, text)

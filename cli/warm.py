@@ -14,6 +14,7 @@ from neffcache.application.config import job_toolchain
 from neffcache.application.warm_logs import expired_runs, remove_runs, warm_log_home
 from neffcache.toolchain import compiler_version as installed_version
 from neffcache.toolchain import find_compiler
+from neffcache.units import plural
 from neffcache.warmers.logscan import compile_patterns
 from neffcache.warmers.matrix import Shard, build_buckets
 from neffcache.warmers.rewarm import Rewarmer, RewarmRequest
@@ -223,9 +224,9 @@ def run_cmd(instance: str | None, lnc: int | None, compiler_version: str | None,
         write_report(report_file, result.to_json())
     if not quiet:
         c = result.counts
-        click.echo(f"neffcache run: {c['hit']} hits, {c['miss']} misses, {c['compile']} compiles, "
-                   f"{c['failure']} failures; published {result.published} new entr"
-                   f"{'y' if result.published == 1 else 'ies'}"
+        click.echo(f"neffcache run: {plural(c['hit'], 'hit')}, {plural(c['miss'], 'miss')}, "
+                   f"{plural(c['compile'], 'compile')}, {plural(c['failure'], 'failure')}; "
+                   f"published {result.published} new entr{'y' if result.published == 1 else 'ies'}"
                    + (f", prefetched {result.prefetched}" if result.prefetched else "")
                    + f"; exit {result.exit_code}", err=True)
         if result.cleared:

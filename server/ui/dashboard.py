@@ -27,6 +27,7 @@ from neffcache.server.services.readiness import pair_readiness, upgrade_pairs
 from neffcache.server.services.stats import GroupBy, StatsOut, compute_stats
 from neffcache.server.ui.charts import Line, hbars, line_chart, stacked_bars
 from neffcache.units import human_bytes as decimal_bytes
+from neffcache.units import plural
 
 router = APIRouter(include_in_schema=False)
 TEMPLATES_DIR = Path(__file__).with_name("templates")
@@ -147,7 +148,7 @@ def dashboard(
         team=team or "", model=model or "", group_by=group_by, refresh=state.settings.dashboard_refresh_seconds,
         now=now, updated=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(now)), version=__version__,
         human_bytes=human_bytes, hours=hours, pct=pct, ago=lambda ts: ago(ts, now),
-        money=money, upgrades=upgrades, unused_weight=UNUSED_WEIGHT,
+        money=money, plural=plural, upgrades=upgrades, unused_weight=UNUSED_WEIGHT,
         state_class=_STATE_CLASS, leases=held, database=state.db.dialect, tc=short_toolchain,
         total_bytes=sum(s.bytes for s in stats.size_by_toolchain),
         total_entries=sum(stats.entries_by_state.values()),
