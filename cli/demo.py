@@ -1,4 +1,4 @@
-"""``neffcache demo``: the main job on the embedded default, end to end, in well under a minute.
+"""``neffcache demo``: the main job on the embedded default, end to end, in about a minute.
 
 Every step is a real ``neffcache`` command run as its own process, printed before it runs, so
 the demo doubles as a walk-through of the CLI: an index server in the background, a compile-only

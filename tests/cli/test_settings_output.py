@@ -60,3 +60,11 @@ def test_counts_and_durations_read_as_english() -> None:
         ("1 entry", "2 entries", "2 misses", "1,234 hits")
     assert compile_time(3.2) == "3.2 s of compile time"
     assert compile_time(1800) == "30 min of compile time" and compile_time(5400) == "1.5 h of compile time"
+
+
+def test_a_failures_window_the_index_would_refuse_is_a_usage_error() -> None:
+    """`failures --window` is sent to the index too: checked by its pattern first (exit 2)."""
+    for window in ("3x", "1.5d"):
+        proc = neffcache("failures", "--window", window, NEFFCACHE_INDEX_URL="http://127.0.0.1:9")
+        assert proc.returncode == 2, proc.stderr
+        assert f"{window!r} is not a window" in proc.stderr and "Traceback" not in proc.stderr
