@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
+import shlex
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
+from typing import Any
 
 import click
 
 from neffcache.application.config import job_toolchain, load_settings
 from neffcache.application.jobenv import job_env, render_env
 from neffcache.entry import EntryState
-from neffcache.errors import EntryNotFound
+from neffcache.errors import ConfigError, EntryNotFound
 from neffcache.keys import safe_relpath
 from neffcache.operations.failed import FailedGraph, failed_graphs
 from neffcache.operations.scan import ScanReport, load_entry, scan
@@ -20,7 +23,7 @@ from neffcache.operations.summary import ScanSummary, summarize
 from neffcache.operations.verify import CheckStatus, VerifyReport, verify
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
-from neffcache.units import human_bytes
+from neffcache.units import human_bytes, plural
 
 from .errors import CORRUPT, SOME_ENTRIES_FAILED, announce_index
 from .options import (
@@ -32,7 +35,7 @@ from .options import (
     store_options,
     toolchain_options,
 )
-from .output import json_option, progress, render, table
+from .output import emit_json, json_option, progress, render, table, toml_lines
 
 STATES = [s.value for s in EntryState]
 
@@ -54,13 +57,16 @@ def _failures_json(failed: list[FailedGraph]) -> dict[str, object]:
             "signatures": len({f.signature for f in failed}), "entries": [f.to_json() for f in failed[:1000]]}
 
 
-def _failures_text(failed: list[FailedGraph]) -> list[str]:
+def _failures_text(failed: list[FailedGraph], store: str) -> list[str]:
     if not failed:
         return []
     compiler = [f for f in failed if not f.verdict.is_environment]
-    out = [f"failed: {len(compiler)} compiler errors ({len({f.signature for f in compiler})} signatures; "
-           f"`neffcache failures`), {len(failed) - len(compiler)} environment failures (the host failed the "
-           "compile, not the graph: warm compiles them again, `neffcache prune --failed environment` removes them)"]
+    where = shlex.quote(store)
+    signatures = plural(len({f.signature for f in compiler}), "signature")
+    out = [f"failed: {plural(len(compiler), 'compiler error')} ({signatures}; `neffcache failures --store {where}`), "
+           f"{plural(len(failed) - len(compiler), 'environment failure')} (the "
+           "host failed the compile, not the graph: warm compiles them again, "
+           f"`neffcache prune --store {where} --failed environment` plans their removal)"]
     out += [f"  {f.verdict.failure_class:<11} {f.signature}  {f.path}: {f.message[:120]}" for f in failed[:20]]
     return out + ([f"  ... and {len(failed) - 20} more (--json lists them)"] if len(failed) > 20 else [])
 
@@ -75,7 +81,7 @@ def _scan_text(summary: ScanSummary, report: ScanReport | None, show_entries: bo
         tc = f"{ns.target or '?'} lnc={ns.lnc or '?'}"
         rows.append([ns.label, ns.layout, ns.compiler_version or "?", tc, s.entries,
                      *(s.states.get(st, 0) for st in STATES), human_bytes(s.size)])
-    out = [f"{summary.store}: {summary.entries} entries, {human_bytes(summary.size)} "
+    out = [f"{summary.store}: {plural(summary.entries, 'entry')}, {human_bytes(summary.size)} "
            f"(scanned in {summary.seconds:.2f}s)"]
     if rows:
         out.append(table(rows, ["namespace", "layout", "compiler", "target", "entries", *STATES, "size"]))
@@ -86,11 +92,12 @@ def _scan_text(summary: ScanSummary, report: ScanReport | None, show_entries: bo
         out.append(_entries_table(report, manifests))
     if summary.garbage_count:
         out.append(f"garbage: {summary.garbage_files} temp files and {summary.uncommitted_entries} "
-                   f"uncommitted entries, {human_bytes(summary.garbage_size)} (neffcache prune --garbage)")
+                   f"uncommitted entries, {human_bytes(summary.garbage_size)} "
+                   f"(`neffcache prune --store {shlex.quote(summary.store)} --garbage` plans their removal)")
     if summary.foreign_files:
         out.append(f"foreign, kept: {summary.foreign_files} files no runtime or neffcache wrote (other tools', "
                    f"unknown), {human_bytes(summary.foreign_size)}; neffcache never removes them")
-    out.extend(_failures_text(failed))
+    out.extend(_failures_text(failed, summary.store))
     out.extend(f"warning: {w}" for w in summary.warnings)
     if summary.warning_count > len(summary.warnings):
         out.append(f"warning: ... and {summary.warning_count - len(summary.warnings)} more (--json lists them all)")
@@ -116,7 +123,7 @@ def _entries_table(report: ScanReport, manifests: bool) -> str:
 
 
 @click.command("scan")
-@click.argument("store_url", metavar="STORE")
+@click.argument("store_urls", metavar="[STORE]...", nargs=-1)
 @click.option("--manifests", is_flag=True,
               help="Also read every manifest: compare each file's size with it (a mismatch is CORRUPT) and show "
                    "entries by tag and producer (with --entries, each entry's). About 7x the time of a plain scan "
@@ -124,10 +131,12 @@ def _entries_table(report: ScanReport, manifests: bool) -> str:
 @click.option("--entries", "show_entries", is_flag=True, help="List every entry, not only namespaces.")
 @endpoint_option
 @json_option
-def scan_cmd(store_url: str, manifests: bool, show_entries: bool, as_json: bool) -> None:
+def scan_cmd(store_urls: tuple[str, ...], manifests: bool, show_entries: bool, as_json: bool) -> None:
     """Show the entries of a cache by namespace and state.
 
-    STORE is a path or URL (/var/tmp/neuron-compile-cache, fsx:///mnt/fsx/cache, s3://bucket/prefix).
+    STORE is a path or URL (/var/tmp/neuron-compile-cache, fsx:///mnt/fsx/cache, s3://bucket/prefix);
+    without one, each configured store (NEFFCACHE_STORES, `stores` in neffcache.toml) in turn
+    (--json: a list, one object per store, when there are several).
     A plain scan lists the store once (about the cost of `find`) and judges each entry by what
     the listing shows: its commit marker, its files and their names, an empty NEFF. It opens no
     file but the failure logs of FAILED entries, each judged a compiler error (with its
@@ -144,10 +153,31 @@ def scan_cmd(store_url: str, manifests: bool, show_entries: bool, as_json: bool)
       neffcache scan /var/tmp/neuron-compile-cache --entries
       neffcache scan s3://my-bucket/neuron-cache --manifests --endpoint-url http://minio:9000
     """
-    store = open_store(store_url, read_only=True, create=False, **store_options())
-    if not (as_json or show_entries or manifests):
-        _scan_summary(store)
-        return
+    settings = load_settings()
+    urls = store_urls or settings.stores
+    if not urls:
+        raise ConfigError("name the store to scan: STORE (a path or URL), or configure stores (NEFFCACHE_STORES, "
+                          "`stores` in neffcache.toml)")
+    bad, found = False, []
+    for url in urls:
+        store = open_store(url, read_only=True, create=False, **store_options(settings))
+        if not (as_json or show_entries or manifests):
+            bad = _scan_summary(store) or bad
+            continue
+        data, text, warned = _scan_full(store, manifests, show_entries, as_json)
+        bad = warned or bad
+        if not as_json:
+            click.echo(text())
+        found.append(data)
+    if as_json:
+        emit_json(found[0] if len(found) == 1 else found)
+    if bad:  # a CORRUPT entry (a bad manifest, a bad name...): reported above, the rest listed
+        sys.exit(SOME_ENTRIES_FAILED)
+
+
+def _scan_full(store: Store, manifests: bool, show_entries: bool, as_json: bool
+               ) -> tuple[dict[str, Any], Callable[[], str], bool]:
+    """A scan that keeps every entry: its JSON, its text, and whether it warned."""
     with progress("scanning", enabled=not as_json) as bar:
         report = scan(store, read_manifests=manifests, progress=lambda n: bar.update(n, detail="files"))
     warnings: list[str] = []
@@ -163,21 +193,23 @@ def scan_cmd(store_url: str, manifests: bool, show_entries: bool, as_json: bool)
                                    "created": e.manifest.created} if e.manifest is not None else {})}
                               for e in report.entries]
     summary = ScanSummary.of_report(report, max_warnings=len(report.warnings))
-    render(as_json, data, lambda: _scan_text(summary, report, show_entries, manifests, failed)
-           + "".join(f"\nwarning: {w}" for w in warnings))
-    if report.warnings or warnings:  # a CORRUPT entry (a bad manifest, a bad name...): reported above, the rest listed
-        sys.exit(SOME_ENTRIES_FAILED)
+
+    def text() -> str:
+        return (_scan_text(summary, report, show_entries, manifests, failed)
+                + "".join(f"\nwarning: {w}" for w in warnings))
+
+    return data, text, bool(report.warnings or warnings)
 
 
-def _scan_summary(store: Store) -> None:
-    """A plain scan: the totals from one streaming pass (neffcache.operations.summary), no entry list."""
+def _scan_summary(store: Store) -> bool:
+    """A plain scan: the totals from one streaming pass (neffcache.operations.summary), no entry
+    list; True when it warned."""
     with progress("scanning", enabled=True) as bar:
         summary = summarize(store, progress=lambda n: bar.update(n, detail="files"))
     warnings: list[str] = []
     failed = failed_graphs(store, summary.failed, warnings=warnings)  # a small read per FAILED entry
     click.echo(_scan_text(summary, None, False, False, failed) + "".join(f"\nwarning: {w}" for w in warnings))
-    if summary.warning_count or warnings:
-        sys.exit(SOME_ENTRIES_FAILED)
+    return bool(summary.warning_count or warnings)
 
 
 def _verify_text(report: VerifyReport) -> str:
@@ -227,7 +259,7 @@ def verify_cmd(store_url: str, fix: bool, index_url: str | None, token: str | No
     if index.enabled:
         data["index"] = index.counts().to_json()
     render(as_json, data, lambda: _verify_text(report))
-    announce_index(index)
+    announce_index(index, [store_url])
     if any(c.quarantined_to is None for c in report.corrupt):
         sys.exit(CORRUPT)
     if report.failed:
@@ -274,10 +306,10 @@ def env_cmd(instance: str | None, lnc: int | None, compiler_version: str | None,
 @click.command("config")
 @json_option
 def config_cmd(as_json: bool) -> None:
-    """Show the settings in effect and where they came from.
+    """Show the settings in effect, as neffcache.toml takes them, and where they came from.
 
     Precedence: flags > NEFFCACHE_* variables > $NEFFCACHE_CONFIG or ./neffcache.toml >
-    ~/.config/neffcache/neffcache.toml > defaults.
+    ~/.config/neffcache/neffcache.toml > defaults. Unset settings and the token are comments.
 
     \b
     Example:
@@ -286,7 +318,10 @@ def config_cmd(as_json: bool) -> None:
     settings = load_settings()
     data = dataclasses.asdict(settings)
     data["token"] = "***" if settings.token else None
-    render(as_json, data, lambda: "\n".join(f"{k} = {v!r}" for k, v in data.items()))
+    shown = {k: v for k, v in dataclasses.asdict(settings).items() if k != "sources"}
+    came_from = ", ".join(settings.sources) or "no file or variable"
+    render(as_json, data, lambda: "\n".join([f"# in effect: defaults, then {came_from}; as neffcache.toml takes it",
+                                             *toml_lines(shown, hidden=frozenset({"token"}))]))
 
 
 @click.command("show")

@@ -1,4 +1,4 @@
-"""``neffcache demo``: the main job on the embedded default, end to end, in well under a minute.
+"""``neffcache demo``: the main job on the embedded default, end to end, in about a minute.
 
 Every step is a real ``neffcache`` command run as its own process, printed before it runs, so
 the demo doubles as a walk-through of the CLI: an index server in the background, a compile-only
@@ -29,11 +29,13 @@ from typing import Any
 
 import click
 
+from neffcache.errors import ConfigError
 from neffcache.toolchain import find_compiler
 from neffcache.warmers.report import WarmReport
 
 from .errors import NOT_WARM
 from .jobs import report_text
+from .server import DEFAULT_PORT
 
 INSTANCE = "trn2.48xlarge"
 OLD_VERSION = "2.27.5334.0+f702b353"
@@ -43,6 +45,45 @@ NEW_BUCKET = "2048"
 GRAPHS = 4
 COMPILE_SECONDS = 1.0
 WORKLOAD = [sys.executable, "-m", "neffcache.testing.workload", "--model", "llama-tiny", "--graphs", str(GRAPHS)]
+
+
+# What the demo makes in its workdir, and the marker that says the directory is the demo's.
+PARTS = ("cache", "server", "bin", "logs", "tmp", "spool", "server.log", "run-report.json")
+MARKER = ".neffcache-demo"
+
+
+def claim_workdir(workdir: Path) -> Path:
+    """Make ``workdir`` the demo's and clear what an earlier demo made there; raise ConfigError,
+    having changed nothing, when it holds anything the demo did not make.
+
+    Why this never deletes a user's file: the demo removes only :data:`PARTS`, and only in a
+    directory that carries :data:`MARKER`; the marker is written by this function alone, into a
+    directory that did not exist or was empty, before the demo creates anything in it. A
+    directory without the marker is used only when empty. (A fixed subfolder of the user's
+    directory would not be enough: it could hold the user's files too, and would need the
+    same check.)"""
+    if workdir.exists() and not workdir.is_dir():
+        raise ConfigError(f"--workdir {workdir} is a file, not a directory")
+    marker = workdir / MARKER
+    if marker.is_file():
+        for part in PARTS:
+            path = workdir / part
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            elif path.exists() or path.is_symlink():
+                path.unlink()
+        return workdir
+    held = sorted(p.name for p in workdir.iterdir()) if workdir.is_dir() else []
+    if held:
+        shown = ", ".join(held[:6]) + (", ..." if len(held) > 6 else "")
+        raise ConfigError(f"--workdir {workdir} holds files the demo did not make ({shown}): the demo deletes "
+                          f"and rewrites what is in its workdir, so it runs only in a new or empty directory or "
+                          f"one an earlier demo made (marked {MARKER}); nothing was changed. Name another "
+                          f"directory, e.g. --workdir {workdir / 'neffcache-demo'}")
+    workdir.mkdir(parents=True, exist_ok=True)
+    marker.write_text("made by `neffcache demo`: it replaces these on its next run, and nothing else here:\n"
+                      + "".join(f"{part}\n" for part in PARTS))
+    return workdir
 
 
 @dataclass
@@ -270,7 +311,9 @@ def steps(demo: Demo) -> list[tuple[str, Callable[[], None]]]:
 
 @click.command("demo")
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=Path(".demo"),
-              show_default=True, help="Where the demo keeps its cache, index and logs (wiped at the start).")
+              show_default=True, help="Where the demo keeps its cache, index and logs: a new or empty directory, "
+                                      "or one an earlier demo made (it marks it with .neffcache-demo and replaces "
+                                      "only what it made there).")
 @click.option("--serve", is_flag=True, help="Keep the index server (and its dashboard) running at the end.")
 @click.option("--compile-seconds", type=click.FloatRange(min=0), default=COMPILE_SECONDS, show_default=True,
               help="How long the simulated neuronx-cc takes per graph.")
@@ -288,10 +331,8 @@ def demo_cmd(workdir: Path, serve: bool, compile_seconds: float) -> None:
     Example:
       neffcache demo --workdir /tmp/neffcache-demo --serve
     """
-    workdir = workdir.absolute()
-    for part in ("cache", "server", "bin", "logs", "tmp", "spool"):
-        shutil.rmtree(workdir / part, ignore_errors=True)
-    (workdir / "tmp").mkdir(parents=True)
+    workdir = claim_workdir(workdir.absolute())
+    (workdir / "tmp").mkdir()
     started = time.monotonic()
     try:
         real = find_compiler()
@@ -315,19 +356,26 @@ def demo_cmd(workdir: Path, serve: bool, compile_seconds: float) -> None:
             click.secho(f"\n== {number}. {title}", bold=True)
             step()
         click.echo("")
-        if url:
-            click.secho(f"dashboard: {url}/   (metrics: {url}/metrics)", bold=True)
         click.echo(f"demo finished in {time.monotonic() - started:.0f}s; workdir {workdir}")
         if demo.failures:
             raise click.ClickException("demo checks failed: " + "; ".join(demo.failures))
         if url and serve:
+            click.secho(f"dashboard: {url}/   (metrics: {url}/metrics)", bold=True)
             click.echo("serving the index until Ctrl-C ...")
             with contextlib.suppress(KeyboardInterrupt):
                 while True:
                     time.sleep(3600)
         elif url:
-            click.echo(f"(the index stopped with the demo; browse it again with `neffcache serve --data-dir "
-                       f"{workdir / 'server'}` or rerun with --serve)")
+            click.secho(dashboard_hint(workdir), bold=True)
+
+
+def dashboard_hint(workdir: Path) -> str:
+    """How to see the dashboard once the demo's own server stopped: a server on the demo's
+    database that lets reads in without a token (the demo's token died with it; on 127.0.0.1,
+    serve's default interface, nothing else can reach it)."""
+    command = shlex.join(["neffcache", "serve", "--data-dir", str(workdir / "server"), "--anonymous-read"])
+    return (f"dashboard: the index stopped with the demo; browse it with: {command}   "
+            f"(then open http://127.0.0.1:{DEFAULT_PORT}/), or rerun the demo with --serve")
 
 
 COMMANDS: list[click.Command] = [demo_cmd]

@@ -45,7 +45,7 @@ def doctor_cmd(instance: str | None, lnc: int | None, compiler: str | None, stor
     \b
     Example:
       neffcache doctor --instance trn2.48xlarge --store fsx:///mnt/fsx/neuron-cache \\
-          --store s3://my-bucket/neuron-cache --index-url http://neffcache-index:8080
+          --store s3://my-bucket/neuron-cache --index-url http://neffcache-index:8787
     """
     settings = load_settings(instance=instance, compiler=compiler, stores=stores or None,
                              index_url=index_url, token=token)

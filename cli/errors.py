@@ -6,8 +6,10 @@ A traceback is printed only with ``NEFFCACHE_DEBUG=1`` (huggingface_hub's cli/_e
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 import traceback
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import click
@@ -93,16 +95,22 @@ ERROR_TABLE: list[tuple[type[BaseException], int, str]] = [
 ]
 
 
-def index_warning(counts: ReportCounts) -> str | None:
+def index_warning(counts: ReportCounts, stores: Sequence[str] = (), url: str | None = None) -> str | None:
     """The one line a command prints at its end when index reports were lost (a full or
     unwritable spool and an unreachable index): a warning, not an exit code — see
-    :class:`neffcache.index.client.ReportCounts` for why."""
+    :class:`neffcache.index.client.ReportCounts` for why. It ends with the reconcile that
+    restores the index from ``stores`` (the stores the command wrote), runnable as printed:
+    ``url``, when given, is an index the settings do not name, put before the command."""
     if not counts.lost and not counts.spool_error:
         return None
     line = f"neffcache: warning: {counts.lost} of {counts.reported} index reports lost"
     if counts.spool_error:
         line += f" ({counts.spool_error})"
-    return line + "; `neffcache reconcile --yes` restores the index from the stores"
+    if not stores:
+        return line + "; `neffcache reconcile --store URL --yes` for each store it wrote restores the index"
+    env = f"NEFFCACHE_INDEX_URL={shlex.quote(url)} " if url else ""
+    where = " ".join(f"--store {shlex.quote(store)}" for store in stores)
+    return line + f"; once the index answers, `{env}neffcache reconcile {where} --yes` restores it from the stores"
 
 
 def spool_notice(counts: ReportCounts, url: str | None, flush_url: bool = False) -> str | None:
@@ -116,16 +124,17 @@ def spool_notice(counts: ReportCounts, url: str | None, flush_url: bool = False)
     return f"neffcache: {n} index report{'' if n == 1 else 's'} spooled ({why}); deliver them with `{command}`"
 
 
-def announce_index(index: Index | None) -> None:
+def announce_index(index: Index | None, stores: Sequence[str] = ()) -> None:
     """Print what a command's index reports came to, on stderr, after its output: the lost
     warning and the spool notice, one line each (nothing when all were delivered). Every
-    command that reports to the index calls this after closing it, so none fails silently."""
+    command that reports to the index calls this after closing it, so none fails silently.
+    ``stores``: the stores the command wrote, which a reconcile reads back."""
     if index is None or not index.enabled:
         return
     counts = index.counts()
     url = index.url
     flush_url = url is not None and url != _configured_index_url()
-    for line in (index_warning(counts), spool_notice(counts, url, flush_url)):
+    for line in (index_warning(counts, stores, url if flush_url else None), spool_notice(counts, url, flush_url)):
         if line:
             click.echo(line, err=True)
 

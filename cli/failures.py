@@ -3,6 +3,7 @@ packed for the compiler team."""
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -12,16 +13,31 @@ import click
 
 from neffcache.application.config import Settings, load_settings
 from neffcache.errors import ConfigError, IndexServerError
-from neffcache.failure_groups import FailureGroup, group_sightings, merge_groups, resolve_signature, signature_prefix
+from neffcache.failure_groups import (
+    FailureGroup,
+    Source,
+    group_sightings,
+    merge_groups,
+    resolve_signature,
+    signature_prefix,
+)
 from neffcache.failures import FailureClass
 from neffcache.operations.failed import FailedGraph, store_failures
 from neffcache.operations.repro import write_bundle
 from neffcache.prune import FailedSelect
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
-from neffcache.units import parse_duration
+from neffcache.units import parse_duration, plural
 
-from .options import duration, endpoint_option, index_options, open_settings_index, store_option, store_options
+from .options import (
+    duration,
+    endpoint_option,
+    index_options,
+    index_window,
+    open_settings_index,
+    store_option,
+    store_options,
+)
 from .output import json_option, progress, render, table
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -44,10 +60,8 @@ def failed_rule(failed: str | None, ttl: float | None) -> dict[str, Any]:
 
 
 def _window(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, float]:
-    try:
-        return value, parse_duration(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+    """The window as the index takes it (it is sent there too), and in seconds."""
+    return value, parse_duration(index_window(ctx, param, value))
 
 
 def _store_failures(stores: list[Store], since: float | None, warnings: list[str], *,
@@ -94,6 +108,18 @@ def _ago(seconds: float) -> str:
     return "just now"
 
 
+def _bundle_hint(groups: list[FailureGroup]) -> list[str]:
+    """The command that packs the first compiler error a store holds, as it runs: a bundle is
+    made from a store's failed entry (an index event has no HLO), and only a compiler error goes
+    to the compiler team (an environment or storage failure is no compiler bug)."""
+    for group in groups:
+        store = group.sample.get("store")
+        if group.failure_class is FailureClass.COMPILER and Source.STORE in group.sources and isinstance(store, str):
+            return [f"pack one for the compiler team: neffcache failures bundle {group.signature[:8]} "
+                    f"-o repro.tar.gz --store {shlex.quote(store)}"]
+    return []
+
+
 def _text(groups: list[FailureGroup], head: str, notes: list[str]) -> str:
     now = time.time()
     rows = [[g.signature, g.failure_class, g.graphs, g.occurrences, _ago(now - g.last_seen),
@@ -107,7 +133,7 @@ def _text(groups: list[FailureGroup], head: str, notes: list[str]) -> str:
         where = f" in {first.sample.get('store')}" if first.sample.get("store") else ""
         out.append(f"sample of {first.signature}: {first.sample.get('path') or '-'}{where}: "
                    f"{first.sample.get('message')}")
-        out.append(f"pack one for the compiler team: neffcache failures bundle {first.signature[:8]} -o repro.tar.gz")
+        out.extend(_bundle_hint(groups))
     out.extend(f"note: {n}" for n in notes)
     return "\n".join(out)
 
@@ -119,7 +145,8 @@ def _text(groups: list[FailureGroup], head: str, notes: list[str]) -> str:
 @click.option("--window", default="7d", show_default=True, callback=_window, metavar="AGE",
               help="Failures seen in the last AGE (failure logs written, error events sent).")
 @click.option("--class", "only", type=click.Choice([c.value for c in FailureClass]),
-              help="Only compiler errors, or only environment failures.")
+              help="Only compiler errors, environment failures (the host failed the compile) or storage "
+                   "faults (an entry's bytes went bad: `verify` found it).")
 @json_option
 @click.pass_context
 def failures_group(ctx: click.Context, stores: tuple[str, ...], index_url: str | None, token: str | None,
@@ -128,7 +155,8 @@ def failures_group(ctx: click.Context, stores: tuple[str, ...], index_url: str |
 
     A signature names an error whatever host hit it: paths, numbers, hex hashes and temp
     names are stripped from the compiler's text before it is hashed. Per signature: its class
-    (compiler error, or environment: the host failed the compile), how many graphs and how
+    (compiler error; environment: the host failed the compile; storage: a stored entry's bytes
+    went bad, as `verify` reports it), how many graphs and how
     often, first and last seen, compiler versions, models and teams, and a sample entry. Read
     from the stores' failed entries and from the index server's error events (GET
     /v1/failures); with the index down it answers from the stores and says so.
@@ -154,7 +182,8 @@ def failures_group(ctx: click.Context, stores: tuple[str, ...], index_url: str |
     if only:
         groups = [g for g in groups if g.failure_class == only]
     notes = [*([index_note] if index_note else []), *warnings]
-    head = (f"failures of the last {label}: {len(groups)} signatures, {sum(g.graphs for g in groups)} graphs "
+    head = (f"failures of the last {label}: {plural(len(groups), 'signature')}, "
+            f"{plural(sum(g.graphs for g in groups), 'graph')} "
             f"(stores: {', '.join(settings.stores) or 'none'}; index: {settings.index_url if not index_note else '-'})")
     data: dict[str, Any] = {"window": label, "stores": list(settings.stores),
                             "index": settings.index_url if not index_note else None, "notes": notes,

@@ -12,10 +12,10 @@ import click
 from neffcache.application.config import load_settings
 from neffcache.errors import ConfigError
 from neffcache.index import FlushReport, IndexClient, WaitingSpool, spool_dir_for, waiting_spools
-from neffcache.units import human_bytes
+from neffcache.units import compile_time, human_bytes, plural
 
 from .errors import INDEX_FAILED
-from .options import index_options, open_settings_index
+from .options import index_options, index_window, open_settings_index
 from .output import emit_json, json_option, render, table
 
 
@@ -30,6 +30,10 @@ def _money_lines(data: dict[str, Any]) -> list[str]:
         return []
     lines = [f"  saved           {t['saved_cost']:,.2f} {currency}  (hits, at your prices)",
              f"  spent on misses {t['compile_cost']:,.2f} {currency}  (compiles, at your prices)"]
+    ahead = (data.get("warm_ups") or {}).get("compile_cost")
+    if ahead:
+        lines.append(f"  spent ahead     {ahead:,.2f} {currency}  (warm-up compiles, at the prices of the "
+                     "instances they compile for)")
     unpriced = [f"{t[field]:,.1f} h {what}" for field, what in (("unpriced_saved_hours", "saved"),
                                                                  ("unpriced_compile_hours", "spent")) if t.get(field)]
     if unpriced:
@@ -53,20 +57,36 @@ def _groups_table(data: dict[str, Any]) -> str:
     return table(rows, headers)
 
 
+def _warm_up_line(data: dict[str, Any]) -> str:
+    """What warm-ups compiled ahead of demand: apart from the jobs' hit rate."""
+    ahead = data.get("warm_ups")
+    if ahead is None:  # an index server from before sources: its hit rate counts warm-ups too
+        return "  warm-ups        not told apart by this index server (an older release): its hit rate counts them"
+    by_source = data.get("by_source") or {}
+    parts = [f"{name} {by_source[name]['compiles']:,}" for name in ("warm", "rewarm") if name in by_source]
+    return (f"  warm-ups        {plural(ahead['compiles'], 'graph')} compiled ahead of demand "
+            f"({compile_time(ahead['compile_hours'] * 3600)}; {', '.join(parts)}), "
+            f"{plural(ahead['hits'], 'hit')}, {plural(ahead['errors'], 'error')}")
+
+
 def _stats_text(data: dict[str, Any]) -> str:
     t = data["totals"]
     window = data["window"]
     span = (window["end"] - window["start"]) / 3600
     filters = ", ".join(f"{k}={v}" for k, v in data["filters"].items()) or "all"
     sizes = data["size_by_toolchain"]
+    jobs = "job traffic" if "warm_ups" in data else "warm-ups included"
     out = [
         f"index stats, last {span:.0f} h ({filters})",
-        f"  hit rate        {_pct(t['hit_rate'])}  ({t['hits']:,} hits, {t['misses']:,} misses)",
-        f"  compiles        {t['compiles']:,}  ({t['compile_hours']:,.1f} compile hours, {t['errors']:,} errors)",
-        f"  hours saved     {t['saved_hours']:,.1f}",
+        f"  hit rate        {_pct(t['hit_rate'])}  ({plural(t['hits'], 'hit')}, {plural(t['misses'], 'miss')}: "
+        f"{jobs})",
+        f"  job compiles    {t['compiles']:,}  ({compile_time(t['compile_hours'] * 3600)}, "
+        f"{plural(t['errors'], 'error')})",
+        f"  saved by hits   {compile_time(t['saved_hours'] * 3600)}",
+        _warm_up_line(data),
         *_money_lines(data),
         f"  cache size      {human_bytes(sum(s['bytes'] for s in sizes))} in "
-        f"{sum(data['entries_by_state'].values()):,} entries",
+        f"{plural(sum(data['entries_by_state'].values()), 'entry')}",
         "  entries         " + ", ".join(f"{k} {v:,}" for k, v in data["entries_by_state"].items() if v),
         f"  leases held     {data['leases_active']}",
     ]
@@ -79,14 +99,15 @@ def _stats_text(data: dict[str, Any]) -> str:
                           ["toolchain", "entries", "size"])]
     if data["top_misses"]:
         out += ["", table([[m["graph"], m["toolchain"], m["misses"]] for m in data["top_misses"]],
-                          ["most missed graph", "toolchain", "misses"])]
+                          ["most missed by jobs: warm these first", "toolchain", "misses"])]
     return "\n".join(out)
 
 
 @click.command("stats")
 @click.option("--index-url", metavar="URL", help="The index server (NEFFCACHE_INDEX_URL).")
 @click.option("--token", metavar="TOKEN", help="A read token (NEFFCACHE_TOKEN).")
-@click.option("--window", default="7d", show_default=True, help="How far back: 24h, 7d, 2w, or seconds.")
+@click.option("--window", default="7d", show_default=True, callback=index_window,
+              help="How far back: 24h, 7d, 2w, 90m, or seconds.")
 @click.option("--group-by", type=click.Choice(["team", "model", "instance_type", "toolchain"]), default="team",
               show_default=True)
 @click.option("--team", help="Only this team.")
@@ -96,10 +117,15 @@ def stats_cmd(index_url: str | None, token: str | None, window: str, group_by: s
               model: str | None, as_json: bool) -> None:
     """Show the index's view of the cache: hit rate, compile hours saved, sizes, top misses.
 
+    The hit rate is the jobs': hits / (hits + misses) of job traffic (`neffcache run`, the
+    library). What warm-ups (`warm`, `plan --warm`) and `rewarm` compiled ahead of demand is shown
+    apart, never as misses; top misses are the graphs jobs missed. --json has the jobs' rate
+    as `hit_rate`, job traffic as `totals`, warm-ups as `warm_ups`, each source in `by_source`.
+
     \b
     Example:
       neffcache stats --window 24h --group-by model
-      neffcache stats --team search --json | jq .totals.hit_rate
+      neffcache stats --team search --json | jq .hit_rate
     """
     settings = load_settings(index_url=index_url, token=token)
     if not settings.index_url:
@@ -158,7 +184,7 @@ def flush_cmd(index_url: str | None, token: str | None, as_json: bool) -> None:
 
     \b
     Example:
-      neffcache flush --index-url http://neffcache-index:8080 --json
+      neffcache flush --index-url http://neffcache-index:8787 --json
     """
     settings = load_settings(index_url=index_url, token=token)
     root = Path(settings.spool_dir) if settings.spool_dir else None

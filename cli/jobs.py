@@ -98,7 +98,7 @@ def report_text(report: WarmReport) -> str:
 
 def finish(report: WarmReport, placement: Placement, as_json: bool, allow_failures: bool) -> None:
     render(as_json, report.to_json(), lambda: report_text(report))
-    announce_index(placement.index)
+    announce_index(placement.index, [store.url for store in placement.writable])
     if not report.ok and not allow_failures:
         sys.exit(SOME_ENTRIES_FAILED)
 

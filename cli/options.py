@@ -110,6 +110,17 @@ def duration(ctx: click.Context, param: click.Parameter, value: str | None) -> f
         raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
 
 
+def index_window(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """A click callback: a window the index server takes (24h, 7d, 2w, 90m, seconds), checked
+    before any request, so a typo is a usage error (exit 2), not an index server error."""
+    from neffcache.index.records import check_window
+
+    try:
+        return check_window(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+
+
 def tag_option(f: F) -> F:
     return click.option("--tag", "tags", multiple=True, callback=_parse_tags, metavar="KEY=VALUE",
                         help="A tag recorded with entries and events (model, team, bucket...); repeatable.")(f)

@@ -25,6 +25,36 @@ def emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
 
 
+def toml_value(value: Any) -> str:
+    """``value`` as TOML (strings, numbers, booleans, lists and string tables: what settings hold).
+    A TOML basic string takes JSON's escapes, so json.dumps writes it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(str(k))} = {toml_value(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    raise TypeError(f"no TOML form for {type(value).__name__}")
+
+
+def toml_lines(values: dict[str, Any], hidden: frozenset[str] = frozenset()) -> list[str]:
+    """``key = value`` lines a neffcache.toml takes; an unset key (None) and a ``hidden`` one (a
+    secret) as a comment, so the lines read back as exactly the settings shown."""
+    out = []
+    for key, value in values.items():
+        if key in hidden and value is not None:
+            out.append(f"# {key} is set (not shown)")
+        elif value is None:
+            out.append(f"# {key} is not set")
+        else:
+            out.append(f"{key} = {toml_value(value)}")
+    return out
+
+
 def write_report(path: Path, data: Any) -> None:
     """Write a JSON report file whole or not at all: a temp file beside it, then a rename. A job
     killed mid-write leaves the previous report (or none), never half of one that

@@ -19,7 +19,7 @@ from neffcache.misses.lookup import HeldStatus
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
 from neffcache.toolchain import find_compiler
-from neffcache.units import human_duration
+from neffcache.units import compile_time, human_duration, plural
 from neffcache.warmers.children import Children, Interrupted, stop_on_signals
 from neffcache.warmers.discovery import installed_output
 from neffcache.warmers.logscan import compile_patterns
@@ -103,7 +103,7 @@ def plan_text(report: PlanReport) -> str:
                        + "; ".join(f.reason for f in b.group.failures))
     if fc is not None and misses:
         basis = fc.to_json()["by_basis"]
-        out.append(f"forecast: {len(misses)} graph(s) would compile, {fc.compile_seconds / 3600:.2f} compile-hours "
+        out.append(f"forecast: {plural(len(misses), 'graph')} would compile, {compile_time(fc.compile_seconds)} "
                    f"estimated ({basis['same-graph']} from the same graph's history, {basis['size-fit']} from HLO "
                    f"size, {basis['unknown']} unknown)")
         slots = f"{fc.slots} compile slot(s) ({fc.parallel} per host x {fc.hosts} host(s))"
@@ -195,7 +195,7 @@ def plan_cmd(command: tuple[str, ...], instance: str | None, lnc: int | None, co
     report, index = _run(request, settings, all_tags, quiet)
     render(as_json, report.to_json(), lambda: plan_text(report)
            + (f"\n\n{report_text(report.warm)}" if report.warm is not None else ""))
-    announce_index(index)
+    announce_index(index, list(settings.stores) if compile_misses else [])
     code = _exit_code(report, require_warm)
     if code:
         sys.exit(code)

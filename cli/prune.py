@@ -28,7 +28,7 @@ from neffcache.prune import (
 from neffcache.replication.reconcile import ReconcilePlan, plan_reconcile
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
-from neffcache.units import human_bytes, parse_size
+from neffcache.units import human_bytes, parse_size, plural
 
 from .errors import SOME_ENTRIES_FAILED, announce_index
 from .failures import failed_options, failed_rule
@@ -73,7 +73,7 @@ def _index(settings: Settings, enabled: bool) -> Index | None:
 
 def _plan_text(plan: PrunePlan, show_items: bool, executing: bool) -> str:
     other = len(plan.items) - plan.entries
-    head = (f"prune plan {plan.id}: {plan.entries} entries and {other} other items, "
+    head = (f"prune plan {plan.id}: {plural(plan.entries, 'entry')} and {plural(other, 'other item')}, "
             f"{human_bytes(plan.expected_freed_size)} to free (planned in {plan.seconds:.1f}s)")
     out = [head]
     if plan.items:
@@ -104,24 +104,27 @@ def _plan_text(plan: PrunePlan, show_items: bool, executing: bool) -> str:
     if plan.guards:
         out.append("")
         out.extend(f"guard ({g.rule}): the plan {g.message}" for g in plan.guards)
-        out.append("this looks like a mistake: --yes alone refuses it; check the plan, then add --force to --yes.")
+        out.append("this looks like a mistake: --yes alone refuses it; check the plan before you force it.")
     if not executing:
         out.append("")
-        out.append("dry run: nothing was changed. Add --yes to remove these items." if plan.items
-                   else "nothing to prune.")
+        # The last line is what carries the plan out: with a guard tripped that is --yes --force.
+        act = "Add --yes --force to remove these items (the guard refuses --yes alone)." if plan.guards else \
+            "Add --yes to remove these items."
+        out.append(f"dry run: nothing was changed. {act}" if plan.items else "nothing to prune.")
     return "\n".join(out)
 
 
 def _warm_logs_text(runs: list[WarmLogRun], days: float, removed: bool) -> str:
     size = sum(r.size for r in runs)
     verb = "removed" if removed else "would remove"
-    return (f"warm logs: {verb} {len(runs)} runs ({human_bytes(size)}) older than {days:g} days "
+    return (f"warm logs: {verb} {plural(len(runs), 'run')} ({human_bytes(size)}) older than {days:g} days "
             f"under {warm_log_home()}")
 
 
 def _result_text(result: PruneResult) -> str:
     entries = sum(1 for i in result.removed if i.kind.value == "entry")
-    out = [f"removed {len(result.removed)} items ({entries} entries), freed {human_bytes(result.freed_bytes)} "
+    out = [f"removed {plural(len(result.removed), 'item')} ({plural(entries, 'entry')}), "
+           f"freed {human_bytes(result.freed_bytes)} "
            f"in {result.seconds:.1f}s"]
     if result.skipped:
         reasons = Counter(s.why for s in result.skipped)
@@ -280,7 +283,7 @@ def _prune(opened: list[Store], policy: PrunePolicy, settings: Settings, *, sour
             index.close()
         for store in opened:
             store.close()
-    announce_index(index)
+    announce_index(index, [store.url for store in opened])
     if result.failed:
         sys.exit(SOME_ENTRIES_FAILED)
 
@@ -386,7 +389,7 @@ def reconcile_cmd(stores: tuple[str, ...], fix: str, yes: bool, force: bool, max
         index.close()
         for store in opened:
             store.close()
-    announce_index(index)
+    announce_index(index, [store.url for store in opened])
 
 
 COMMANDS: list[click.Command] = [prune_cmd, reconcile_cmd]

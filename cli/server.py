@@ -9,6 +9,7 @@ The server extras are imported inside the commands so the CLI works without them
 from __future__ import annotations
 
 import functools
+import shlex
 import sys
 import time
 from collections.abc import Callable
@@ -84,6 +85,17 @@ def _database_options(f: Any) -> Any:
     return click.option("--database-url", metavar="URL",
                         help="SQLAlchemy URL, e.g. postgresql+psycopg://user@db/neffcache "
                              "(NEFFCACHE_SERVER_DATABASE_URL; default: SQLite in --data-dir).")(f)
+
+
+def same_database(database_url: str | None, data_dir: Path | None) -> str:
+    """The options that point another command at the database this one used, for a hint that
+    runs as printed: `` --data-dir DIR`` or `` --database-url URL`` as given (a URL with a
+    password is shown with it hidden: a hint never prints a secret), "" for the default."""
+    if database_url:
+        from neffcache.server.services.admin import redacted_url
+
+        return f" --database-url {shlex.quote(redacted_url(database_url))}"
+    return f" --data-dir {shlex.quote(str(data_dir))}" if data_dir else ""
 
 
 def _database_errors(command: F) -> F:
@@ -171,8 +183,8 @@ def serve_cmd(host: str, port: int, database_url: str | None, data_dir: Path | N
     click.echo(f"neffcache index serving on http://{shown}:{port}/  (API docs: /docs, metrics: /metrics)")
     click.echo(f"database: {shown_url}")
     if not has_tokens and settings.admin_token is None:
-        click.echo("no tokens yet: create one with `neffcache token create ci --scope write"
-                   + (f" --database-url {shown_url}`" if database_url else "`"))
+        click.echo(f"no tokens yet: create one with `neffcache token create ci --scope write"
+                   f"{same_database(database_url, data_dir)}`")
     serve(settings, sockets, host=host, port=port, log_level=log_level)
 
 
@@ -229,7 +241,8 @@ def token_list(database_url: str | None, data_dir: Path | None, as_json: bool) -
         emit_json([t.to_json() for t in found])
         return
     if not found:
-        click.echo("no tokens; create one with `neffcache token create NAME --scope write`")
+        click.echo(f"no tokens; create one with `neffcache token create ci --scope write"
+                   f"{same_database(database_url, data_dir)}`")
         return
     rows = [[t.name, t.id, t.scope, _when(t.created), _when(t.last_used), "revoked " + _when(t.revoked)
              if t.revoked else "active"] for t in found]
@@ -250,7 +263,8 @@ def token_revoke(token: str, database_url: str | None, data_dir: Path | None) ->
     with _open_admin(_server_settings(database_url, data_dir)) as admin:
         info = admin.revoke_token(token)
     if info is None:
-        raise ConfigError(f"no token named or with id {token!r} (see `neffcache token list`)")
+        raise ConfigError(f"no token named or with id {token!r} (see `neffcache token list"
+                          f"{same_database(database_url, data_dir)}`)")
     click.echo(f"revoked token {info.name!r} ({info.id})")
 
 
@@ -272,9 +286,10 @@ def db_group() -> None:
     """
 
 
-def _schema_text(state: SchemaState) -> str:
+def _schema_text(state: SchemaState, database: str = "") -> str:
+    """``database``: :func:`same_database` of the command, so the upgrade hint runs as printed."""
     current = state.current or "(empty: no schema yet)"
-    verdict = "up to date" if state.up_to_date else "behind: run `neffcache db upgrade`"
+    verdict = "up to date" if state.up_to_date else f"behind: run `neffcache db upgrade{database}`"
     return f"database {state.database}: schema at {current}, this neffcache needs {state.head} ({verdict})"
 
 
@@ -292,7 +307,7 @@ def db_status_cmd(database_url: str | None, data_dir: Path | None, check: bool, 
     """
     with _open_admin(_server_settings(database_url, data_dir), upgrade=False) as admin:
         state = admin.schema()
-    render(as_json, state.to_json(), lambda: _schema_text(state))
+    render(as_json, state.to_json(), lambda: _schema_text(state, same_database(database_url, data_dir)))
     if check and not state.up_to_date:
         sys.exit(DB_SCHEMA_BEHIND)
 

@@ -22,7 +22,7 @@ from neffcache.replication.watch import WriteBack
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
 from neffcache.toolchain import Toolchain, resolve_toolchain
-from neffcache.units import human_bytes
+from neffcache.units import human_bytes, plural
 
 from .errors import SOME_ENTRIES_FAILED, announce_index
 from .options import _parse_tags, duration, endpoint_option, index_options, open_settings_index, store_options
@@ -118,11 +118,11 @@ def _run(verb: str, src_url: str, dst_url: str, namespaces: tuple[str, ...], com
         out = _text(verb, report)
         if index.enabled:
             # Registered = delivered or waiting in the spool; the notice on stderr says which.
-            out += f"\nindex {settings.index_url}: {registered} entries registered"
+            out += f"\nindex {settings.index_url}: {plural(registered, 'entry')} registered"
         return out
 
     render(as_json, data, text)
-    announce_index(index)
+    announce_index(index, [dst_url])
     if report.failed:
         sys.exit(SOME_ENTRIES_FAILED)
 

@@ -13,7 +13,7 @@ from neffcache.errors import ConfigError
 from neffcache.layouts.flags_form import describe
 from neffcache.readiness import UNUSED_WEIGHT
 from neffcache.stores import open_store
-from neffcache.units import human_bytes, parse_duration
+from neffcache.units import compile_time, human_bytes, parse_duration
 from neffcache.upgrades import (
     DEFAULT_THRESHOLD,
     GraphComparison,
@@ -107,8 +107,8 @@ def report_text(report: UpgradeReport, gate: float | None, top: int) -> str:
     out = [f"upgrade-report: neuronx-cc {report.from_version} -> {report.to_version}",
            f"stores: {', '.join(report.stores)}",
            f"  readiness    {_pct(report.readiness())}  ({ready} of {len(report.graphs)} graphs ready; {weighting})",
-           f"  rewarm cost  {report.rewarm_seconds() / 3600:,.2f} compile hours (what the successors recorded)",
-           f"  first day    {first_day / 3600:,.2f} compile hours if the fleet switched now "
+           f"  rewarm cost  {compile_time(report.rewarm_seconds())} (what the successors recorded)",
+           f"  first day    {compile_time(first_day)} if the fleet switched now "
            f"({len(hot)} hot graph{'' if len(hot) == 1 else 's'} still missing"
            + (f", {unknown} with no known compile time" if unknown else "") + ")"]
     out += [f"  flags form   {describe(d)}" for d in report.flags_forms]

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,7 @@ from neffcache.application.config import job_toolchain
 from neffcache.application.warm_logs import expired_runs, remove_runs, warm_log_home
 from neffcache.toolchain import compiler_version as installed_version
 from neffcache.toolchain import find_compiler
+from neffcache.units import plural
 from neffcache.warmers.logscan import compile_patterns
 from neffcache.warmers.matrix import Shard, build_buckets
 from neffcache.warmers.rewarm import Rewarmer, RewarmRequest
@@ -239,16 +242,16 @@ def run_cmd(instance: str | None, lnc: int | None, compiler_version: str | None,
     if report_file is not None:
         write_report(report_file, result.to_json())
     if not quiet:
-        _summary(result, report_file)
-    announce_index(placement.index)
+        _summary(result, report_file, settings.stores)
+    announce_index(placement.index, [store.url for store in placement.writable])
     sys.exit(result.exit_code)
 
 
-def _summary(result: RunResult, report_file: Path | None) -> None:
+def _summary(result: RunResult, report_file: Path | None, stores: Sequence[str]) -> None:
     c = result.counts
-    click.echo(f"neffcache run: {c['hit']} hits, {c['miss']} misses, {c['compile']} compiles, "
-               f"{c['failure']} failures; published {result.published} new entr"
-               f"{'y' if result.published == 1 else 'ies'}"
+    click.echo(f"neffcache run: {plural(c['hit'], 'hit')}, {plural(c['miss'], 'miss')}, "
+               f"{plural(c['compile'], 'compile')}, {plural(c['failure'], 'failure')}; "
+               f"published {result.published} new entr{'y' if result.published == 1 else 'ies'}"
                + (f", prefetched {result.prefetched}" if result.prefetched else "")
                + f"; exit {result.exit_code}", err=True)
     if result.local is not None:
@@ -270,8 +273,10 @@ def _summary(result: RunResult, report_file: Path | None) -> None:
     for problem in result.problems:
         click.echo(f"neffcache run: PROBLEM: {problem}", err=True)
     if report_file is not None and result.graphs:
+        # The stores the job read: why-miss looks in them (it needs a store or an index).
+        where = "".join(f" --store {shlex.quote(url)}" for url in stores)
         click.echo(f"neffcache run: {len(result.graphs)} graph{'' if len(result.graphs) == 1 else 's'} missed; "
-                   f"why: neffcache why-miss --from-report {report_file}", err=True)
+                   f"why: neffcache why-miss --from-report {shlex.quote(str(report_file))}{where}", err=True)
 
 
 COMMANDS: list[click.Command] = [warm_cmd, rewarm_cmd, run_cmd]

@@ -153,7 +153,7 @@ def why_miss_cmd(what: str | None, report: Path | None, stores: tuple[str, ...],
     index = open_settings_index(settings)
     try:
         with progress("explaining", len(missed), enabled=not as_json and len(missed) > 1) as bar:
-            results = why_miss(missed, catalogs, index, progress=bar.update)
+            results = why_miss(missed, catalogs, index, progress=bar.update, instance=settings.instance)
     finally:
         index.close()
     problems = [p for c in catalogs for p in c.problems]

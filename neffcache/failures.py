@@ -33,6 +33,10 @@ The argument, rule by rule (the first that applies decides):
    ``ImportError``) is a broken install: all environment;
 6. anything else that failed is the compiler's own error: cached, with its signature.
 
+An entry whose stored bytes no longer match its manifest (``neffcache verify``'s error event) is
+no compile failure at all: class **storage** (a disk, a copy, a tier went bad), never the
+compiler team's. Verify's note says so; its older events are known by their own words.
+
 Only rule 6 (and the crashes of rule 4) may leave a cached failure. :func:`signature` names
 a compiler error across hosts and paths: the same error text with other paths, numbers,
 hashes and temp names gets the same signature.
@@ -55,6 +59,7 @@ class FailureClass(enum.StrEnum):
 
     COMPILER = "compiler"  # the compiler rejected (or crashed on) the graph: cached, like the runtime does
     ENVIRONMENT = "environment"  # the host failed it: retried, never cached
+    STORAGE = "storage"  # a stored entry's bytes went bad (verify): no compile failed
 
 
 class FailureCause(enum.StrEnum):
@@ -70,13 +75,20 @@ class FailureCause(enum.StrEnum):
     START_FAILURE = "start-failure"  # the compiler cannot run here (permissions, broken install)
     MISSING_LIBRARY = "missing-library"
     DISK_FULL = "disk-full"
+    CORRUPT_ENTRY = "corrupt-entry"  # a stored entry's files do not match its manifest (verify)
 
     @property
     def failure_class(self) -> FailureClass:
+        if self is FailureCause.CORRUPT_ENTRY:
+            return FailureClass.STORAGE
         return FailureClass.COMPILER if self in _COMPILER_CAUSES else FailureClass.ENVIRONMENT
 
 
 _COMPILER_CAUSES = frozenset({FailureCause.COMPILER_ERROR, FailureCause.COMPILER_CRASH})
+# The words of verify's error events from before its note: "corrupt: <file> does not match its
+# manifest sha256 (...)" or "corrupt: <file> is missing" (neffcache/operations/verify.py).
+_VERIFY_PREFIX = "corrupt: "
+_VERIFY_WORDS = ("does not match its manifest", " is missing")
 
 
 @dataclass(frozen=True)
@@ -216,6 +228,8 @@ def classify_text(text: str) -> Verdict:
     noted = read_note(text)
     if noted is not None:
         return noted
+    if text.startswith(_VERIFY_PREFIX) and any(words in text for words in _VERIFY_WORDS):
+        return Verdict(FailureCause.CORRUPT_ENTRY, _line_at(text, 0)[:300])
     found = _first_match(_RESOURCE_RULES, text)
     if found is not None:
         return found
@@ -243,7 +257,7 @@ def classify_text(text: str) -> Verdict:
 
 # -- neffcache's note in a failure's text ------------------------------------------------------
 NOTE_PREFIX = "neffcache-failure:"
-_NOTE_RE = re.compile(r"^neffcache-failure: (?P<cause>[a-z-]+) \((?:compiler|environment)\)"
+_NOTE_RE = re.compile(r"^neffcache-failure: (?P<cause>[a-z-]+) \((?:compiler|environment|storage)\)"
                       r"(?: signature [0-9a-f]+)?: (?P<detail>.*)$", re.M)
 
 

@@ -44,6 +44,22 @@ def parse_duration(text: str) -> float:
     return float(match.group("n")) * _SECONDS.get(unit, 1)
 
 
+def plural(n: int, noun: str) -> str:
+    """``plural(1, "toolchain")`` -> ``"1 toolchain"``, ``plural(2, "entry")`` -> ``"2 entries"``,
+    ``plural(3, "miss")`` -> ``"3 misses"`` (thousands separated)."""
+    if n == 1:
+        return f"1 {noun}"
+    if noun.endswith("y") and noun[-2:-1] not in ("a", "e", "i", "o", "u"):
+        return f"{n:,} {noun[:-1]}ies"
+    return f"{n:,} {noun}{'es' if noun.endswith(('s', 'sh', 'ch', 'x')) else 's'}"
+
+
+def compile_time(seconds: float) -> str:
+    """Compile time in the unit that fits (:func:`human_duration`): ``"0.5 s"``, ``"12 min"``,
+    ``"3.2 h"`` — never ``0.00 compile hours`` for a few seconds."""
+    return f"{human_duration(seconds)} of compile time"
+
+
 def human_duration(seconds: float) -> str:
     """``42.0`` -> ``"42.0 s"``, ``5400`` -> ``"1.5 h"``: one unit, the largest that reads below 90 of it."""
     if seconds < 90:

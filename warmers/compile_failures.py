@@ -105,18 +105,22 @@ def failure_outcome(job: CompileJob, run: CompileRun, failed: FailedCompile, sec
 def record_compiler_error(placement: Placement, job: CompileJob, files: Mapping[str, Source],
                           command: list[str], failed: FailedCompile) -> None:
     """Record a compiler error as the runtime would (layout A's failure log), in the work store
-    and the coordinator. Never called for an environment failure."""
+    and the coordinator, and register the FAILED entry with the index: a failed entry the
+    index does not know of is one its dashboard and stats call healthy. Never called for an
+    environment failure."""
     layout = get_layout(job.namespace.layout)
     log_name = layout.names(job.namespace, job.key).failure_log
     if log_name is None or failed.verdict.is_environment:
         return  # the native runtime does not cache failures: neither do we
     data = layout.failure_log_bytes(command, failed.text)
-    for store in dict.fromkeys([placement.work, placement.coordinator]):
+    stores = list(dict.fromkeys([placement.work, placement.coordinator]))
+    for store in stores:
         # HLO and flags first, the log last: the entry reads as FAILED only once whole.
         for name, source in files.items():
             if store.stat(f"{job.path}/{name}") is None:
                 store.put_file(f"{job.path}/{name}", source)
         store.put_file(f"{job.path}/{log_name}", data)
+    placement.register_failed(job.path, stores)
 
 
 def report_error(placement: Placement, job: CompileJob, failed: FailedCompile) -> None:

@@ -185,6 +185,14 @@ class Placement:
         records = [entry_record(entry, store.url, manifest) for store in stores]
         self.index.register_entries(records)
 
+    def register_failed(self, path: str, stores: Iterable[Store]) -> None:
+        """Register ``path`` with the index as each of ``stores`` holds it, when it is FAILED
+        there (a failure log just written): the index's health then counts it."""
+        for store in stores:
+            entry = load_entry(store, path)
+            if entry is not None and entry.state is EntryState.FAILED:
+                self.register(entry, [store])
+
     def event(self, kind: EventKind, entry: str | None, namespace: Namespace, *,
               compile_seconds: float | None = None, message: str | None = None,
               tags: Mapping[str, str] | None = None) -> None:

@@ -156,6 +156,8 @@ def record_runtime_failures(placement: Placement, run: WorkloadRun, row: GroupRe
                     next((line for line in reversed(run.tail) if line.strip()), "no output")).strip()
         row.fail(what, FailureKind.COMPILE, f"the runtime exited {row.exit_code} while compiling it: {said[:400]}")
         placement.event("error", event.entry, ns_at(event.namespace), message=said[-4000:])
+    for path in judged:  # those still FAILED (a standing compiler error): the index's health counts them
+        placement.register_failed(path, [placement.work])
     if row.failed:
         row.worsen(GroupStatus.FAILED)
 

@@ -244,7 +244,10 @@ def _after(req: RunRequest, placement: Placement, counter: LogCounter, growth: C
             result.failures.append(what)
     # The runtime caches an OOM-killed or Ctrl-C'd compile like a compiler error; left there,
     # every later job on this root would skip the graph (warmers/runtime_failures.py).
-    result.cleared = judge_bucket(placement.work, failed, ttl=req.failed_ttl).cleared
+    judged = judge_bucket(placement.work, failed, ttl=req.failed_ttl)
+    result.cleared = judged.cleared
+    for path in judged.failures:  # those still FAILED (a standing compiler error): the index's health counts them
+        placement.register_failed(path, [placement.work])
     result.graphs = _missed_graphs(req, placement, misses, compiled, failed)
 
 

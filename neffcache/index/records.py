@@ -7,6 +7,7 @@ once, so the spool may resend a batch after any failure without counting anythin
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import socket
 import time
@@ -32,6 +33,34 @@ MAX_RECORD_FLAGS, MAX_RECORD_FLAG_LEN = MAX_FLAGS, MAX_FLAG_LEN
 # The compile targets compile_samples may ask about: the instance catalog's (the server has no catalog).
 SAMPLE_TARGETS: tuple[str, ...] = TARGETS
 EVENT_KINDS: tuple[str, ...] = ("hit", "miss", "compile", "evict", "error")
+# Where an event comes from: a job's own traffic, or a warm-up compiling ahead of demand. A hit
+# rate is the jobs' (a warm-up's compiles are its purpose, not misses anybody waited for). The
+# compiling commands send their name as the event's ``job`` (cli/jobs.py): warm and plan --warm
+# are warm-ups, rewarm recompiles for a new compiler; everything else (run, a library caller,
+# prune's evictions) is "job". The index server reads the source from ``job`` with
+# :func:`event_source`, so events of every client release, spooled ones too, are told apart.
+EventSource = Literal["job", "warm", "rewarm"]
+EVENT_SOURCES: tuple[EventSource, ...] = ("job", "warm", "rewarm")
+WARM_UP_JOBS: Mapping[str, EventSource] = {"warm": "warm", "plan": "warm", "rewarm": "rewarm"}
+
+
+# How far back the index's read endpoints look (/v1/stats, /v1/failures): a whole number of 1 to
+# 6 digits and a unit (s, m, h, d, w; none is seconds). The server's query check and the CLI's
+# (:func:`check_window`, before any request) are this one pattern.
+WINDOW_PATTERN = r"^[1-9][0-9]{0,5}[smhdw]?$"
+
+
+def check_window(text: str) -> str:
+    """``text`` when the index takes it as a window; else ValueError saying what it takes."""
+    if re.fullmatch(WINDOW_PATTERN, text) is None:
+        raise ValueError(f"{text!r} is not a window: a whole number and a unit, s, m, h, d or w (24h, 7d, 2w, "
+                         "90m; a bare number is seconds)")
+    return text
+
+
+def event_source(job: str) -> EventSource:
+    """The source of an event sent with ``job``: a warm-up's (:data:`WARM_UP_JOBS`) or "job"."""
+    return WARM_UP_JOBS.get(job, "job")
 
 
 def new_event_id() -> str:

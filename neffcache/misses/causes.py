@@ -52,9 +52,15 @@ def _short(found: str, wanted: str) -> tuple[str, str]:
     return (a, b) if a != b else (found, wanted)
 
 
-def instance_for(target: str | None) -> str:
-    """An instance type of ``target`` for an example command line."""
-    return next((name for name, row in CATALOG.items() if row.target == target and row.verified), "<instance>")
+def instance_for(target: str | None, asked: str | None = None) -> str:
+    """The instance type of ``target`` a fix's command line names: ``asked`` (the instance the
+    user asked about) when it is one, else the target's largest (most NeuronCores: what a
+    training fleet runs; the smallest would warm for an instance nobody asked about)."""
+    row = CATALOG.get(asked or "")
+    if row is not None and row.target == target:
+        return row.name
+    rows = [row for row in CATALOG.values() if row.target == target and row.verified]
+    return min(rows, key=lambda r: (-r.neuron_cores, r.name)).name if rows else "<instance>"
 
 
 def _flag_cause(diff: FlagDiff | None) -> str:
@@ -120,10 +126,10 @@ def _wanted(comparison: Comparison, name: Field) -> str | None:
     return next((d.wanted for d in comparison.differences if d.field is name), None)
 
 
-def _fix(comparison: Comparison, fields: set[Field]) -> str:
+def _fix(comparison: Comparison, fields: set[Field], asked: str | None = None) -> str:
     cand = comparison.candidate
     target, lnc = _wanted(comparison, Field.TARGET), _wanted(comparison, Field.LNC)
-    warm = f"neffcache warm --instance {instance_for(target)}"
+    warm = f"neffcache warm --instance {instance_for(target, asked)}"
     if Field.HLO in fields:
         return f"nothing stored could have hit: warm the new graph: {warm} -- {WORKLOAD}"
     if Field.LAYOUT in fields:
@@ -148,7 +154,7 @@ def _fix(comparison: Comparison, fields: set[Field]) -> str:
     if Field.COMPILER in fields:
         version = cand.parts.compiler_version
         rule = (f" (it names the entry in the job's flags form, {form})" if Field.KEY_RULE in fields else "")
-        instance = f" --instance {instance_for(target)}" if target else ""
+        instance = f" --instance {instance_for(target, asked)}" if target else ""
         fixes.append(f"use compiler {version} (the entry's), or rewarm: "
                      f"neffcache rewarm --from-compiler {version}{instance}{_where(cand)}{rule}")
     elif Field.KEY_RULE in fields:
@@ -175,12 +181,13 @@ _STATE_CAUSES = {
 }
 
 
-def word(comparison: Comparison, missed: Missed) -> Comparison:
-    """``comparison`` with its cause and fix."""
+def word(comparison: Comparison, missed: Missed, asked: str | None = None) -> Comparison:
+    """``comparison`` with its cause and fix (``asked``: the instance type the user asked about)."""
     cand = comparison.candidate
     if cand.path == missed.path and cand.state in _STATE_CAUSES:
         cause, fix = _STATE_CAUSES[cand.state]
-        return dataclasses.replace(comparison, cause=cause, fix=fix.format(instance=instance_for(cand.parts.target)))
+        return dataclasses.replace(comparison, cause=cause,
+                                   fix=fix.format(instance=instance_for(cand.parts.target, asked)))
     fragments = _fragments(comparison)
     cause = "; ".join(text for _, text in fragments)
     if not fragments:
@@ -188,13 +195,14 @@ def word(comparison: Comparison, missed: Missed) -> Comparison:
         cause = "no known part differs" + (f" (unknown: {', '.join(unknown)})" if unknown else "")
         if missed.path and comparison.candidate.path != missed.path:
             cause += f": the same graph lies at {comparison.candidate.path}"
-    return dataclasses.replace(comparison, cause=cause, fix=_fix(comparison, {f for f, _ in fragments}))
+    return dataclasses.replace(comparison, cause=cause, fix=_fix(comparison, {f for f, _ in fragments}, asked))
 
 
 def explain(missed: Missed, candidates: Sequence[Candidate], *, held: Sequence[str] = (),
-            searched: Sequence[str] = (), index: str = "") -> Explanation:
-    """The answer for one missed graph: every candidate compared, nearest first, the cause and fix."""
-    ranked = [word(c, missed) for c in nearest([compare(missed.parts, cand) for cand in candidates])]
+            searched: Sequence[str] = (), index: str = "", instance: str | None = None) -> Explanation:
+    """The answer for one missed graph: every candidate compared, nearest first, the cause and
+    fix (its commands name ``instance``, the one asked about, where it fits the target)."""
+    ranked = [word(c, missed, instance) for c in nearest([compare(missed.parts, cand) for cand in candidates])]
     if ranked:
         best = ranked[0]
         cause, fix = best.cause, best.fix
@@ -209,5 +217,5 @@ def explain(missed: Missed, candidates: Sequence[Candidate], *, held: Sequence[s
     else:
         where = ", ".join(searched) or "no store"
         cause = f"no entry shares its HLO, graph or model tag ({where}; index: {index or 'not asked'})"
-        fix = f"warm it: neffcache warm --instance {instance_for(missed.parts.target)} -- {WORKLOAD}"
+        fix = f"warm it: neffcache warm --instance {instance_for(missed.parts.target, instance)} -- {WORKLOAD}"
     return Explanation(missed, tuple(ranked), cause, fix, tuple(held), tuple(searched), index)

@@ -285,10 +285,11 @@ def with_form(graph: Missed, forms: NamespaceForms) -> Missed:
 
 
 def why_miss(missed: Sequence[Missed], catalogs: Sequence[StoreCatalog], index: Index, *,
-             progress: Callable[[int], None] | None = None) -> list[Explanation]:
+             progress: Callable[[int], None] | None = None, instance: str | None = None) -> list[Explanation]:
     """Every missed graph explained against the stores' entries and the index's: its key
     compared under the flags form its namespace's entries in these stores decide (the
-    catalogs' listings: nothing listed again)."""
+    catalogs' listings: nothing listed again). ``instance``: the job's instance type, which the
+    fixes' commands name."""
     asker = IndexAsker(index)
     searched = [c.store.url for c in catalogs]
     listed = {id(c.store): list(c.entries.values()) for c in catalogs}
@@ -312,5 +313,6 @@ def why_miss(missed: Sequence[Missed], catalogs: Sequence[StoreCatalog], index: 
                 held += cand.stores  # held where this command did not look: the index says where
             else:
                 candidates.append(cand)
-        out.append(explain(graph, candidates, held=list(dict.fromkeys(held)), searched=searched, index=note))
+        out.append(explain(graph, candidates, held=list(dict.fromkeys(held)), searched=searched, index=note,
+                           instance=instance))
     return out

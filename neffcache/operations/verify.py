@@ -23,6 +23,7 @@ from neffcache.coordination.lease import read_lease
 from neffcache.coordination.write_leases import publish_lease_name
 from neffcache.entry import Entry, EntryState
 from neffcache.errors import EntryNotFound, InvalidKey, StoreUnavailable
+from neffcache.failures import FailureCause, Verdict, note
 from neffcache.index import Index
 from neffcache.layouts import get_layout
 from neffcache.operations.ingest import digest_of
@@ -237,6 +238,8 @@ def _report(index: Index, store: Store, entries: dict[str, Entry], checks: list[
         entry = entries[check.path]
         where: dict[str, Any] = {"path": entry.path, "key": entry.key, "namespace": entry.namespace.path,
                                  "toolchain": entry.toolchain, "store": store.url}
-        index.record("error", message=f"corrupt: {'; '.join(check.problems)}", **where)
+        # Its own class in `neffcache failures` (storage): the note says so, whoever reads it.
+        said = f"corrupt: {'; '.join(check.problems)}"
+        index.record("error", message=f"{said}\n{note(Verdict(FailureCause.CORRUPT_ENTRY, said))}", **where)
         if check.quarantined_to is not None:
             index.record("evict", message=f"verify --fix: quarantined to {check.quarantined_to}", **where)

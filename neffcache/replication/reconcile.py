@@ -39,6 +39,7 @@ from neffcache.index.records import EntryRecord, entry_record
 from neffcache.manifest import Manifest, read_manifest
 from neffcache.operations.scan import scan
 from neffcache.stores.base import Store
+from neffcache.units import plural
 
 FIXES = ("both", "forget", "register")
 DEFAULT_MAX_SHARE = 0.5  # as prune's --max-share: forgetting more of a store's records needs --force
@@ -72,7 +73,8 @@ class ReconcileResult:
     errors: tuple[str, ...] = ()
 
     def summary(self) -> str:
-        text = f"index fixed: {self.forgotten} records forgotten, {self.registered} entries registered"
+        text = (f"index fixed: {plural(self.forgotten, 'record')} forgotten, "
+                f"{plural(self.registered, 'entry')} registered")
         return text + (f"; {len(self.errors)} errors: {self.errors[0]}" if self.errors else "")
 
     def to_json(self) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from neffcache.stores.base import Store
 from neffcache.upgrades.report import Build, GraphComparison, UpgradeReport
 from neffcache.upgrades.signature import MAX_LOG_BYTES, failure_signature
 from neffcache.upgrades.successor import successor_of, version_prefixes
+from neffcache.upgrades.versions import holds_any, missing_version_error
 
 log = logging.getLogger(__name__)
 Progress = Callable[[str], None]
@@ -72,12 +73,17 @@ Found = dict[str, tuple[Store, Entry]]
 def compare(stores: Sequence[Store], index: Index, req: UpgradeRequest,
             progress: Progress | None = None) -> UpgradeReport:
     """The report of ``req.from_version``'s graphs against their successors in ``stores``.
-    Raises ConfigError when the stores hold no SUCCESS entry of the old version (a typo in
-    ``--from`` must not read as "nothing to do")."""
+    Raises ConfigError when the stores hold nothing of either version, or no SUCCESS entry of
+    the old one (a typo in ``--from`` or ``--to`` must not read as "0% ready" or "nothing to do")."""
     say = progress or (lambda message: None)
     since, until = req.now - req.window_seconds, req.now
     report = UpgradeReport(req.from_version, req.to_version, [s.url for s in stores], (since, until),
                            req.threshold, hits_known=index.enabled)
+    # Both versions first (a listing of their directories' first files): a typo fails before any
+    # entry is read, naming the versions the stores hold.
+    for version, option in ((req.from_version, "--from"), (req.to_version, "--to")):
+        if not holds_any(stores, version_prefixes(req.layouts, version, instance=req.instance, lnc=req.lnc)):
+            raise missing_version_error(version, option, stores, req.layouts)
     say(f"reading the entries of neuronx-cc {req.from_version} and {req.to_version} in "
         f"{', '.join(report.stores)}")
     old = _entries(stores, version_prefixes(req.layouts, req.from_version, instance=req.instance, lnc=req.lnc),

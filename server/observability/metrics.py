@@ -12,7 +12,9 @@ report events for 40,000 made-up teams, and every one would be a series on every
 and a Prometheus that pays for each series). A scrape exports by name the values an operator
 configured (``metrics_teams``, ``metrics_toolchains``) plus the ``metrics_top_n`` biggest of each
 by count, and sums the rest into ``other``: totals stay exact, the series count stays bounded
-by (configured + top N + 1) per label.
+by (configured + top N + 1) per label. The event families also carry ``source`` (job, warm,
+rewarm: neffcache.index.records.EVENT_SOURCES, a fixed set the server derives, never a client's
+free text): the jobs' hit rate is ``source="job"``, a warm-up's compiles are work ahead of demand.
 """
 
 from __future__ import annotations
@@ -98,12 +100,13 @@ class DatabaseCollector(Collector):
         yield took
 
     def _families(self) -> Iterable[Metric]:
-        events = CounterMetricFamily("neffcache_cache_events", "cache events reported by clients, all replicas",
-                                     labels=["kind", "toolchain", "team"])
+        events = CounterMetricFamily("neffcache_cache_events", "cache events reported by clients, all replicas; "
+                                     "source job is job traffic, warm and rewarm are warm-ups",
+                                     labels=["kind", "source", "toolchain", "team"])
         saved = CounterMetricFamily("neffcache_compile_time_saved_seconds",
-                                    "compile seconds that cache hits avoided", labels=["toolchain", "team"])
-        spent = CounterMetricFamily("neffcache_compile_seconds", "seconds spent compiling on cache misses",
-                                    labels=["toolchain", "team"])
+                                    "compile seconds that cache hits avoided", labels=["source", "toolchain", "team"])
+        spent = CounterMetricFamily("neffcache_compile_seconds", "seconds spent compiling on cache misses (source "
+                                    "job) and ahead of demand (warm, rewarm)", labels=["source", "toolchain", "team"])
         entries = GaugeMetricFamily("neffcache_entries", "entries in the catalog", labels=["toolchain", "state"])
         size = GaugeMetricFamily("neffcache_entry_bytes", "bytes of catalogued entries", labels=["toolchain"])
         held = GaugeMetricFamily("neffcache_leases_active", "compile leases currently held")
@@ -116,30 +119,30 @@ class DatabaseCollector(Collector):
             upgrades = self._readiness(session)
         team_weight: dict[str, float] = defaultdict(float)
         toolchain_weight: dict[str, float] = defaultdict(float)
-        for (_, toolchain, team, _), (count, _) in totals.items():
+        for (_, _, toolchain, team, _), (count, _) in totals.items():
             team_weight[team] += count
             toolchain_weight[toolchain] += count
         for toolchain, _, count, _ in catalog:
             toolchain_weight[toolchain] += count
         teams = self._teams.allowed(team_weight)
         toolchains = self._toolchains.allowed(toolchain_weight)
-        # (count, seconds, cost, unpriced seconds) per folded (kind, toolchain, team)
-        by_kind: dict[tuple[str, str, str], list[float]] = defaultdict(lambda: [0, 0.0, 0.0, 0.0])
-        for (kind, toolchain, team, instance_type), (count, seconds) in totals.items():
-            slot = by_kind[(kind, _fold(toolchain, toolchains), _fold(team, teams))]
+        # (count, seconds, cost, unpriced seconds) per folded (kind, source, toolchain, team)
+        by_kind: dict[tuple[str, str, str, str], list[float]] = defaultdict(lambda: [0, 0.0, 0.0, 0.0])
+        for (kind, source, toolchain, team, instance_type), (count, seconds) in totals.items():
+            slot = by_kind[(kind, source, _fold(toolchain, toolchains), _fold(team, teams))]
             slot[0] += count
             slot[1] += seconds
             cost = self._prices.cost(seconds, instance_type)
             slot[2] += cost or 0.0
             slot[3] += seconds if cost is None else 0.0
         money = self._money_families()
-        for (kind, toolchain, team), (n, seconds, cost, unpriced) in sorted(by_kind.items()):
-            events.add_metric([kind, toolchain, team], n)
+        for (kind, source, toolchain, team), (n, seconds, cost, unpriced) in sorted(by_kind.items()):
+            events.add_metric([kind, source, toolchain, team], n)
             if kind in ("hit", "compile"):
-                (saved if kind == "hit" else spent).add_metric([toolchain, team], seconds)
+                (saved if kind == "hit" else spent).add_metric([source, toolchain, team], seconds)
                 if money:
-                    money[kind].add_metric([toolchain, team, self._prices.currency], cost)
-                    money["unpriced"].add_metric([kind, toolchain, team], unpriced)
+                    money[kind].add_metric([source, toolchain, team, self._prices.currency], cost)
+                    money["unpriced"].add_metric([kind, source, toolchain, team], unpriced)
         by_state: dict[tuple[str, str], int] = defaultdict(int)
         per_toolchain: dict[str, int] = defaultdict(int)
         for toolchain, state, count, total in catalog:
@@ -170,7 +173,7 @@ class DatabaseCollector(Collector):
         instance type each event reported (server/services/prices.py); none without prices."""
         if not self._prices.configured:
             return {}
-        labels = ["toolchain", "team", "currency"]
+        labels = ["source", "toolchain", "team", "currency"]
         return {"compile": CounterMetricFamily("neffcache_compile_cost", "money spent compiling on cache "
                                                "misses, at the operator's prices", labels=labels),
                 "hit": CounterMetricFamily("neffcache_compile_cost_saved", "money cache hits saved, at the "
@@ -178,7 +181,7 @@ class DatabaseCollector(Collector):
                 # Never priced at zero: the seconds of instance types without a price, beside the money.
                 "unpriced": CounterMetricFamily("neffcache_unpriced_seconds", "compile seconds (kind compile) "
                                                 "and seconds saved (kind hit) of instance types with no price",
-                                                labels=["kind", "toolchain", "team"])}
+                                                labels=["kind", "source", "toolchain", "team"])}
 
 
 class Metrics:

@@ -21,6 +21,7 @@ from typing import Any
 from sqlalchemy import Double, delete, select
 from sqlalchemy.orm import Session
 
+from neffcache.index.records import event_source
 from neffcache.server.services import catalog
 from neffcache.server.services.records import EventIn, toolchain_label
 from neffcache.server.storage.driver_sql import DriverSQL, marks, slices, values
@@ -41,11 +42,12 @@ def hour_of(ts: float) -> int:
 # The columns of an event row, in the order of the tuples below (storage/models.py: Event).
 EVENT_COLUMNS = ("event_id", "kind", "ts", "path", "key", "namespace", "toolchain", "job", "model", "team",
                  "host", "instance_type", "compile_seconds", "store", "message", "received")
-_ID, _KIND, _TS, _PATH, _MODEL, _TEAM, _INSTANCE, _TOOLCHAIN, _SECONDS, _STORE = map(EVENT_COLUMNS.index, (
-    "event_id", "kind", "ts", "path", "model", "team", "instance_type", "toolchain", "compile_seconds", "store"))
+_ID, _KIND, _TS, _PATH, _JOB, _MODEL, _TEAM, _INSTANCE, _TOOLCHAIN, _SECONDS, _STORE = map(EVENT_COLUMNS.index, (
+    "event_id", "kind", "ts", "path", "job", "model", "team", "instance_type", "toolchain", "compile_seconds",
+    "store"))
 _EVENTS = Event.__tablename__
 _ROLLUPS = EventRollup.__tablename__
-_ROLLUP_DIMENSIONS = ("hour", "kind", "team", "model", "instance_type", "toolchain")
+_ROLLUP_DIMENSIONS = ("hour", "kind", "source", "team", "model", "instance_type", "toolchain")
 _ENTRIES = Entry.__tablename__
 
 EventRow = tuple[Any, ...]
@@ -121,7 +123,8 @@ def _insert_new(sql: DriverSQL, rows: list[EventRow]) -> set[str]:
 def _roll_up(sql: DriverSQL, rows: list[EventRow]) -> None:
     sums: dict[tuple[Any, ...], list[float]] = defaultdict(lambda: [0, 0.0])
     for row in rows:
-        acc = sums[(hour_of(row[_TS]), row[_KIND], row[_TEAM], row[_MODEL], row[_INSTANCE], row[_TOOLCHAIN])]
+        acc = sums[(hour_of(row[_TS]), row[_KIND], event_source(row[_JOB]), row[_TEAM], row[_MODEL], row[_INSTANCE],
+                    row[_TOOLCHAIN])]
         acc[0] += 1
         acc[1] += row[_SECONDS] or 0.0
     if not sums:

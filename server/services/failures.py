@@ -30,7 +30,7 @@ class FailureGroupOut(BaseModel):
     model_config = ConfigDict(populate_by_name=True)
 
     signature: str
-    failure_class: str = Field(alias="class")  # compiler | environment
+    failure_class: str = Field(alias="class")  # compiler | environment | storage
     cause: str
     pattern: str
     graphs: int

@@ -3,6 +3,11 @@
 Event counts come from the hourly rollups (cheap at any volume); sizes and states from the
 catalog; top misses from the raw events of the window. Nothing is kept in a replica's memory,
 so every replica answers the same.
+
+Job traffic and warm-ups are apart (neffcache.index.records.event_source): ``totals``, the
+series, the groups and ``hit_rate`` count the jobs' events only, so a warm-up's compiles are
+never a job's misses; ``warm_ups`` and ``by_source`` show what warm-ups compiled ahead of demand,
+and top misses are the graphs jobs missed.
 """
 
 from __future__ import annotations
@@ -11,10 +16,11 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from sqlalchemy import ColumnElement, Select, exists, func, select
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
+from neffcache.index.records import EVENT_SOURCES, WARM_UP_JOBS
 from neffcache.server.services import leases
 from neffcache.server.services.events import hour_of
 from neffcache.server.services.prices import NO_PRICES, Prices
@@ -44,11 +50,18 @@ class Counts(BaseModel):
     unpriced_saved_hours: float = 0.0
 
 
-class SeriesPoint(Counts):
+class Ahead(BaseModel):
+    """What warm-ups compiled ahead of demand (besides a point's or a group's job traffic)."""
+
+    ahead_compiles: int = 0
+    ahead_hours: float = 0.0
+
+
+class SeriesPoint(Counts, Ahead):
     start: float
 
 
-class GroupRow(Counts):
+class GroupRow(Counts, Ahead):
     name: str
 
 
@@ -84,7 +97,10 @@ class StatsOut(BaseModel):
     window: Window
     filters: dict[str, str]
     group_by: str
-    totals: Counts
+    hit_rate: float | None = Field(description="the jobs' hit rate: hits / (hits + misses) of job traffic")
+    totals: Counts = Field(description="job traffic: every event that is not a warm-up's")
+    warm_ups: Counts = Field(description="warm and rewarm: compiles ahead of demand, and their own hits")
+    by_source: dict[str, Counts] = Field(description="job, warm and rewarm apart")
     series: list[SeriesPoint]
     groups: list[GroupRow]
     size_by_toolchain: list[ToolchainSize]
@@ -174,44 +190,85 @@ def _entry_filter(stmt: S, q: StatsQuery) -> S:
     return stmt
 
 
-def compute_stats(session: Session, q: StatsQuery, prices: Prices = NO_PRICES) -> StatsOut:
-    """Every figure of the window; money too when ``prices`` are configured. Each sum is grouped
-    by instance type as well, because a price is per instance type."""
-    conds = _rollup_filters(q)
+def _by_source(session: Session, conds: list[ColumnElement[bool]], prices: Prices) -> dict[str, Counts]:
     itype = EventRollup.instance_type
-    totals = Counts()
-    for kind, instance_type, count, seconds in session.execute(
-        select(EventRollup.kind, itype, func.sum(EventRollup.count), func.sum(EventRollup.seconds))
-        .where(*conds).group_by(EventRollup.kind, itype)
+    out: dict[str, Counts] = {source: Counts() for source in EVENT_SOURCES}
+    for source, kind, instance_type, count, seconds in session.execute(
+        select(EventRollup.source, EventRollup.kind, itype, func.sum(EventRollup.count), func.sum(EventRollup.seconds))
+        .where(*conds).group_by(EventRollup.source, EventRollup.kind, itype)
     ):
-        _add(totals, kind, count, seconds or 0.0, instance_type, prices)
-    _finish(totals, prices)
+        _add(out.setdefault(source, Counts()), kind, count, seconds or 0.0, instance_type, prices)
+    for counts in out.values():
+        _finish(counts, prices)
+    return out
 
+
+def _warm_ups(by_source: dict[str, Counts], prices: Prices) -> Counts:
+    ahead = Counts()
+    for source, counts in by_source.items():
+        if source == "job":
+            continue
+        for name in ("hits", "misses", "compiles", "errors", "evictions", "compile_hours", "saved_hours",
+                     "unpriced_compile_hours", "unpriced_saved_hours"):
+            setattr(ahead, name, getattr(ahead, name) + getattr(counts, name))
+        for name in ("compile_cost", "saved_cost"):
+            if getattr(counts, name) is not None:
+                setattr(ahead, name, (getattr(ahead, name) or 0.0) + getattr(counts, name))
+    _finish(ahead, prices)
+    return ahead
+
+
+def _add_sourced(row: SeriesPoint | GroupRow, source: str, kind: str, count: int, seconds: float,
+                 instance_type: str, prices: Prices) -> None:
+    """Job traffic into the row's counts; a warm-up's compiles into its ``ahead`` figures."""
+    if source == "job":
+        _add(row, kind, count, seconds, instance_type, prices)
+    elif kind == "compile":
+        row.ahead_compiles += int(count)
+        row.ahead_hours += seconds / 3600
+
+
+def _series(session: Session, q: StatsQuery, conds: list[ColumnElement[bool]], prices: Prices) -> list[SeriesPoint]:
     bucket = q.bucket
     first = hour_of(q.start) // bucket * bucket
     series = {start: SeriesPoint(start=start) for start in range(first, int(q.end) + 1, bucket)}
     slot = (EventRollup.hour // bucket) * bucket
-    for start, kind, instance_type, count, seconds in session.execute(
-        select(slot, EventRollup.kind, itype, func.sum(EventRollup.count), func.sum(EventRollup.seconds))
-        .where(*conds).group_by(slot, EventRollup.kind, itype)
+    for start, source, kind, instance_type, count, seconds in session.execute(
+        select(slot, EventRollup.source, EventRollup.kind, EventRollup.instance_type, func.sum(EventRollup.count),
+               func.sum(EventRollup.seconds))
+        .where(*conds).group_by(slot, EventRollup.source, EventRollup.kind, EventRollup.instance_type)
     ):
         point = series.setdefault(int(start), SeriesPoint(start=int(start)))
-        _add(point, kind, count, seconds or 0.0, instance_type, prices)
+        _add_sourced(point, source, kind, count, seconds or 0.0, instance_type, prices)
     for point in series.values():
         _finish(point, prices)
+    return [series[k] for k in sorted(series)]
 
+
+def _groups(session: Session, q: StatsQuery, conds: list[ColumnElement[bool]], prices: Prices) -> list[GroupRow]:
     dim = getattr(EventRollup, q.group_by)
     groups: dict[str, GroupRow] = {}
+    itype = EventRollup.instance_type
     priced_as = itype.label("priced_as")  # a label: grouping by instance type selects it twice
-    for name, kind, instance_type, count, seconds in session.execute(
-        select(dim, EventRollup.kind, priced_as, func.sum(EventRollup.count), func.sum(EventRollup.seconds))
-        .where(*conds).group_by(dim, EventRollup.kind, itype)
+    for name, source, kind, instance_type, count, seconds in session.execute(
+        select(dim, EventRollup.source, EventRollup.kind, priced_as, func.sum(EventRollup.count),
+               func.sum(EventRollup.seconds))
+        .where(*conds).group_by(dim, EventRollup.source, EventRollup.kind, itype)
     ):
-        _add(groups.setdefault(name, GroupRow(name=name or "(none)")), kind, count, seconds or 0.0,
-             instance_type, prices)
+        row = groups.setdefault(name, GroupRow(name=name or "(none)"))
+        _add_sourced(row, source, kind, count, seconds or 0.0, instance_type, prices)
     for row in groups.values():
         _finish(row, prices)
+    return sorted(groups.values(), key=lambda g: (-(g.hits + g.misses), -g.ahead_compiles, g.name))
 
+
+def compute_stats(session: Session, q: StatsQuery, prices: Prices = NO_PRICES) -> StatsOut:
+    """Every figure of the window; money too when ``prices`` are configured. Each sum is grouped
+    by instance type as well, because a price is per instance type, and by source, because a
+    hit rate is the jobs' (see the module docstring)."""
+    conds = _rollup_filters(q)
+    by_source = _by_source(session, conds, prices)
+    totals = by_source["job"]
     sizes = [
         ToolchainSize(toolchain=tc, entries=int(n), bytes=int(b or 0))
         for tc, n, b in session.execute(_entry_filter(
@@ -222,10 +279,11 @@ def compute_stats(session: Session, q: StatsQuery, prices: Prices = NO_PRICES) -
         by_state[state] = int(n)
 
     return StatsOut(
-        window=Window(start=q.start, end=q.end, bucket_seconds=bucket),
-        filters=q.filters(), group_by=q.group_by, totals=totals,
-        series=[series[k] for k in sorted(series)],
-        groups=sorted(groups.values(), key=lambda g: (-(g.hits + g.misses), g.name)),
+        window=Window(start=q.start, end=q.end, bucket_seconds=q.bucket),
+        filters=q.filters(), group_by=q.group_by, hit_rate=totals.hit_rate, totals=totals,
+        warm_ups=_warm_ups(by_source, prices), by_source=by_source,
+        series=_series(session, q, conds, prices),
+        groups=_groups(session, q, conds, prices),
         size_by_toolchain=sorted(sizes, key=lambda s: -s.bytes),
         entries_by_state=by_state,
         problem_entries=_problems(session, q),
@@ -247,7 +305,8 @@ def _top_misses(session: Session, q: StatsQuery) -> list[MissRow]:
     graph = func.coalesce(Event.path, Event.key, "")
     stmt = (
         select(graph, Event.namespace, Event.toolchain, func.count(), func.max(Event.ts))
-        .where(Event.kind == "miss", Event.ts >= q.start, Event.ts < q.end)
+        # The jobs' misses: a warm-up's are the graphs it was asked to compile ahead of demand.
+        .where(Event.kind == "miss", Event.ts >= q.start, Event.ts < q.end, Event.job.not_in(sorted(WARM_UP_JOBS)))
         .group_by(graph, Event.namespace, Event.toolchain)
         .order_by(func.count().desc(), graph).limit(q.top)
     )
@@ -263,14 +322,14 @@ def _distinct(session: Session, column: InstrumentedAttribute[str]) -> list[str]
     return sorted(v for v in session.scalars(select(column).distinct().limit(500)) if v)
 
 
-def kind_totals(session: Session) -> dict[tuple[str, str, str, str], tuple[int, float]]:
-    """All-time (kind, toolchain, team, instance type) -> (count, seconds): the Prometheus
-    counters (the instance type prices the seconds)."""
-    out: dict[tuple[str, str, str, str], tuple[int, float]] = {}
-    for kind, toolchain, team, instance_type, count, seconds in session.execute(
-        select(EventRollup.kind, EventRollup.toolchain, EventRollup.team, EventRollup.instance_type,
-               func.sum(EventRollup.count), func.sum(EventRollup.seconds))
-        .group_by(EventRollup.kind, EventRollup.toolchain, EventRollup.team, EventRollup.instance_type)
+def kind_totals(session: Session) -> dict[tuple[str, str, str, str, str], tuple[int, float]]:
+    """All-time (kind, source, toolchain, team, instance type) -> (count, seconds): the
+    Prometheus counters (the instance type prices the seconds)."""
+    out: dict[tuple[str, str, str, str, str], tuple[int, float]] = {}
+    r = EventRollup
+    for kind, source, toolchain, team, instance_type, count, seconds in session.execute(
+        select(r.kind, r.source, r.toolchain, r.team, r.instance_type, func.sum(r.count), func.sum(r.seconds))
+        .group_by(r.kind, r.source, r.toolchain, r.team, r.instance_type)
     ):
-        out[(kind, toolchain, team, instance_type)] = (int(count), float(seconds or 0.0))
+        out[(kind, source, toolchain, team, instance_type)] = (int(count), float(seconds or 0.0))
     return out

@@ -121,6 +121,9 @@ class EventRollup(Base):
 
     hour: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     kind: Mapped[str] = mapped_column(String(16), primary_key=True)
+    # job, warm or rewarm (neffcache.index.records.event_source of the events' job; migration 0005):
+    # a hit rate is the jobs', a warm-up's compiles are work done ahead of demand.
+    source: Mapped[str] = mapped_column(String(16), primary_key=True)
     team: Mapped[str] = mapped_column(String(256), primary_key=True)
     model: Mapped[str] = mapped_column(String(256), primary_key=True)
     instance_type: Mapped[str] = mapped_column(String(64), primary_key=True)

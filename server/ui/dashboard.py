@@ -27,6 +27,7 @@ from neffcache.server.services.readiness import pair_readiness, upgrade_pairs
 from neffcache.server.services.stats import GroupBy, StatsOut, compute_stats
 from neffcache.server.ui.charts import Line, hbars, line_chart, stacked_bars
 from neffcache.units import human_bytes as decimal_bytes
+from neffcache.units import plural
 
 router = APIRouter(include_in_schema=False)
 TEMPLATES_DIR = Path(__file__).with_name("templates")
@@ -75,25 +76,29 @@ def short_toolchain(label: str) -> str:
 def charts(stats: StatsOut) -> dict[str, Any]:
     start, end, bucket = stats.window.start, stats.window.end, stats.window.bucket_seconds
     points = stats.series
-    saved_total, spent_total, saved, spent = 0.0, 0.0, [], []
+    saved_total, spent_total, ahead_total = 0.0, 0.0, 0.0
+    saved, spent, ahead = [], [], []
     for p in points:
         saved_total += p.saved_hours
         spent_total += p.compile_hours
+        ahead_total += p.ahead_hours
         saved.append((p.start, saved_total))
         spent.append((p.start, spent_total))
+        ahead.append((p.start, ahead_total))
     sizes = stats.size_by_toolchain[:8]
     return {
         "hit_rate": line_chart(
-            "hit-rate", [Line("hit rate", [(p.start, None if p.hit_rate is None else p.hit_rate * 100)
-                                           for p in points], "hit", area=True)],
-            start=start, end=end, y_max=100, y_format=lambda v: f"{v:.0f}%", label="hit rate over time"),
+            "hit-rate", [Line("job hit rate", [(p.start, None if p.hit_rate is None else p.hit_rate * 100)
+                                               for p in points], "hit", area=True)],
+            start=start, end=end, y_max=100, y_format=lambda v: f"{v:.0f}%", label="job hit rate over time"),
         "lookups": stacked_bars(
             "lookups", [p.start for p in points],
             [("hits", "hit", [float(p.hits) for p in points]), ("misses", "miss", [float(p.misses) for p in points])],
             start=start, end=end, bucket=bucket, label="hits and misses per bucket"),
         "saved": line_chart(
             "saved", [Line("compile hours saved", saved, "saved", area=True),
-                      Line("compile hours spent", spent, "spent", dashed=True)],
+                      Line("compile hours spent by jobs", spent, "spent", dashed=True),
+                      Line("compiled ahead by warm-ups", ahead, "ahead", dashed=True)],
             start=start, end=end, y_format=lambda v: f"{v:,.0f} h", label="cumulative compile hours"),
         "sizes": hbars("size-by-toolchain", [(s.toolchain, float(s.bytes), f"{human_bytes(s.bytes)}", "size")
                                              for s in sizes], label="cache size by toolchain",
@@ -143,7 +148,7 @@ def dashboard(
         team=team or "", model=model or "", group_by=group_by, refresh=state.settings.dashboard_refresh_seconds,
         now=now, updated=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(now)), version=__version__,
         human_bytes=human_bytes, hours=hours, pct=pct, ago=lambda ts: ago(ts, now),
-        money=money, upgrades=upgrades, unused_weight=UNUSED_WEIGHT,
+        money=money, plural=plural, upgrades=upgrades, unused_weight=UNUSED_WEIGHT,
         state_class=_STATE_CLASS, leases=held, database=state.db.dialect, tc=short_toolchain,
         total_bytes=sum(s.bytes for s in stats.size_by_toolchain),
         total_entries=sum(stats.entries_by_state.values()),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import subprocess
 import tarfile
 from pathlib import Path
@@ -40,7 +41,32 @@ def test_the_same_error_in_two_stores_is_one_signature(cli: Cli, tmp_path: Path)
     assert any("no index server configured" in n for n in data["notes"])
     assert _groups(cli, "--store", str(a), "--class", "environment")["groups"] == []
     text = cli.run("failures", "--store", str(a), "--store", str(b))
-    assert text.returncode == 0 and group["signature"] in text.stdout and "failures bundle" in text.stdout
+    assert text.returncode == 0 and group["signature"] in text.stdout
+    # The hint runs as printed (from where the user is: -o is relative).
+    (hint,) = [line.split(": ", 1)[1] for line in text.stdout.splitlines() if line.startswith("pack one for")]
+    argv = shlex.split(hint)
+    assert argv[0] == "neffcache"
+    ran = subprocess.run(cli.argv(*argv[1:]), cwd=tmp_path, env=cli.environ(), capture_output=True, text=True,
+                         timeout=120, check=False)
+    assert ran.returncode == 0, ran.stderr
+    assert tarfile.is_tarfile(tmp_path / "repro.tar.gz")
+
+
+def test_a_corrupt_entry_verify_found_is_filed_under_storage(cli: Cli, index: LiveIndex,  # noqa: F811
+                                                             tmp_path: Path) -> None:
+    """verify's disk corruption is its own class: not in `--class compiler`, never bundled."""
+    store = tmp_path / "store"
+    cli.json(*warm_args(store, buckets="128", graphs=1))
+    (neff,) = store.rglob("*.neff")
+    neff.write_bytes(b"bit rot")
+    assert cli.run("verify", str(store)).returncode == 5
+    fleet = _groups(cli)
+    (group,) = fleet["groups"]
+    assert (group["class"], group["cause"]) == ("storage", "corrupt-entry")
+    assert _groups(cli, "--class", "compiler")["groups"] == []
+    assert _groups(cli, "--class", "storage")["groups"] == [group]
+    text = cli.run("failures").stdout
+    assert "storage" in text and "pack one for the compiler team" not in text
 
 
 def test_the_index_groups_what_every_host_reported(cli: Cli, index: LiveIndex, tmp_path: Path) -> None:  # noqa: F811

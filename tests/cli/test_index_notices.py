@@ -111,7 +111,7 @@ def test_prune_and_verify_announce_their_spooled_reports(tmp_path: Path) -> None
     pruned = neffcache("prune", "--store", str(store.root), "--max-size", "11000", "--hit-grace", "0s", "--yes",
                        env=env)
     assert pruned.returncode == 0, pruned.stdout + pruned.stderr
-    assert "removed 1 items (1 entries)" in pruned.stdout
+    assert "removed 1 item (1 entry)" in pruned.stdout
     assert "1 index report spooled (index unreachable" in notice(pruned.stderr)
 
     bad = next(iter(sorted(p.parent for p in store.root.rglob("model.neff"))))

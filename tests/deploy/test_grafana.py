@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import neffcache.server
 from neffcache.entry import EntryState
-from neffcache.index.records import EVENT_KINDS
+from neffcache.index.records import EVENT_KINDS, EVENT_SOURCES
 from neffcache.server.observability.metrics import result_of
 from tests.deploy.conftest import ComposeStack
 from tests.deploy.files import GRAFANA_DASHBOARD, PROMETHEUS
@@ -33,6 +33,7 @@ SYNTHETIC = {"up"}
 # The label values the code can produce, for the labels queries filter on.
 LABEL_VALUES = {
     "kind": set(EVENT_KINDS),
+    "source": set(EVENT_SOURCES),
     "state": {s.value for s in EntryState},
     "result": {result_of(s) for s in range(100, 600)} | set(re.findall(
         r'ingested\.labels\("(\w+)"\)',
@@ -145,6 +146,21 @@ def test_dashboard_covers_what_operators_ask_for() -> None:
                                        "neffcache_compile_seconds_total", "neffcache_entries", "neffcache_entry_bytes"}:
             if not query.where.startswith("variable"):
                 assert re.search(rf"max by \([^)]*\) \((?:\w+\()?{metric}", query.expr), (query.where, query.expr)
+
+
+def test_event_queries_keep_sources_apart_and_hit_rates_are_the_jobs() -> None:
+    """The event counters have one series per source (job, warm, rewarm): a ``max by`` that
+    leaves ``source`` out would take the largest source instead of their sum, and a hit rate
+    that does not filter source="job" counts a warm-up's compiles as misses."""
+    sourced = {"neffcache_cache_events_total", "neffcache_compile_time_saved_seconds_total",
+               "neffcache_compile_seconds_total", "neffcache_compile_cost_total", "neffcache_compile_cost_saved_total",
+               "neffcache_unpriced_seconds_total"}
+    for query in QUERIES:
+        if query.metrics & sourced and not query.where.startswith("variable"):
+            for clause in re.findall(r"max by \(([^)]*)\)", query.expr):
+                assert "source" in clause, (query.where, query.expr)
+        if 'kind="hit"' in query.expr:
+            assert query.expr.count('source="job"') == query.expr.count("neffcache_cache_events_total"), query.where
 
 
 def test_panel_ids_and_layout_are_sound() -> None:

@@ -255,3 +255,14 @@ def test_a_crafted_manifest_or_flags_file_in_a_store_is_reported_and_the_rest_co
     assert any("neffcache.json" in p for p in catalog.problems)
     flags = {c.candidate.path: c.match(Field.FLAGS) for c in found.comparisons}
     assert flags[entry_path(root, other)] is Match.UNKNOWN  # an oversized flags file is not read
+
+
+def test_a_fix_names_the_instance_asked_about_or_the_targets_largest() -> None:
+    """Asked about a trn1.32xlarge job, the fix warms for trn1.32xlarge, never trn1.2xlarge."""
+    from neffcache.misses.causes import instance_for
+
+    assert instance_for("trn1", "trn1.32xlarge") == "trn1.32xlarge"
+    assert instance_for("trn1", "trn1.2xlarge") == "trn1.2xlarge"  # what was asked, even the small one
+    assert instance_for("trn1", None) == "trn1.32xlarge"  # the family's largest, not its first
+    assert instance_for("trn2", "trn1.32xlarge") == "trn2.48xlarge"  # asked about another target
+    assert instance_for(None, "trn1.32xlarge") == "<instance>"

@@ -132,6 +132,31 @@ def test_more_than_half_of_the_bytes_needs_force(tmp_path: Path, monkeypatch: py
     assert run_cli(*base).returncode == 2
 
 
+def test_a_guarded_dry_run_ends_with_the_flags_that_carry_it_out(tmp_path: Path) -> None:
+    """The last line of a dry run the guard would refuse names --yes --force (a plain --yes
+    is refused), and adding exactly those flags removes what the plan listed."""
+    store = open_store(str(tmp_path / "c"))
+    _entries(store, 3, TC_OLD, 16384, "o")
+    _entries(store, 3, TC_NEW, 1024, "n")
+    base = ["prune", "--store", str(tmp_path / "c"), "--keep-last", "1", "--no-index"]
+    dry = run_cli(*base)
+    assert dry.returncode == 0, dry.stderr
+    last = dry.stdout.strip().splitlines()[-1]
+    assert last == "dry run: nothing was changed. Add --yes --force to remove these items (the guard refuses " \
+                   "--yes alone)."
+    flags = last.split("Add ", 1)[1].split(" to remove", 1)[0].split()
+    assert run_cli(*base, "--yes").returncode == 9
+    done = run_cli(*base, *flags, "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["result"]["removed_entries"] == 3
+    # Without a guard the last line names --yes alone, and that runs.
+    _entries(store, 1, TC_OLD, 1024, "p")
+    plain = ["prune", "--store", str(tmp_path / "c"), "--keep-compiler", NEW, "--no-index"]
+    assert run_cli(*plain).stdout.strip().splitlines()[-1] == \
+        "dry run: nothing was changed. Add --yes to remove these items."
+    assert json.loads(run_cli(*plain, "--yes", "--json").stdout)["result"]["removed_entries"] == 1
+
+
 def test_failed_garbage_and_locks_are_never_guarded(tmp_path: Path) -> None:
     """A plan that removes no committed entry with compiled work trips no rule, even when it
     takes everything there is: every failed compile of a store, say."""

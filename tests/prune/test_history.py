@@ -129,12 +129,12 @@ def test_warm_log_retention(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     store = tmp_path / "c"
     published_a(open_store(str(store)), "MODULE_1+abb26765")
     dry = run_cli("prune", "--store", str(store), "--garbage")
-    assert dry.returncode == 0 and "warm logs: would remove 1 runs" in dry.stdout and old.exists()
+    assert dry.returncode == 0 and "warm logs: would remove 1 run" in dry.stdout and old.exists()
     done = run_cli("prune", "--store", str(store), "--garbage", "--yes", "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["warm_logs"]["removed"] == 1
     assert not old.exists() and recent.exists() and theirs.exists()
     # warm_log_days is a setting (warm applies the same expired_runs when it starts).
     monkeypatch.setenv("NEFFCACHE_WARM_LOG_DAYS", "1")
-    assert "warm logs: would remove 1 runs" in run_cli("prune", "--store", str(store), "--garbage").stdout
+    assert "warm logs: would remove 1 run" in run_cli("prune", "--store", str(store), "--garbage").stdout
     assert [r.path for r in expired_runs(home, 1)] == [recent]

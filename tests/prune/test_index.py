@@ -141,7 +141,7 @@ def test_reconcile_both_directions(index: IndexClient, live: tuple[LiveServer, T
     data = json.loads(report.output)
     assert [m["path"] for m in data["plan"]["missing_in_store"]] == [known] and data["applied"] is None
     text = runner.invoke(cli, ["reconcile", "--store", str(store.root), "--yes"], catch_exceptions=False)
-    assert text.exit_code == 0 and "1 records forgotten" in text.output
+    assert text.exit_code == 0 and "1 record forgotten" in text.output
     assert index.lookup(known) is None
 
 

@@ -81,11 +81,22 @@ def test_stats_table_and_json(server: LiveServer, tokens: Tokens) -> None:
     args = ["--index-url", server.url, "--token", tokens.read]
     text = CliRunner().invoke(stats_cmd, args)
     assert text.exit_code == 0, text.output
-    assert "hit rate        50.0%" in text.stdout
-    assert "hours saved     1.0" in text.stdout
-    assert "MODULE_7+ab" in text.stdout and "2.0 MB" in text.stdout
+    assert "hit rate        50.0%  (1 hit, 1 miss: job traffic)" in text.stdout
+    assert "saved by hits   60 min of compile time" in text.stdout
+    assert "warm-ups        0 graphs compiled ahead of demand (0.0 s of compile time; warm 0, rewarm 0)" in text.stdout
+    assert "MODULE_7+ab" in text.stdout and "2.0 MB in 1 entry" in text.stdout
     data = json.loads(CliRunner().invoke(stats_cmd, [*args, "--json", "--window", "24h"]).stdout)
     assert data["totals"]["hits"] == 1 and data["totals"]["compile_hours"] == 0.5
+    assert data["hit_rate"] == 0.5
+
+
+@pytest.mark.parametrize("window", ["3x", "1.5d", "0", "7 d", "-1h"])
+def test_a_window_the_index_does_not_take_is_a_usage_error_before_any_request(window: str) -> None:
+    """Exit 2 with what a window is, not exit 7 with the server's regex (no server runs here)."""
+    result = CliRunner().invoke(stats_cmd, ["--index-url", "http://127.0.0.1:9", "--window", window])
+    assert result.exit_code == 2, result.output
+    assert f"{window!r} is not a window: a whole number and a unit" in result.output
+    assert "^[1-9]" not in result.output
 
 
 def test_stats_needs_an_index() -> None:

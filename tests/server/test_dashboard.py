@@ -141,3 +141,7 @@ def test_without_prices_the_dashboard_stays_in_hours(sqlite_url: str,
     assert stats["currency"] is None and stats["totals"]["compile_cost"] is None
     assert "kpi-saved-money" not in page and "kpi-spent-money" not in page and 'class="kpis"' in page
     assert "compile time saved" in page
+    # The job hit rate, and the warm-ups' compiles apart from it (the week has nightly warm-ups).
+    assert f'id="kpi-hit-rate"><div class="v">{stats["hit_rate"] * 100:.1f}%</div>' in page
+    assert stats["warm_ups"]["compiles"] > 0
+    assert f'id="kpi-ahead"><div class="v">{stats["warm_ups"]["compiles"]:,}</div>' in page

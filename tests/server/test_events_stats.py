@@ -73,6 +73,37 @@ def test_stats_group_filter_series_and_top_misses(writer: httpx.Client) -> None:
     assert {g["name"] for g in ads["groups"]} == {"model-0", "model-1"}
 
 
+def test_the_hit_rate_is_the_jobs_and_warm_ups_are_shown_apart(writer: httpx.Client) -> None:
+    """Warm 3 graphs (3 misses, 3 compiles), then a job hits 3/3: the hit rate is 1.0, not 0.5;
+    the warm-up's compiles are work ahead of demand, its misses are no job's top misses."""
+    now = time.time()
+    warm = [event(kind, job="warm", key=f"MODULE_{i}+abcd0000", ts=now - 60, compile_seconds=seconds)
+            for i in range(3) for kind, seconds in (("miss", None), ("compile", 600.0))]
+    rewarm = [event(kind, job="rewarm", key=f"MODULE_{i}+abcd0001", ts=now - 50, compile_seconds=seconds)
+              for i in range(2) for kind, seconds in (("miss", None), ("compile", 900.0))]
+    run = [event("hit", job="run", key=f"MODULE_{i}+abcd0000", ts=now - 30, compile_seconds=600.0) for i in range(3)]
+    writer.post("/v1/events", json=[*warm, *rewarm, *run]).raise_for_status()
+    stats = writer.get("/v1/stats", params={"window": "1h"}).json()
+    assert stats["hit_rate"] == 1.0 == stats["totals"]["hit_rate"]
+    assert (stats["totals"]["hits"], stats["totals"]["misses"], stats["totals"]["compiles"]) == (3, 0, 0)
+    assert stats["totals"]["saved_hours"] == pytest.approx(0.5)
+    ahead = stats["warm_ups"]
+    assert (ahead["compiles"], ahead["misses"]) == (5, 5)
+    assert ahead["compile_hours"] == pytest.approx((3 * 600 + 2 * 900) / 3600)
+    by_source = stats["by_source"]
+    assert {s: by_source[s]["compiles"] for s in ("job", "warm", "rewarm")} == {"job": 0, "warm": 3, "rewarm": 2}
+    assert stats["top_misses"] == []
+    assert sum(p["ahead_compiles"] for p in stats["series"]) == 5
+    assert sum(p["misses"] for p in stats["series"]) == 0
+    (group,) = stats["groups"]
+    assert (group["hit_rate"], group["ahead_compiles"]) == (1.0, 5)
+
+    writer.post("/v1/events", json=[event("miss", job="run", key="MODULE_9+abcd0000", ts=now - 20)])
+    stats = writer.get("/v1/stats", params={"window": "1h"}).json()
+    assert stats["hit_rate"] == pytest.approx(0.75)
+    assert [m["graph"] for m in stats["top_misses"]] == ["MODULE_9+abcd0000"]
+
+
 def test_stats_sizes_states_and_problems(writer: httpx.Client) -> None:
     writer.post("/v1/entries", json=[entry(1, size=100), entry(2, size=300), entry(3, state="FAILED", size=5),
                                      entry(4, state="LOCKED", size=0)]).raise_for_status()

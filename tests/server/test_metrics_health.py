@@ -7,6 +7,7 @@ from collections.abc import Callable
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from neffcache.index.records import EVENT_SOURCES
 from neffcache.server.storage.db import head_revision
 from tests.server.conftest import LiveServer, Tokens, make_tokens
 from tests.server.factories import TOOLCHAIN, TOOLCHAIN_LABEL, entry, event
@@ -31,10 +32,11 @@ def test_metrics_reflect_the_database(server: LiveServer, writer: httpx.Client, 
     samples = _samples(response.text)
     team = ("team", "search")
     tc = ("toolchain", TOOLCHAIN_LABEL)
-    assert samples[("neffcache_cache_events_total", (("kind", "hit"), team, tc))] == 2
-    assert samples[("neffcache_cache_events_total", (("kind", "miss"), team, tc))] == 1
-    assert samples[("neffcache_compile_time_saved_seconds_total", (team, tc))] == 120.0
-    assert samples[("neffcache_compile_seconds_total", (team, tc))] == 45.0
+    job = ("source", "job")
+    assert samples[("neffcache_cache_events_total", (("kind", "hit"), job, team, tc))] == 2
+    assert samples[("neffcache_cache_events_total", (("kind", "miss"), job, team, tc))] == 1
+    assert samples[("neffcache_compile_time_saved_seconds_total", (job, team, tc))] == 120.0
+    assert samples[("neffcache_compile_seconds_total", (job, team, tc))] == 45.0
     assert samples[("neffcache_entries", (("state", "FAILED"), tc))] == 1
     assert samples[("neffcache_entry_bytes", (tc,))] == 3000
     assert samples[("neffcache_leases_active", ())] == 1
@@ -69,6 +71,10 @@ def test_metrics_label_values_are_bounded(db_url: str, start_server: Callable[..
                     toolchain={**TOOLCHAIN, "compiler_version": f"2.{i % 60}.1.0+f702b353"}) for i in range(many)]
     events += [event("hit", team="big", compile_seconds=10.0) for _ in range(20)]
     events += [event("hit", team="platform", compile_seconds=1.0)]  # small, but configured
+    # Warm-ups by every command that warms, and job names nobody configured: the source label
+    # takes its values from a fixed set, whatever ``job`` a client sends.
+    events += [event("compile", team="big", job=job, compile_seconds=5.0)
+               for job in ("warm", "plan", "rewarm", "run", "my-own-job-name", "")]
     entries = [entry(i, toolchain={**TOOLCHAIN, "compiler_version": f"2.{i}.7.0+f702b353"}) for i in range(40)]
     with server.client(tokens.write) as writer:
         for start in range(0, len(events), 200):
@@ -81,6 +87,10 @@ def test_metrics_label_values_are_bounded(db_url: str, start_server: Callable[..
     teams = {dict(labels)["team"] for _, labels in counted}
     toolchains = {dict(labels)["toolchain"] for _, labels in counted}
     assert "platform" in teams and "big" in teams and "other" in teams
+    assert {dict(labels)["source"] for _, labels in counted} == set(EVENT_SOURCES)
+    spent = {dict(labels)["source"]: v for (name, labels), v in samples.items()
+             if name == "neffcache_compile_seconds_total" and dict(labels)["team"] == "big"}
+    assert spent == {"job": 15.0, "warm": 10.0, "rewarm": 5.0}
     assert len(teams) <= 1 + 3 + 1, teams
     assert len(toolchains) <= 3 + 1, toolchains
     assert sum(counted.values()) == len(events)

@@ -142,3 +142,46 @@ def test_0004_keeps_every_entry_both_ways_and_the_upgrade_renders_them(db_url: s
         assert current_revision(db.engine) == head_revision()
     finally:
         db.dispose()
+
+
+def _old_event(conn: object, n: int, ts: float, kind: str, job: str, seconds: float | None = None) -> None:
+    conn.execute(text(  # type: ignore[attr-defined]
+        "INSERT INTO events (event_id, kind, ts, namespace, toolchain, job, model, team, host, instance_type,"
+        " compile_seconds, received) VALUES (:id, :kind, :ts, 'ns', 'tc', :job, 'm', 't', 'h', 'trn2', :s, :ts)"),
+        {"id": f"e{n}", "kind": kind, "ts": ts, "job": job, "s": seconds})
+
+
+def test_0005_splits_the_hours_whose_events_are_all_kept_by_source(db_url: str) -> None:
+    """At 0004 an hour whose events are all kept (a warm-up's 2 misses and compiles, a job's hit)
+    and an older hour the sweep thinned (rollups of 5 events, 1 kept): the upgrade gives the
+    first its sources from the events, keeps the second's counts as "job", and the downgrade
+    sums the sources back."""
+    whole, swept = 1_800_000_000 // 3600 * 3600, 1_800_000_000 // 3600 * 3600 - 7200
+    db = Database(db_url, pool_size=2)
+    try:
+        migrate(db.engine, "0004")
+        with db.engine.begin() as conn:
+            for n, (kind, job, seconds) in enumerate([("miss", "warm", None), ("compile", "warm", 60.0),
+                                                      ("miss", "plan", None), ("compile", "plan", 30.0),
+                                                      ("hit", "run", 60.0)]):
+                _old_event(conn, n, whole + 10 + n, kind, job, seconds)
+            _old_event(conn, 9, swept + 3500, "miss", "warm")
+            for hour, kind, count, seconds in ((whole, "miss", 2, 0.0), (whole, "compile", 2, 90.0),
+                                               (whole, "hit", 1, 60.0), (swept, "miss", 5, 0.0)):
+                conn.execute(text("INSERT INTO event_rollups (hour, kind, team, model, instance_type, toolchain,"
+                                  " count, seconds) VALUES (:h, :k, 't', 'm', 'trn2', 'tc', :n, :s)"),
+                             {"h": hour, "k": kind, "n": count, "s": seconds})
+        migrate(db.engine)
+        with db.engine.connect() as conn:
+            rows = set(conn.execute(text("SELECT hour, kind, source, count, seconds FROM event_rollups")).all())
+        assert rows == {(whole, "miss", "warm", 2, 0.0), (whole, "compile", "warm", 2, 90.0),
+                        (whole, "hit", "job", 1, 60.0), (swept, "miss", "job", 5, 0.0)}
+        _downgrade(db, "0004")
+        with db.engine.connect() as conn:
+            rows = set(conn.execute(text("SELECT hour, kind, count, seconds FROM event_rollups")).all())
+        assert rows == {(whole, "miss", 2, 0.0), (whole, "compile", 2, 90.0), (whole, "hit", 1, 60.0),
+                        (swept, "miss", 5, 0.0)}
+        migrate(db.engine)
+        assert current_revision(db.engine) == head_revision()
+    finally:
+        db.dispose()

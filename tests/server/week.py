@@ -41,6 +41,8 @@ def _namespace(tc: dict[str, Any]) -> str:
 
 def make_week(now: float, seed: int = 7, scale: float = 1.0) -> Week:
     rng = random.Random(seed)
+    # Warm-ups draw from their own stream: the jobs' week stays the one the other tests know.
+    ahead_rng = random.Random(seed + 1)
     start = now - 7 * 86400
     bump = start + 3.6 * 86400  # the compiler upgrade rolls out on day 4
     graphs: list[dict[str, Any]] = []
@@ -93,6 +95,18 @@ def make_week(now: float, seed: int = 7, scale: float = 1.0) -> Week:
         warm = 0.55 + 0.37 * (1 - math.exp(-hour / 40))
         if 0 <= since_bump < 30:  # new compiler: trn2 entries miss until the re-warm catches up
             warm = 0.25 + (warm - 0.25) * (since_bump / 30) ** 1.5
+        ahead = [("warm", g) for g in ahead_rng.sample(graphs, 4)] if local == 2 else []  # the nightly warm-up
+        if 0 <= since_bump < 6:  # the rewarm of the stored HLOs right after the compiler bump
+            ahead += [("rewarm", g) for g in ahead_rng.sample(graphs, 12) if g["target"] != "trn1"]
+        for job, g in ahead:
+            tc = _toolchain(NEW if (g["target"] == "trn1" or t0 >= bump) else OLD, g["target"])
+            ts = min(now - 1, t0 + ahead_rng.uniform(0, 3600))
+            common = {"path": f"{_namespace(tc)}/{g['key']}", "key": g["key"], "namespace": _namespace(tc),
+                      "toolchain": tc, "job": job, "model": g["model"], "team": g["team"], "host": "warm-1",
+                      "instance_type": INSTANCES[g["target"]], "store": None, "message": None}
+            events.append({"id": uuid.uuid4().hex, "kind": "miss", "ts": ts, **common, "compile_seconds": None})
+            events.append({"id": uuid.uuid4().hex, "kind": "compile", "ts": ts, **common,
+                           "compile_seconds": g["compile_seconds"]})
         for _ in range(int(rng.gauss(90, 12) * load * scale)):
             g = rng.choice(hot_misses) if rng.random() < 0.04 else rng.choice(graphs)
             version = NEW if (g["target"] == "trn1" or t0 >= bump) else OLD

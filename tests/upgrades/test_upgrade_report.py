@@ -4,6 +4,7 @@ hand computation), the gate, and the gate passing once the failure is fixed and 
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from pathlib import Path
@@ -177,10 +178,32 @@ def test_successors_across_the_2_16_345_flags_change_and_in_layout_b(cli: Cli, t
 def test_bad_input_is_one_line_and_changes_nothing(cli: Cli, tmp_path: Path) -> None:
     store = tmp_path / "store"
     store.mkdir()
-    for args, words in ((["--from", V1, "--to", V1], "both"), (["--from", V1, "--to", V2], "no SUCCESS entries"),
+    for args, words in ((["--from", V1, "--to", V1], "both"),
+                        (["--from", V1, "--to", V2], "the stores hold no compiler's entries"),
                         (["--from", V1, "--to", V2, "--window", "soon"], "duration"),
                         (["--from", V1, "--to", V2, "--gate", "1.5"], "1.5")):
         proc = cli.run("upgrade-report", *args, "--store", str(store))
         assert proc.returncode == 2, proc.stderr
         assert words in proc.stderr and "Traceback" not in proc.stderr
     assert list(store.iterdir()) == []
+
+
+def test_a_version_no_store_holds_is_refused_naming_the_versions_present(cli: Cli, tmp_path: Path) -> None:
+    """`--to 2.28.1001.0` with the store holding 2.28.1001.0+0badc0de: exit 2 before any entry is
+    read, naming the versions present and the build it likely meant, never "0% ready"."""
+    store = tmp_path / "store"
+    assert cli.json(*warm_args(store, buckets="128", graphs=1))["ok"]
+    cli.bump(V2)
+    assert cli.json("rewarm", "--from-compiler", V1, "--store", str(store), "-q")["ok"]
+    release = V2.split("+")[0]
+    for args, option, typed in ((["--from", V1, "--to", release], "--to", release),
+                                (["--from", V1.split("+")[0], "--to", V2], "--from", V1.split("+")[0]),
+                                (["--from", V1, "--to", "2.99.0.0+ffffffff"], "--to", "2.99.0.0+ffffffff")):
+        proc = cli.run("upgrade-report", *args, "--store", str(store))
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        (line,) = proc.stderr.strip().splitlines()  # no progress line: refused before reading
+        assert f"{option} {typed}: no entries of that compiler" in line
+        assert f"versions present: {V1}, {V2}" in line
+        assert ("did you mean" in line) is (typed != "2.99.0.0+ffffffff")
+    ok = cli.run("upgrade-report", "--from", V1, "--to", V2, "--store", str(store), "--json")
+    assert ok.returncode == 0 and json.loads(ok.stdout)["readiness"] == 1.0

@@ -76,6 +76,22 @@ def test_a_text_alone_is_judged_by_what_it_says(text: str, cause: FailureCause) 
     assert classify_text(text).cause is cause
 
 
+@pytest.mark.parametrize("text", [
+    # verify's error event before it carried a note, and as it sends it now
+    "corrupt: model.neff does not match its manifest sha256 (0123456789ab… vs 9876543210fe…)",
+    "corrupt: model.hlo_module.pb is missing",
+    "corrupt: model.neff is missing\nneffcache-failure: corrupt-entry (storage): corrupt: model.neff is missing",
+])
+def test_a_corrupt_stored_entry_is_storage_never_the_compilers(text: str) -> None:
+    verdict = classify_text(text)
+    assert (verdict.cause, verdict.failure_class) == (FailureCause.CORRUPT_ENTRY, FailureClass.STORAGE)
+    assert not verdict.is_environment  # nor the host's: no compile failed
+
+
+def test_a_compiler_error_that_mentions_corrupt_stays_the_compilers() -> None:
+    assert classify_text("ERROR: corrupt: HLO proto does not parse").failure_class is FailureClass.COMPILER
+
+
 def test_neffcaches_note_wins_over_the_text_and_survives_a_round_trip() -> None:
     verdict = Verdict(FailureCause.KILLED, "neuronx-cc was killed by SIGKILL\nsecond line")
     line = note(verdict, "0123456789abcdef")

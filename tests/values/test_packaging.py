@@ -21,5 +21,19 @@ def test_every_package_folder_is_in_the_package_list() -> None:
             if "__pycache__" in rel.parts:
                 continue
             found.add(".".join([name, *rel.parts]))
+    data = set(config["package-data"])  # data folders (the dashboard's): packages without __init__.py
     assert found - listed == set(), "add these to [tool.setuptools] packages in pyproject.toml"
-    assert listed - found == set(), "these listed packages have no folder"
+    assert listed - found - data == set(), "these listed packages have no folder"
+    for name in data - found:
+        parent, _, leaf = name.rpartition(".")
+        assert (folders.get(name) or _folder(folders, parent) / leaf).is_dir(), f"{name} has no folder"
+
+
+def _folder(folders: dict[str, Path], name: str) -> Path:
+    """Where package ``name`` lives, by the nearest mapped parent (package-dir)."""
+    parts = name.split(".")
+    for cut in range(len(parts), 0, -1):
+        head = ".".join(parts[:cut])
+        if head in folders:
+            return folders[head].joinpath(*parts[cut:])
+    return REPO.joinpath(*parts)

@@ -88,7 +88,7 @@ def test_a_warm_job_plans_no_miss_and_a_new_bucket_exactly_its_graphs(cli: Cli, 
 
     text = cli.run(*plan_args(store, buckets="128,256,512", backend=backend))
     assert text.returncode == 0, text.stderr
-    assert "SEQ=512" in text.stdout and "compile-hours" in text.stdout and "ETA:" in text.stdout
+    assert "SEQ=512" in text.stdout and "of compile time estimated" in text.stdout and "ETA:" in text.stdout
     assert "neffcache why-miss --from-report FILE" in text.stdout
 
 

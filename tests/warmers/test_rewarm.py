@@ -47,13 +47,31 @@ def test_rewarm_lands_where_the_new_runtime_looks(cli: Cli, tmp_path: Path, inde
     counts = summary(cli.workload(store, *WORKLOAD_ARGS, backend="native").stderr)
     assert (counts["hits"], counts["compiled"]) == (0, 4)
     assert [r["version"] for r in cli.sim.compiles()].count(V2) == 12
-    assert index.stats()["totals"]["compiles"] >= 16
+    by_source = index.stats()["by_source"]
+    assert (by_source["warm"]["compiles"], by_source["rewarm"]["compiles"], by_source["job"]["compiles"]) == (8, 8, 0)
 
     again = cli.json("rewarm", "--from-compiler", V1, "--store", str(store), "-q")
     assert (again["totals"]["hits"], again["totals"]["compiled"]) == (8, 0)
 
 
 @pytest.mark.s3
+def test_a_graph_the_rewarm_fails_is_registered_failed(cli: Cli, tmp_path: Path, index: Index) -> None:
+    """The index's health counts what a rewarm failed: the dashboard never says every entry is
+    healthy beside a FAILED one."""
+    store = tmp_path / "store"
+    assert cli.json(*warm_args(store, backend="xla"))["ok"]
+    cli.bump(V2)
+    report = cli.json("rewarm", "--from-compiler", V1, "--store", str(store), "-q", rc=1, NEFFSIM_FAIL_MATCH="b256/g1$")
+    assert report["totals"]["failed"] == 1
+    (failed,) = [e for e in healthy(store).entries if e.state.value == "FAILED"]
+    assert failed.namespace.compiler_version == V2
+    listed = {e["path"]: e["state"] for e in index.entries()}
+    assert listed[failed.path] == "FAILED"
+    stats = index.stats()
+    assert stats["entries_by_state"]["FAILED"] == 1
+    assert [p["path"] for p in stats["problem_entries"]] == [failed.path]
+
+
 def test_sharded_rewarm_on_two_hosts_through_s3(cli: Cli, tmp_path: Path, s3: str) -> None:
     _warm_both_layouts(cli, tmp_path / "warm-host", s3)
     cli.bump(V2)

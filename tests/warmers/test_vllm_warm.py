@@ -126,12 +126,12 @@ def test_warm_gives_the_server_the_cpu_compile_contract(cli: Cli, tmp_path: Path
 def test_warm_reports_events_to_the_index(cli: Cli, tmp_path: Path, index: Index) -> None:
     store = tmp_path / "store"
     assert cli.json(*vllm_warm_args(store))["totals"]["compiled"] == 4
-    totals = index.stats()["totals"]
+    totals = index.stats()["warm_ups"]
     assert (totals["compiles"], totals["misses"], totals["hits"]) == (4, 4, 0)
     assert {e["path"] for e in index.entries()} == {f"{NS}/{e.key}" for e in healthy(store).entries}
     # A second host's warm-up fetches every graph from the shared tier: a hit each.
     assert cli.json(*vllm_warm_args(store))["totals"]["hits"] == 4
-    totals = index.stats()["totals"]
+    totals = index.stats()["warm_ups"]
     assert (totals["compiles"], totals["misses"], totals["hits"]) == (4, 4, 4)
 
 

@@ -8,13 +8,13 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
+from neffcache.index.records import WINDOW_PATTERN
 from neffcache.server.api.deps import ReadAccess
 from neffcache.server.api.routes.common import AUTH_ERRORS, QText
 from neffcache.server.services.prices import prices_of
 from neffcache.server.services.stats import GroupBy, StatsOut, StatsQuery, compute_stats
 
 router = APIRouter(prefix="/v1/stats", tags=["stats"])
-WINDOW_PATTERN = r"^[1-9][0-9]{0,5}[smhdw]?$"
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 MAX_WINDOW = 400 * 86400
 

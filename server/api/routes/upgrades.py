@@ -8,9 +8,10 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Query, status
 from pydantic import BaseModel
 
+from neffcache.index.records import WINDOW_PATTERN
 from neffcache.server.api.deps import ReadAccess
 from neffcache.server.api.routes.common import AUTH_ERRORS
-from neffcache.server.api.routes.stats import WINDOW_PATTERN, window_seconds
+from neffcache.server.api.routes.stats import window_seconds
 from neffcache.server.services.readiness import ReadinessOut, pair_readiness, upgrade_pairs
 
 router = APIRouter(prefix="/v1/upgrades", tags=["upgrades"])
