@@ -223,6 +223,8 @@ def _verify_text(report: VerifyReport) -> str:
     for c in report.checks:
         if c.status is CheckStatus.FAILED:
             out.append(f"FAILED {c.path}: {'; '.join(c.problems)}")
+        elif c.status is CheckStatus.UNVERIFIED and c.problems:
+            out.append(f"WARNING {c.path} (written by a runtime, kept): {'; '.join(c.problems)}")
     return "\n".join(out)
 
 

@@ -93,8 +93,11 @@ def test_a_directory_named_by_another_configs_hash_is_reported_and_never_copied(
     write_nxdi_entry(swapped, "llama")  # llama's config under mistral's name: NxDI would load the wrong model
     report = verify(LocalStore(root))
     statuses = {c.path: (c.status, c.problems) for c in report.checks}
-    assert statuses[f"{NS}/{_hash('mistral')}"][0] is CheckStatus.CORRUPT
+    # Reported, but a runtime's own directory is never CORRUPT on an inferred rule (--fix
+    # would quarantine it): how NxDI hashes its config is unverified (docs/runtimes.md).
+    assert statuses[f"{NS}/{_hash('mistral')}"][0] is CheckStatus.UNVERIFIED
     assert "names another configuration" in statuses[f"{NS}/{_hash('mistral')}"][1][0]
+    assert not report.corrupt
     assert statuses[good.relative_to(root).as_posix()][0] is CheckStatus.UNVERIFIED
     pushed = sync(LocalStore(root), LocalStore(tmp_path / "shared"))
     assert [c.path for c in pushed.copied] == [f"{NS}/{_hash('llama')}"]
