@@ -166,7 +166,7 @@ def add_debris(root: Path, count: int, *, a_entries: int, b_entries: int) -> int
             (shard / f".{key}.neff.neffcache-tmp-{n:012x}", 4096 + n),  # garbage
             (module / f".model.neff.neffcache-tmp-{n:012x}", 100 + n),  # garbage
             (orphan_dir / f"{orphan}.neffcache.json", 300 + n),  # uncommitted
-            (shard / f"{key}.neff.tmp.a{n:05d}", 5000 + n),  # the runtime's, in flight
+            (shard / f".tmp.a{n:05d}", 5000 + n),  # the runtime's (its mkstemp in the shard), in flight
             (shard / f"notes-{n}.txt", 10 + n),  # foreign
             (module / f"wrapped_neff-{n}.hlo", 20 + n),  # foreign (NxD)
             (module / "traced" / f"model-{n}.neuron", 30 + n),  # foreign (optimum's traced model)

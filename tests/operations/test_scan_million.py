@@ -4,8 +4,8 @@ The tree (bench/scan_tree.py, the scan benchmark's own builder): 980,000 layout-
 (TorchNeuron's native cache: a NEFF each, an HLO for one in 4), 20,000 layout-A entries
 (libneuronxla's: four files in a directory each), and 1,000 of each kind of file a scan must
 tell apart from an entry: neffcache's temp files and a layout-B manifest whose NEFF was never
-written (garbage), the runtime's in-flight ``<key>.neff.tmp.XXXXXX`` (neither entry nor
-garbage), other tools' files in a shard, in an entry, nested below one and in optimum's
+written (garbage), the runtime's in-flight ``<shard>/.tmp.XXXXXX`` (neither entry nor
+garbage: the runtime's own), other tools' files in a shard, in an entry, nested below one and in optimum's
 registry (foreign). Files are sparse: realistic sizes, no data block.
 
 The expected figures come from ``find -printf '%P %s'`` read with the file names the runtimes
@@ -66,9 +66,11 @@ pytestmark = [
 # The runtimes' file names (docs/runtimes.md), written out here rather than taken from the layouts.
 _HEX_KEY = r"(?P<a>[0-9a-f]{2})/(?P<b>[0-9a-f]{2})/(?P<key>(?P=a)(?P=b)[0-9a-f]{28,60})"
 _B_FILE = re.compile(r"^(?P<ns>(?:[a-z0-9]+-lnc[12]/)?torchneuron-[^/]+)/(?P<dir>neff|hlo)/" + _HEX_KEY
-                     + r"(?P<suffix>\.neff|\.hlo|\.neffcache\.json|\.flags\.json|\.neff\.tmp\.[A-Za-z0-9_]{6})$")
+                     + r"(?P<suffix>\.neff|\.hlo|\.neffcache\.json|\.flags\.json)$")
 _A_FILE = re.compile(r"^(?P<ns>(?:[a-z0-9]+-lnc[12]/)?neuronxcc-[^/]+)/(?P<module>MODULE_[^/]+)/"
                      r"(?P<name>model\.hlo_module\.pb|compile_flags\.json|model\.neff|model\.done)$")
+_B_TEMP = re.compile(r"^(?:[a-z0-9]+-lnc[12]/)?torchneuron-[^/]+/neff/[0-9a-f]{2}/[0-9a-f]{2}/"
+                     r"\.tmp\.[A-Za-z0-9_]{6}$")
 _ENTRY_FILES = {("neff", ".neff"), ("neff", ".neffcache.json"), ("hlo", ".hlo"), ("hlo", ".flags.json")}
 
 
@@ -82,6 +84,7 @@ class Totals:
     garbage_size: int = 0
     foreign_files: int = 0
     foreign_size: int = 0
+    runtime_files: int = 0  # the runtime's own writes in flight: neither entry nor garbage
 
     @property
     def entries(self) -> int:
@@ -104,10 +107,10 @@ def counted_by_find(root: Path) -> Totals:
         if ".neffcache-tmp-" in path.rpartition("/")[2]:
             out.garbage_files += 1
             out.garbage_size += size
+        elif _B_TEMP.match(path):
+            out.runtime_files += 1
         elif (b := _B_FILE.match(path)) and (b["dir"], b["suffix"]) in _ENTRY_FILES:
             keys[b["ns"], b["key"]][b["suffix"]] = size
-        elif b:
-            assert ".neff.tmp." in b["suffix"]  # the runtime's own write in flight: no one's to count
         elif a := _A_FILE.match(path):
             modules[a["ns"], a["module"]][a["name"]] = size
         else:
@@ -136,16 +139,19 @@ def counted_by_find(root: Path) -> Totals:
 def reported_by_scan(report: ScanReport) -> Totals:
     assert report.by_state()["SUCCESS"] == len(report.entries), report.by_state()
     return Totals({s.namespace.path: (s.entries, s.size) for s in report.namespaces()}, len(report.garbage),
-                  len(report.uncommitted), report.garbage_size, len(report.foreign), report.foreign_size)
+                  len(report.uncommitted), report.garbage_size, len(report.foreign), report.foreign_size,
+                  len(report.runtime_temp))
 
 
 def reported_by_cli(data: dict[str, object]) -> Totals:
-    garbage, foreign = data["garbage"], data["foreign"]
-    assert isinstance(garbage, dict) and isinstance(foreign, dict) and isinstance(data["namespaces"], list)
+    garbage, foreign, runtime = data["garbage"], data["foreign"], data["runtime_temp"]
+    assert isinstance(garbage, dict) and isinstance(foreign, dict) and isinstance(runtime, dict)
+    assert isinstance(data["namespaces"], list)
     states = data["states"]
     assert isinstance(states, dict) and states["SUCCESS"] == data["entries"] == sum(states.values()), states
     totals = Totals({ns["path"]: (ns["entries"], ns["size"]) for ns in data["namespaces"]}, garbage["files"],
-                    garbage["uncommitted_entries"], garbage["size"], foreign["files"], foreign["size"])
+                    garbage["uncommitted_entries"], garbage["size"], foreign["files"], foreign["size"],
+                    runtime["files"])
     assert (totals.entries, totals.size) == (data["entries"], data["size"])
     return totals
 
@@ -175,7 +181,8 @@ def test_a_million_entries_scan_as_find_lists_them(tmp_path: Path) -> None:
         # The tree is what this test says it is (else the comparisons below prove less).
         assert expected.namespaces.keys() == {LAYOUT_A_NS, LAYOUT_B_NS}
         assert (expected.entries, expected.uncommitted) == (A_ENTRIES + B_ENTRIES, DEBRIS)
-        assert (expected.garbage_files, expected.foreign_files) == (2 * DEBRIS, 4 * DEBRIS)
+        assert (expected.garbage_files, expected.foreign_files, expected.runtime_files) == (2 * DEBRIS, 4 * DEBRIS,
+                                                                                           DEBRIS)
 
         report = scan(LocalStore(root, read_only=True))
         assert report.warnings == ()
