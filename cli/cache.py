@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import shlex
 import sys
-import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -14,18 +13,18 @@ import click
 
 from neffcache.application.config import job_toolchain, load_settings
 from neffcache.application.jobenv import job_env, render_env
+from neffcache.application.trusted import trust_policy
 from neffcache.entry import EntryState
-from neffcache.errors import ConfigError, EntryNotFound
-from neffcache.keys import safe_relpath
+from neffcache.errors import ConfigError
 from neffcache.operations.failed import FailedGraph, failed_graphs
-from neffcache.operations.scan import ScanReport, load_entry, scan
+from neffcache.operations.scan import ScanReport, scan
 from neffcache.operations.summary import ScanSummary, summarize
 from neffcache.operations.verify import CheckStatus, VerifyReport, verify
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
 from neffcache.units import human_bytes, plural
 
-from .errors import CORRUPT, SOME_ENTRIES_FAILED, announce_index
+from .errors import CORRUPT, SOME_ENTRIES_FAILED, UNTRUSTED, announce_index
 from .options import (
     chosen_layouts,
     endpoint_option,
@@ -220,9 +219,17 @@ def _verify_text(report: VerifyReport) -> str:
         where = f" -> quarantined to {c.quarantined_to}" if c.quarantined_to else ""
         where += f" ({c.error})" if c.error else ""
         out.append(f"CORRUPT {c.path}: {'; '.join(c.problems)}{where}")
+    verdicts = report.verdicts()
+    if verdicts:
+        out.append("signatures: " + ", ".join(f"{n} {v}" for v, n in verdicts.items())
+                   + ("" if "unsigned" not in verdicts else " (--require-signed refuses unsigned entries)"))
     for c in report.checks:
         if c.status is CheckStatus.FAILED:
             out.append(f"FAILED {c.path}: {'; '.join(c.problems)}")
+        elif c.status is CheckStatus.REFUSED:
+            out.append(f"REFUSED {c.path}: {'; '.join(c.problems)}")
+        elif c.status is CheckStatus.MISMATCH:
+            out.append(f"MISMATCH {c.path}: {'; '.join(c.problems)}")
         elif c.status is CheckStatus.UNVERIFIED and c.problems:
             out.append(f"WARNING {c.path} (written by a runtime, kept): {'; '.join(c.problems)}")
     return "\n".join(out)
@@ -231,28 +238,38 @@ def _verify_text(report: VerifyReport) -> str:
 @click.command("verify")
 @click.argument("store_url", metavar="STORE")
 @click.option("--fix", is_flag=True, help="Quarantine corrupt entries (moved under .neffcache/quarantine/).")
+@click.option("--require-signed/--no-require-signed", default=None,
+              help="Refuse entries no trusted key signed (default: NEFFCACHE_REQUIRE_SIGNED; keys: "
+                   "NEFFCACHE_TRUSTED_KEYS).")
 @index_options
 @endpoint_option
 @json_option
-def verify_cmd(store_url: str, fix: bool, index_url: str | None, token: str | None, as_json: bool) -> None:
-    """Check every entry's files against the sha256 digests in its manifest.
+def verify_cmd(store_url: str, fix: bool, require_signed: bool | None, index_url: str | None, token: str | None,
+               as_json: bool) -> None:
+    """Check every entry's files against the sha256 digests in its manifest, who signed it, and
+    whether its own inputs match its namespace.
 
-    Exits 5 when corrupt entries remain (quarantined ones with --fix do not count), else 1 when
-    some entries could not be checked (unreadable, badly named: listed as FAILED). With an
+    Exits 5 when corrupt entries remain (quarantined ones with --fix do not count), 9 when
+    entries whose files match are refused by the trust policy (a bad, revoked or out-of-scope
+    signature; unsigned under --require-signed) or contradict their namespace (a --target=trn1
+    entry in a trn2 namespace), else 1 when some entries could not be checked (unreadable,
+    badly named: listed as FAILED). Refused entries are reported, never quarantined. With an
     index server configured, each corrupt entry is reported there as an error, and each
     quarantined one as evicted from STORE.
 
     \b
     Example:
       neffcache verify fsx:///mnt/fsx/neuron-cache --fix
+      NEFFCACHE_TRUSTED_KEYS=ci.pub neffcache verify s3://bucket/cache --require-signed
     """
     settings = load_settings(index_url=index_url, token=token)
+    policy = trust_policy(settings, require_signed=require_signed)
     index = open_settings_index(settings)
     try:
         store = open_store(store_url, create=False, read_only=not fix, **store_options(settings))
         try:
             with progress("verifying", enabled=not as_json) as bar:
-                report = verify(store, fix=fix, progress=bar.update, index=index)
+                report = verify(store, fix=fix, progress=bar.update, index=index, policy=policy)
         finally:
             store.close()
     finally:
@@ -264,6 +281,8 @@ def verify_cmd(store_url: str, fix: bool, index_url: str | None, token: str | No
     announce_index(index, [store_url])
     if any(c.quarantined_to is None for c in report.corrupt):
         sys.exit(CORRUPT)
+    if report.untrusted:
+        sys.exit(UNTRUSTED)
     if report.failed:
         sys.exit(SOME_ENTRIES_FAILED)
 
@@ -326,48 +345,4 @@ def config_cmd(as_json: bool) -> None:
                                              *toml_lines(shown, hidden=frozenset({"token"}))]))
 
 
-@click.command("show")
-@click.argument("store_url", metavar="STORE")
-@click.argument("entry_path", metavar="ENTRY")
-@endpoint_option
-@json_option
-def show_cmd(store_url: str, entry_path: str, as_json: bool) -> None:
-    """Show one entry: its state, files and manifest (toolchain, flags, tags, producer).
-
-    ENTRY is the entry's path in the store, as `neffcache scan --entries` lists it.
-
-    \b
-    Example:
-      neffcache show /mnt/fsx/cache trn2-lnc2/neuronxcc-2.27.5334.0+f702b353/MODULE_1234+abb26765
-    """
-    store = open_store(store_url, read_only=True, create=False, **store_options())
-    entry = load_entry(store, safe_relpath(entry_path))
-    if entry is None:
-        raise EntryNotFound(f"no entry {entry_path} in {store.url}", store=store.url, path=entry_path)
-    data = {
-        "path": entry.path, "layout": entry.layout, "state": entry.state.value, "size": entry.size,
-        "problems": list(entry.problems),
-        "files": {n: {"size": f.size, "mtime": f.mtime} for n, f in sorted(entry.files.items())},
-        "manifest": entry.manifest.to_json() if entry.manifest else None,
-    }
-
-    def text() -> str:
-        out = [f"{entry.path}: {entry.state.value}, {human_bytes(entry.size)} ({entry.layout})"]
-        out += [f"  problem: {p}" for p in entry.problems]
-        out += [f"  {n}  {human_bytes(f.size)}" for n, f in sorted(entry.files.items())]
-        m = entry.manifest
-        if m is None:
-            out.append("  no manifest (written by a runtime; `neffcache pull` or `push` computes one)")
-        else:
-            tc = m.toolchain.label if m.toolchain else "unknown toolchain"
-            out.append(f"  {tc}; flags {' '.join(m.flags) or '(none)'}")
-            out.append(f"  produced by {m.producer} at {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(m.created))}"
-                       f" UTC; compile {m.compile_seconds if m.compile_seconds is not None else '?'} s")
-            if m.tags:
-                out.append("  tags " + ", ".join(f"{k}={v}" for k, v in sorted(m.tags.items())))
-        return "\n".join(out)
-
-    render(as_json, data, text)
-
-
-COMMANDS: list[click.Command] = [scan_cmd, show_cmd, verify_cmd, env_cmd, config_cmd]
+COMMANDS: list[click.Command] = [scan_cmd, verify_cmd, env_cmd, config_cmd]

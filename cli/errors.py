@@ -68,6 +68,9 @@ SOME_ENTRIES_FAILED = 1
 # A destructive plan the guard rails stopped (it would empty a store or its newest toolchain, or
 # remove more than --max-share of its bytes): nothing was changed; --force with --yes runs it.
 REFUSED = 9
+# verify: entries whose bytes match but that no reader should load (refused by the trust
+# policy, or contradicting their namespace's target/compiler): another "the plan refused" case.
+UNTRUSTED = REFUSED
 
 # (error class, exit code, prefix); the first matching row wins, so subclasses come first.
 ERROR_TABLE: list[tuple[type[BaseException], int, str]] = [

@@ -21,7 +21,8 @@ from .errors import run_guarded
 # Each module exposes COMMANDS: list[click.Command], named as here (tests/cli/test_cli_base.py
 # holds the two to each other).
 COMMAND_MODULES: Mapping[str, tuple[str, ...]] = {
-    "neffcache.cli.cache": ("scan", "show", "verify", "env", "config"),  # one cache root
+    "neffcache.cli.cache": ("scan", "verify", "env", "config"),  # one cache root
+    "neffcache.cli.show": ("show",),  # one entry
     "neffcache.cli.sync": ("push", "pull"),  # between stores
     "neffcache.cli.coldstart": ("prefetch",),  # a pod's NEFFs to node-local disk before it starts
     "neffcache.cli.trust": ("key",),  # signing keys
@@ -59,6 +60,9 @@ class LazyGroup(click.Group):
         return self.commands.get(cmd_name)
 
 
+# The commands that mint manifests (compiles, adoption of runtime-written entries) or carry them.
+PUBLISHING = frozenset({"warm", "rewarm", "run", "push", "pull", "prefetch", "promote", "plan"})
+
 EPILOG = """\b
 Examples:
   neffcache env --instance trn2.48xlarge --store fsx:///mnt/fsx/neuron-cache
@@ -82,6 +86,14 @@ def cli(verbose: int) -> None:
     """
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    how = click.get_current_context().invoked_subcommand
+    if how in PUBLISHING:
+        # What this command mints carries its name and is signed with the settings' key
+        # (neffcache/operations/publisher.py); a key that cannot be read stops it before any work.
+        from neffcache.application.config import load_settings
+        from neffcache.application.trusted import publisher as publisher_for
+        from neffcache.operations import publisher
+        publisher.use(publisher_for(load_settings(), how))
 
 
 def main() -> None:

@@ -78,6 +78,9 @@ class Manifest:
     minor: int = SCHEMA_MINOR
     provenance: Provenance | None = None  # who made it, how, from what, where, when
     signature: Signature | None = None  # over all of the above and the entry's path (signing.py)
+    # Made by this process, not read from a store: publish signs it (neffcache/operations/publisher.py).
+    # Never written: a manifest read back is carried, whoever made it.
+    minted: bool = field(default=False, compare=False, repr=False)
 
     @property
     def size(self) -> int:

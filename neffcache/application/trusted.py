@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from neffcache.application.config import Settings
 from neffcache.errors import ConfigError
+from neffcache.operations.publisher import Publisher
 from neffcache.signing import PublicKey, SigningKey
 from neffcache.trust import TrustedKey, TrustPolicy
 
@@ -37,3 +38,9 @@ def trust_policy(settings: Settings, *, require_signed: bool | None = None) -> T
         raise ConfigError("signatures are required (--require-signed, NEFFCACHE_REQUIRE_SIGNED) but no key is "
                           "trusted: name the publishers' .pub files in trusted_keys (NEFFCACHE_TRUSTED_KEYS)")
     return TrustPolicy.of(keys, require_signed=required, revoked_ids=frozenset(revoked_ids))
+
+
+def publisher(settings: Settings, how: str) -> Publisher:
+    """This process as a publisher: what it mints is ``how`` (the command), signed with the
+    settings' key when one is set, on the configured instance type."""
+    return Publisher(how=how, signing_key=signing_key(settings), instance=settings.instance)

@@ -211,6 +211,11 @@ class Layout(KeyQuestions, RuntimeEnv, ABC):
             raise ValueError(f"{name} is not a JSON list of strings")
         return value
 
+    def stated_flags(self, name: str, data: bytes) -> list[str]:
+        """The flags a flags file records, as the compiler was given them (with a ``--target``
+        the file keeps apart: layout A's target form). Default: :meth:`read_user_flags`."""
+        return self.read_user_flags(name, data)
+
     def flags_problem(self, key: str, data: bytes | None) -> str | None:
         """Why entry ``key`` must not be compiled from its flags file (``data``; None when it
         has none): its key says other flags. None when it may (the default: no rule)."""

@@ -147,6 +147,10 @@ class NeuronxccLayout(Layout):
         """The user flags a flags file holds (target form: without its leading ``--target=``)."""
         return flagsfile.read_flags_file(name, data)[0]
 
+    def stated_flags(self, name: str, data: bytes) -> list[str]:
+        user, target = flagsfile.read_flags_file(name, data)
+        return [*user, f"--target={target}"] if target else user
+
     def flags_problem(self, key: str, data: bytes | None) -> str | None:
         """Why an entry's flags file (``None``: absent) does not back its MODULE name, or None."""
         if data is None:

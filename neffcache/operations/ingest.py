@@ -19,6 +19,7 @@ from neffcache.entry import Entry, EntryState
 from neffcache.errors import CorruptEntry, EntryNotFound, NoSpace, PlaceholderNeff, SourceChanged
 from neffcache.layouts import get_layout
 from neffcache.manifest import FileDigest, Manifest, sha256_bytes, sha256_file, sha256_stream
+from neffcache.operations import publisher
 from neffcache.operations.publish import PublishResult, publish
 from neffcache.placeholder import placeholders_among
 from neffcache.stores.base import Source, Store
@@ -56,7 +57,7 @@ def build_manifest(
                         tags=dict(tags or {}), compile_seconds=compile_seconds, computed=computed)
     if created is not None:
         manifest = dataclasses.replace(manifest, created=created)
-    return manifest
+    return publisher.current().mint(manifest)
 
 
 def transferable_names(entry: Entry) -> list[str]:
@@ -159,9 +160,9 @@ def _transfer(src: Store, entry: Entry, dst: Store, *, tags: Mapping[str, str] |
             # A runtime-written entry: the manifest is built from the staged copies' digests and,
             # for files uploaded in place, from the digests of the bytes the upload sends, taken
             # in that one read (publish's ``unhashed``, which says in what order that is safe).
-            manifest = Manifest(layout=entry.layout, key=entry.key, files=dict(staged),
-                                toolchain=entry.namespace.toolchain, flags=tuple(read_flags(src, entry)),
-                                tags=dict(tags or {}), computed=True, created=entry.mtime)
+            manifest = publisher.current().mint(Manifest(
+                layout=entry.layout, key=entry.key, files=dict(staged), toolchain=entry.namespace.toolchain,
+                flags=tuple(read_flags(src, entry)), tags=dict(tags or {}), computed=True, created=entry.mtime))
         movable = all(n in staged for n in local)
         sources: dict[str, Source] = dict(local)
         if entry.manifest is None:

@@ -45,7 +45,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,6 +57,7 @@ from neffcache.layouts import get_layout
 from neffcache.layouts.base import Layout
 from neffcache.layouts.records import EntryPlan
 from neffcache.manifest import FileDigest, Manifest, sha256_bytes, sha256_file
+from neffcache.operations import publisher
 from neffcache.outcomes import PublishStatus
 from neffcache.placeholder import placeholders_among
 from neffcache.stores.base import Source, Store
@@ -119,11 +120,11 @@ def publish(
     """
     layout = get_layout(namespace.layout)
     plan = layout.publish_plan(namespace, key, files.keys(), local=local)
+    carried = manifest  # as handed in: what a signature it carries covers (publisher.seal)
     # The file a runtime loads: the NEFF (layout B's is its marker too); layouts without one: the marker.
     _refuse_placeholders(plan.path, files, [layout.names(namespace, key).neff or plan.marker_name])
     marker_path = _join(plan.base, plan.marker_name)
-    if plan.marker_name not in files:  # written below as an empty file: the manifest covers it too
-        manifest = manifest.with_marker(plan.marker_name)
+    manifest = manifest if plan.marker_name in files else manifest.with_marker(plan.marker_name)  # written empty
     if not known_absent:
         if store.stat(marker_path) is not None:
             return PublishResult(plan.path, PublishStatus.EXISTS)
@@ -135,12 +136,11 @@ def publish(
         if lease is None:
             return PublishResult(plan.path, PublishStatus.BUSY)
         written = _write_entry(store, layout, plan, files, manifest, move=move, verified=frozenset(verified),
-                               unhashed=frozenset(unhashed))
+                               unhashed=frozenset(unhashed), seal=lambda m: publisher.seal(m, carried, namespace, key))
         if written is None:
             return PublishResult(plan.path, PublishStatus.EXISTS)
         manifest, marker_source = written
-        if lease.lost:
-            # Our heartbeat lapsed and someone took over: let them commit.
+        if lease.lost:  # our heartbeat lapsed and someone took over: let them commit
             return PublishResult(plan.path, PublishStatus.BUSY)
         marker_expect = None if plan.marker_name in verified else manifest.files.get(plan.marker_name)
         if not store.put_file(marker_path, marker_source, exclusive=True, move=move, expect=marker_expect):
@@ -158,10 +158,13 @@ def _refuse_placeholders(path: str, files: Mapping[str, Source], names: list[str
 
 
 def _write_entry(store: Store, layout: Layout, plan: EntryPlan, files: Mapping[str, Source], manifest: Manifest,
-                 *, move: bool, verified: frozenset[str], unhashed: frozenset[str]) -> tuple[Manifest, Source] | None:
+                 *, move: bool, verified: frozenset[str], unhashed: frozenset[str],
+                 seal: Callable[[Manifest], Manifest]) -> tuple[Manifest, Source] | None:
     """Everything but the commit marker, in the order the module docstring argues; returns the
     manifest written and the marker's source (its bytes, when it was read to be hashed), or
-    None when the entry turned out to be committed already (nothing of ours was written)."""
+    None when the entry turned out to be committed already (nothing of ours was written).
+    ``seal`` completes the manifest once every digest is known: signed, or its carried
+    signature kept or dropped (neffcache/operations/publisher.py)."""
     names = [n for n in files if n not in (plan.manifest_name, plan.marker_name)]
     marker_source = files.get(plan.marker_name, b"")
     anchored = layout.data_before_manifest(names)
@@ -184,6 +187,7 @@ def _write_entry(store: Store, layout: Layout, plan: EntryPlan, files: Mapping[s
     if anchored is None:
         if store.stat(marker_path) is not None:
             return None
+        manifest = seal(manifest)
         store.put_file(manifest_path, manifest.to_bytes())
         for name in layout.write_order(names, plan.marker_name, plan.manifest_name):
             put(name)
@@ -200,7 +204,7 @@ def _write_entry(store: Store, layout: Layout, plan: EntryPlan, files: Mapping[s
     digests = {n: d for n, d in got.items() if isinstance(d, FileDigest)}
     if plan.marker_name in unhashed:
         digests[plan.marker_name] = sha256_bytes(_local_bytes(marker_source))
-    manifest = _completed(manifest, digests)
+    manifest = seal(_completed(manifest, digests))
     store.put_file(manifest_path, manifest.to_bytes())
     return manifest, marker_source
 

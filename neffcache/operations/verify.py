@@ -26,9 +26,11 @@ from neffcache.errors import EntryNotFound, InvalidKey, StoreUnavailable
 from neffcache.failures import FailureCause, Verdict, note
 from neffcache.index import Index
 from neffcache.layouts import get_layout
+from neffcache.operations.claims import admission, self_problems
 from neffcache.operations.ingest import digest_of
 from neffcache.operations.scan import scan
 from neffcache.stores.base import CONTROL_DIR, Store
+from neffcache.trust import TrustPolicy
 
 log = logging.getLogger(__name__)
 QUARANTINE_DIR = f"{CONTROL_DIR}/quarantine"
@@ -39,6 +41,10 @@ class CheckStatus(enum.StrEnum):
     CORRUPT = "corrupt"
     UNVERIFIED = "unverified"  # no manifest: written by a runtime, nothing to check against
     FAILED = "failed"  # could not be checked (unreadable, a bad file name): reported, never quarantined
+    # Its files match its manifest, but the reader's trust policy refuses who vouches for it
+    # (a bad or revoked signature, a key outside its scope; unsigned under --require-signed).
+    REFUSED = "refused"
+    MISMATCH = "mismatch"  # its own inputs contradict its namespace (kind target: or compiler:)
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,7 @@ class EntryCheck:
     problems: tuple[str, ...] = ()
     quarantined_to: str | None = None
     error: str | None = None  # why --fix could not quarantine it (it stays corrupt)
+    trust: str | None = None  # the trust verdict (neffcache.trust.Verdict) when a policy judged it
 
 
 @dataclass(frozen=True)
@@ -68,6 +75,18 @@ class VerifyReport:
         """Entries that could not be checked, or not quarantined: the faults of this run."""
         return [c for c in self.checks if c.status is CheckStatus.FAILED or c.error is not None]
 
+    @property
+    def untrusted(self) -> list[EntryCheck]:
+        """Entries no reader should load although their bytes match: refused or mismatched."""
+        return [c for c in self.checks if c.status in (CheckStatus.REFUSED, CheckStatus.MISMATCH)]
+
+    def verdicts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for c in self.checks:
+            if c.trust is not None:
+                counts[c.trust] = counts.get(c.trust, 0) + 1
+        return dict(sorted(counts.items()))
+
     def to_json(self) -> dict[str, object]:
         return {
             "store": self.store,
@@ -76,6 +95,11 @@ class VerifyReport:
             "corrupt": self.count(CheckStatus.CORRUPT),
             "unverified": self.count(CheckStatus.UNVERIFIED),
             "failed": self.count(CheckStatus.FAILED),
+            "refused": self.count(CheckStatus.REFUSED),
+            "mismatch": self.count(CheckStatus.MISMATCH),
+            "trust": self.verdicts(),
+            "untrusted": [{"path": c.path, "status": c.status.value, "trust": c.trust, "problems": list(c.problems)}
+                          for c in self.untrusted],
             "problems": [
                 {"path": c.path, "problems": list(c.problems), "quarantined_to": c.quarantined_to}
                 | ({"error": c.error} if c.error else {})
@@ -87,12 +111,31 @@ class VerifyReport:
         }
 
 
-def check_entry(store: Store, entry: Entry) -> EntryCheck:
-    """Hash every file the manifest records and compare.
+def check_entry(store: Store, entry: Entry, policy: TrustPolicy | None = None) -> EntryCheck:
+    """Hash every file the manifest records and compare; then, for an entry whose bytes match,
+    what it proves about itself (neffcache/operations/claims.py): under ``policy``, whether the
+    reader trusts who signed it (REFUSED when not), and whether its own inputs agree with its
+    namespace (MISMATCH). An unsigned entry under a policy that does not require signatures is
+    OK with its verdict (``unsigned``) reported.
 
     A file that cannot be read (permissions, an I/O error, a store error) makes the entry
     FAILED, not CORRUPT: its bytes may be fine, and ``--fix`` must not quarantine it.
     """
+    check = _check_digests(store, entry)
+    if check.status not in (CheckStatus.OK, CheckStatus.UNVERIFIED):
+        return check
+    verdict = admission(policy, store.url, entry) if policy is not None else None
+    trust = verdict.verdict.value if verdict is not None else None
+    if verdict is not None and verdict.refused:
+        return EntryCheck(entry.path, CheckStatus.REFUSED, (f"{verdict.verdict.value}: {verdict.detail}",),
+                          trust=trust)
+    claims = self_problems(store, entry)
+    if claims:
+        return EntryCheck(entry.path, CheckStatus.MISMATCH, (*check.problems, *claims), trust=trust)
+    return dataclasses.replace(check, trust=trust)
+
+
+def _check_digests(store: Store, entry: Entry) -> EntryCheck:
     if entry.state is EntryState.CORRUPT:
         return EntryCheck(entry.path, CheckStatus.CORRUPT, entry.problems)
     problems = _content_problems(store, entry)
@@ -165,8 +208,11 @@ def quarantine(store: Store, entry: Entry, *, stamp: str | None = None, why: str
 
 
 def verify(store: Store, *, prefix: str = "", fix: bool = False, workers: int = 8,
-           progress: Callable[[int, int], None] | None = None, index: Index | None = None) -> VerifyReport:
+           progress: Callable[[int, int], None] | None = None, index: Index | None = None,
+           policy: TrustPolicy | None = None) -> VerifyReport:
     """Check every entry's files against its manifest; with ``fix``, quarantine the bad ones.
+    ``policy``: the reader's trust policy, judged on every entry whose files match (REFUSED
+    entries are reported, never quarantined: another reader may trust their key).
 
     With ``index``, every corrupt entry is reported as an ``error`` event and every quarantined
     one as an ``evict`` from this store (the index then stops listing it there).
@@ -179,7 +225,7 @@ def verify(store: Store, *, prefix: str = "", fix: bool = False, workers: int = 
     def one(entry: Entry) -> EntryCheck:
         nonlocal done
         try:
-            check = check_entry(store, entry)
+            check = check_entry(store, entry, policy)
         except StoreUnavailable:
             raise  # every further entry would fail the same way
         except Exception as exc:  # faults are per entry: this one is reported, the rest checked

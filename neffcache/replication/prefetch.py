@@ -40,6 +40,7 @@ from neffcache.errors import CorruptEntry, EntryNotFound, PlaceholderNeff, Sourc
 from neffcache.layouts import entry_forms, get_layout
 from neffcache.layouts.records import Located
 from neffcache.manifest import Manifest, read_manifest
+from neffcache.operations import claims
 from neffcache.operations.ingest import transfer
 from neffcache.operations.scan import scan
 from neffcache.outcomes import PublishStatus
@@ -215,13 +216,16 @@ def _fetch(cand: _Candidate, dst: Store, req: PrefetchRequest) -> tuple[str, Fet
     for attempt in range(req.retries + 1):
         try:
             manifest = _manifest(src, entry)
-            admission = req.policy.judge(src.url, entry.path, entry.namespace.path, manifest)
+            judged = entry if manifest is None else _with(entry, manifest)
+            admission = claims.admission(req.policy, src.url, judged)
             if admission.refused:
                 return "refused", Fetched(entry.path, src.url, entry.size, admission.detail)
+            contradictions = claims.self_problems(src, judged)
+            if contradictions:  # a trn1 NEFF in a trn2 namespace: a false hit the runtime would load
+                return "refused", Fetched(entry.path, src.url, entry.size, "; ".join(contradictions))
             if manifest is not None and req.tags and not all(manifest.tags.get(k) == v for k, v in req.tags.items()):
                 return "refused", Fetched(entry.path, src.url, 0, "its tags do not match")
-            result = transfer(src, entry if manifest is None else _with(entry, manifest), dst, known_absent=True,
-                              local=True)
+            result = transfer(src, judged, dst, known_absent=True, local=True)
             detail = "" if admission.verdict is Verdict.SIGNED else str(admission.verdict)
             if result.status is PublishStatus.BUSY:
                 return "failed", Fetched(entry.path, src.url, 0, "busy: another writer holds it; rerun")

@@ -1,0 +1,62 @@
+"""What an entry proves about itself, beyond its digests: who vouches for it, and whether its own
+inputs agree with where it lies (issue 37).
+
+Two questions every reader of a shared store asks before it hands a NEFF to the accelerator
+(verify, pull, prefetch, tier reads):
+
+- :func:`admission`: what its manifest's signature proves under the reader's trust policy
+  (neffcache/trust.py), judged at the entry's canonical path (neffcache/operations/publisher.py), so an
+  entry in a node-local tier of its runtime's own form verifies as it did in the shared tier;
+- :func:`self_problems`: what it says against its namespace. Its flags file's ``--target`` /
+  ``--lnc`` (neffcache/layouts/stated.py) and its provenance's compiler version must be the
+  namespace's: a trn1 NEFF in a trn2 namespace is a false hit the runtime does not catch. Each
+  problem starts with its kind (``target:``, ``compiler:``), so reports can group them.
+
+Both read only what the entry holds (its manifest is already parsed; the flags file is small
+and bounded), and neither raises for what a store holds: an unreadable flags file proves
+nothing, so it is no problem here (verify reports unreadable files on its own).
+"""
+
+from __future__ import annotations
+
+from neffcache.entry import Entry
+from neffcache.errors import EntryNotFound, InvalidKey
+from neffcache.layouts import get_layout
+from neffcache.layouts.stated import toolchain_problems
+from neffcache.operations.publisher import entry_canonical_path
+from neffcache.stores.base import Store
+from neffcache.trust import Admission, TrustPolicy
+
+MAX_FLAGS_FILE = 1 << 20  # bytes: a flags file is a line of options
+
+
+def admission(policy: TrustPolicy, store_url: str, entry: Entry) -> Admission:
+    """What ``entry``'s manifest proves under ``policy`` in the store at ``store_url``."""
+    return policy.judge(store_url, entry_canonical_path(entry), entry.namespace.path, entry.manifest)
+
+
+def self_problems(store: Store, entry: Entry) -> list[str]:
+    """Where ``entry``'s own record contradicts its namespace: ``target: ...``, ``compiler: ...``."""
+    problems = [f"target: {p}" for p in _flags_problems(store, entry)]
+    provenance = entry.manifest.provenance if entry.manifest is not None else None
+    said = provenance.toolchain if provenance is not None else None
+    version = entry.namespace.compiler_version
+    if said is not None and version is not None and said.compiler_version != version:
+        problems.append(f"compiler: its provenance says compiler {said.compiler_version}, but it lies in the "
+                        f"namespace of {version} ({entry.namespace.path})")
+    return problems
+
+
+def _flags_problems(store: Store, entry: Entry) -> list[str]:
+    layout = get_layout(entry.layout)
+    name = layout.flags_of(entry)
+    if name is None:
+        return []
+    try:
+        with store.open_read(entry.store_path(name)) as stream:
+            data: bytes = stream.read(MAX_FLAGS_FILE + 1)
+        if len(data) > MAX_FLAGS_FILE:
+            return []
+        return toolchain_problems(entry.namespace, layout.stated_flags(name, data))
+    except (EntryNotFound, InvalidKey, OSError, ValueError):
+        return []
