@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import click
 
 from neffcache.application.config import load_settings
+from neffcache.application.trusted import trust_policy
 from neffcache.entry import Entry
 from neffcache.index import IndexClient, entry_record
 from neffcache.instances import TARGETS
@@ -79,8 +80,11 @@ def _text(verb: str, report: SyncReport) -> str:
 
 def _run(verb: str, src_url: str, dst_url: str, namespaces: tuple[str, ...], compiler_versions: tuple[str, ...],
          targets: tuple[str, ...], states: tuple[str, ...], tags: dict[str, str], parallel: int,
-         index_url: str | None, token: str | None, as_json: bool, adopt_into: Toolchain | None = None) -> None:
+         index_url: str | None, token: str | None, as_json: bool, adopt_into: Toolchain | None = None,
+         require_signed: bool | None = None) -> None:
     settings = load_settings(index_url=index_url, token=token)
+    # A reader's policy: pull judges every entry it copies; push publishes, it does not judge.
+    policy = trust_policy(settings, require_signed=require_signed) if verb == "pull" else None
     # Every entry copied is registered with the index as held by DST. Reports never fail the
     # copy: an index that is down gets them from the spool later.
     index = open_settings_index(settings)
@@ -98,7 +102,8 @@ def _run(verb: str, src_url: str, dst_url: str, namespaces: tuple[str, ...], com
                     report = sync(src, dst, namespaces=namespaces, compiler_versions=compiler_versions,
                                   targets=targets, states=states, tags=tags, parallel=parallel,
                                   progress=lambda done, total, size: bar.update(done, total, human_bytes(size)),
-                                  on_copied=register if index.enabled else None, adopt_into=adopt_into)
+                                  on_copied=register if index.enabled else None, adopt_into=adopt_into,
+                                  policy=policy)
             finally:
                 dst.close()
         finally:
@@ -218,18 +223,26 @@ def _watch(src_url: str, dst_url: str, interval: float, drain_timeout: float, *,
 @click.argument("src_url", metavar="SRC")
 @click.argument("dst_url", metavar="DST")
 @sync_options
-def pull_cmd(src_url: str, dst_url: str, **options: Any) -> None:
+@click.option("--require-signed/--no-require-signed", default=None,
+              help="Copy only entries a trusted key signed (default: NEFFCACHE_REQUIRE_SIGNED; keys: "
+                   "NEFFCACHE_TRUSTED_KEYS).")
+def pull_cmd(src_url: str, dst_url: str, require_signed: bool | None, **options: Any) -> None:
     """Fetch the entries SRC has and DST lacks: S3 to a local or FSx cache.
 
     Every entry is verified against its manifest before it becomes visible in DST; a digest
-    mismatch is reported and never lands. Exits 1 when any entry failed.
+    mismatch is reported and never lands. So is an entry your trust policy refuses (a bad,
+    revoked or out-of-scope signature; unsigned under --require-signed) or whose flags
+    contradict its namespace (a --target=trn1 NEFF in a trn2 namespace). Exits 1 when any
+    entry failed.
 
     \b
     Example:
       neffcache pull s3://my-bucket/neuron-cache fsx:///mnt/fsx/neuron-cache \\
           --namespace trn2-lnc2/neuronxcc-2.27.5334.0+f702b353 --tag model=llama
+      NEFFCACHE_TRUSTED_KEYS=ci.pub neffcache pull s3://my-bucket/neuron-cache /var/tmp/neuron-compile-cache \\
+          --require-signed
     """
-    _run("pull", src_url, dst_url, **options)
+    _run("pull", src_url, dst_url, **options, require_signed=require_signed)
 
 
 COMMANDS: list[click.Command] = [push_cmd, pull_cmd]

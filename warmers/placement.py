@@ -26,6 +26,7 @@ from neffcache.index import Index, open_index
 from neffcache.index.records import EventKind, entry_record
 from neffcache.layouts import get_layout
 from neffcache.manifest import Manifest
+from neffcache.operations import publisher
 from neffcache.operations.ingest import build_manifest, read_flags, transferable_names
 from neffcache.operations.scan import load_entry
 from neffcache.outcomes import PublishStatus
@@ -171,6 +172,7 @@ class Placement:
         manifest = build_manifest(entry.layout, entry.key, local, toolchain=toolchain,
                                   flags=read_flags(self.work, entry), tags=tags,
                                   compile_seconds=compile_seconds)
+        manifest = publisher.seal(manifest, manifest, entry.namespace, entry.key)  # signed, with a key
         self.work.put_file(entry.store_path(entry.manifest_name), manifest.to_bytes(), exclusive=True)
         return load_entry(self.work, entry.path) or entry
 

@@ -49,6 +49,7 @@ from neffcache.keys import is_canonical_relpath
 from neffcache.layouts import entry_forms, get_layout
 from neffcache.layouts.records import Located
 from neffcache.manifest import Manifest, read_manifest
+from neffcache.operations import claims
 from neffcache.operations.ingest import fetch_file, transfer
 from neffcache.operations.scan import load_entry, scan
 from neffcache.outcomes import PublishStatus, TransferOutcome
@@ -63,6 +64,7 @@ from neffcache.replication.sync_report import (
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
 from neffcache.toolchain import Toolchain
+from neffcache.trust import TrustPolicy
 
 # The report's names are imported from here too (the CLI, tiers, the tests).
 __all__ = ["COPYABLE_STATES", "FATAL", "EntryFilter", "EntryOutcome", "OnCopied", "SyncProgress", "SyncReport",
@@ -168,6 +170,9 @@ def _copy_one(src: Store, dst: Store, entry: Entry, flt: EntryFilter, on_copied:
         full = _with_manifest(src, entry)
         if not flt.matches_tags(full.manifest):
             return TransferOutcome.FILTERED, None
+        refusal = _refusal(src, full, flt.policy) if flt.policy is not None else None
+        if refusal is not None:
+            return TransferOutcome.FAILED, EntryOutcome(entry.path, f"refused: {refusal}")
         # Only entries the destination's listing lacked get here: skip the redundant lookups.
         result = transfer(src, full, dst, known_absent=True, releases=releases)
     except PlaceholderNeff as exc:  # refused by publish: a placeholder is no NEFF, wherever it lies
@@ -189,6 +194,15 @@ def _copy_one(src: Store, dst: Store, entry: Entry, flt: EntryFilter, on_copied:
     if result.status is PublishStatus.EXISTS:
         return TransferOutcome.SKIPPED, EntryOutcome(entry.path, "exists")
     return TransferOutcome.BUSY, EntryOutcome(entry.path, "busy")
+
+
+def _refusal(src: Store, entry: Entry, policy: TrustPolicy) -> str | None:
+    """Why a reader holding ``policy`` must not take ``entry`` (its manifest read), or None."""
+    verdict = claims.admission(policy, src.url, entry)
+    if verdict.refused:
+        return f"{verdict.verdict.value}: {verdict.detail}"
+    contradictions = claims.self_problems(src, entry)
+    return "; ".join(contradictions) if contradictions else None
 
 
 def _run(src: Store, dst: Store, todo: list[Entry], flt: EntryFilter, tally: Tally, parallel: int,
@@ -253,7 +267,8 @@ def sync(src: Store | str, dst: Store | str, *, namespaces: Collection[str] = ()
          states: Collection[EntryState | str] = (EntryState.SUCCESS,), tags: Mapping[str, str] | None = None,
          paths: Collection[str] | None = None, parallel: int = 16, progress: SyncProgress | None = None,
          busy_wait: float = 60.0, store_options: Mapping[str, Any] | None = None,
-         on_copied: OnCopied | None = None, adopt_into: Toolchain | None = None) -> SyncReport:
+         on_copied: OnCopied | None = None, adopt_into: Toolchain | None = None,
+         policy: TrustPolicy | None = None) -> SyncReport:
     """Copy the entries of ``src`` that ``dst`` lacks (see the module docstring).
 
     ``adopt_into``: entries of unknown toolchain at a runtime's own root (:func:`adopted`) are
@@ -261,12 +276,13 @@ def sync(src: Store | str, dst: Store | str, *, namespaces: Collection[str] = ()
 
     ``on_copied(entry, manifest)`` is called, from a worker thread, for every SUCCESS entry
     published to ``dst`` (with the manifest it was published with), e.g. to register it with
-    the index server.
+    the index server. ``policy``: copy only entries the reader's trust policy admits and whose
+    own inputs agree with their namespace (pull); the others are failed entries, named.
     """
     started = time.monotonic()
     flt = EntryFilter(tuple(namespaces), tuple(compiler_versions), tuple(targets),
                       frozenset(EntryState(s) for s in states), dict(tags or {}),
-                      frozenset(paths) if paths is not None else None)
+                      frozenset(paths) if paths is not None else None, policy)
     opened: list[Store] = []
     try:
         src, dst = _open_pair(src, dst, dict(store_options or {}), opened)

@@ -19,6 +19,7 @@ from neffcache.errors import ConfigError
 from neffcache.keys import safe_relpath
 from neffcache.manifest import Manifest
 from neffcache.outcomes import TransferOutcome
+from neffcache.trust import TrustPolicy
 
 SyncProgress = Callable[[int, int, int], None]  # (entries done, entries to do, bytes copied)
 COPYABLE_STATES = frozenset({EntryState.SUCCESS, EntryState.FAILED, EntryState.EMPTY})
@@ -36,6 +37,9 @@ class EntryFilter:
     states: frozenset[EntryState] = frozenset({EntryState.SUCCESS})
     tags: Mapping[str, str] = field(default_factory=dict)  # all must match the manifest's
     paths: frozenset[str] | None = None  # exactly these entries
+    # The reader's trust policy (pull): a SUCCESS entry it refuses, or whose own inputs
+    # contradict its namespace, is reported as failed and not copied (operations/claims.py).
+    policy: TrustPolicy | None = None
 
     def __post_init__(self) -> None:
         bad = self.states - COPYABLE_STATES

@@ -1,0 +1,133 @@
+"""Signed entries end to end, tried as an attacker would (issue 37): a real `neffcache warm` with a
+signing key over the simulated toolchain, then `verify`, `pull` and `show` as readers with a trust
+policy, each a new process. The attacker is a co-tenant who can write the store but holds no key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+from neffcache.manifest import Manifest
+from neffcache.signing import generate
+from tests.warmers.conftest import V1, Cli, warm_args
+
+NS = f"trn2-lnc2/neuronxcc-{V1}"
+
+
+def _warm_signed(cli: Cli, tmp_path: Path) -> tuple[Path, list[str]]:
+    """A store warmed by CI with its key; the entries' paths."""
+    generate(tmp_path / "ci")
+    store = tmp_path / "store"
+    cli.json(*warm_args(store, graphs=2), NEFFCACHE_SIGNING_KEY=str(tmp_path / "ci"))
+    entries = sorted(str(p.parent.relative_to(store)) for p in store.glob(f"{NS}/MODULE_*/model.done"))
+    assert len(entries) == 4, entries  # 2 graphs x 2 buckets
+    return store, entries
+
+
+def _manifest(store: Path, entry: str) -> Manifest:
+    return Manifest.from_bytes((store / entry / "neffcache.json").read_bytes())
+
+
+def _rewrite_neff(store: Path, entry: str, neff: bytes) -> None:
+    """The attack: a substitute NEFF, and the manifest's digest of it rewritten to match."""
+    (store / entry / "model.neff").write_bytes(neff)
+    raw = json.loads((store / entry / "neffcache.json").read_bytes())
+    raw["files"]["model.neff"] = {"sha256": hashlib.sha256(neff).hexdigest(), "size": len(neff)}
+    (store / entry / "neffcache.json").write_text(json.dumps(raw))
+
+
+def test_warmed_entries_carry_provenance_and_verify_under_require_signed(cli: Cli, tmp_path: Path) -> None:
+    store, entries = _warm_signed(cli, tmp_path)
+    manifest = _manifest(store, entries[0])
+    assert manifest.signature is not None and manifest.provenance is not None
+    assert manifest.provenance.how == "warm" and manifest.provenance.identity == manifest.signature.key_id
+    assert manifest.provenance.toolchain is not None and manifest.provenance.toolchain.compiler_version == V1
+    trusted = {"NEFFCACHE_TRUSTED_KEYS": str(tmp_path / "ci.pub")}
+    report = cli.json("verify", str(store), "--require-signed", **trusted)
+    assert (report["ok"], report["refused"], report["trust"]) == (4, 0, {"signed": 4})
+    shown = cli.json("show", str(store), entries[0], **trusted)
+    assert shown["trust"]["verdict"] == "signed" and shown["manifest"]["provenance"]["how"] == "warm"
+    text = cli.run("show", str(store), entries[0], **trusted).stdout
+    assert "provenance: warm by" in text and "trust: signed" in text
+
+
+def test_a_rewritten_neff_and_digest_is_refused_by_verify_and_pull(cli: Cli, tmp_path: Path) -> None:
+    store, entries = _warm_signed(cli, tmp_path)
+    victim = entries[1]
+    _rewrite_neff(store, victim, b"NEFF attacker's substitute")
+    trusted = {"NEFFCACHE_TRUSTED_KEYS": str(tmp_path / "ci.pub")}
+    # Without a trust policy the forged digests pass: the signature is what catches it.
+    assert cli.json("verify", str(store))["corrupt"] == 0
+    proc = cli.run("verify", str(store), "--require-signed", "--json", **trusted)
+    assert proc.returncode == 9, proc.stderr
+    report = json.loads(proc.stdout)
+    assert [u["path"] for u in report["untrusted"]] == [victim] and report["ok"] == 3
+    assert report["untrusted"][0]["trust"] == "bad-signature"
+    # Refused whatever require_signed says: a trusted key's id over bytes it did not sign.
+    assert cli.run("verify", str(store), **trusted).returncode == 9
+
+    local = tmp_path / "node"
+    pulled = cli.run("pull", str(store), str(local), "--require-signed", "--json", **trusted)
+    assert pulled.returncode == 1, pulled.stderr
+    data = json.loads(pulled.stdout)
+    assert [f["path"] for f in data["failures"]] == [victim] and "bad-signature" in data["failures"][0]["reason"]
+    assert sorted(data["copied_paths"]) == sorted(set(entries) - {victim})
+    assert not (local / victim).exists()
+
+
+def test_a_signed_entry_copied_to_another_key_is_refused(cli: Cli, tmp_path: Path) -> None:
+    store, entries = _warm_signed(cli, tmp_path)
+    # The attacker moves a genuine signed entry over another graph's name: every byte is signed.
+    source, target = entries[0], entries[2]
+    shutil.rmtree(store / target)
+    shutil.copytree(store / source, store / target)
+    report = json.loads(cli.run("verify", str(store), "--json", NEFFCACHE_TRUSTED_KEYS=str(tmp_path / "ci.pub")).stdout)
+    refused = {u["path"]: u["trust"] for u in report["untrusted"]}
+    assert refused == {target: "bad-signature"}
+
+
+def test_unsigned_entries_are_reported_and_refused_only_when_signatures_are_required(cli: Cli, tmp_path: Path
+                                                                                     ) -> None:
+    store = tmp_path / "store"
+    cli.json(*warm_args(store, graphs=1))  # no signing key: published unsigned
+    generate(tmp_path / "ci")
+    trusted = {"NEFFCACHE_TRUSTED_KEYS": str(tmp_path / "ci.pub")}
+    plain = cli.json("verify", str(store), **trusted)
+    assert (plain["ok"], plain["trust"]) == (2, {"unsigned": 2})
+    assert "--require-signed refuses unsigned" in cli.run("verify", str(store), **trusted).stdout
+    required = cli.run("verify", str(store), "--require-signed", "--json", **trusted)
+    assert required.returncode == 9 and json.loads(required.stdout)["refused"] == 2
+
+
+def test_an_untrusted_or_out_of_scope_key_is_refused(cli: Cli, tmp_path: Path) -> None:
+    store, _ = _warm_signed(cli, tmp_path)
+    generate(tmp_path / "other")
+    unknown = cli.run("verify", str(store), "--require-signed", "--json",
+                      NEFFCACHE_TRUSTED_KEYS=str(tmp_path / "other.pub"))
+    assert unknown.returncode == 9 and json.loads(unknown.stdout)["trust"] == {"unknown-key": 4}
+    # The CI key may sign only for another store (a pull-request tier's key on main's store).
+    (tmp_path / "neffcache.toml").write_text(
+        f'[[trust]]\nkey = "{tmp_path / "ci.pub"}"\nstores = ["s3://bucket/pr/123"]\n')
+    scoped = cli.run("verify", str(store), "--json", NEFFCACHE_CONFIG=str(tmp_path / "neffcache.toml"))
+    assert scoped.returncode == 9 and json.loads(scoped.stdout)["trust"] == {"out-of-scope": 4}
+
+
+def test_a_trn1_entry_in_a_trn2_namespace_is_reported(cli: Cli, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    cli.json(*warm_args(store, graphs=1))
+    entry = sorted(store.glob(f"{NS}/MODULE_*/compile_flags.json"))[0].parent
+    # The runtime's target form leads with the target: a trn1 compile's file, in trn2's namespace,
+    # its manifest made to agree (digests alone cannot tell).
+    flags = json.dumps(["--target=trn1", "--model-type=transformer"]).encode()
+    (entry / "compile_flags.json").write_bytes(flags)
+    raw = json.loads((entry / "neffcache.json").read_bytes())
+    raw["files"]["compile_flags.json"] = {"sha256": hashlib.sha256(flags).hexdigest(), "size": len(flags)}
+    (entry / "neffcache.json").write_text(json.dumps(raw))
+    proc = cli.run("verify", str(store), "--json")
+    assert proc.returncode == 9, proc.stderr
+    untrusted = json.loads(proc.stdout)["untrusted"]
+    assert [(u["path"], u["status"]) for u in untrusted] == [(str(entry.relative_to(store)), "mismatch")]
+    assert any(p.startswith("target: compiled with --target=trn1") for p in untrusted[0]["problems"])
