@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import click
 
 from neffcache.application.config import Settings, load_settings
+from neffcache.application.trusted import trust_policy
 from neffcache.units import human_bytes
 from neffcache.warmers.children import Children, Interrupted, stop_on_signals
 from neffcache.warmers.placement import Placement, open_placement
@@ -57,7 +58,7 @@ def open_job_placement(settings: Settings, tags: dict[str, str], job: str) -> Pl
         fields["instance_type"] = settings.instance
     placement = open_placement(settings.stores, index_url=settings.index_url, token=settings.token,
                                event_fields=fields, spool_root=Path(settings.spool_dir) if settings.spool_dir else None,
-                               endpoint_url=endpoint_url(settings))
+                               endpoint_url=endpoint_url(settings), policy=trust_policy(settings))
     watch_index(placement.index)
     return placement
 

@@ -65,3 +65,4 @@ class TierProblemKind(enum.StrEnum):
     CORRUPT = "corrupt"  # digests did not match
     CHANGED = "changed"  # rewritten while it was read
     BUSY = "busy"  # another process is publishing it
+    REFUSED = "refused"  # the reader's trust policy refuses it, or its flags contradict its namespace

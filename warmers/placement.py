@@ -33,6 +33,7 @@ from neffcache.outcomes import PublishStatus
 from neffcache.replication.tiers import Tiers
 from neffcache.stores.base import Source, Store
 from neffcache.toolchain import Toolchain
+from neffcache.trust import TrustPolicy
 
 log = logging.getLogger(__name__)
 Ingested = tuple[Entry, list[Store]]
@@ -220,13 +221,14 @@ def is_local_url(url: str) -> bool:
 
 def open_placement(urls: Sequence[str], *, index_url: str | None, token: str | None,
                    event_fields: Mapping[str, str] | None = None, spool_root: Path | None = None,
-                   endpoint_url: str | None = None) -> Placement:
-    """Open the tiers named by ``urls`` (fastest first; ``endpoint_url`` for s3:// ones) and the index."""
+                   endpoint_url: str | None = None, policy: TrustPolicy | None = None) -> Placement:
+    """Open the tiers named by ``urls`` (fastest first; ``endpoint_url`` for s3:// ones) and the index;
+    ``policy``: the trust policy entries read from slower tiers must pass."""
     tiers = list(urls)
     if not tiers or not is_local_url(tiers[0]):
         # The runtimes need a directory: a local cache goes in front of remote-only tiers.
         tiers.insert(0, str(default_cache_home() / "store"))
-    chain = Tiers.open(tiers, endpoint_url=endpoint_url)
+    chain = Tiers.open(tiers, endpoint_url=endpoint_url, policy=policy)
     try:
         work = chain.local
         if work.read_only or work.local_root is None:

@@ -38,6 +38,7 @@ from neffcache.entry import Entry, EntryState, Namespace
 from neffcache.errors import ConfigError, CorruptEntry, EntryNotFound, SourceChanged, StoreError, StoreUnavailable
 from neffcache.layouts import entry_forms
 from neffcache.manifest import Manifest
+from neffcache.operations import claims
 from neffcache.operations.ingest import transfer
 from neffcache.operations.publish import PublishResult, publish
 from neffcache.operations.scan import load_entry
@@ -46,6 +47,7 @@ from neffcache.outcomes import PublishStatus, TierOp, TierProblemKind
 from neffcache.replication.sync import SyncReport, pull, push
 from neffcache.stores import open_store
 from neffcache.stores.base import Source, Store
+from neffcache.trust import TrustPolicy
 
 log = logging.getLogger(__name__)
 # What "this tier is not working" looks like: unreachable, denied, or any store/OS failure.
@@ -125,13 +127,16 @@ class _Problems:
 
 class Tiers:
     def __init__(self, tiers: Sequence[Tier | Store], *, down_for: float = 60.0, quarantine_remote: bool = False,
-                 busy_wait: float = 30.0) -> None:
+                 busy_wait: float = 30.0, policy: TrustPolicy | None = None) -> None:
         if not tiers:
             raise ConfigError("a chain needs at least one tier")
         self.tiers = [t if isinstance(t, Tier) else Tier(t.url, t) for t in tiers]
         self.down_for = down_for
         self.quarantine_remote = quarantine_remote
         self.busy_wait = busy_wait
+        # The reader's trust policy for entries from slower tiers (the first tier is the job's
+        # own directory): one it refuses is a miss there, reported, never promoted.
+        self.policy = policy
         self._problems = _Problems()
 
     @classmethod
@@ -206,10 +211,22 @@ class Tiers:
                 continue
             if depth == 0:
                 return TierHit(entry, tier.store, tier.url, (), tuple(problems))
+            refusal = self._refusal(tier.store, entry)
+            if refusal is not None:
+                problems.append(self._report(tier, TierOp.GET, TierProblemKind.REFUSED, refusal, entry.path))
+                continue
             hit = self._promote(tier, entry, self.tiers[:depth], problems)
             if hit is not None:
                 return hit
         return None
+
+    def _refusal(self, store: Store, entry: Entry) -> str | None:
+        if self.policy is None:
+            return None
+        verdict = claims.admission(self.policy, store.url, entry)
+        if verdict.refused:
+            return f"{verdict.verdict.value}: {verdict.detail}"
+        return "; ".join(claims.self_problems(store, entry)) or None
 
     @staticmethod
     def _load_any(store: Store, forms: Sequence[str]) -> Entry | None:
