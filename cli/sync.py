@@ -17,6 +17,7 @@ from neffcache.entry import Entry
 from neffcache.index import IndexClient, entry_record
 from neffcache.instances import TARGETS
 from neffcache.manifest import Manifest
+from neffcache.operations.lost_manifests import lost_problem, recorded_digests
 from neffcache.replication.inotify import open_watch
 from neffcache.replication.sync import COPYABLE_STATES, SyncReport, sync
 from neffcache.replication.watch import WriteBack
@@ -81,10 +82,13 @@ def _text(verb: str, report: SyncReport) -> str:
 def _run(verb: str, src_url: str, dst_url: str, namespaces: tuple[str, ...], compiler_versions: tuple[str, ...],
          targets: tuple[str, ...], states: tuple[str, ...], tags: dict[str, str], parallel: int,
          index_url: str | None, token: str | None, as_json: bool, adopt_into: Toolchain | None = None,
-         require_signed: bool | None = None) -> None:
+         require_signed: bool | None = None, adopt: bool = False) -> None:
     settings = load_settings(index_url=index_url, token=token)
     # A reader's policy: pull judges every entry it copies; push publishes, it does not judge.
     policy = trust_policy(settings, require_signed=require_signed) if verb == "pull" else None
+    # push mints manifests for entries that have none, except where the index recorded one
+    # (the manifest was lost: a substitute NEFF?) unless --adopt vouches for the bytes.
+    check_lost = verb == "push" and not adopt
     # Every entry copied is registered with the index as held by DST. Reports never fail the
     # copy: an index that is down gets them from the spool later.
     index = open_settings_index(settings)
@@ -97,13 +101,17 @@ def _run(verb: str, src_url: str, dst_url: str, namespaces: tuple[str, ...], com
             def register(entry: Entry, manifest: Manifest | None) -> None:
                 index.register_entry(entry_record(entry, dst.url, manifest))
 
+            def lost(store: Store, entry: Entry) -> str | None:
+                recorded = recorded_digests(index, [entry.path])
+                return lost_problem(store, entry, recorded[entry.path]) if entry.path in recorded else None
+
             try:
                 with progress(f"{verb}ing", enabled=not as_json) as bar:
                     report = sync(src, dst, namespaces=namespaces, compiler_versions=compiler_versions,
                                   targets=targets, states=states, tags=tags, parallel=parallel,
                                   progress=lambda done, total, size: bar.update(done, total, human_bytes(size)),
                                   on_copied=register if index.enabled else None, adopt_into=adopt_into,
-                                  policy=policy)
+                                  policy=policy, lost=lost if check_lost and index.enabled else None)
             finally:
                 dst.close()
         finally:
@@ -149,8 +157,11 @@ def _run(verb: str, src_url: str, dst_url: str, namespaces: tuple[str, ...], com
                    "vouch that its toolchain built them.")
 @click.option("--adopt-compiler-version", metavar="VERSION",
               help="With --adopt-instance: their compiler version (default: the installed neuronx-cc's).")
+@click.option("--adopt", is_flag=True,
+              help="Mint manifests even for entries whose manifest the index says was lost (their NEFF may be a "
+                   "substitute): you vouch for these bytes.")
 def push_cmd(src_url: str, dst_url: str, watch: bool, interval: float, drain_timeout: float,
-             adopt_instance: str | None, adopt_compiler_version: str | None, **options: Any) -> None:
+             adopt_instance: str | None, adopt_compiler_version: str | None, adopt: bool, **options: Any) -> None:
     """Publish the entries SRC has and DST lacks: a local cache to S3, FSx to S3.
 
     Both sides are listed once and compared by entry; each entry is checked against its
@@ -165,6 +176,10 @@ def push_cmd(src_url: str, dst_url: str, watch: bool, interval: float, drain_tim
     With --adopt-instance, entries a runtime wrote at its own root, where no path says which
     toolchain built them, land in that toolchain's namespace, where prefetch and prune by
     compiler find them (NxD Inference's compiled models, from the host that compiled them).
+
+    An entry without a manifest gets one made of its bytes, unless the index recorded it as
+    published: its manifest was lost and its NEFF may be a substitute, so it is reported and
+    not pushed; --adopt vouches for it.
 
     \b
     Example:
@@ -181,7 +196,7 @@ def push_cmd(src_url: str, dst_url: str, watch: bool, interval: float, drain_tim
             raise click.UsageError("--adopt-instance is for a one-off push, not --watch")
         _watch(src_url, dst_url, interval, drain_timeout, **options)
         return
-    _run("push", src_url, dst_url, **options, adopt_into=adopt_into)
+    _run("push", src_url, dst_url, **options, adopt_into=adopt_into, adopt=adopt)
 
 
 def _watch(src_url: str, dst_url: str, interval: float, drain_timeout: float, *, namespaces: tuple[str, ...],

@@ -35,6 +35,15 @@ def admission(policy: TrustPolicy, store_url: str, entry: Entry) -> Admission:
     return policy.judge(store_url, entry_canonical_path(entry), entry.namespace.path, entry.manifest)
 
 
+def refusal(policy: TrustPolicy, store: Store, entry: Entry) -> str | None:
+    """Why a reader holding ``policy`` must not take ``entry`` from ``store`` (its trust verdict,
+    or what it contradicts in its namespace), or None: the one question pull and tier reads ask."""
+    verdict = admission(policy, store.url, entry)
+    if verdict.refused:
+        return f"{verdict.verdict.value}: {verdict.detail}"
+    return "; ".join(self_problems(store, entry)) or None
+
+
 def self_problems(store: Store, entry: Entry) -> list[str]:
     """Where ``entry``'s own record contradicts its namespace: ``target: ...``, ``compiler: ...``."""
     problems = [f"target: {p}" for p in _flags_problems(store, entry)]

@@ -28,6 +28,7 @@ from neffcache.index import Index
 from neffcache.layouts import get_layout
 from neffcache.operations.claims import admission, self_problems
 from neffcache.operations.ingest import digest_of
+from neffcache.operations.lost_manifests import lost_problem, recorded_digests
 from neffcache.operations.scan import scan
 from neffcache.stores.base import CONTROL_DIR, Store
 from neffcache.trust import TrustPolicy
@@ -238,11 +239,27 @@ def verify(store: Store, *, prefix: str = "", fix: bool = False, workers: int = 
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
         checks = list(pool.map(one, candidates))
+    if index is not None and index.enabled:
+        checks = _lost_manifests(store, index, {e.path: e for e in candidates}, checks)
     if fix:
         checks = _quarantine_corrupt(store, {e.path: e for e in candidates}, checks)
     if index is not None and index.enabled:
         _report(index, store, {e.path: e for e in candidates}, checks)
     return VerifyReport(store.url, tuple(checks), time.monotonic() - started)
+
+def _lost_manifests(store: Store, index: Index, by_path: dict[str, Entry], checks: list[EntryCheck]
+                    ) -> list[EntryCheck]:
+    """Entries without a manifest that the index recorded as published: MISMATCH, never the
+    runtime's own (neffcache/operations/lost_manifests.py). Not quarantined: the NEFF may be the
+    one that was published, and ``push --adopt`` can vouch for it again."""
+    bare = [c.path for c in checks if c.status is CheckStatus.UNVERIFIED]
+    recorded = recorded_digests(index, bare)
+    def lost(c: EntryCheck) -> EntryCheck:
+        said = lost_problem(store, by_path[c.path], recorded[c.path])
+        return EntryCheck(c.path, CheckStatus.MISMATCH, (*c.problems, said), trust=c.trust)
+
+    return [lost(c) if c.path in recorded else c for c in checks]
+
 
 def _quarantine_corrupt(store: Store, by_path: dict[str, Entry], checks: list[EntryCheck]) -> list[EntryCheck]:
     """``verify --fix``: move each CORRUPT entry no one is publishing to quarantine, record the

@@ -170,7 +170,9 @@ def _copy_one(src: Store, dst: Store, entry: Entry, flt: EntryFilter, on_copied:
         full = _with_manifest(src, entry)
         if not flt.matches_tags(full.manifest):
             return TransferOutcome.FILTERED, None
-        refusal = _refusal(src, full, flt.policy) if flt.policy is not None else None
+        refusal = claims.refusal(flt.policy, src, full) if flt.policy is not None else None
+        if full.manifest is None and flt.lost is not None and (why := flt.lost(src, full)) is not None:
+            return TransferOutcome.FAILED, EntryOutcome(entry.path, f"{why}; not pushed (--adopt vouches for it)")
         if refusal is not None:
             return TransferOutcome.FAILED, EntryOutcome(entry.path, f"refused: {refusal}")
         # Only entries the destination's listing lacked get here: skip the redundant lookups.
@@ -194,15 +196,6 @@ def _copy_one(src: Store, dst: Store, entry: Entry, flt: EntryFilter, on_copied:
     if result.status is PublishStatus.EXISTS:
         return TransferOutcome.SKIPPED, EntryOutcome(entry.path, "exists")
     return TransferOutcome.BUSY, EntryOutcome(entry.path, "busy")
-
-
-def _refusal(src: Store, entry: Entry, policy: TrustPolicy) -> str | None:
-    """Why a reader holding ``policy`` must not take ``entry`` (its manifest read), or None."""
-    verdict = claims.admission(policy, src.url, entry)
-    if verdict.refused:
-        return f"{verdict.verdict.value}: {verdict.detail}"
-    contradictions = claims.self_problems(src, entry)
-    return "; ".join(contradictions) if contradictions else None
 
 
 def _run(src: Store, dst: Store, todo: list[Entry], flt: EntryFilter, tally: Tally, parallel: int,
@@ -268,7 +261,8 @@ def sync(src: Store | str, dst: Store | str, *, namespaces: Collection[str] = ()
          paths: Collection[str] | None = None, parallel: int = 16, progress: SyncProgress | None = None,
          busy_wait: float = 60.0, store_options: Mapping[str, Any] | None = None,
          on_copied: OnCopied | None = None, adopt_into: Toolchain | None = None,
-         policy: TrustPolicy | None = None) -> SyncReport:
+         policy: TrustPolicy | None = None, lost: Callable[[Store, Entry], str | None] | None = None
+         ) -> SyncReport:
     """Copy the entries of ``src`` that ``dst`` lacks (see the module docstring).
 
     ``adopt_into``: entries of unknown toolchain at a runtime's own root (:func:`adopted`) are
@@ -277,12 +271,13 @@ def sync(src: Store | str, dst: Store | str, *, namespaces: Collection[str] = ()
     ``on_copied(entry, manifest)`` is called, from a worker thread, for every SUCCESS entry
     published to ``dst`` (with the manifest it was published with), e.g. to register it with
     the index server. ``policy``: copy only entries the reader's trust policy admits and whose
-    own inputs agree with their namespace (pull); the others are failed entries, named.
+    own inputs agree with their namespace (pull); ``lost``: why an entry without a manifest must
+    not get one minted (push without --adopt). Such entries fail, named.
     """
     started = time.monotonic()
     flt = EntryFilter(tuple(namespaces), tuple(compiler_versions), tuple(targets),
                       frozenset(EntryState(s) for s in states), dict(tags or {}),
-                      frozenset(paths) if paths is not None else None, policy)
+                      frozenset(paths) if paths is not None else None, policy, lost)
     opened: list[Store] = []
     try:
         src, dst = _open_pair(src, dst, dict(store_options or {}), opened)

@@ -19,6 +19,7 @@ from neffcache.errors import ConfigError
 from neffcache.keys import safe_relpath
 from neffcache.manifest import Manifest
 from neffcache.outcomes import TransferOutcome
+from neffcache.stores.base import Store
 from neffcache.trust import TrustPolicy
 
 SyncProgress = Callable[[int, int, int], None]  # (entries done, entries to do, bytes copied)
@@ -40,6 +41,9 @@ class EntryFilter:
     # The reader's trust policy (pull): a SUCCESS entry it refuses, or whose own inputs
     # contradict its namespace, is reported as failed and not copied (operations/claims.py).
     policy: TrustPolicy | None = None
+    # push: why an entry without a manifest must not get one minted (its manifest was lost:
+    # neffcache/operations/lost_manifests.py), or None; unset with --adopt.
+    lost: Callable[[Store, Entry], str | None] | None = None
 
     def __post_init__(self) -> None:
         bad = self.states - COPYABLE_STATES

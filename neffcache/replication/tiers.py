@@ -211,7 +211,7 @@ class Tiers:
                 continue
             if depth == 0:
                 return TierHit(entry, tier.store, tier.url, (), tuple(problems))
-            refusal = self._refusal(tier.store, entry)
+            refusal = claims.refusal(self.policy, tier.store, entry) if self.policy is not None else None
             if refusal is not None:
                 problems.append(self._report(tier, TierOp.GET, TierProblemKind.REFUSED, refusal, entry.path))
                 continue
@@ -219,14 +219,6 @@ class Tiers:
             if hit is not None:
                 return hit
         return None
-
-    def _refusal(self, store: Store, entry: Entry) -> str | None:
-        if self.policy is None:
-            return None
-        verdict = claims.admission(self.policy, store.url, entry)
-        if verdict.refused:
-            return f"{verdict.verdict.value}: {verdict.detail}"
-        return "; ".join(claims.self_problems(store, entry)) or None
 
     @staticmethod
     def _load_any(store: Store, forms: Sequence[str]) -> Entry | None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from neffcache.manifest import Manifest
 from neffcache.signing import generate
-from tests.warmers.conftest import V1, Cli, warm_args
+from tests.warmers.conftest import V1, Cli, Index, warm_args
 
 NS = f"trn2-lnc2/neuronxcc-{V1}"
 
@@ -131,3 +131,28 @@ def test_a_trn1_entry_in_a_trn2_namespace_is_reported(cli: Cli, tmp_path: Path) 
     untrusted = json.loads(proc.stdout)["untrusted"]
     assert [(u["path"], u["status"]) for u in untrusted] == [(str(entry.relative_to(store)), "mismatch")]
     assert any(p.startswith("target: compiled with --target=trn1") for p in untrusted[0]["problems"])
+
+
+def test_a_lost_manifest_is_reported_and_not_papered_over_by_push(cli: Cli, tmp_path: Path, index: Index) -> None:
+    store = tmp_path / "store"
+    cli.json(*warm_args(store, graphs=2))  # registered with the index: each NEFF's digest
+    entries = sorted(str(p.parent.relative_to(store)) for p in store.glob(f"{NS}/MODULE_*/model.done"))
+    swapped, bare = entries[0], entries[1]
+    # The attack: a substitute NEFF and no manifest, so it reads as a runtime's own entry.
+    (store / swapped / "model.neff").write_bytes(b"NEFF substitute")
+    (store / swapped / "neffcache.json").unlink()
+    (store / bare / "neffcache.json").unlink()  # the manifest alone lost; the NEFF is genuine
+    proc = cli.run("verify", str(store), "--json")
+    assert proc.returncode == 9, proc.stderr
+    problems = {u["path"]: " ".join(u["problems"]) for u in json.loads(proc.stdout)["untrusted"]}
+    assert problems.keys() == {swapped, bare}
+    assert "substitute is likely" in problems[swapped] and "still matches" in problems[bare]
+
+    pushed = cli.run("push", str(store), str(tmp_path / "shared"), "--json")
+    assert pushed.returncode == 1, pushed.stderr
+    report = json.loads(pushed.stdout)
+    assert sorted(f["path"] for f in report["failures"]) == sorted([swapped, bare])
+    assert all("--adopt" in f["reason"] for f in report["failures"])
+    assert not (tmp_path / "shared" / swapped).exists()
+    adopted = cli.json("push", str(store), str(tmp_path / "shared"), "--adopt")
+    assert sorted(adopted["copied_paths"]) == sorted([swapped, bare])
