@@ -23,7 +23,7 @@ from .errors import run_guarded
 COMMAND_MODULES: Mapping[str, tuple[str, ...]] = {
     "neffcache.cli.cache": ("scan", "verify", "env", "config"),  # one cache root
     "neffcache.cli.show": ("show",),  # one entry
-    "neffcache.cli.sync": ("push", "pull"),  # between stores
+    "neffcache.cli.sync": ("push", "pull", "promote"),  # between stores
     "neffcache.cli.coldstart": ("prefetch",),  # a pod's NEFFs to node-local disk before it starts
     "neffcache.cli.trust": ("key",),  # signing keys
     "neffcache.cli.warm": ("warm", "rewarm", "run"),  # compiling

@@ -14,9 +14,11 @@ import click
 from neffcache.application.config import load_settings
 from neffcache.application.trusted import trust_policy
 from neffcache.entry import Entry
+from neffcache.errors import ConfigError
 from neffcache.index import IndexClient, entry_record
 from neffcache.instances import TARGETS
 from neffcache.manifest import Manifest
+from neffcache.operations import publisher
 from neffcache.operations.lost_manifests import lost_problem, recorded_digests
 from neffcache.replication.inotify import open_watch
 from neffcache.replication.sync import COPYABLE_STATES, SyncReport, sync
@@ -85,7 +87,13 @@ def _run(verb: str, src_url: str, dst_url: str, namespaces: tuple[str, ...], com
          require_signed: bool | None = None, adopt: bool = False) -> None:
     settings = load_settings(index_url=index_url, token=token)
     # A reader's policy: pull judges every entry it copies; push publishes, it does not judge.
-    policy = trust_policy(settings, require_signed=require_signed) if verb == "pull" else None
+    # A reader's policy: pull and promote judge every entry they copy; push publishes, it does not
+    # judge. promote re-signs, so it takes only what a trusted key signed, with a key of its own.
+    if verb == "promote" and publisher.current().signing_key is None:
+        raise ConfigError("promote signs what it publishes: set signing_key (NEFFCACHE_SIGNING_KEY) to the key of "
+                          "the destination's writers")
+    policy = trust_policy(settings, require_signed=True if verb == "promote" else require_signed) \
+        if verb in ("pull", "promote") else None
     # push mints manifests for entries that have none, except where the index recorded one
     # (the manifest was lost: a substitute NEFF?) unless --adopt vouches for the bytes.
     check_lost = verb == "push" and not adopt
@@ -106,12 +114,13 @@ def _run(verb: str, src_url: str, dst_url: str, namespaces: tuple[str, ...], com
                 return lost_problem(store, entry, recorded[entry.path]) if entry.path in recorded else None
 
             try:
-                with progress(f"{verb}ing", enabled=not as_json) as bar:
+                with progress(verb.removesuffix("e") + "ing", enabled=not as_json) as bar:
                     report = sync(src, dst, namespaces=namespaces, compiler_versions=compiler_versions,
                                   targets=targets, states=states, tags=tags, parallel=parallel,
                                   progress=lambda done, total, size: bar.update(done, total, human_bytes(size)),
                                   on_copied=register if index.enabled else None, adopt_into=adopt_into,
-                                  policy=policy, lost=lost if check_lost and index.enabled else None)
+                                  policy=policy, lost=lost if check_lost and index.enabled else None,
+                                  promote=verb == "promote")
             finally:
                 dst.close()
         finally:
@@ -260,4 +269,26 @@ def pull_cmd(src_url: str, dst_url: str, require_signed: bool | None, **options:
     _run("pull", src_url, dst_url, **options, require_signed=require_signed)
 
 
-COMMANDS: list[click.Command] = [push_cmd, pull_cmd]
+@click.command("promote")
+@click.argument("src_url", metavar="SRC")
+@click.argument("dst_url", metavar="DST")
+@sync_options
+def promote_cmd(src_url: str, dst_url: str, **options: Any) -> None:
+    """Re-verify the entries of a pull-request tier and publish them into main's, signed by main.
+
+    The branch-tier pattern: pull-request CI warms into its own tier (s3://bucket/pr/123) with
+    a key your trust policy allows only there; after the merge, promote copies what DST lacks,
+    each entry checked against its manifest, refused unless a trusted key signed it for SRC
+    (signatures are required here) and its flags match its namespace, then signed with the
+    settings' key (NEFFCACHE_SIGNING_KEY: main's). The entry's provenance keeps its original
+    producer and notes where it was promoted from. Exits 1 when any entry failed or was refused.
+
+    \b
+    Example:
+      NEFFCACHE_SIGNING_KEY=/secrets/main.key NEFFCACHE_CONFIG=trust.toml \\
+          neffcache promote s3://bucket/pr/123 s3://bucket/main
+    """
+    _run("promote", src_url, dst_url, **options)
+
+
+COMMANDS: list[click.Command] = [push_cmd, pull_cmd, promote_cmd]

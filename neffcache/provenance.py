@@ -67,6 +67,9 @@ class Provenance:
     instance: str | None = None
     ci: Mapping[str, str] = field(default_factory=dict)  # provider, ref, run_url
     at: float = field(default_factory=time.time)
+    # ``promote``: the tier it came from and the key that had signed it there (the producer's
+    # fields above stay the original compile's); "" for an entry published where it was made.
+    promoted_from: str = ""
 
     @classmethod
     def here(cls, how: How | str, *, identity: str = "", toolchain: Toolchain | None = None,
@@ -80,7 +83,8 @@ class Provenance:
         return {"identity": self.identity, "user": self.user, "host": self.host, "how": self.how,
                 "neffcache_version": self.neffcache_version,
                 "toolchain": self.toolchain.to_json() if self.toolchain else None,
-                "instance": self.instance, "ci": dict(sorted(self.ci.items())), "at": self.at}
+                "instance": self.instance, "ci": dict(sorted(self.ci.items())), "at": self.at,
+                **({"promoted_from": self.promoted_from} if self.promoted_from else {})}
 
     @classmethod
     def from_json(cls, data: Any) -> Provenance | None:
@@ -106,7 +110,8 @@ class Provenance:
         instance = data.get("instance")
         if instance is not None and not _short(instance):
             raise ValueError("'provenance.instance' must be a short string")
-        texts = {name: data.get(name, "") for name in ("identity", "user", "host", "how", "neffcache_version")}
+        texts = {name: data.get(name, "") for name in ("identity", "user", "host", "how", "neffcache_version",
+                                                       "promoted_from")}
         bad = [name for name, value in texts.items() if not _short(value)]
         if bad:
             raise ValueError(f"'provenance.{bad[0]}' must be a short string")
@@ -119,8 +124,9 @@ class Provenance:
         where = f" in {self.ci.get('provider')} {self.ci.get('ref', '')} {self.ci.get('run_url', '')}".rstrip() \
             if self.ci else ""
         when = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(self.at))
+        via = f", promoted from {self.promoted_from}" if self.promoted_from else ""
         return f"{self.how} by {who}{what}{' on ' + self.instance if self.instance else ''}{where}, " \
-               f"neffcache {self.neffcache_version}, {when}"
+               f"neffcache {self.neffcache_version}, {when}{via}"
 
 
 def ci_run(environ: Mapping[str, str]) -> dict[str, str]:

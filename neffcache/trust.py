@@ -54,7 +54,8 @@ class TrustedKey:
     revoked: bool = False
 
     def covers(self, store_url: str, namespace: str) -> bool:
-        return (not self.stores or any(_under(store_url, s) for s in self.stores)) and (
+        where = store_location(store_url)
+        return (not self.stores or any(_under(where, store_location(s)) for s in self.stores)) and (
             not self.namespaces or any(_under(namespace, n) for n in self.namespaces))
 
 
@@ -128,6 +129,15 @@ class TrustPolicy:
     def _admit(self, verdict: Verdict, detail: str, key_id: str | None = None) -> Admission:
         refused = verdict in _ALWAYS_REFUSED or (self.require_signed and verdict is not Verdict.SIGNED)
         return Admission(verdict, refused, detail, key_id)
+
+
+def store_location(url: str) -> str:
+    """Where a store lies, whatever spells it: a local directory's ``file://`` and ``fsx://``
+    URLs and its plain path are one place (``fsx:///mnt/c`` is ``/mnt/c``); others as given."""
+    for scheme in ("file://", "fsx://"):
+        if url.startswith(scheme):
+            return url[len(scheme):].removeprefix("localhost") or "/"
+    return url
 
 
 def _under(value: str, prefix: str) -> bool:

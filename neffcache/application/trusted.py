@@ -10,6 +10,8 @@ that asked for signatures must not silently check nothing.
 
 from __future__ import annotations
 
+import os
+
 from neffcache.application.config import Settings
 from neffcache.errors import ConfigError
 from neffcache.operations.publisher import Publisher
@@ -27,7 +29,7 @@ def trust_policy(settings: Settings, *, require_signed: bool | None = None) -> T
     ``[[trust]]`` tables), the revoked ones, and ``require_signed`` (a flag overrides the setting)."""
     keys = [TrustedKey(PublicKey.load(path)) for path in settings.trusted_keys]
     for table in settings.trust:
-        keys.append(TrustedKey(PublicKey.load(table["key"]), stores=tuple(table["stores"]),
+        keys.append(TrustedKey(PublicKey.load(table["key"]), stores=tuple(_absolute(s) for s in table["stores"]),
                                namespaces=tuple(table["namespaces"]), revoked=bool(table["revoked"])))
     revoked_ids = set()
     for revoked in settings.revoked_keys:  # a key id, or the .pub file of one
@@ -44,3 +46,8 @@ def publisher(settings: Settings, how: str) -> Publisher:
     """This process as a publisher: what it mints is ``how`` (the command), signed with the
     settings' key when one is set, on the configured instance type."""
     return Publisher(how=how, signing_key=signing_key(settings), instance=settings.instance)
+
+
+def _absolute(store: str) -> str:
+    """A scope's store as the store spells its root: a relative directory made absolute."""
+    return store if "://" in store or os.path.isabs(store) else os.path.abspath(store)

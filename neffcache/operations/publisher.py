@@ -34,7 +34,7 @@ from neffcache.entry import Entry, Namespace
 from neffcache.errors import NeffcacheError
 from neffcache.layouts import get_layout
 from neffcache.manifest import Manifest
-from neffcache.provenance import How, Provenance
+from neffcache.provenance import MAX_FIELD, How, Provenance
 from neffcache.signing import SigningKey, signed_bytes
 from neffcache.toolchain import Toolchain
 
@@ -60,6 +60,19 @@ class Publisher:
         marked minted, so publish signs it."""
         provenance = manifest.provenance or self.provenance(manifest.toolchain)
         return dataclasses.replace(manifest, provenance=provenance, signature=None, minted=True)
+
+
+def promoted(manifest: Manifest, source: str, publisher: Publisher | None = None) -> Manifest:
+    """``manifest``, verified by the caller in the tier ``source``, vouched for again by this
+    process (``promote``): the original producer's record stays, noting where it came from and
+    which key had signed it; marked minted, so publish signs it with this publisher's key."""
+    publisher = publisher or current()
+    signer = manifest.signature.key_id if manifest.signature is not None else "unsigned"
+    base = manifest.provenance or publisher.provenance(manifest.toolchain)
+    who = publisher.signing_key.id if publisher.signing_key is not None else publisher.identity
+    provenance = dataclasses.replace(base, how=str(How.PROMOTE), identity=who,
+                                     promoted_from=f"{source} (key {signer})"[:MAX_FIELD])
+    return dataclasses.replace(manifest, provenance=provenance, signature=None, minted=True)
 
 
 _process: dict[str, Publisher] = {"publisher": Publisher()}

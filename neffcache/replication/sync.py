@@ -49,7 +49,7 @@ from neffcache.keys import is_canonical_relpath
 from neffcache.layouts import entry_forms, get_layout
 from neffcache.layouts.records import Located
 from neffcache.manifest import Manifest, read_manifest
-from neffcache.operations import claims
+from neffcache.operations import claims, publisher
 from neffcache.operations.ingest import fetch_file, transfer
 from neffcache.operations.scan import load_entry, scan
 from neffcache.outcomes import PublishStatus, TransferOutcome
@@ -175,6 +175,8 @@ def _copy_one(src: Store, dst: Store, entry: Entry, flt: EntryFilter, on_copied:
             return TransferOutcome.FAILED, EntryOutcome(entry.path, f"{why}; not pushed (--adopt vouches for it)")
         if refusal is not None:
             return TransferOutcome.FAILED, EntryOutcome(entry.path, f"refused: {refusal}")
+        if flt.promote and full.manifest is not None:
+            full = dataclasses.replace(full, manifest=publisher.promoted(full.manifest, src.url))
         # Only entries the destination's listing lacked get here: skip the redundant lookups.
         result = transfer(src, full, dst, known_absent=True, releases=releases)
     except PlaceholderNeff as exc:  # refused by publish: a placeholder is no NEFF, wherever it lies
@@ -261,8 +263,8 @@ def sync(src: Store | str, dst: Store | str, *, namespaces: Collection[str] = ()
          paths: Collection[str] | None = None, parallel: int = 16, progress: SyncProgress | None = None,
          busy_wait: float = 60.0, store_options: Mapping[str, Any] | None = None,
          on_copied: OnCopied | None = None, adopt_into: Toolchain | None = None,
-         policy: TrustPolicy | None = None, lost: Callable[[Store, Entry], str | None] | None = None
-         ) -> SyncReport:
+         policy: TrustPolicy | None = None, lost: Callable[[Store, Entry], str | None] | None = None,
+         promote: bool = False) -> SyncReport:
     """Copy the entries of ``src`` that ``dst`` lacks (see the module docstring).
 
     ``adopt_into``: entries of unknown toolchain at a runtime's own root (:func:`adopted`) are
@@ -272,12 +274,13 @@ def sync(src: Store | str, dst: Store | str, *, namespaces: Collection[str] = ()
     published to ``dst`` (with the manifest it was published with), e.g. to register it with
     the index server. ``policy``: copy only entries the reader's trust policy admits and whose
     own inputs agree with their namespace (pull); ``lost``: why an entry without a manifest must
-    not get one minted (push without --adopt). Such entries fail, named.
+    not get one minted (push without --adopt). Such entries fail, named. ``promote``: each copied
+    manifest is signed again by this process's publisher (``neffcache promote``; with ``policy``).
     """
     started = time.monotonic()
     flt = EntryFilter(tuple(namespaces), tuple(compiler_versions), tuple(targets),
                       frozenset(EntryState(s) for s in states), dict(tags or {}),
-                      frozenset(paths) if paths is not None else None, policy, lost)
+                      frozenset(paths) if paths is not None else None, policy, lost, promote)
     opened: list[Store] = []
     try:
         src, dst = _open_pair(src, dst, dict(store_options or {}), opened)

@@ -44,6 +44,7 @@ class EntryFilter:
     # push: why an entry without a manifest must not get one minted (its manifest was lost:
     # neffcache/operations/lost_manifests.py), or None; unset with --adopt.
     lost: Callable[[Store, Entry], str | None] | None = None
+    promote: bool = False  # re-vouch each copied manifest: signed again by this publisher (promote)
 
     def __post_init__(self) -> None:
         bad = self.states - COPYABLE_STATES

@@ -156,3 +156,36 @@ def test_a_lost_manifest_is_reported_and_not_papered_over_by_push(cli: Cli, tmp_
     assert not (tmp_path / "shared" / swapped).exists()
     adopted = cli.json("push", str(store), str(tmp_path / "shared"), "--adopt")
     assert sorted(adopted["copied_paths"]) == sorted([swapped, bare])
+
+
+def test_promote_reverifies_a_pull_request_tier_and_signs_with_mains_key(cli: Cli, tmp_path: Path) -> None:
+    """The branch-tier pattern: PR CI warms its own tier with a key trusted only there; promote
+    takes what that key signed into main's tier, signed by main; main's readers trust main's key."""
+    generate(tmp_path / "pr")
+    generate(tmp_path / "main")
+    pr, main = tmp_path / "tiers" / "pr-123", tmp_path / "tiers" / "main"
+    cli.json(*warm_args(pr, graphs=2), NEFFCACHE_SIGNING_KEY=str(tmp_path / "pr"))
+    entries = sorted(str(p.parent.relative_to(pr)) for p in pr.glob(f"{NS}/MODULE_*/model.done"))
+    tampered = entries[0]
+    _rewrite_neff(pr, tampered, b"NEFF pushed by a pull request that was not CI")
+    trust = tmp_path / "trust.toml"
+    trust.write_text(f'[[trust]]\nkey = "{tmp_path / "pr.pub"}"\nstores = ["{pr}"]\n'
+                     f'[[trust]]\nkey = "{tmp_path / "main.pub"}"\nstores = ["{main}"]\n')
+    readers = {"NEFFCACHE_CONFIG": str(trust)}
+    # A PR entry copied to main's tier by hand is out of the PR key's scope there.
+    (main / NS).mkdir(parents=True)
+    shutil.copytree(pr / entries[1], main / entries[1])
+    assert json.loads(cli.run("verify", str(main), "--json", **readers).stdout)["trust"] == {"out-of-scope": 1}
+    shutil.rmtree(main / entries[1])
+
+    assert "signing_key" in cli.run("promote", str(pr), str(main), **readers).stderr  # main's key is required
+    proc = cli.run("promote", str(pr), str(main), "--json", NEFFCACHE_SIGNING_KEY=str(tmp_path / "main"), **readers)
+    assert proc.returncode == 1, proc.stderr
+    report = json.loads(proc.stdout)
+    assert [f["path"] for f in report["failures"]] == [tampered] and "bad-signature" in report["failures"][0]["reason"]
+    assert sorted(report["copied_paths"]) == entries[1:]
+    checked = cli.json("verify", str(main), "--require-signed", **readers)
+    assert (checked["ok"], checked["trust"]) == (3, {"signed": 3})
+    promoted = _manifest(main, entries[1])
+    assert promoted.provenance is not None and promoted.provenance.how == "promote"
+    assert promoted.provenance.promoted_from.startswith(f"file://{pr} (key ") and promoted.provenance.user
