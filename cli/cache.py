@@ -249,7 +249,7 @@ def verify_cmd(store_url: str, fix: bool, require_signed: bool | None, index_url
     """Check every entry's files against the sha256 digests in its manifest, who signed it, and
     whether its own inputs match its namespace.
 
-    Exits 5 when corrupt entries remain (quarantined ones with --fix do not count), 9 when
+    Exits 5 when corrupt entries remain (quarantined ones with --fix do not count), 15 when
     entries whose files match are refused by the trust policy (a bad, revoked or out-of-scope
     signature; unsigned under --require-signed) or contradict their namespace (a --target=trn1
     entry in a trn2 namespace), else 1 when some entries could not be checked (unreadable,

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 #   5 CORRUPT: a corrupt entry, or a source that changed mid-copy   12 NO_SPACE at the destination
 #   6 BUSY: a lease another process holds  13 NOT_WARM (`plan --require-warm`): some graph would compile
 #                                          14 UPGRADE_NOT_READY: `upgrade-report --gate` not met
+#                                          15 UNTRUSTED (`verify`): entries refused by the trust policy
 #                                          130 INTERRUPTED (Ctrl-C)
 #   128 + N: stopped by signal N (`warm`, `rewarm`: SIGTERM gives 143), see :func:`killed_by`
 #   `run` exits with its workload's own exit code.
@@ -69,8 +70,9 @@ SOME_ENTRIES_FAILED = 1
 # remove more than --max-share of its bytes): nothing was changed; --force with --yes runs it.
 REFUSED = 9
 # verify: entries whose bytes match but that no reader should load (refused by the trust
-# policy, or contradicting their namespace's target/compiler): another "the plan refused" case.
-UNTRUSTED = REFUSED
+# policy, contradicting their namespace's target or compiler, or whose manifest was lost). Its
+# own code: a CI gate on `verify --require-signed` tells it from corruption and from I/O faults.
+UNTRUSTED = 15
 
 # (error class, exit code, prefix); the first matching row wins, so subclasses come first.
 ERROR_TABLE: list[tuple[type[BaseException], int, str]] = [

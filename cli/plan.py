@@ -142,7 +142,8 @@ def _exit_code(report: PlanReport, require_warm: bool) -> int:
 @click.option("--timeout", type=click.FloatRange(min=0.1), metavar="SECONDS",
               help="Stop a bucket's discovery run (SIGTERM, then SIGKILL) that runs longer.")
 @click.option("--no-extract", is_flag=True,
-              help="Layout A: let the runtime call the recording compiler instead of only extracting graphs.")
+              help="libneuronxla (neuronxcc layout): let the runtime call the recording compiler instead of only "
+                   "extracting graphs.")
 @click.option("--require-warm", is_flag=True,
               help=f"Exit {NOT_WARM} when any graph would compile (a CI gate before a training job).")
 @click.option("--warm", "compile_misses", is_flag=True,

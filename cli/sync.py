@@ -11,11 +11,11 @@ from typing import Any, TypeVar
 
 import click
 
-from neffcache.application.config import load_settings
+from neffcache.application.config import Settings, load_settings
 from neffcache.application.trusted import trust_policy
 from neffcache.entry import Entry
 from neffcache.errors import ConfigError
-from neffcache.index import IndexClient, entry_record
+from neffcache.index import Index, IndexClient, entry_record
 from neffcache.instances import TARGETS
 from neffcache.manifest import Manifest
 from neffcache.operations import publisher
@@ -26,6 +26,7 @@ from neffcache.replication.watch import WriteBack
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
 from neffcache.toolchain import Toolchain, resolve_toolchain
+from neffcache.trust import TrustPolicy
 from neffcache.units import human_bytes, plural
 
 from .errors import SOME_ENTRIES_FAILED, announce_index
@@ -81,19 +82,30 @@ def _text(verb: str, report: SyncReport) -> str:
     return "\n".join(out)
 
 
+def _reader_policy(verb: str, settings: Settings, require_signed: bool | None) -> TrustPolicy | None:
+    """pull and promote judge every entry they copy; push publishes, it does not judge. promote
+    re-signs, so it takes only what a trusted key signed, and needs a key of its own."""
+    if verb == "promote" and publisher.current().signing_key is None:
+        raise ConfigError("promote signs what it publishes: set signing_key (NEFFCACHE_SIGNING_KEY) to the key of "
+                          "the destination's writers")
+    if verb not in ("pull", "promote"):
+        return None
+    return trust_policy(settings, require_signed=True if verb == "promote" else require_signed)
+
+
+def _lost_check(index: Index) -> Callable[[Store, Entry], str | None]:
+    def lost(store: Store, entry: Entry) -> str | None:
+        recorded = recorded_digests(index, [entry.path])
+        return lost_problem(store, entry, recorded[entry.path]) if entry.path in recorded else None
+    return lost
+
+
 def _run(verb: str, src_url: str, dst_url: str, namespaces: tuple[str, ...], compiler_versions: tuple[str, ...],
          targets: tuple[str, ...], states: tuple[str, ...], tags: dict[str, str], parallel: int,
          index_url: str | None, token: str | None, as_json: bool, adopt_into: Toolchain | None = None,
          require_signed: bool | None = None, adopt: bool = False) -> None:
     settings = load_settings(index_url=index_url, token=token)
-    # A reader's policy: pull judges every entry it copies; push publishes, it does not judge.
-    # A reader's policy: pull and promote judge every entry they copy; push publishes, it does not
-    # judge. promote re-signs, so it takes only what a trusted key signed, with a key of its own.
-    if verb == "promote" and publisher.current().signing_key is None:
-        raise ConfigError("promote signs what it publishes: set signing_key (NEFFCACHE_SIGNING_KEY) to the key of "
-                          "the destination's writers")
-    policy = trust_policy(settings, require_signed=True if verb == "promote" else require_signed) \
-        if verb in ("pull", "promote") else None
+    policy = _reader_policy(verb, settings, require_signed)
     # push mints manifests for entries that have none, except where the index recorded one
     # (the manifest was lost: a substitute NEFF?) unless --adopt vouches for the bytes.
     check_lost = verb == "push" and not adopt
@@ -109,17 +121,13 @@ def _run(verb: str, src_url: str, dst_url: str, namespaces: tuple[str, ...], com
             def register(entry: Entry, manifest: Manifest | None) -> None:
                 index.register_entry(entry_record(entry, dst.url, manifest))
 
-            def lost(store: Store, entry: Entry) -> str | None:
-                recorded = recorded_digests(index, [entry.path])
-                return lost_problem(store, entry, recorded[entry.path]) if entry.path in recorded else None
-
             try:
                 with progress(verb.removesuffix("e") + "ing", enabled=not as_json) as bar:
                     report = sync(src, dst, namespaces=namespaces, compiler_versions=compiler_versions,
                                   targets=targets, states=states, tags=tags, parallel=parallel,
                                   progress=lambda done, total, size: bar.update(done, total, human_bytes(size)),
                                   on_copied=register if index.enabled else None, adopt_into=adopt_into,
-                                  policy=policy, lost=lost if check_lost and index.enabled else None,
+                                  policy=policy, lost=_lost_check(index) if check_lost and index.enabled else None,
                                   promote=verb == "promote")
             finally:
                 dst.close()

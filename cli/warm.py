@@ -52,7 +52,8 @@ from .output import json_option, write_report
 @click.option("--timeout", type=click.FloatRange(min=0.1), metavar="SECONDS",
               help="Stop a workload (SIGTERM, then SIGKILL to its process group) that runs longer.")
 @click.option("--two-phase", is_flag=True,
-              help="Layout A: the workload only extracts graphs; neffcache compiles them (leased, pooled).")
+              help="libneuronxla (neuronxcc layout): the workload only extracts graphs; neffcache compiles them "
+                   "(leased, pooled).")
 @click.option("--no-prefetch", is_flag=True, help="Do not pull the namespace from remote tiers first.")
 @click.option("--pattern", "patterns", multiple=True, metavar="KIND=REGEX",
               help="Extra log pattern (KIND: hit, miss, compile, failure) with a (?P<path>), (?P<entry>) "
@@ -146,7 +147,7 @@ def rewarm_cmd(from_version: str, instance: str | None, lnc: int | None, compile
     limits it to one target (and names the target of roots the runtime filled without a
     target directory).
 
-    What it cannot do: TorchNeuron's native cache (layout B) names NEFFs by a key only the
+    What it cannot do: TorchNeuron's native cache (torchneuron layout) names NEFFs by a key only the
     runtime computes, so rewarm recompiles only the HLOs kept under neffcache's own
     torchneuron-OLD/hlo/ and publishes them under neffcache's key (served by neffcache's API,
     not found by the native runtime); vLLM-Neuron's cache keeps no HLO to recompile. Warm

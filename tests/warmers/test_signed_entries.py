@@ -62,12 +62,12 @@ def test_a_rewritten_neff_and_digest_is_refused_by_verify_and_pull(cli: Cli, tmp
     # Without a trust policy the forged digests pass: the signature is what catches it.
     assert cli.json("verify", str(store))["corrupt"] == 0
     proc = cli.run("verify", str(store), "--require-signed", "--json", **trusted)
-    assert proc.returncode == 9, proc.stderr
+    assert proc.returncode == 15, proc.stderr
     report = json.loads(proc.stdout)
     assert [u["path"] for u in report["untrusted"]] == [victim] and report["ok"] == 3
     assert report["untrusted"][0]["trust"] == "bad-signature"
     # Refused whatever require_signed says: a trusted key's id over bytes it did not sign.
-    assert cli.run("verify", str(store), **trusted).returncode == 9
+    assert cli.run("verify", str(store), **trusted).returncode == 15
 
     local = tmp_path / "node"
     pulled = cli.run("pull", str(store), str(local), "--require-signed", "--json", **trusted)
@@ -99,7 +99,7 @@ def test_unsigned_entries_are_reported_and_refused_only_when_signatures_are_requ
     assert (plain["ok"], plain["trust"]) == (2, {"unsigned": 2})
     assert "--require-signed refuses unsigned" in cli.run("verify", str(store), **trusted).stdout
     required = cli.run("verify", str(store), "--require-signed", "--json", **trusted)
-    assert required.returncode == 9 and json.loads(required.stdout)["refused"] == 2
+    assert required.returncode == 15 and json.loads(required.stdout)["refused"] == 2
 
 
 def test_an_untrusted_or_out_of_scope_key_is_refused(cli: Cli, tmp_path: Path) -> None:
@@ -107,12 +107,12 @@ def test_an_untrusted_or_out_of_scope_key_is_refused(cli: Cli, tmp_path: Path) -
     generate(tmp_path / "other")
     unknown = cli.run("verify", str(store), "--require-signed", "--json",
                       NEFFCACHE_TRUSTED_KEYS=str(tmp_path / "other.pub"))
-    assert unknown.returncode == 9 and json.loads(unknown.stdout)["trust"] == {"unknown-key": 4}
+    assert unknown.returncode == 15 and json.loads(unknown.stdout)["trust"] == {"unknown-key": 4}
     # The CI key may sign only for another store (a pull-request tier's key on main's store).
     (tmp_path / "neffcache.toml").write_text(
         f'[[trust]]\nkey = "{tmp_path / "ci.pub"}"\nstores = ["s3://bucket/pr/123"]\n')
     scoped = cli.run("verify", str(store), "--json", NEFFCACHE_CONFIG=str(tmp_path / "neffcache.toml"))
-    assert scoped.returncode == 9 and json.loads(scoped.stdout)["trust"] == {"out-of-scope": 4}
+    assert scoped.returncode == 15 and json.loads(scoped.stdout)["trust"] == {"out-of-scope": 4}
 
 
 def test_a_trn1_entry_in_a_trn2_namespace_is_reported(cli: Cli, tmp_path: Path) -> None:
@@ -127,7 +127,7 @@ def test_a_trn1_entry_in_a_trn2_namespace_is_reported(cli: Cli, tmp_path: Path) 
     raw["files"]["compile_flags.json"] = {"sha256": hashlib.sha256(flags).hexdigest(), "size": len(flags)}
     (entry / "neffcache.json").write_text(json.dumps(raw))
     proc = cli.run("verify", str(store), "--json")
-    assert proc.returncode == 9, proc.stderr
+    assert proc.returncode == 15, proc.stderr
     untrusted = json.loads(proc.stdout)["untrusted"]
     assert [(u["path"], u["status"]) for u in untrusted] == [(str(entry.relative_to(store)), "mismatch")]
     assert any(p.startswith("target: compiled with --target=trn1") for p in untrusted[0]["problems"])
@@ -143,7 +143,7 @@ def test_a_lost_manifest_is_reported_and_not_papered_over_by_push(cli: Cli, tmp_
     (store / swapped / "neffcache.json").unlink()
     (store / bare / "neffcache.json").unlink()  # the manifest alone lost; the NEFF is genuine
     proc = cli.run("verify", str(store), "--json")
-    assert proc.returncode == 9, proc.stderr
+    assert proc.returncode == 15, proc.stderr
     problems = {u["path"]: " ".join(u["problems"]) for u in json.loads(proc.stdout)["untrusted"]}
     assert problems.keys() == {swapped, bare}
     assert "substitute is likely" in problems[swapped] and "still matches" in problems[bare]
