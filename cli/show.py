@@ -10,7 +10,7 @@ from neffcache.application.config import load_settings
 from neffcache.application.trusted import trust_policy
 from neffcache.errors import EntryNotFound
 from neffcache.keys import safe_relpath
-from neffcache.operations.claims import admission, self_problems
+from neffcache.operations.claims import admission, self_problems, store_reader
 from neffcache.operations.scan import load_entry
 from neffcache.stores import open_store
 from neffcache.units import human_bytes
@@ -39,7 +39,7 @@ def show_cmd(store_url: str, entry_path: str, as_json: bool) -> None:
     if entry is None:
         raise EntryNotFound(f"no entry {entry_path} in {store.url}", store=store.url, path=entry_path)
     verdict = admission(trust_policy(load_settings()), store.url, entry)
-    mismatches = self_problems(store, entry)
+    mismatches = self_problems(entry, store_reader(store, entry))
     data = {
         "path": entry.path, "layout": entry.layout, "state": entry.state.value, "size": entry.size,
         "problems": list(entry.problems),

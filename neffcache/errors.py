@@ -19,6 +19,7 @@ The hierarchy, so a caller can catch at the depth it cares about::
     │   └── NoSpace                         ENOSPC/EDQUOT/EFBIG writing to the destination
     ├── CorruptEntry                        digests or manifest do not match the files
     │   └── PlaceholderNeff                 a `plan` placeholder where a NEFF goes: never committed
+    ├── UntrustedEntry                      whole and matching, but its own inputs contradict where it lies
     ├── SourceChanged                       a file changed while it was being copied
     ├── LeaseHeld                           someone else holds a live lease
     ├── RefusedPlan                         a destructive plan that looks like a mistake (needs force)
@@ -141,6 +142,17 @@ class CorruptEntry(NeffcacheError):
         self.path = path
         self.problems = problems
         super().__init__(f"corrupt entry {path}: {'; '.join(problems)}")
+
+
+class UntrustedEntry(NeffcacheError):
+    """An entry whose files match its manifest, refused by a reader: its own inputs contradict its
+    namespace (a ``--target=trn1`` NEFF in a trn2 namespace; neffcache/operations/claims.py).
+    Nothing of it was committed; not corrupt, so never quarantined."""
+
+    def __init__(self, path: str, problems: list[str]) -> None:
+        self.path = path
+        self.problems = problems
+        super().__init__(f"refused entry {path}: {'; '.join(problems)}")
 
 
 class PlaceholderNeff(CorruptEntry):

@@ -7,7 +7,9 @@ Two questions every reader of a shared store asks before it hands a NEFF to the 
 - :func:`admission`: what its manifest's signature proves under the reader's trust policy
   (neffcache/trust.py), judged at the entry's canonical path (neffcache/operations/publisher.py), so an
   entry in a node-local tier of its runtime's own form verifies as it did in the shared tier;
-- :func:`self_problems`: what it says against its namespace. Its flags file's ``--target`` /
+- :func:`self_problems`: what it says against its namespace, read through a :data:`Reader`
+  (the store for ``verify`` and ``show``; a transfer's staged copies for pull, prefetch and
+  tier reads, so a check costs no request of its own). Its flags file's ``--target`` /
   ``--lnc`` (neffcache/layouts/stated.py) and its provenance's compiler version must be the
   namespace's: a trn1 NEFF in a trn2 namespace is a false hit the runtime does not catch. Each
   problem starts with its kind (``target:``, ``compiler:``), so reports can group them.
@@ -18,6 +20,8 @@ nothing, so it is no problem here (verify reports unreadable files on its own).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from neffcache.entry import Entry
 from neffcache.errors import EntryNotFound, InvalidKey
@@ -30,23 +34,41 @@ from neffcache.trust import Admission, TrustPolicy
 MAX_FLAGS_FILE = 1 << 20  # bytes: a flags file is a line of options
 
 
+Reader = Callable[[str], bytes]  # an entry file's bytes by name (bounded by the caller)
+
+
 def admission(policy: TrustPolicy, store_url: str, entry: Entry) -> Admission:
-    """What ``entry``'s manifest proves under ``policy`` in the store at ``store_url``."""
+    """What ``entry``'s manifest proves under ``policy`` in the store at ``store_url`` (no I/O:
+    the manifest is read already)."""
     return policy.judge(store_url, entry_canonical_path(entry), entry.namespace.path, entry.manifest)
 
 
-def refusal(policy: TrustPolicy, store: Store, entry: Entry) -> str | None:
-    """Why a reader holding ``policy`` must not take ``entry`` from ``store`` (its trust verdict,
-    or what it contradicts in its namespace), or None: the one question pull and tier reads ask."""
-    verdict = admission(policy, store.url, entry)
-    if verdict.refused:
-        return f"{verdict.verdict.value}: {verdict.detail}"
-    return "; ".join(self_problems(store, entry)) or None
+def distrust(policy: TrustPolicy, store_url: str, entry: Entry) -> str | None:
+    """Why a reader holding ``policy`` refuses ``entry``'s manifest, or None."""
+    verdict = admission(policy, store_url, entry)
+    return f"{verdict.verdict.value}: {verdict.detail}" if verdict.refused else None
 
 
-def self_problems(store: Store, entry: Entry) -> list[str]:
+def contradiction(entry: Entry, read: Reader) -> str | None:
+    """What ``entry`` contradicts in its namespace (:func:`self_problems`), as one line, or None:
+    the check a transfer runs on its staged copies before it publishes (``transfer(vet=)``)."""
+    return "; ".join(self_problems(entry, read)) or None
+
+
+def store_reader(store: Store, entry: Entry) -> Reader:
+    """Read an entry's small files from ``store`` (at most :data:`MAX_FLAGS_FILE` bytes)."""
+
+    def read(name: str) -> bytes:
+        with store.open_read(entry.store_path(name)) as stream:
+            data: bytes = stream.read(MAX_FLAGS_FILE + 1)
+        return data
+
+    return read
+
+
+def self_problems(entry: Entry, read: Reader) -> list[str]:
     """Where ``entry``'s own record contradicts its namespace: ``target: ...``, ``compiler: ...``."""
-    problems = [f"target: {p}" for p in _flags_problems(store, entry)]
+    problems = [f"target: {p}" for p in _flags_problems(entry, read)]
     provenance = entry.manifest.provenance if entry.manifest is not None else None
     said = provenance.toolchain if provenance is not None else None
     version = entry.namespace.compiler_version
@@ -56,14 +78,13 @@ def self_problems(store: Store, entry: Entry) -> list[str]:
     return problems
 
 
-def _flags_problems(store: Store, entry: Entry) -> list[str]:
+def _flags_problems(entry: Entry, read: Reader) -> list[str]:
     layout = get_layout(entry.layout)
     name = layout.flags_of(entry)
     if name is None:
         return []
     try:
-        with store.open_read(entry.store_path(name)) as stream:
-            data: bytes = stream.read(MAX_FLAGS_FILE + 1)
+        data = read(name)
         if len(data) > MAX_FLAGS_FILE:
             return []
         return toolchain_problems(entry.namespace, layout.stated_flags(name, data))

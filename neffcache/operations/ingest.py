@@ -11,12 +11,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from neffcache.coordination.releases import BatchedReleases
 from neffcache.entry import Entry, EntryState
-from neffcache.errors import CorruptEntry, EntryNotFound, NoSpace, PlaceholderNeff, SourceChanged
+from neffcache.errors import CorruptEntry, EntryNotFound, NoSpace, PlaceholderNeff, SourceChanged, UntrustedEntry
 from neffcache.layouts import get_layout
 from neffcache.manifest import FileDigest, Manifest, sha256_bytes, sha256_file, sha256_stream
 from neffcache.operations import publisher
@@ -78,9 +78,12 @@ def read_flags(store: Store, entry: Entry) -> list[str]:
         return []
 
 
+Vet = Callable[[Entry, Callable[[str], bytes]], str | None]
+
+
 def transfer(src: Store, entry: Entry, dst: Store, *, tags: Mapping[str, str] | None = None,
-             known_absent: bool = False, releases: BatchedReleases | None = None, local: bool = False
-             ) -> PublishResult:
+             known_absent: bool = False, releases: BatchedReleases | None = None, local: bool = False,
+             vet: Vet | None = None) -> PublishResult:
     """Copy one SUCCESS entry from ``src`` to ``dst``, verified, published atomically.
 
     Every file is read once, and the bytes hashed are the bytes published:
@@ -99,13 +102,16 @@ def transfer(src: Store, entry: Entry, dst: Store, *, tags: Mapping[str, str] | 
     ``releases``: the publish lease is released with a batch of others (a sync's).
     ``local``: ``dst`` is a node-local tier (a prefetch's): the entry lands in the runtime's local
     form where it has one (:func:`~neffcache.operations.publish.publish`).
+    ``vet(entry, read)``: a reader's last word, asked of the verified copies just before they are
+    published (``read`` reads one of them by name): a reason refuses the entry
+    (:class:`~neffcache.errors.UntrustedEntry`), nothing committed (neffcache/operations/claims.py).
     """
     if entry.state is not EntryState.SUCCESS:
         raise CorruptEntry(entry.path, [f"only SUCCESS entries are transferred, not {entry.state}"])
     started = time.time()
     try:
         return _transfer(src, entry, dst, tags=tags, known_absent=known_absent, releases=releases,
-                         to_local_tier=local)
+                         to_local_tier=local, vet=vet)
     except CorruptEntry as exc:
         # A mismatch with a source file modified since we started is a rewrite under us, not
         # corruption at the source: say so (and tiers then never quarantine it).
@@ -127,8 +133,8 @@ def _changed_since(src: Store, entry: Entry, started: float) -> str | None:
 
 
 def _transfer(src: Store, entry: Entry, dst: Store, *, tags: Mapping[str, str] | None,
-              known_absent: bool, releases: BatchedReleases | None, to_local_tier: bool = False
-              ) -> PublishResult:
+              known_absent: bool, releases: BatchedReleases | None, to_local_tier: bool = False,
+              vet: Vet | None = None) -> PublishResult:
     names = transferable_names(entry)
     where = f"{src.url}/{entry.path}"
     with dst.staging_dir() as staging:
@@ -170,6 +176,8 @@ def _transfer(src: Store, entry: Entry, dst: Store, *, tags: Mapping[str, str] |
         else:  # uploaded in place, a late payload file the manifest lacks: hashed as it is sent
             late = get_layout(entry.layout).late_payload
             unhashed = frozenset(n for n in local if n not in staged and n in late and n not in manifest.files)
+        if vet is not None and (why := vet(dataclasses.replace(entry, manifest=manifest), _reader(local))):
+            raise UntrustedEntry(where, [why])
         key = _content_key(entry, local, where)  # NxDI: a root's copy lands under its config hash
         manifest = dataclasses.replace(manifest, key=key) if key != manifest.key else manifest
         return publish(dst, entry.namespace, key, sources, manifest, move=movable,
@@ -178,6 +186,18 @@ def _transfer(src: Store, entry: Entry, dst: Store, *, tags: Mapping[str, str] |
 
 
 MAX_KEYED_FILE = 16 << 20  # bytes: the file a key is a hash of (a config) is small; a bigger one is refused
+
+
+def _reader(local: Mapping[str, Path]) -> Callable[[str], bytes]:
+    """Read one of a transfer's verified copies by name, bounded (a vet reads small files)."""
+
+    def read(name: str) -> bytes:
+        if name not in local:
+            raise FileNotFoundError(name)
+        with open(local[name], "rb") as f:
+            return f.read(MAX_KEYED_FILE + 1)
+
+    return read
 
 
 def _content_key(entry: Entry, local: Mapping[str, Path], where: str) -> str:

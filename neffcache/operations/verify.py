@@ -26,7 +26,7 @@ from neffcache.errors import EntryNotFound, InvalidKey, StoreUnavailable
 from neffcache.failures import FailureCause, Verdict, note
 from neffcache.index import Index
 from neffcache.layouts import get_layout
-from neffcache.operations.claims import admission, self_problems
+from neffcache.operations.claims import admission, self_problems, store_reader
 from neffcache.operations.ingest import digest_of
 from neffcache.operations.lost_manifests import lost_problem, recorded_digests
 from neffcache.operations.scan import scan
@@ -130,7 +130,7 @@ def check_entry(store: Store, entry: Entry, policy: TrustPolicy | None = None) -
     if verdict is not None and verdict.refused:
         return EntryCheck(entry.path, CheckStatus.REFUSED, (f"{verdict.verdict.value}: {verdict.detail}",),
                           trust=trust)
-    claims = self_problems(store, entry)
+    claims = self_problems(entry, store_reader(store, entry))
     if claims:
         return EntryCheck(entry.path, CheckStatus.MISMATCH, (*check.problems, *claims), trust=trust)
     return dataclasses.replace(check, trust=trust)

@@ -36,7 +36,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from neffcache.entry import Entry, EntryState, Namespace
-from neffcache.errors import CorruptEntry, EntryNotFound, PlaceholderNeff, SourceChanged, StoreUnavailable
+from neffcache.errors import (
+    CorruptEntry,
+    EntryNotFound,
+    PlaceholderNeff,
+    SourceChanged,
+    StoreUnavailable,
+    UntrustedEntry,
+)
 from neffcache.layouts import entry_forms, get_layout
 from neffcache.layouts.records import Located
 from neffcache.manifest import Manifest, read_manifest
@@ -220,16 +227,16 @@ def _fetch(cand: _Candidate, dst: Store, req: PrefetchRequest) -> tuple[str, Fet
             admission = claims.admission(req.policy, src.url, judged)
             if admission.refused:
                 return "refused", Fetched(entry.path, src.url, entry.size, admission.detail)
-            contradictions = claims.self_problems(src, judged)
-            if contradictions:  # a trn1 NEFF in a trn2 namespace: a false hit the runtime would load
-                return "refused", Fetched(entry.path, src.url, entry.size, "; ".join(contradictions))
             if manifest is not None and req.tags and not all(manifest.tags.get(k) == v for k, v in req.tags.items()):
                 return "refused", Fetched(entry.path, src.url, 0, "its tags do not match")
-            result = transfer(src, judged, dst, known_absent=True, local=True)
+            # A trn1 NEFF in a trn2 namespace is refused on the verified copies, before it lands.
+            result = transfer(src, judged, dst, known_absent=True, local=True, vet=claims.contradiction)
             detail = "" if admission.verdict is Verdict.SIGNED else str(admission.verdict)
             if result.status is PublishStatus.BUSY:
                 return "failed", Fetched(entry.path, src.url, 0, "busy: another writer holds it; rerun")
             return "copied", Fetched(entry.path, src.url, result.bytes or entry.size, detail)
+        except UntrustedEntry as exc:
+            return "refused", Fetched(entry.path, src.url, entry.size, "; ".join(exc.problems))
         except (PlaceholderNeff, CorruptEntry) as exc:
             return "failed", Fetched(entry.path, src.url, 0, f"not copied: {'; '.join(exc.problems)}")
         except (SourceChanged, EntryNotFound) as exc:

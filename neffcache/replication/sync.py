@@ -44,6 +44,7 @@ from neffcache.errors import (
     SourceChanged,
     StoreError,
     StoreUnavailable,
+    UntrustedEntry,
 )
 from neffcache.keys import is_canonical_relpath
 from neffcache.layouts import entry_forms, get_layout
@@ -170,7 +171,7 @@ def _copy_one(src: Store, dst: Store, entry: Entry, flt: EntryFilter, on_copied:
         full = _with_manifest(src, entry)
         if not flt.matches_tags(full.manifest):
             return TransferOutcome.FILTERED, None
-        refusal = claims.refusal(flt.policy, src, full) if flt.policy is not None else None
+        refusal = claims.distrust(flt.policy, src.url, full) if flt.policy is not None else None
         if full.manifest is None and flt.lost is not None and (why := flt.lost(src, full)) is not None:
             return TransferOutcome.FAILED, EntryOutcome(entry.path, f"{why}; not pushed (--adopt vouches for it)")
         if refusal is not None:
@@ -178,7 +179,10 @@ def _copy_one(src: Store, dst: Store, entry: Entry, flt: EntryFilter, on_copied:
         if flt.promote and full.manifest is not None:
             full = dataclasses.replace(full, manifest=publisher.promoted(full.manifest, src.url))
         # Only entries the destination's listing lacked get here: skip the redundant lookups.
-        result = transfer(src, full, dst, known_absent=True, releases=releases)
+        result = transfer(src, full, dst, known_absent=True, releases=releases,
+                          vet=claims.contradiction if flt.policy is not None else None)
+    except UntrustedEntry as exc:  # its flags contradict its namespace: judged on the verified copies
+        return TransferOutcome.FAILED, EntryOutcome(entry.path, f"refused: {'; '.join(exc.problems)}")
     except PlaceholderNeff as exc:  # refused by publish: a placeholder is no NEFF, wherever it lies
         return TransferOutcome.FAILED, EntryOutcome(entry.path, "; ".join(exc.problems))
     except CorruptEntry as exc:

@@ -35,7 +35,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from neffcache.entry import Entry, EntryState, Namespace
-from neffcache.errors import ConfigError, CorruptEntry, EntryNotFound, SourceChanged, StoreError, StoreUnavailable
+from neffcache.errors import (
+    ConfigError,
+    CorruptEntry,
+    EntryNotFound,
+    SourceChanged,
+    StoreError,
+    StoreUnavailable,
+    UntrustedEntry,
+)
 from neffcache.layouts import entry_forms
 from neffcache.manifest import Manifest
 from neffcache.operations import claims
@@ -211,7 +219,7 @@ class Tiers:
                 continue
             if depth == 0:
                 return TierHit(entry, tier.store, tier.url, (), tuple(problems))
-            refusal = claims.refusal(self.policy, tier.store, entry) if self.policy is not None else None
+            refusal = claims.distrust(self.policy, tier.store.url, entry) if self.policy is not None else None
             if refusal is not None:
                 problems.append(self._report(tier, TierOp.GET, TierProblemKind.REFUSED, refusal, entry.path))
                 continue
@@ -237,7 +245,8 @@ class Tiers:
         for target in [t for t in above if t.up and t.writable]:
             assert target.store is not None and origin.store is not None
             try:
-                result = transfer(origin.store, local, target.store)
+                result = transfer(origin.store, local, target.store,
+                                  vet=claims.contradiction if self.policy is not None else None)
             except CorruptEntry as exc:
                 problems.append(self._report(origin, TierOp.PROMOTE, TierProblemKind.CORRUPT,
                                              "; ".join(exc.problems), entry.path))
@@ -245,6 +254,10 @@ class Tiers:
                     continue
                 if self.quarantine_remote and not source.store.read_only:
                     quarantine(source.store, entry, why="failed its digests on a pull to a faster tier")
+                return None
+            except UntrustedEntry as exc:  # its flags contradict its namespace: a miss, never served
+                problems.append(self._report(origin, TierOp.PROMOTE, TierProblemKind.REFUSED,
+                                             "; ".join(exc.problems), entry.path))
                 return None
             except SourceChanged as exc:
                 # Rewritten while we read it: not corrupt, never quarantined; a miss for now.
@@ -277,11 +290,12 @@ class Tiers:
                 origin, local = target, fresh
         if not promoted:
             # Nowhere to copy it (no writable tier above, or all of them down or busy): serve it
-            # where it lies, but only after hashing it there.
-            check = check_entry(source.store, entry)
-            if check.status is CheckStatus.CORRUPT:
-                problems.append(self._report(source, TierOp.GET, TierProblemKind.CORRUPT,
-                                             "; ".join(check.problems), entry.path))
+            # where it lies, but only after hashing (and, with a policy, judging) it there.
+            check = check_entry(source.store, entry, self.policy)
+            bad = {CheckStatus.CORRUPT: TierProblemKind.CORRUPT, CheckStatus.REFUSED: TierProblemKind.REFUSED,
+                   CheckStatus.MISMATCH: TierProblemKind.REFUSED}.get(check.status)
+            if bad is not None:
+                problems.append(self._report(source, TierOp.GET, bad, "; ".join(check.problems), entry.path))
                 return None
             return TierHit(entry, source.store, source.url, (), tuple(problems))
         assert origin.store is not None and local is not entry

@@ -189,3 +189,22 @@ def test_promote_reverifies_a_pull_request_tier_and_signs_with_mains_key(cli: Cl
     promoted = _manifest(main, entries[1])
     assert promoted.provenance is not None and promoted.provenance.how == "promote"
     assert promoted.provenance.promoted_from.startswith(f"file://{pr} (key ") and promoted.provenance.user
+
+
+def test_pull_refuses_a_trn1_entry_in_a_trn2_namespace_and_copies_the_rest(cli: Cli, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    cli.json(*warm_args(store, graphs=1))
+    entries = sorted(p.parent for p in store.glob(f"{NS}/MODULE_*/compile_flags.json"))
+    wrong = entries[0]
+    flags = json.dumps(["--target=trn1", "--model-type=transformer"]).encode()
+    (wrong / "compile_flags.json").write_bytes(flags)
+    raw = json.loads((wrong / "neffcache.json").read_bytes())
+    raw["files"]["compile_flags.json"] = {"sha256": hashlib.sha256(flags).hexdigest(), "size": len(flags)}
+    (wrong / "neffcache.json").write_text(json.dumps(raw))
+    proc = cli.run("pull", str(store), str(tmp_path / "node"), "--json")
+    assert proc.returncode == 1, proc.stderr
+    report = json.loads(proc.stdout)
+    assert [f["path"] for f in report["failures"]] == [str(wrong.relative_to(store))]
+    assert "target: compiled with --target=trn1" in report["failures"][0]["reason"]
+    assert report["copied_paths"] == [str(e.relative_to(store)) for e in entries[1:]]
+    assert not (tmp_path / "node" / wrong.relative_to(store)).exists()
