@@ -247,17 +247,14 @@ class Tiers:
             try:
                 result = transfer(origin.store, local, target.store,
                                   vet=claims.contradiction if self.policy is not None else None)
-            except CorruptEntry as exc:
-                problems.append(self._report(origin, TierOp.PROMOTE, TierProblemKind.CORRUPT,
-                                             "; ".join(exc.problems), entry.path))
+            except (CorruptEntry, UntrustedEntry) as exc:  # untrusted: its flags contradict its namespace
+                corrupt = isinstance(exc, CorruptEntry)
+                problems.append(self._report(origin, TierOp.PROMOTE, TierProblemKind.CORRUPT if corrupt else
+                                             TierProblemKind.REFUSED, "; ".join(exc.problems), entry.path))
                 if promoted:
                     continue
-                if self.quarantine_remote and not source.store.read_only:
+                if corrupt and self.quarantine_remote and not source.store.read_only:
                     quarantine(source.store, entry, why="failed its digests on a pull to a faster tier")
-                return None
-            except UntrustedEntry as exc:  # its flags contradict its namespace: a miss, never served
-                problems.append(self._report(origin, TierOp.PROMOTE, TierProblemKind.REFUSED,
-                                             "; ".join(exc.problems), entry.path))
                 return None
             except SourceChanged as exc:
                 # Rewritten while we read it: not corrupt, never quarantined; a miss for now.

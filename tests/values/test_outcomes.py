@@ -24,7 +24,7 @@ DOCUMENTED: dict[type[enum.StrEnum], list[str]] = {
     PublishStatus: ["published", "exists", "busy"],
     TransferOutcome: ["copied", "skipped", "failed", "filtered", "busy", "cancelled"],
     TierOp: ["open", "get", "promote", "publish", "prefetch", "push"],
-    TierProblemKind: ["down", "corrupt", "changed", "busy"],
+    TierProblemKind: ["down", "corrupt", "changed", "busy", "refused"],
     CompileStatus: ["compiled", "hit", "failed", "refused", "timeout", "environment", "interrupted"],
     GroupStatus: ["ok", "failed", "timeout", "crashed", "interrupted"],
     FailureKind: ["compile", "timeout", "environment", "flags", "crash"],
