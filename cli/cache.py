@@ -225,6 +225,10 @@ def _verify_text(report: VerifyReport) -> str:
             out.append(f"FAILED {c.path}: {'; '.join(c.problems)}")
         elif c.status is CheckStatus.UNVERIFIED and c.problems:
             out.append(f"WARNING {c.path} (written by a runtime, kept): {'; '.join(c.problems)}")
+    out.extend(f"NOT CHECKED {problem}" for problem in report.listing_problems)
+    if report.listing_problems:
+        out.append(f"{len(report.listing_problems)} part(s) of the store could not be listed: what they hold "
+                   "was not verified")
     return "\n".join(out)
 
 
@@ -238,7 +242,8 @@ def verify_cmd(store_url: str, fix: bool, index_url: str | None, token: str | No
     """Check every entry's files against the sha256 digests in its manifest.
 
     Exits 5 when corrupt entries remain (quarantined ones with --fix do not count), else 1 when
-    some entries could not be checked (unreadable, badly named: listed as FAILED). With an
+    some entries could not be checked (unreadable, badly named: listed as FAILED) or part of
+    the store could not be listed (a symlinked or unreadable directory: NOT CHECKED). With an
     index server configured, each corrupt entry is reported there as an error, and each
     quarantined one as evicted from STORE.
 
@@ -264,7 +269,7 @@ def verify_cmd(store_url: str, fix: bool, index_url: str | None, token: str | No
     announce_index(index, [store_url])
     if any(c.quarantined_to is None for c in report.corrupt):
         sys.exit(CORRUPT)
-    if report.failed:
+    if report.failed or report.listing_problems:
         sys.exit(SOME_ENTRIES_FAILED)
 
 

@@ -68,6 +68,9 @@ class ScanReport:
     # A runtime's own temp files outside any entry (TorchNeuron's writes in flight, or a dead
     # writer's): never garbage while young (Layout.runtime_debris_after says how old is dead).
     runtime_temp: tuple[FileInfo, ...] = ()
+    # What the listing would not follow or could not read outside any entry (a symlinked or
+    # unreadable namespace or top-level directory): parts of the store nothing was checked in.
+    listing_problems: tuple[str, ...] = ()
 
     @property
     def size(self) -> int:
@@ -211,6 +214,7 @@ def _scan(store: Store, started: float, *, prefix: str, read_manifests: bool, la
     # The listing's problems by path: the order of a listing is the store's (and a summary's
     # differs), the report's is not.
     warnings.sort()
+    listing_problems = tuple(warnings)
     for e in committed:
         if e.state is EntryState.CORRUPT:
             warnings.append(f"{e.path}: {'; '.join(e.problems)}")
@@ -218,7 +222,7 @@ def _scan(store: Store, started: float, *, prefix: str, read_manifests: bool, la
                       tuple(warnings), time.monotonic() - started, control,
                       tuple(e for e in entries if not e.committed),
                       tuple(sorted(foreign, key=lambda f: f.path)),
-                      tuple(sorted(runtime_temp, key=lambda f: f.path)))
+                      tuple(sorted(runtime_temp, key=lambda f: f.path)), listing_problems)
 
 
 def load_entry(store: Store, path: str, *, read_manifest: bool = True) -> Entry | None:

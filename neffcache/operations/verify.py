@@ -22,7 +22,7 @@ from neffcache.coordination.history import record as record_action
 from neffcache.coordination.lease import read_lease
 from neffcache.coordination.write_leases import publish_lease_name
 from neffcache.entry import Entry, EntryState
-from neffcache.errors import EntryNotFound, InvalidKey, StoreUnavailable
+from neffcache.errors import EntryNotFound, InvalidKey, StoreError, StoreUnavailable
 from neffcache.failures import FailureCause, Verdict, note
 from neffcache.index import Index
 from neffcache.layouts import get_layout
@@ -55,6 +55,9 @@ class VerifyReport:
     store: str
     checks: tuple[EntryCheck, ...]
     seconds: float
+    # Parts of the store the listing would not enter (a symlinked or unreadable namespace or
+    # top-level directory): whatever lies there was not checked, so the run is not "all ok".
+    listing_problems: tuple[str, ...] = ()
 
     def count(self, status: CheckStatus) -> int:
         return sum(1 for c in self.checks if c.status is status)
@@ -83,6 +86,7 @@ class VerifyReport:
             ],
             "failures": [{"path": c.path, "problems": list(c.problems)}
                          for c in self.checks if c.status is CheckStatus.FAILED],
+            "listing_problems": list(self.listing_problems),
             "seconds": round(self.seconds, 3),
         }
 
@@ -149,15 +153,26 @@ def quarantine(store: Store, entry: Entry, *, stamp: str | None = None, why: str
                ) -> str:
     """Move the entry's files under the quarantine directory, commit marker first.
 
+    Raises StoreError, moving nothing, when nothing of the entry can be moved: an entry whose
+    directory is a symlink or unreadable lists no file, and saying "quarantined" (a journal
+    record, an evict sent to the index) for an entry left where it was would be false.
     With ``why`` the move is recorded in the store's action journal as one action; a caller
     quarantining many entries passes None and records them together."""
+    if not entry.files:
+        raise StoreError("cannot quarantine: none of its files could be listed (a symlinked or "
+                         "unreadable directory); it stays where it is", store=store.url, path=entry.path)
     where = f"{QUARANTINE_DIR}/{stamp or quarantine_stamp()}/{entry.path}"
     names = sorted(entry.files, key=lambda n: (n != entry.marker_name, n))
+    moved = 0
     for name in names:
         try:
             store.move(entry.store_path(name), f"{where}/{name}")
         except EntryNotFound:
             continue
+        moved += 1
+    if not moved:
+        raise StoreError("cannot quarantine: its files were gone when moved", store=store.url,
+                         path=entry.path)
     log.warning("quarantined %s to %s", entry.path, where)
     if why is not None:
         record_action(store, "quarantine", why, [ActionItem(entry.path, "corrupt", entry.size, f"moved to {where}")])
@@ -167,6 +182,9 @@ def quarantine(store: Store, entry: Entry, *, stamp: str | None = None, why: str
 def verify(store: Store, *, prefix: str = "", fix: bool = False, workers: int = 8,
            progress: Callable[[int, int], None] | None = None, index: Index | None = None) -> VerifyReport:
     """Check every entry's files against its manifest; with ``fix``, quarantine the bad ones.
+
+    What the listing could not enter is in ``listing_problems``: a report with none of those
+    and no FAILED check has looked at every entry the store holds.
 
     With ``index``, every corrupt entry is reported as an ``error`` event and every quarantined
     one as an ``evict`` from this store (the index then stops listing it there).
@@ -196,7 +214,7 @@ def verify(store: Store, *, prefix: str = "", fix: bool = False, workers: int = 
         checks = _quarantine_corrupt(store, {e.path: e for e in candidates}, checks)
     if index is not None and index.enabled:
         _report(index, store, {e.path: e for e in candidates}, checks)
-    return VerifyReport(store.url, tuple(checks), time.monotonic() - started)
+    return VerifyReport(store.url, tuple(checks), time.monotonic() - started, report.listing_problems)
 
 def _quarantine_corrupt(store: Store, by_path: dict[str, Entry], checks: list[EntryCheck]) -> list[EntryCheck]:
     """``verify --fix``: move each CORRUPT entry no one is publishing to quarantine, record the
@@ -219,8 +237,9 @@ def _quarantine_corrupt(store: Store, by_path: dict[str, Entry], checks: list[En
         except (InvalidKey, OSError) as exc:
             # An undeletable file, a name no store path may have: this entry stays (its
             # marker may have moved already, so it serves nothing); the others go on.
-            log.warning("cannot quarantine %s: %s", entry.path, exc)
-            fixed.append(dataclasses.replace(check, error=f"cannot quarantine: {exc}"))
+            said = str(exc) if str(exc).startswith("cannot quarantine") else f"cannot quarantine: {exc}"
+            log.warning("%s: %s", entry.path, said)
+            fixed.append(dataclasses.replace(check, error=said))
             continue
         fixed.append(EntryCheck(check.path, check.status, check.problems, moved))
     moved_items = [ActionItem(c.path, "corrupt", by_path[c.path].size,

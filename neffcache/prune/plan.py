@@ -102,7 +102,7 @@ def _candidate(store: Store, entry: Entry, stamps: Mapping[str, FileInfo], usage
     stamp = stamps.get(entry.path)
     if stamp is not None:
         uses.append((stamp.mtime, Basis.STAMP))
-    if usage.get(entry.path, -1.0) >= created_time(entry) - 1.0:
+    if entry.path in usage and usage[entry.path] >= created_time(entry) - 1.0:
         # An index hit older than this commit was a hit of other bytes at this path (or a forged
         # record): it says nothing of this entry and must not age it.
         uses.append((usage[entry.path], Basis.INDEX))
