@@ -25,15 +25,19 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from neffcache.entry import Entry, EntryState, FileInfo, Namespace
-from neffcache.errors import CorruptEntry, EntryNotFound
+from neffcache.errors import CorruptEntry, EntryNotFound, InvalidKey, ReadOnlyStore, StoreUnavailable
 from neffcache.layouts import LAYOUTS
 from neffcache.manifest import Manifest, read_manifest
 from neffcache.operations.grouping import Group, Progress, group_dirs, group_files, judge, own_files
 from neffcache.stores.base import Store
 
 log = logging.getLogger(__name__)
+# How an entry's problem starts when its manifest could not be read at all (not: read and bad).
+# verify reports such an entry FAILED (not checked), never CORRUPT: --fix must not move it.
+UNREADABLE = "cannot read its manifest: "
 # Re-exported: callers group files and split foreign ones with the scan's own rules.
 __all__ = [
+    "UNREADABLE",
     "NamespaceSummary",
     "Progress",
     "ScanReport",
@@ -162,14 +166,30 @@ def _gc_paused() -> Iterator[None]:
 
 
 def _read_manifest(store: Store, group: Group, manifest_name: str) -> tuple[Manifest | None, str | None]:
+    """The entry's manifest, or why it is bad (CORRUPT). A manifest that cannot be read at
+    all — a name no store path may have (``MODULE_1 (copy)+…``, bytes that are not UTF-8), a
+    directory swapped for a symlink under us — is the entry's problem, reported as
+    :data:`UNREADABLE` + why: read once more (a swap may be brief), then given up on, so
+    nothing one entry's name or directory does ends the scan of the store. A listed manifest
+    found missing is looked for once more too (a rename away may be as brief)."""
     path = f"{group.located.base}/{manifest_name}" if group.located.base else manifest_name
-    try:
-        listed = group.files.get(manifest_name)
-        return read_manifest(store, path, where=path, size=listed.size if listed else None), None
-    except CorruptEntry as exc:
-        return None, "; ".join(exc.problems)
-    except (EntryNotFound, FileNotFoundError):
-        return None, None
+    listed = group.files.get(manifest_name)
+    for attempt in (1, 2):
+        try:
+            return read_manifest(store, path, where=path, size=listed.size if listed else None), None
+        except CorruptEntry as exc:
+            return None, "; ".join(exc.problems)
+        except (EntryNotFound, FileNotFoundError):
+            if attempt == 2:  # listed, then gone twice: removed meanwhile, not a manifest's fault
+                return None, None
+        except (StoreUnavailable, ReadOnlyStore):
+            raise  # every entry would fail the same way
+        except InvalidKey as exc:
+            return None, f"{UNREADABLE}{exc}"
+        except OSError as exc:
+            if attempt == 2:
+                return None, f"{UNREADABLE}{exc}"
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def scan(store: Store, *, prefix: str = "", read_manifests: bool = False, layout: str | None = None,

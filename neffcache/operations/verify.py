@@ -27,7 +27,7 @@ from neffcache.failures import FailureCause, Verdict, note
 from neffcache.index import Index
 from neffcache.layouts import get_layout
 from neffcache.operations.ingest import digest_of
-from neffcache.operations.scan import scan
+from neffcache.operations.scan import UNREADABLE, scan
 from neffcache.stores.base import CONTROL_DIR, Store
 
 log = logging.getLogger(__name__)
@@ -94,10 +94,16 @@ class VerifyReport:
 def check_entry(store: Store, entry: Entry) -> EntryCheck:
     """Hash every file the manifest records and compare.
 
-    A file that cannot be read (permissions, an I/O error, a store error) makes the entry
-    FAILED, not CORRUPT: its bytes may be fine, and ``--fix`` must not quarantine it.
+    A file or manifest that cannot be read (permissions, an I/O error, a store error, a name
+    no store path may have) makes the entry FAILED, not CORRUPT: its bytes may be fine, and
+    ``--fix`` must not quarantine it.
     """
     if entry.state is EntryState.CORRUPT:
+        # A manifest that could not be read at all (a name no store path may have, a swap for
+        # a symlink) says nothing of the bytes: not checked, and never quarantined.
+        unread = tuple(p for p in entry.problems if p.startswith(UNREADABLE))
+        if unread:
+            return EntryCheck(entry.path, CheckStatus.FAILED, unread)
         return EntryCheck(entry.path, CheckStatus.CORRUPT, entry.problems)
     problems = _content_problems(store, entry)
     if entry.manifest is None:

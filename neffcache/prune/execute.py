@@ -15,7 +15,7 @@ go), and the files are removed in phases across the chunk — see :func:`delete_
 every instant each entry reads either as it was or as absent (uncommitted), never as a
 different entry. On a local store the chunk's re-listings and removals go through directory
 descriptors opened once for the chunk, after its leases are held
-(:func:`neffcache.prune.run.chunk_files`): each entry directory is opened once, listed by its
+(:func:`neffcache.prune.remove.chunk_files`): each entry directory is opened once, listed by its
 descriptor, and its files unlinked and itself removed relative to the descriptors, as ``rm -rf``
 does, instead of a walk from the root per phase; lease files are still looked up afresh.
 A prune killed at any point leaves at most journaled, uncommitted remains, which the next plan
@@ -24,6 +24,7 @@ lists as ``interrupted`` and its execution finishes.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -39,7 +40,7 @@ from neffcache.errors import ConfigError, IndexServerError
 from neffcache.prune.candidates import index_usage
 from neffcache.prune.guard import refusal
 from neffcache.prune.model import ItemKind, PruneItem, PrunePlan, PruneResult, Reason, ago
-from neffcache.prune.run import StoreRun
+from neffcache.prune.run import ENTRY_FAULTS, STORE_WIDE, StoreRun
 from neffcache.stores.base import Store
 from neffcache.stores.mounts import filesystem_type, is_memory_filesystem
 
@@ -126,7 +127,15 @@ def execute_plan(plan: PrunePlan, stores: Mapping[str, Store] | Iterable[Store],
                 usage = {}
             run = StoreRun(plan, store, index, usage, stop)
             runs.append(run)
-            with held(store, PRUNE_LEASE, ttl=120.0):
+            with contextlib.ExitStack() as stack:
+                try:
+                    stack.enter_context(held(store, PRUNE_LEASE, ttl=120.0))
+                except STORE_WIDE:
+                    raise
+                except ENTRY_FAULTS as exc:  # the lease directory is a symlink or unreadable
+                    for item in items:  # every lease would fail the same way: all reported, none removed
+                        run.fail(item, exc)
+                    continue
                 try:
                     threads = workers_for(store, workers)
                     _run_store(run, items, threads, progress, lambda: sum(r.done for r in runs), total)

@@ -250,11 +250,11 @@ def _list_store(store: Store, policy: PrunePolicy, index: Index | None, now: flo
     if report.foreign:
         draft.foreign.append(Foreign(store.url, len(report.foreign), report.foreign_size,
                                      tuple(f.path for f in report.foreign[:FOREIGN_SHOWN])))
-    leases: list[LeaseFile] = read_leases(store)
+    leases: list[LeaseFile] = read_leases(store, draft.notes)
     live = live_holders(leases, now)
     judge = LockJudge(store, policy, now, live)
     needs_usage = policy.older_than is not None or bool(policy.max_size)
-    stamps = stamp_files(store) if needs_usage or policy.garbage else {}
+    stamps = stamp_files(store, draft.notes) if needs_usage or policy.garbage else {}
     usage = _usage(store, policy, index, draft)
     toolchains = _manifest_toolchains(store, report.entries) if policy.prunes_compilers else {}
     mine = {e.path: _candidate(store, e, stamps, usage, live, judge, toolchains)
@@ -262,7 +262,7 @@ def _list_store(store: Store, policy: PrunePolicy, index: Index | None, now: flo
     if policy.failed:  # which failures are compiler errors and which the host's: their logs say
         mine = with_failures(store, report.entries, mine)
     draft.candidates.extend(mine.values())
-    found = read_journals(store)
+    found = read_journals(store, draft.notes)
     draft.journals[store.url] = tuple(found)
     if policy.stale_locks:
         swept = sweep_locks(store, report, leases, judge, now, policy)
@@ -287,7 +287,7 @@ def _finish_store(listed: _Listed, policy: PrunePolicy, now: float, draft: _Draf
         draft.extra.extend(swept.items)
         draft.protected.extend(swept.protected)
         draft.notes.extend(swept.notes)
-        draft.extra.extend(sweep_retention(store, now, policy))
+        draft.extra.extend(sweep_retention(store, now, policy, draft.notes))
 
 
 def plan_prune(stores: Sequence[Store], policy: PrunePolicy, *, index: Index | None = None, source: str = "store",

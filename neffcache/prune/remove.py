@@ -3,16 +3,23 @@
 The order is what keeps readers safe while files go (see :func:`delete_order`); the journal
 (``.neffcache/prune/<plan>-<n>.json``, written before a chunk's files go and removed after) is
 what lets the next plan find and finish the entries a killed execution left half-removed.
+A chunk reads and removes through :func:`chunk_files` (held directory descriptors on a local
+store). :func:`control_files` lists neffcache's control directories so that one that is a
+symlink or unreadable is a note of the plan, not its end.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
+from typing import Protocol
 
-from neffcache.entry import Entry
-from neffcache.errors import EntryNotFound
+from neffcache.entry import Entry, FileInfo
+from neffcache.errors import EntryNotFound, ReadOnlyStore, StoreUnavailable
 from neffcache.layouts import get_layout
 from neffcache.stores.base import CONTROL_DIR, Store
+from neffcache.stores.local_remove import LocalRemoval
+from neffcache.stores.safepath import SafeRoot
 
 JOURNAL_DIR = f"{CONTROL_DIR}/prune"
 
@@ -24,10 +31,31 @@ def delete_order(entry: Entry) -> list[list[str]]:
     return [[entry.store_path(n) for n in phase] for phase in phases]
 
 
-def read_journals(store: Store) -> dict[str, dict[str, list[str]]]:
+def control_files(store: Store, directory: str, notes: list[str] | None = None) -> list[FileInfo]:
+    """The files below one of neffcache's control directories, or none and a note.
+
+    A control directory that is a symlink or unreadable (planted, or swapped for a moment: it
+    is listed twice) is reported and left out of the plan, never the end of it. Leaving it
+    out is safe: what a plan consults there (leases, last-use stamps) is taken or read again
+    per item at execution, where the same fault fails that item, and what it would remove
+    there (stale leases, leftovers) simply stays."""
+    for attempt in (1, 2):
+        try:
+            return list(store.iter_files(directory))
+        except (StoreUnavailable, ReadOnlyStore):
+            raise
+        except OSError as exc:
+            if attempt == 2:
+                if notes is not None:
+                    notes.append(f"{store.url}: {directory} not listed ({exc}): what it holds is left out")
+                return []
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def read_journals(store: Store, notes: list[str] | None = None) -> dict[str, dict[str, list[str]]]:
     """Journal path -> {entry path: files it was removing}, of prunes that did not finish."""
     out: dict[str, dict[str, list[str]]] = {}
-    for info in store.iter_files(JOURNAL_DIR):
+    for info in control_files(store, JOURNAL_DIR, notes):
         if not info.path.endswith(".json"):
             continue
         try:
@@ -36,3 +64,46 @@ def read_journals(store: Store) -> dict[str, dict[str, list[str]]]:
         except (EntryNotFound, ValueError, KeyError, TypeError, AttributeError):
             out[info.path] = {}  # torn or foreign: nothing to finish, removed after the next execution
     return out
+
+
+class ChunkFiles(Protocol):
+    """What a chunk reads and removes through: a local store's :class:`LocalRemoval` (each
+    directory opened once for the chunk), or :class:`StoreFiles` (the store's own calls)."""
+
+    def list_files(self, rel: str) -> list[FileInfo]: ...
+    def stat(self, path: str) -> FileInfo | None: ...
+    def exists(self, path: str) -> bool: ...
+    def discard(self, paths: Iterable[str], *, prune_dirs: bool = False) -> None: ...
+
+
+class StoreFiles:
+    """:class:`ChunkFiles` of a store with no local root (S3, fsspec): its own calls."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def __enter__(self) -> StoreFiles:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def list_files(self, rel: str) -> list[FileInfo]:
+        return list(self.store.iter_files(rel))
+
+    def stat(self, path: str) -> FileInfo | None:
+        return self.store.stat(path)
+
+    def exists(self, path: str) -> bool:
+        return self.store.exists(path)
+
+    def discard(self, paths: Iterable[str], *, prune_dirs: bool = False) -> None:
+        self.store.discard(paths, prune_dirs=prune_dirs)
+
+
+def chunk_files(store: Store) -> LocalRemoval | StoreFiles:
+    """A local store's chunk goes through descriptors held for the chunk: one ``openat`` per
+    directory instead of a walk from the root per phase (neffcache/stores/local_remove.py says
+    why that keeps every containment property)."""
+    root = store.local_root
+    return LocalRemoval(SafeRoot(str(root), store.url)) if root is not None else StoreFiles(store)

@@ -5,7 +5,9 @@ causes a deletion on its own."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -78,3 +80,26 @@ def test_a_forged_ten_tib_record_deletes_nothing_real(live: tuple[LiveServer, To
     assert "Traceback" not in result.stderr
     # The record the store does not back is named, not counted.
     assert "not in the store" in result.stdout + result.stderr, result.stdout
+
+
+def test_reconcile_reports_odd_names_per_entry(live: tuple[LiveServer, Tokens], tmp_path: Path) -> None:
+    """N10: an entry directory named ``MODULE_1 (copy)+…`` (or not UTF-8) is one entry reconcile
+    cannot register; every other entry is registered (one odd record would get the batch refused)."""
+    server, tokens = live
+    store = LocalStore(tmp_path / "c")
+    good = [published_a(store, f"MODULE_{i}+abb26765") for i in range(1, 4)]
+    namespace = good[0].rsplit("/", 1)[0]
+    shutil.copytree(store.root / good[0], store.root / namespace / "MODULE_1 (copy)+abb26765")
+    shutil.copytree(os.fsencode(store.root / good[0]), os.fsencode(store.root / namespace) + b"/MODULE_\xff+abb26765")
+    env = {**os.environ, "NEFFCACHE_INDEX_URL": server.url, "NEFFCACHE_TOKEN": tokens.write,
+           "NEFFCACHE_SPOOL_DIR": str(tmp_path / "spool-cli")}
+    done = subprocess.run([sys.executable, "-m", "neffcache.cli.main", "reconcile", "--store", str(store.root),
+                           "--yes", "--json"], capture_output=True, text=True, env=env, check=False, timeout=120)
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 1, done.stdout + done.stderr
+    plan = json.loads(done.stdout)["plan"]
+    assert sorted(m["path"] for m in plan["missing_in_index"]) == sorted(good)
+    assert len(plan["unaddressable"]) == 2
+    reader = _client(server, tokens.write, tmp_path / "spool-reader")
+    assert all(reader.lookup(p) is not None for p in good)
+    reader.close()
