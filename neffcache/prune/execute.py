@@ -28,7 +28,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
@@ -127,14 +127,8 @@ def execute_plan(plan: PrunePlan, stores: Mapping[str, Store] | Iterable[Store],
                 usage = {}
             run = StoreRun(plan, store, index, usage, stop)
             runs.append(run)
-            with contextlib.ExitStack() as stack:
-                try:
-                    stack.enter_context(held(store, PRUNE_LEASE, ttl=120.0))
-                except STORE_WIDE:
-                    raise
-                except ENTRY_FAULTS as exc:  # the lease directory is a symlink or unreadable
-                    for item in items:  # every lease would fail the same way: all reported, none removed
-                        run.fail(item, exc)
+            with _store_lease(run, items) as ours:
+                if not ours:
                     continue
                 try:
                     threads = workers_for(store, workers)
@@ -155,6 +149,24 @@ def execute_plan(plan: PrunePlan, stores: Mapping[str, Store] | Iterable[Store],
     skipped = tuple(s for r in runs for s in r.skipped)
     failed = tuple(s for r in runs for s in r.failed)
     return PruneResult(plan.id, removed, skipped, time.monotonic() - started, failed)
+
+
+@contextlib.contextmanager
+def _store_lease(run: StoreRun, items: Sequence[PruneItem]) -> Iterator[bool]:
+    """The store-wide prune lease, held (True); or, when the lease directory is a symlink or
+    unreadable, every item failed with why (False): every lease would fail the same way, so
+    nothing is removed and the other stores go on."""
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(held(run.store, PRUNE_LEASE, ttl=120.0))
+        except STORE_WIDE:
+            raise
+        except ENTRY_FAULTS as exc:
+            for item in items:
+                run.fail(item, exc)
+            yield False
+            return
+        yield True
 
 
 def _group_tasks(entries: list[PruneItem]) -> list[list[tuple[list[PruneItem], tuple[str, ...]]]]:
