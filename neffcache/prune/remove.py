@@ -4,8 +4,7 @@ The order is what keeps readers safe while files go (see :func:`delete_order`); 
 (``.neffcache/prune/<plan>-<n>.json``, written before a chunk's files go and removed after) is
 what lets the next plan find and finish the entries a killed execution left half-removed.
 A chunk reads and removes through :func:`chunk_files` (held directory descriptors on a local
-store). :func:`control_files` lists neffcache's control directories so that one that is a
-symlink or unreadable is a note of the plan, not its end.
+store).
 """
 
 from __future__ import annotations
@@ -15,8 +14,9 @@ from collections.abc import Iterable
 from typing import Protocol
 
 from neffcache.entry import Entry, FileInfo
-from neffcache.errors import EntryNotFound, ReadOnlyStore, StoreUnavailable
+from neffcache.errors import EntryNotFound
 from neffcache.layouts import get_layout
+from neffcache.prune.sweep import control_files
 from neffcache.stores.base import CONTROL_DIR, Store
 from neffcache.stores.local_remove import LocalRemoval
 from neffcache.stores.safepath import SafeRoot
@@ -29,27 +29,6 @@ def delete_order(entry: Entry) -> list[list[str]]:
     :meth:`neffcache.layouts.base.Layout.removal_phases` for why it is safe."""
     phases = get_layout(entry.layout).removal_phases(entry)
     return [[entry.store_path(n) for n in phase] for phase in phases]
-
-
-def control_files(store: Store, directory: str, notes: list[str] | None = None) -> list[FileInfo]:
-    """The files below one of neffcache's control directories, or none and a note.
-
-    A control directory that is a symlink or unreadable (planted, or swapped for a moment: it
-    is listed twice) is reported and left out of the plan, never the end of it. Leaving it
-    out is safe: what a plan consults there (leases, last-use stamps) is taken or read again
-    per item at execution, where the same fault fails that item, and what it would remove
-    there (stale leases, leftovers) simply stays."""
-    for attempt in (1, 2):
-        try:
-            return list(store.iter_files(directory))
-        except (StoreUnavailable, ReadOnlyStore):
-            raise
-        except OSError as exc:
-            if attempt == 2:
-                if notes is not None:
-                    notes.append(f"{store.url}: {directory} not listed ({exc}): what it holds is left out")
-                return []
-    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def read_journals(store: Store, notes: list[str] | None = None) -> dict[str, dict[str, list[str]]]:

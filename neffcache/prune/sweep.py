@@ -27,6 +27,9 @@ The rules, and why they are sound:
   plan shows it as kept, and no flag changes that. Removing an entry removes the entry's own
   files only (:meth:`Layout.removal_phases` over the files the scan kept for it), and a
   directory is only removed once empty, so foreign files beside or below an entry survive it.
+- **A control directory that cannot be listed** (a symlink, unreadable) is a note of the plan,
+  not its end (:func:`control_files`): what the plan would consult there is read again per
+  item at execution, where the same fault fails that item and removes nothing.
 """
 
 from __future__ import annotations
@@ -47,7 +50,6 @@ from neffcache.layouts import LAYOUTS, get_layout
 from neffcache.operations.scan import ScanReport
 from neffcache.operations.verify import QUARANTINE_DIR
 from neffcache.prune.model import ItemKind, Kept, PruneItem, PrunePolicy, Reason, ago
-from neffcache.prune.remove import control_files
 from neffcache.stores.base import CONTROL_DIR, TEMP_MARKER, Store
 
 STAGING_DIR = f"{CONTROL_DIR}/staging"
@@ -60,6 +62,27 @@ _STAMP_SUFFIX = ".used"
 class LeaseFile:
     info: FileInfo
     record: LeaseRecord | None  # None for a tombstone
+
+
+def control_files(store: Store, directory: str, notes: list[str] | None = None) -> list[FileInfo]:
+    """The files below one of neffcache's control directories, or none and a note.
+
+    A control directory that is a symlink or unreadable (planted, or swapped for a moment: it
+    is listed twice) is reported and left out of the plan, never the end of it. Leaving it
+    out is safe: what a plan consults there (leases, last-use stamps) is taken or read again
+    per item at execution, where the same fault fails that item, and what it would remove
+    there (stale leases, leftovers) simply stays."""
+    for attempt in (1, 2):
+        try:
+            return list(store.iter_files(directory))
+        except (StoreUnavailable, ReadOnlyStore):
+            raise
+        except OSError as exc:
+            if attempt == 2:
+                if notes is not None:
+                    notes.append(f"{store.url}: {directory} not listed ({exc}): what it holds is left out")
+                return []
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def read_leases(store: Store, notes: list[str] | None = None) -> list[LeaseFile]:
