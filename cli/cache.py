@@ -232,6 +232,10 @@ def _verify_text(report: VerifyReport) -> str:
             out.append(f"MISMATCH {c.path}: {'; '.join(c.problems)}")
         elif c.status is CheckStatus.UNVERIFIED and c.problems:
             out.append(f"WARNING {c.path} (written by a runtime, kept): {'; '.join(c.problems)}")
+    out.extend(f"NOT CHECKED {problem}" for problem in report.listing_problems)
+    if report.listing_problems:
+        out.append(f"{len(report.listing_problems)} part(s) of the store could not be listed: what they hold "
+                   "was not verified")
     return "\n".join(out)
 
 
@@ -252,8 +256,10 @@ def verify_cmd(store_url: str, fix: bool, require_signed: bool | None, index_url
     Exits 5 when corrupt entries remain (quarantined ones with --fix do not count), 15 when
     entries whose files match are refused by the trust policy (a bad, revoked or out-of-scope
     signature; unsigned under --require-signed) or contradict their namespace (a --target=trn1
-    entry in a trn2 namespace), else 1 when some entries could not be checked (unreadable,
-    badly named: listed as FAILED). Refused entries are reported, never quarantined. With an
+    entry in a trn2 namespace, a manifest the index says was lost), else 1 when some entries
+    could not be checked (unreadable, badly named: listed as FAILED) or part of the store could
+    not be listed (a symlinked or unreadable directory: NOT CHECKED). Refused entries are
+    reported, never quarantined. With an
     index server configured, each corrupt entry is reported there as an error, and each
     quarantined one as evicted from STORE.
 
@@ -283,7 +289,7 @@ def verify_cmd(store_url: str, fix: bool, require_signed: bool | None, index_url
         sys.exit(CORRUPT)
     if report.untrusted:
         sys.exit(UNTRUSTED)
-    if report.failed:
+    if report.failed or report.listing_problems:
         sys.exit(SOME_ENTRIES_FAILED)
 
 

@@ -329,7 +329,8 @@ def _reconcile_text(plan: ReconcilePlan, executed: bool) -> str:
            f"{len(plan.missing_in_index)} in the store but not in the index, {len(plan.differ)} differ"]
     for title, rows in (("index lists, store lacks (fix: forget)", plan.missing_in_store),
                         ("store holds, index lacks (fix: register)", plan.missing_in_index),
-                        ("recorded differently (fix: register again)", plan.differ)):
+                        ("recorded differently (fix: register again)", plan.differ),
+                        ("names no record may have (not registered)", plan.unaddressable)):
         if rows:
             out.append("")
             out.append(table([[r.store, r.path, r.detail] for r in rows[:50]], ["store", title, "detail"]))
@@ -390,6 +391,8 @@ def reconcile_cmd(stores: tuple[str, ...], fix: str, yes: bool, force: bool, max
         for store in opened:
             store.close()
     announce_index(index, [store.url for store in opened])
+    if plan.unaddressable:  # some entries could not be reconciled
+        sys.exit(SOME_ENTRIES_FAILED)
 
 
 COMMANDS: list[click.Command] = [prune_cmd, reconcile_cmd]

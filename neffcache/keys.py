@@ -135,3 +135,20 @@ def _checked_relpath(path: str) -> str:
         if not _COMPONENT_RE.match(part):
             raise InvalidKey(path, f"component {part!r} has characters outside [A-Za-z0-9_.+=@,-]")
     return posixpath.join(*parts)
+
+
+def listed_relpath(path: str) -> str:
+    """``path`` as a store's own listing produced it, to act on by its raw names: a prune
+    removes an entry a file manager named ``MODULE_1 (copy)+…``, or one whose name is bytes
+    that are not UTF-8 (listed as surrogates, encoded back to the same bytes by ``os``).
+
+    Looser than :func:`safe_relpath` only in what a component may hold — any character but
+    "/" and NUL, as any directory entry's name may — and as strict in everything that could
+    leave the root: no empty, "." or ".." component, no leading "/". Only for names a listing
+    found; a path from outside (a key, a manifest, a URL) goes through :func:`safe_relpath`.
+    """
+    if not isinstance(path, str) or not path or "\x00" in path:
+        raise InvalidKey(str(path), "not a listed path")
+    if path.startswith("/") or any(part in ("", ".", "..") for part in path.split("/")):
+        raise InvalidKey(path, "empty, '.' or '..' components are not allowed")
+    return path

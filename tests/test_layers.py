@@ -35,13 +35,15 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # failures grouped by signature (failure_groups: the index server groups with them too),
     # what a user-given tag may be (tags: the index server checks with the same rules), who made
     # an entry (provenance), its signature as a record (signature) and with its crypto (signing),
-    # and which signatures a reader trusts (trust).
+    # and which signatures a reader trusts (trust), and secrets out of what is written down
+    # (redaction).
     # Plain data and pure functions; no I/O but reading a manifest's bytes and a key file.
     ("values", ("neffcache", "neffcache.errors", "neffcache.instances", "neffcache.toolchain",
                 "neffcache.keys", "neffcache.manifest", "neffcache.entry", "neffcache.units",
                 "neffcache.outcomes", "neffcache.placeholder",
                 "neffcache.readiness", "neffcache.failures", "neffcache.failure_groups", "neffcache.tags",
-                "neffcache.provenance", "neffcache.signature", "neffcache.signing", "neffcache.trust")),
+                "neffcache.provenance", "neffcache.signature", "neffcache.signing", "neffcache.trust",
+                "neffcache.redaction")),
     # Where bytes live: the Store interface, its backends and the URL registry. A store owns
     # every backend difference and its own file names (the control dir, the temp-name marker).
     ("stores", ("neffcache.stores.*",)),

@@ -12,6 +12,12 @@ starts with the UTC time, so a listing sorts newest-last and ``--since`` filters
 without reading bodies. A record holds at most :data:`MAX_ITEMS` paths; a larger action is
 split into parts ``-1``, ``-2``... of one action id, merged again when read.
 
+No record holds a secret: the command line, ``why`` and details go through
+:mod:`neffcache.redaction` when written and again when read (older records). On a local or
+shared directory a record is created 0o640 filtered by the umask (``PRIVATE_DIRS`` in
+:mod:`neffcache.stores.base`): never group-writable, so a co-tenant cannot rewrite who removed
+what, and never world-readable.
+
 The journal is neffcache's control data: the scan counts it as control files, prune never
 removes it except by its own retention (:data:`HISTORY_DAYS`, with ``prune --garbage``).
 """
@@ -34,6 +40,7 @@ from typing import Any
 
 from neffcache.entry import FileInfo
 from neffcache.errors import EntryNotFound, NeffcacheError
+from neffcache.redaction import redact_argv, redact_text
 from neffcache.stores.base import CONTROL_DIR, Store
 
 log = logging.getLogger(__name__)
@@ -100,12 +107,24 @@ def who() -> str:
 
 
 def command_line(argv: Sequence[str] | None = None) -> str:
+    """The command line as a journal keeps it: secrets redacted (neffcache/redaction.py)."""
     args = list(sys.argv if argv is None else argv)
     if args:
         args[0] = os.path.basename(args[0])
         if args[0] in ("__main__.py", "main.py"):
             args[0] = "neffcache"
-    return shlex.join(args)[:MAX_COMMAND]
+    return shlex.join(redact_argv(args))[:MAX_COMMAND]
+
+
+def _redacted(value: Any) -> Any:
+    """``value`` (a record's details) with every string in it redacted."""
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, Mapping):
+        return {str(k): _redacted(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_redacted(v) for v in value]
+    return value
 
 
 def tally(items: Iterable[ActionItem]) -> dict[str, dict[str, int]]:
@@ -124,9 +143,10 @@ def record(store: Store, kind: str, why: str, items: Sequence[ActionItem], *, de
     A record that cannot be written is logged, never raised: the action is done already, and
     refusing to report it would not undo it.
     """
-    action = Action(kind=kind, store=store.url, why=why, items=tuple(items), at=time.time() if at is None else at,
-                    who=who(), pid=os.getpid(), command=command_line() if command is None else command[:MAX_COMMAND],
-                    details=dict(details or {}), counts=tally(items))
+    action = Action(kind=kind, store=store.url, why=redact_text(why), items=tuple(items),
+                    at=time.time() if at is None else at, who=who(), pid=os.getpid(),
+                    command=command_line() if command is None else redact_text(command)[:MAX_COMMAND],
+                    details=_redacted(dict(details or {})), counts=tally(items))
     chunks = [action.items[i:i + MAX_ITEMS] for i in range(0, len(action.items), MAX_ITEMS)] or [()]
     stamp = time.strftime(_STAMP, time.gmtime(action.at)) + f".{int(action.at % 1 * 1e6):06d}Z"
     for part, chunk in enumerate(chunks, 1):
@@ -167,10 +187,11 @@ def _parse(raw: bytes) -> tuple[Action, int, int] | None:
                                  str(i.get("detail") or "")) for i in data.get("items") or ())
         counts = {str(k): {"items": int(v["items"]), "bytes": int(v["bytes"])}
                   for k, v in (data.get("counts") or {}).items()}
-        action = Action(kind=str(data["kind"]), store=str(data["store"]), why=str(data.get("why") or ""), items=items,
-                        at=float(data["at"]), id=str(data["id"]), who=str(data.get("who") or ""),
-                        pid=int(data.get("pid") or 0), command=str(data.get("command") or ""),
-                        details=dict(data.get("details") or {}), counts=counts)
+        # Records written before redaction existed (or by anyone else) are redacted as read.
+        action = Action(kind=str(data["kind"]), store=str(data["store"]), why=redact_text(str(data.get("why") or "")),
+                        items=items, at=float(data["at"]), id=str(data["id"]), who=str(data.get("who") or ""),
+                        pid=int(data.get("pid") or 0), command=redact_text(str(data.get("command") or "")),
+                        details=_redacted(dict(data.get("details") or {})), counts=counts)
         return action, int(data.get("part") or 1), int(data.get("parts") or 1)
     except (ValueError, KeyError, TypeError, AttributeError):
         return None

@@ -43,7 +43,9 @@ RELEASE_MARGIN = 5.0
 
 
 def lease_path(name: str) -> str:
-    digest = hashlib.sha256(name.encode()).hexdigest()
+    # surrogateescape: an entry named with bytes that are not UTF-8 (listed as surrogates)
+    # still has one lease name, the hash of its raw bytes, instead of an exception.
+    digest = hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()
     return f"{LEASE_DIR}/{digest[:2]}/{digest}.lease"
 
 

@@ -49,7 +49,8 @@ def prune_group_lease(entry_path: str) -> str:
     ``<ns>/neff/``). Publisher and prune compute the name with this one function (both sides
     of one version)."""
     directory = prune_group_dir(entry_path)
-    group = int(hashlib.sha256(entry_path.encode()).hexdigest()[:8], 16) % PRUNE_GROUPS
+    raw = entry_path.encode("utf-8", "surrogateescape")  # a non-UTF-8 name: its raw bytes
+    group = int(hashlib.sha256(raw).hexdigest()[:8], 16) % PRUNE_GROUPS
     return f"prune-group:{directory}#{group}"
 
 

@@ -25,15 +25,19 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from neffcache.entry import Entry, EntryState, FileInfo, Namespace
-from neffcache.errors import CorruptEntry, EntryNotFound
+from neffcache.errors import CorruptEntry, EntryNotFound, InvalidKey, ReadOnlyStore, StoreUnavailable
 from neffcache.layouts import LAYOUTS
 from neffcache.manifest import Manifest, read_manifest
 from neffcache.operations.grouping import Group, Progress, group_dirs, group_files, judge, own_files
 from neffcache.stores.base import Store
 
 log = logging.getLogger(__name__)
+# How an entry's problem starts when its manifest could not be read at all (not: read and bad).
+# verify reports such an entry FAILED (not checked), never CORRUPT: --fix must not move it.
+UNREADABLE = "cannot read its manifest: "
 # Re-exported: callers group files and split foreign ones with the scan's own rules.
 __all__ = [
+    "UNREADABLE",
     "NamespaceSummary",
     "Progress",
     "ScanReport",
@@ -68,6 +72,9 @@ class ScanReport:
     # A runtime's own temp files outside any entry (TorchNeuron's writes in flight, or a dead
     # writer's): never garbage while young (Layout.runtime_debris_after says how old is dead).
     runtime_temp: tuple[FileInfo, ...] = ()
+    # What the listing would not follow or could not read outside any entry (a symlinked or
+    # unreadable namespace or top-level directory): parts of the store nothing was checked in.
+    listing_problems: tuple[str, ...] = ()
 
     @property
     def size(self) -> int:
@@ -159,14 +166,30 @@ def _gc_paused() -> Iterator[None]:
 
 
 def _read_manifest(store: Store, group: Group, manifest_name: str) -> tuple[Manifest | None, str | None]:
+    """The entry's manifest, or why it is bad (CORRUPT). A manifest that cannot be read at
+    all — a name no store path may have (``MODULE_1 (copy)+…``, bytes that are not UTF-8), a
+    directory swapped for a symlink under us — is the entry's problem, reported as
+    :data:`UNREADABLE` + why: read once more (a swap may be brief), then given up on, so
+    nothing one entry's name or directory does ends the scan of the store. A listed manifest
+    found missing is looked for once more too (a rename away may be as brief)."""
     path = f"{group.located.base}/{manifest_name}" if group.located.base else manifest_name
-    try:
-        listed = group.files.get(manifest_name)
-        return read_manifest(store, path, where=path, size=listed.size if listed else None), None
-    except CorruptEntry as exc:
-        return None, "; ".join(exc.problems)
-    except (EntryNotFound, FileNotFoundError):
-        return None, None
+    listed = group.files.get(manifest_name)
+    for attempt in (1, 2):
+        try:
+            return read_manifest(store, path, where=path, size=listed.size if listed else None), None
+        except CorruptEntry as exc:
+            return None, "; ".join(exc.problems)
+        except (EntryNotFound, FileNotFoundError):
+            if attempt == 2:  # listed, then gone twice: removed meanwhile, not a manifest's fault
+                return None, None
+        except (StoreUnavailable, ReadOnlyStore):
+            raise  # every entry would fail the same way
+        except InvalidKey as exc:
+            return None, f"{UNREADABLE}{exc}"
+        except OSError as exc:
+            if attempt == 2:
+                return None, f"{UNREADABLE}{exc}"
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def scan(store: Store, *, prefix: str = "", read_manifests: bool = False, layout: str | None = None,
@@ -211,6 +234,7 @@ def _scan(store: Store, started: float, *, prefix: str, read_manifests: bool, la
     # The listing's problems by path: the order of a listing is the store's (and a summary's
     # differs), the report's is not.
     warnings.sort()
+    listing_problems = tuple(warnings)
     for e in committed:
         if e.state is EntryState.CORRUPT:
             warnings.append(f"{e.path}: {'; '.join(e.problems)}")
@@ -218,7 +242,7 @@ def _scan(store: Store, started: float, *, prefix: str, read_manifests: bool, la
                       tuple(warnings), time.monotonic() - started, control,
                       tuple(e for e in entries if not e.committed),
                       tuple(sorted(foreign, key=lambda f: f.path)),
-                      tuple(sorted(runtime_temp, key=lambda f: f.path)))
+                      tuple(sorted(runtime_temp, key=lambda f: f.path)), listing_problems)
 
 
 def load_entry(store: Store, path: str, *, read_manifest: bool = True) -> Entry | None:

@@ -22,14 +22,14 @@ from neffcache.coordination.history import record as record_action
 from neffcache.coordination.lease import read_lease
 from neffcache.coordination.write_leases import publish_lease_name
 from neffcache.entry import Entry, EntryState
-from neffcache.errors import EntryNotFound, InvalidKey, StoreUnavailable
+from neffcache.errors import EntryNotFound, InvalidKey, StoreError, StoreUnavailable
 from neffcache.failures import FailureCause, Verdict, note
 from neffcache.index import Index
 from neffcache.layouts import get_layout
 from neffcache.operations.claims import admission, self_problems, store_reader
 from neffcache.operations.ingest import digest_of
 from neffcache.operations.lost_manifests import lost_problem, recorded_digests
-from neffcache.operations.scan import scan
+from neffcache.operations.scan import UNREADABLE, scan
 from neffcache.stores.base import CONTROL_DIR, Store
 from neffcache.trust import TrustPolicy
 
@@ -63,6 +63,9 @@ class VerifyReport:
     store: str
     checks: tuple[EntryCheck, ...]
     seconds: float
+    # Parts of the store the listing would not enter (a symlinked or unreadable namespace or
+    # top-level directory): whatever lies there was not checked, so the run is not "all ok".
+    listing_problems: tuple[str, ...] = ()
 
     def count(self, status: CheckStatus) -> int:
         return sum(1 for c in self.checks if c.status is status)
@@ -108,6 +111,7 @@ class VerifyReport:
             ],
             "failures": [{"path": c.path, "problems": list(c.problems)}
                          for c in self.checks if c.status is CheckStatus.FAILED],
+            "listing_problems": list(self.listing_problems),
             "seconds": round(self.seconds, 3),
         }
 
@@ -119,8 +123,9 @@ def check_entry(store: Store, entry: Entry, policy: TrustPolicy | None = None) -
     namespace (MISMATCH). An unsigned entry under a policy that does not require signatures is
     OK with its verdict (``unsigned``) reported.
 
-    A file that cannot be read (permissions, an I/O error, a store error) makes the entry
-    FAILED, not CORRUPT: its bytes may be fine, and ``--fix`` must not quarantine it.
+    A file or manifest that cannot be read (permissions, an I/O error, a store error, a name
+    no store path may have) makes the entry FAILED, not CORRUPT: its bytes may be fine, and
+    ``--fix`` must not quarantine it.
     """
     check = _check_digests(store, entry)
     if check.status not in (CheckStatus.OK, CheckStatus.UNVERIFIED):
@@ -138,6 +143,11 @@ def check_entry(store: Store, entry: Entry, policy: TrustPolicy | None = None) -
 
 def _check_digests(store: Store, entry: Entry) -> EntryCheck:
     if entry.state is EntryState.CORRUPT:
+        # A manifest that could not be read at all (a name no store path may have, a swap for
+        # a symlink) says nothing of the bytes: not checked, and never quarantined.
+        unread = tuple(p for p in entry.problems if p.startswith(UNREADABLE))
+        if unread:
+            return EntryCheck(entry.path, CheckStatus.FAILED, unread)
         return EntryCheck(entry.path, CheckStatus.CORRUPT, entry.problems)
     problems = _content_problems(store, entry)
     if entry.manifest is None:
@@ -193,15 +203,26 @@ def quarantine(store: Store, entry: Entry, *, stamp: str | None = None, why: str
                ) -> str:
     """Move the entry's files under the quarantine directory, commit marker first.
 
+    Raises StoreError, moving nothing, when nothing of the entry can be moved: an entry whose
+    directory is a symlink or unreadable lists no file, and saying "quarantined" (a journal
+    record, an evict sent to the index) for an entry left where it was would be false.
     With ``why`` the move is recorded in the store's action journal as one action; a caller
     quarantining many entries passes None and records them together."""
+    if not entry.files:
+        raise StoreError("cannot quarantine: none of its files could be listed (a symlinked or "
+                         "unreadable directory); it stays where it is", store=store.url, path=entry.path)
     where = f"{QUARANTINE_DIR}/{stamp or quarantine_stamp()}/{entry.path}"
     names = sorted(entry.files, key=lambda n: (n != entry.marker_name, n))
+    moved = 0
     for name in names:
         try:
             store.move(entry.store_path(name), f"{where}/{name}")
         except EntryNotFound:
             continue
+        moved += 1
+    if not moved:
+        raise StoreError("cannot quarantine: its files were gone when moved", store=store.url,
+                         path=entry.path)
     log.warning("quarantined %s to %s", entry.path, where)
     if why is not None:
         record_action(store, "quarantine", why, [ActionItem(entry.path, "corrupt", entry.size, f"moved to {where}")])
@@ -214,6 +235,9 @@ def verify(store: Store, *, prefix: str = "", fix: bool = False, workers: int = 
     """Check every entry's files against its manifest; with ``fix``, quarantine the bad ones.
     ``policy``: the reader's trust policy, judged on every entry whose files match (REFUSED
     entries are reported, never quarantined: another reader may trust their key).
+
+    What the listing could not enter is in ``listing_problems``: a report with none of those
+    and no FAILED check has looked at every entry the store holds.
 
     With ``index``, every corrupt entry is reported as an ``error`` event and every quarantined
     one as an ``evict`` from this store (the index then stops listing it there).
@@ -245,7 +269,7 @@ def verify(store: Store, *, prefix: str = "", fix: bool = False, workers: int = 
         checks = _quarantine_corrupt(store, {e.path: e for e in candidates}, checks)
     if index is not None and index.enabled:
         _report(index, store, {e.path: e for e in candidates}, checks)
-    return VerifyReport(store.url, tuple(checks), time.monotonic() - started)
+    return VerifyReport(store.url, tuple(checks), time.monotonic() - started, report.listing_problems)
 
 def _lost_manifests(store: Store, index: Index, by_path: dict[str, Entry], checks: list[EntryCheck]
                     ) -> list[EntryCheck]:
@@ -282,8 +306,9 @@ def _quarantine_corrupt(store: Store, by_path: dict[str, Entry], checks: list[En
         except (InvalidKey, OSError) as exc:
             # An undeletable file, a name no store path may have: this entry stays (its
             # marker may have moved already, so it serves nothing); the others go on.
-            log.warning("cannot quarantine %s: %s", entry.path, exc)
-            fixed.append(dataclasses.replace(check, error=f"cannot quarantine: {exc}"))
+            said = str(exc) if str(exc).startswith("cannot quarantine") else f"cannot quarantine: {exc}"
+            log.warning("%s: %s", entry.path, said)
+            fixed.append(dataclasses.replace(check, error=said))
             continue
         fixed.append(EntryCheck(check.path, check.status, check.problems, moved))
     moved_items = [ActionItem(c.path, "corrupt", by_path[c.path].size,

@@ -15,7 +15,7 @@ go), and the files are removed in phases across the chunk — see :func:`delete_
 every instant each entry reads either as it was or as absent (uncommitted), never as a
 different entry. On a local store the chunk's re-listings and removals go through directory
 descriptors opened once for the chunk, after its leases are held
-(:func:`neffcache.prune.run.chunk_files`): each entry directory is opened once, listed by its
+(:func:`neffcache.prune.remove.chunk_files`): each entry directory is opened once, listed by its
 descriptor, and its files unlinked and itself removed relative to the descriptors, as ``rm -rf``
 does, instead of a walk from the root per phase; lease files are still looked up afresh.
 A prune killed at any point leaves at most journaled, uncommitted remains, which the next plan
@@ -24,10 +24,11 @@ lists as ``interrupted`` and its execution finishes.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
@@ -39,7 +40,7 @@ from neffcache.errors import ConfigError, IndexServerError
 from neffcache.prune.candidates import index_usage
 from neffcache.prune.guard import refusal
 from neffcache.prune.model import ItemKind, PruneItem, PrunePlan, PruneResult, Reason, ago
-from neffcache.prune.run import StoreRun
+from neffcache.prune.run import ENTRY_FAULTS, STORE_WIDE, StoreRun
 from neffcache.stores.base import Store
 from neffcache.stores.mounts import filesystem_type, is_memory_filesystem
 
@@ -126,7 +127,9 @@ def execute_plan(plan: PrunePlan, stores: Mapping[str, Store] | Iterable[Store],
                 usage = {}
             run = StoreRun(plan, store, index, usage, stop)
             runs.append(run)
-            with held(store, PRUNE_LEASE, ttl=120.0):
+            with _store_lease(run, items) as ours:
+                if not ours:
+                    continue
                 try:
                     threads = workers_for(store, workers)
                     _run_store(run, items, threads, progress, lambda: sum(r.done for r in runs), total)
@@ -146,6 +149,24 @@ def execute_plan(plan: PrunePlan, stores: Mapping[str, Store] | Iterable[Store],
     skipped = tuple(s for r in runs for s in r.skipped)
     failed = tuple(s for r in runs for s in r.failed)
     return PruneResult(plan.id, removed, skipped, time.monotonic() - started, failed)
+
+
+@contextlib.contextmanager
+def _store_lease(run: StoreRun, items: Sequence[PruneItem]) -> Iterator[bool]:
+    """The store-wide prune lease, held (True); or, when the lease directory is a symlink or
+    unreadable, every item failed with why (False): every lease would fail the same way, so
+    nothing is removed and the other stores go on."""
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(held(run.store, PRUNE_LEASE, ttl=120.0))
+        except STORE_WIDE:
+            raise
+        except ENTRY_FAULTS as exc:
+            for item in items:
+                run.fail(item, exc)
+            yield False
+            return
+        yield True
 
 
 def _group_tasks(entries: list[PruneItem]) -> list[list[tuple[list[PruneItem], tuple[str, ...]]]]:

@@ -5,9 +5,10 @@ of every entry of the current compiler, and ``--yes`` emptied the cache. Two che
 
 - a **keep filter that matches nothing** (a ``--keep-compiler`` version no entry of any store
   has) is a configuration error naming the versions present: :func:`check_keep_filters`;
-- a **plan that removes** every entry of a store, every entry of the newest toolchain of a
-  store (per target and LNC, newest by :func:`neffcache.toolchain.version_key`), or more
-  than ``max_share`` of a store's entry bytes carries a :class:`Guard` per rule it trips, and
+- a **plan that removes** entries for a size budget it still cannot meet, every entry of a
+  store, every entry of the newest toolchain of a store (per target and LNC, newest by
+  :func:`neffcache.toolchain.version_key`), or more than ``max_share`` of a store's entry
+  bytes carries a :class:`Guard` per rule it trips, and
   its execution is refused (:class:`neffcache.errors.RefusedPlan`) unless forced.
 
 The rules count committed entries that hold compiled work: failed compiles, uncommitted writes
@@ -23,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from neffcache.entry import EntryState
 from neffcache.errors import ConfigError, RefusedPlan
 from neffcache.prune.candidates import Candidate, toolchain_label
-from neffcache.prune.model import Guard, ItemKind, PruneItem, PrunePlan, PrunePolicy, Rule
+from neffcache.prune.model import Budget, Guard, ItemKind, PruneItem, PrunePlan, PrunePolicy, Reason, Rule
 from neffcache.toolchain import version_key
 
 # Half a percentage point: removing an old toolchain after a re-warm removes about half of the
@@ -77,6 +78,23 @@ def guard_plan(candidates: Sequence[Candidate], items: Iterable[PruneItem], poli
                              f"removes {size / total_size:.0%} of the entry bytes of {store} ({size} of "
                              f"{total_size} B), more than --max-share {policy.max_share:g}",
                              n, total, size, total_size))
+    return out
+
+
+def budget_guards(budgets: Iterable[Budget], items: Sequence[PruneItem]) -> list[Guard]:
+    """A budget the plan cannot meet, on a store it removes entries from for that budget: removing the
+    least recently used entries then serves no stated goal (the rest is protected, or the sizes
+    are not what the operator believed), so it is refused unless forced."""
+    out = []
+    for b in budgets:
+        if b.met:
+            continue
+        gone = [i for i in items if i.store == b.store and i.reason is Reason.SIZE]
+        if gone:
+            out.append(Guard(b.store, Rule.BUDGET_UNMET,
+                             f"cannot meet the budget of {b.limit} B of {b.store} ({b.size_after} B stay) "
+                             f"although it removes {len(gone)} entries", len(gone), len(gone),
+                             sum(i.size for i in gone), b.size_before))
     return out
 
 

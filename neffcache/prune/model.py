@@ -193,6 +193,7 @@ class Rule(enum.StrEnum):
     EMPTIES_STORE = "empties-store"
     EMPTIES_NEWEST = "empties-newest-toolchain"
     MAX_SHARE = "max-share"
+    BUDGET_UNMET = "budget-unmet"
 
 
 @dataclass(frozen=True)

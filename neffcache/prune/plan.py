@@ -28,13 +28,19 @@ from typing import TYPE_CHECKING
 
 from neffcache.coordination.write_leases import publish_lease_name
 from neffcache.entry import Entry, EntryState, FileInfo
-from neffcache.errors import ConfigError, CorruptEntry, EntryNotFound, IndexServerError
-from neffcache.layouts import LAYOUTS
-from neffcache.layouts.base import DEFAULT_LAYOUT
+from neffcache.errors import (
+    ConfigError,
+    CorruptEntry,
+    EntryNotFound,
+    IndexServerError,
+    InvalidKey,
+    ReadOnlyStore,
+    StoreUnavailable,
+)
 from neffcache.manifest import read_manifest
-from neffcache.operations.scan import ScanReport, scan
+from neffcache.operations.scan import ScanReport, entry_at, scan
 from neffcache.prune.candidates import Candidate, created_time, entry_item, index_usage, prefetched, with_failures
-from neffcache.prune.guard import check_keep_filters, guard_plan
+from neffcache.prune.guard import budget_guards, check_keep_filters, guard_plan
 from neffcache.prune.model import ALL_STORES, Basis, Foreign, ItemKind, Kept, PruneItem, PrunePlan, PrunePolicy, Reason
 from neffcache.prune.remove import read_journals
 from neffcache.prune.rules import select_entries
@@ -56,10 +62,6 @@ if TYPE_CHECKING:
 
 CURRENT = "current"
 FOREIGN_SHOWN = 5  # foreign paths a plan names per store
-
-
-def _namespace_version(namespace: str) -> str | None:
-    return next((v for lay in LAYOUTS.values() if (v := lay.namespace_version(namespace))), None)
 
 
 def resolve_keep_compilers(values: Iterable[str], *, compiler: str | os.PathLike[str] | None = None,
@@ -100,7 +102,9 @@ def _candidate(store: Store, entry: Entry, stamps: Mapping[str, FileInfo], usage
     stamp = stamps.get(entry.path)
     if stamp is not None:
         uses.append((stamp.mtime, Basis.STAMP))
-    if entry.path in usage:
+    if entry.path in usage and usage[entry.path] >= created_time(entry) - 1.0:
+        # An index hit older than this commit was a hit of other bytes at this path (or a forged
+        # record): it says nothing of this entry and must not age it.
         uses.append((usage[entry.path], Basis.INDEX))
     last_used, basis = max(uses) if uses else (None, Basis.CREATED)
     return Candidate(
@@ -112,20 +116,53 @@ def _candidate(store: Store, entry: Entry, stamps: Mapping[str, FileInfo], usage
     )
 
 
-def _index_candidates(index: Index, url: str) -> list[Candidate]:
-    """Candidates from the index's rows for ``url``: no listing of the store at all."""
-    out = []
-    for row in prefetched(index.find_entries(store=url, page_size=1000)):
-        tc = row.get("toolchain") or {}
-        version = tc.get("compiler_version") or _namespace_version(row.get("namespace") or "")
+def _store_entry(store: Store, path: object) -> tuple[Entry | None, str | None]:
+    """The entry the store holds at an index row's ``path`` (listed now), or why there is none
+    that counts. A row is a claim any write token can make, so only this listing is believed."""
+    if not isinstance(path, str) or not path:
+        return None, "a record with no entry path"
+    try:
+        entry = entry_at(path, store.iter_files, store.stat)
+    except (StoreUnavailable, ReadOnlyStore):
+        raise
+    except (InvalidKey, OSError, ValueError) as exc:
+        return None, f"{path}: {type(exc).__name__}: {exc}"
+    if entry is None or entry.path != path:
+        return None, None  # not in the store: a forged, stale or mistyped record
+    return entry, None
+
+
+def _index_candidates(index: Index, store: Store, policy: PrunePolicy, now: float, draft: _Draft) -> list[Candidate]:
+    """Candidates named by the index's rows for ``store`` and confirmed by the store itself.
+
+    The index saves the plan a listing of everything else (foreign files, other namespaces) and
+    says when entries were last hit; it never says what exists or how big it is. Each named
+    entry is listed in the store (in parallel) and the candidate is built from that listing, as
+    a ``--source store`` plan builds it: path, toolchain (its namespace directory, or its
+    manifest), state, size and commit time are the store's. A record the store does not back
+    is counted in a note and never reaches a rule, so no record causes a deletion on its own.
+    """
+    usage: dict[str, float] = {}
+    paths: list[object] = []
+    for row in prefetched(index.find_entries(store=store.url, page_size=1000)):
+        path = row.get("path")
+        if path not in usage and path not in paths:
+            paths.append(path)
         last_used = row.get("last_used")
-        out.append(Candidate(
-            store=url, path=row["path"], layout=row.get("layout") or DEFAULT_LAYOUT, compiler_version=version,
-            target=tc.get("target"), lnc=tc.get("lnc"), state=EntryState(row.get("state") or "SUCCESS"),
-            size=int(row.get("size") or 0), created=float(row.get("created") or row.get("registered") or 0.0),
-            last_used=float(last_used) if last_used is not None else None,
-            basis=Basis.INDEX if last_used is not None else Basis.CREATED))
-    return out
+        if isinstance(path, str) and isinstance(last_used, (int, float)):
+            usage[path] = max(float(last_used), usage.get(path, 0.0))
+    with ThreadPoolExecutor(16) as pool:
+        found = list(pool.map(lambda p: _store_entry(store, p), paths))
+    entries = [e for e, _ in found if e is not None]
+    problems = [why for _, why in found if why]
+    absent = sum(1 for e, why in found if e is None and not why)
+    if absent:
+        draft.notes.append(f"{store.url}: {absent} index records name entries not in the store: not counted "
+                           "(reconcile forgets them)")
+    draft.notes.extend(f"{store.url}: index record not checked, not counted: {why}" for why in problems[:20])
+    toolchains = _manifest_toolchains(store, entries) if policy.prunes_compilers else {}
+    judge = LockJudge(store, policy, now, {})
+    return [_candidate(store, e, {}, usage, {}, judge, toolchains) for e in entries]
 
 
 def _interrupted(store: Store, journals: Mapping[str, Mapping[str, list[str]]],
@@ -213,11 +250,11 @@ def _list_store(store: Store, policy: PrunePolicy, index: Index | None, now: flo
     if report.foreign:
         draft.foreign.append(Foreign(store.url, len(report.foreign), report.foreign_size,
                                      tuple(f.path for f in report.foreign[:FOREIGN_SHOWN])))
-    leases: list[LeaseFile] = read_leases(store)
+    leases: list[LeaseFile] = read_leases(store, draft.notes)
     live = live_holders(leases, now)
     judge = LockJudge(store, policy, now, live)
     needs_usage = policy.older_than is not None or bool(policy.max_size)
-    stamps = stamp_files(store) if needs_usage or policy.garbage else {}
+    stamps = stamp_files(store, draft.notes) if needs_usage or policy.garbage else {}
     usage = _usage(store, policy, index, draft)
     toolchains = _manifest_toolchains(store, report.entries) if policy.prunes_compilers else {}
     mine = {e.path: _candidate(store, e, stamps, usage, live, judge, toolchains)
@@ -225,7 +262,7 @@ def _list_store(store: Store, policy: PrunePolicy, index: Index | None, now: flo
     if policy.failed:  # which failures are compiler errors and which the host's: their logs say
         mine = with_failures(store, report.entries, mine)
     draft.candidates.extend(mine.values())
-    found = read_journals(store)
+    found = read_journals(store, draft.notes)
     draft.journals[store.url] = tuple(found)
     if policy.stale_locks:
         swept = sweep_locks(store, report, leases, judge, now, policy)
@@ -250,7 +287,7 @@ def _finish_store(listed: _Listed, policy: PrunePolicy, now: float, draft: _Draf
         draft.extra.extend(swept.items)
         draft.protected.extend(swept.protected)
         draft.notes.extend(swept.notes)
-        draft.extra.extend(sweep_retention(store, now, policy))
+        draft.extra.extend(sweep_retention(store, now, policy, draft.notes))
 
 
 def plan_prune(stores: Sequence[Store], policy: PrunePolicy, *, index: Index | None = None, source: str = "store",
@@ -268,7 +305,7 @@ def plan_prune(stores: Sequence[Store], policy: PrunePolicy, *, index: Index | N
     for store in stores:
         if source == "index":
             assert index is not None
-            draft.candidates.extend(_index_candidates(index, store.url))
+            draft.candidates.extend(_index_candidates(index, store, policy, now, draft))
         else:
             listed.append(_list_store(store, policy, index, now, draft, _bind(progress, store.url)))
     check_keep_filters(draft.candidates, policy)
@@ -285,4 +322,4 @@ def plan_prune(stores: Sequence[Store], policy: PrunePolicy, *, index: Index | N
     return PrunePlan(stores=tuple(s.url for s in stores), items=tuple(items), created_at=now, policy=policy,
                      protected=tuple(draft.protected), budgets=tuple(selection.budgets), notes=tuple(draft.notes),
                      seconds=time.monotonic() - started, journals=draft.journals, foreign=tuple(draft.foreign),
-                     guards=tuple(guard_plan(draft.candidates, items, policy)))
+                     guards=(*guard_plan(draft.candidates, items, policy), *budget_guards(selection.budgets, items)))

@@ -24,20 +24,19 @@ import os
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from neffcache.coordination.lease import LeaseRecord, StoreLease, lease_path, try_acquire
 from neffcache.coordination.stamps import stamp_path
 from neffcache.coordination.write_leases import PUBLISH_LEASE_TTL, prune_group_lease, publish_lease_name
 from neffcache.entry import Entry, EntryState, FileInfo
 from neffcache.errors import EntryNotFound, InvalidKey, ReadOnlyStore, StoreUnavailable
+from neffcache.keys import is_canonical_relpath
 from neffcache.operations.scan import entry_at
 from neffcache.prune.model import ItemKind, Kept, PruneItem, PrunePlan, Reason, ago
-from neffcache.prune.remove import JOURNAL_DIR, delete_order
+from neffcache.prune.remove import JOURNAL_DIR, ChunkFiles, chunk_files, delete_order
 from neffcache.prune.sweep import LockJudge, lease_stale
 from neffcache.stores.base import IncompleteUpload, Store
-from neffcache.stores.local_remove import LocalRemoval
-from neffcache.stores.safepath import SafeRoot
 
 if TYPE_CHECKING:
     from neffcache.index import Index
@@ -72,49 +71,6 @@ def _same_files(current: Iterable[FileInfo], planned: Iterable[FileInfo]) -> boo
     if now.keys() != then.keys():
         return False
     return all(now[p].size == then[p].size and same_time(now[p].mtime, then[p].mtime) for p in now)
-
-
-class ChunkFiles(Protocol):
-    """What a chunk reads and removes through: a local store's :class:`LocalRemoval` (each
-    directory opened once for the chunk), or :class:`StoreFiles` (the store's own calls)."""
-
-    def list_files(self, rel: str) -> list[FileInfo]: ...
-    def stat(self, path: str) -> FileInfo | None: ...
-    def exists(self, path: str) -> bool: ...
-    def discard(self, paths: Iterable[str], *, prune_dirs: bool = False) -> None: ...
-
-
-class StoreFiles:
-    """:class:`ChunkFiles` of a store with no local root (S3, fsspec): its own calls."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-
-    def __enter__(self) -> StoreFiles:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        pass
-
-    def list_files(self, rel: str) -> list[FileInfo]:
-        return list(self.store.iter_files(rel))
-
-    def stat(self, path: str) -> FileInfo | None:
-        return self.store.stat(path)
-
-    def exists(self, path: str) -> bool:
-        return self.store.exists(path)
-
-    def discard(self, paths: Iterable[str], *, prune_dirs: bool = False) -> None:
-        self.store.discard(paths, prune_dirs=prune_dirs)
-
-
-def chunk_files(store: Store) -> LocalRemoval | StoreFiles:
-    """A local store's chunk goes through descriptors held for the chunk: one ``openat`` per
-    directory instead of a walk from the root per phase (neffcache/stores/local_remove.py says
-    why that keeps every containment property)."""
-    root = store.local_root
-    return LocalRemoval(SafeRoot(str(root), store.url)) if root is not None else StoreFiles(store)
 
 
 def relist(files: ChunkFiles, path: str) -> Entry | None:
@@ -166,7 +122,10 @@ class StoreRun:
             return "locked by a compile that may still run"
         if item.reason in (Reason.AGE, Reason.SIZE):
             now = time.time()
-            stamp = self.store.stat(stamp_path(item.path))
+            try:
+                stamp = self.store.stat(stamp_path(item.path))
+            except InvalidKey:  # a name outside the key set: no use was ever recorded for it
+                stamp = None
             used = max((t for t in (stamp.mtime if stamp else None, self.usage.get(item.path)) if t is not None),
                        default=None)
             if used is not None and now - used < self.policy.hit_grace:
@@ -181,16 +140,16 @@ class StoreRun:
         (none: each entry's publish lease instead)."""
         leases: list[StoreLease] = []
         group_leases: list[StoreLease] = []
-        blocked: dict[str, str] = {}
+        blocked: dict[str, LeaseRecord | Exception] = {}
         started = time.monotonic()
         try:
             for name in groups:
-                got = try_acquire(self.store, name, ttl=PUBLISH_LEASE_TTL)
-                if isinstance(got, LeaseRecord):
-                    blocked[name] = got.owner
-                else:
+                got = self._take(name)
+                if isinstance(got, StoreLease):
                     got.keep_alive()
                     group_leases.append(got)
+                else:
+                    blocked[name] = got
             # The chunk's directories are opened once, after its leases are held, and closed
             # with the chunk: every listing and removal below goes through them.
             with chunk_files(self.store) as files:
@@ -205,25 +164,52 @@ class StoreRun:
             for lease in group_leases:
                 lease.release()
 
-    def _approve(self, chunk: Sequence[PruneItem], grouped: bool, blocked: Mapping[str, str],
+    def _take(self, name: str) -> StoreLease | LeaseRecord | Exception:
+        """The lease ``name``, the live record of its holder, or why it could not be taken: a
+        lease shard directory that is unreadable or a symlink, tried twice (a swap may be
+        brief), is the problem of the items under that lease, never the end of the run."""
+        for attempt in (1, 2):
+            try:
+                return try_acquire(self.store, name, ttl=PUBLISH_LEASE_TTL)
+            except STORE_WIDE:
+                raise
+            except ENTRY_FAULTS as exc:
+                if attempt == 2:
+                    return exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _approve(self, chunk: Sequence[PruneItem], grouped: bool, blocked: Mapping[str, LeaseRecord | Exception],
                  leases: list[StoreLease], files: ChunkFiles) -> list[tuple[PruneItem, Entry]]:
         """The entries of ``chunk`` still as planned (their publish leases, when taken, are
         added to ``leases``); every other is recorded as skipped or failed."""
         approved: list[tuple[PruneItem, Entry]] = []
         for item in chunk:
             if blocked:
-                holder = blocked.get(prune_group_lease(item.path))
-                if holder is not None:
-                    self.skip(item, f"its prune group is held by {holder}")
+                blocker = blocked.get(prune_group_lease(item.path))
+                if isinstance(blocker, LeaseRecord):
+                    self.skip(item, f"its prune group is held by {blocker.owner}")
+                    continue
+                if blocker is not None:
+                    self.fail(item, blocker)
                     continue
             # Under the group lease a publisher that has not taken its lease yet will wait for
             # ours: only one that already holds it (or left it behind) needs looking at. So the
             # look may go through the chunk's directories, opened after the group leases were
             # taken: a lease (or its shard directory) made since belongs to such a waiter.
-            if not grouped or files.exists(lease_path(publish_lease_name(item.path))):
-                got = try_acquire(self.store, publish_lease_name(item.path), ttl=PUBLISH_LEASE_TTL)
+            try:
+                looked = not grouped or files.exists(lease_path(publish_lease_name(item.path)))
+            except STORE_WIDE:
+                raise
+            except ENTRY_FAULTS as exc:
+                self.fail(item, exc)
+                continue
+            if looked:
+                got = self._take(publish_lease_name(item.path))
                 if isinstance(got, LeaseRecord):
                     self.skip(item, f"being published by {got.owner} (live lease)")
+                    continue
+                if not isinstance(got, StoreLease):
+                    self.fail(item, got)
                     continue
                 leases.append(got)
             try:
@@ -244,7 +230,14 @@ class StoreRun:
         journal = f"{JOURNAL_DIR}/{self.plan.id}-{number}.json"
         body = {"plan": self.plan.id, "created_at": self.plan.created_at,
                 "entries": {e.path: sorted(f.path for f in e.files.values()) for _, e in approved}}
-        self.store.put_file(journal, json.dumps(body).encode())
+        try:
+            self.store.put_file(journal, json.dumps(body).encode())
+        except STORE_WIDE:
+            raise
+        except ENTRY_FAULTS as exc:  # no crash journal (its directory a symlink): nothing removed
+            for item, _ in approved:
+                self.fail(item, exc)
+            return
         orders = [delete_order(entry) for _, entry in approved]
         pause = float(os.environ.get(PHASE_PAUSE_ENV) or 0.0)
         try:
@@ -273,7 +266,9 @@ class StoreRun:
                 self.done += 1
         if self.index is not None and self.index.enabled:
             for item, entry in approved:
-                if entry.committed:
+                # A name no index record may have was never registered; its event would get the
+                # whole batch of events refused.
+                if entry.committed and is_canonical_relpath(entry.path):
                     self.index.record("evict", path=entry.path, key=entry.key, namespace=entry.namespace.path,
                                       toolchain=entry.toolchain, store=self.store.url,
                                       message=f"prune ({item.reason.value}): {item.detail}")

@@ -27,6 +27,9 @@ The rules, and why they are sound:
   plan shows it as kept, and no flag changes that. Removing an entry removes the entry's own
   files only (:meth:`Layout.removal_phases` over the files the scan kept for it), and a
   directory is only removed once empty, so foreign files beside or below an entry survive it.
+- **A control directory that cannot be listed** (a symlink, unreadable) is a note of the plan,
+  not its end (:func:`control_files`): what the plan would consult there is read again per
+  item at execution, where the same fault fails that item and removes nothing.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from neffcache.coordination.lease import LEASE_DIR, LeaseRecord
 from neffcache.coordination.stamps import STAMP_DIR
 from neffcache.coordination.write_leases import publish_lease_name
 from neffcache.entry import Entry, FileInfo
-from neffcache.errors import EntryNotFound
+from neffcache.errors import EntryNotFound, ReadOnlyStore, StoreUnavailable
 from neffcache.layouts import LAYOUTS, get_layout
 from neffcache.operations.scan import ScanReport
 from neffcache.operations.verify import QUARANTINE_DIR
@@ -61,10 +64,31 @@ class LeaseFile:
     record: LeaseRecord | None  # None for a tombstone
 
 
-def read_leases(store: Store) -> list[LeaseFile]:
+def control_files(store: Store, directory: str, notes: list[str] | None = None) -> list[FileInfo]:
+    """The files below one of neffcache's control directories, or none and a note.
+
+    A control directory that is a symlink or unreadable (planted, or swapped for a moment: it
+    is listed twice) is reported and left out of the plan, never the end of it. Leaving it
+    out is safe: what a plan consults there (leases, last-use stamps) is taken or read again
+    per item at execution, where the same fault fails that item, and what it would remove
+    there (stale leases, leftovers) simply stays."""
+    for attempt in (1, 2):
+        try:
+            return list(store.iter_files(directory))
+        except (StoreUnavailable, ReadOnlyStore):
+            raise
+        except OSError as exc:
+            if attempt == 2:
+                if notes is not None:
+                    notes.append(f"{store.url}: {directory} not listed ({exc}): what it holds is left out")
+                return []
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def read_leases(store: Store, notes: list[str] | None = None) -> list[LeaseFile]:
     """Every lease file and takeover tombstone, each lease read once (there are few)."""
     out = []
-    for info in store.iter_files(LEASE_DIR):
+    for info in control_files(store, LEASE_DIR, notes):
         if _TOMBSTONE in info.path.rsplit("/", 1)[-1]:
             out.append(LeaseFile(info, None))
         elif info.path.endswith(".lease"):
@@ -208,7 +232,7 @@ def sweep_garbage(store: Store, report: ScanReport, stamps: Mapping[str, FileInf
         else:
             out.items.append(_file(store, info, Reason.GARBAGE, f"a runtime's temp file, last written "
                                    f"{ago(now - info.mtime)} ago: its writer is gone"))
-    for info in store.iter_files(STAGING_DIR):
+    for info in control_files(store, STAGING_DIR, out.notes):
         if now - info.mtime > policy.grace:
             out.items.append(_file(store, info, Reason.GARBAGE, "leftover of an interrupted transfer (staging)"))
     existing = {e.path for e in report.entries} | {e.path for e in report.uncommitted}
@@ -255,26 +279,37 @@ def _quarantine_time(path: str) -> float | None:
         return None
 
 
-def sweep_retention(store: Store, now: float, policy: PrunePolicy) -> list[PruneItem]:
+def sweep_retention(store: Store, now: float, policy: PrunePolicy, notes: list[str] | None = None
+                    ) -> list[PruneItem]:
     """Quarantined files past ``quarantine_days`` and action records past the journal's
     retention: the only way either leaves a store."""
     out = []
     cutoff = now - policy.quarantine_days * 86400
-    for info in store.iter_files(QUARANTINE_DIR):
+    for info in control_files(store, QUARANTINE_DIR, notes):
         at = _quarantine_time(info.path)
         if at is not None and at < cutoff:
             out.append(_file(store, info, Reason.QUARANTINE_EXPIRED,
                              f"quarantined {ago(now - at)} ago, past quarantine_days {policy.quarantine_days:g}"))
-    for info in expired_records(store, now):
+    try:
+        expired = expired_records(store, now)
+    except (StoreUnavailable, ReadOnlyStore):
+        raise
+    except OSError as exc:  # a symlinked or unreadable journal directory: its records stay
+        expired = []
+        if notes is not None:
+            notes.append(f"{store.url}: the action journal not listed ({exc}): its old records stay")
+    for info in expired:
         out.append(_file(store, info, Reason.HISTORY_EXPIRED,
                          f"action record older than the journal's {HISTORY_DAYS:g} days"))
     return out
 
 
-def stamp_files(store: Store) -> dict[str, FileInfo]:
-    """Entry path -> its last-use stamp file, from one listing (as :func:`neffcache.coordination.stamps.last_used`)."""
+def stamp_files(store: Store, notes: list[str] | None = None) -> dict[str, FileInfo]:
+    """Entry path -> its last-use stamp file, from one listing (as :func:`neffcache.coordination.stamps.last_used`).
+    Stamps that cannot be listed make entries look unused to the plan; execution reads each
+    entry's stamp again, and a stamp it cannot read fails that entry (never removes it)."""
     out = {}
-    for info in store.iter_files(STAMP_DIR):
+    for info in control_files(store, STAMP_DIR, notes):
         if info.path.endswith(_STAMP_SUFFIX):
             out[info.path[len(STAMP_DIR) + 1 : -len(_STAMP_SUFFIX)]] = info
     return out

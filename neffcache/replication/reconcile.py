@@ -34,8 +34,18 @@ from typing import Any, Protocol
 
 from neffcache.coordination.history import ActionItem, record
 from neffcache.entry import Entry
-from neffcache.errors import ConfigError, CorruptEntry, EntryNotFound, NeffcacheError, RefusedPlan
+from neffcache.errors import (
+    ConfigError,
+    CorruptEntry,
+    EntryNotFound,
+    InvalidKey,
+    NeffcacheError,
+    ReadOnlyStore,
+    RefusedPlan,
+    StoreUnavailable,
+)
 from neffcache.index.records import EntryRecord, entry_record
+from neffcache.keys import is_canonical_relpath
 from neffcache.manifest import Manifest, read_manifest
 from neffcache.operations.scan import scan
 from neffcache.stores.base import Store
@@ -92,6 +102,9 @@ class ReconcilePlan:
     fix: str = "both"
     created_at: float = field(default_factory=time.time)
     guards: tuple[str, ...] = ()  # why forgetting looks like a mistake (one line per store it trips on)
+    # Entries whose names no index record may have (``MODULE_1 (copy)+…``, bytes that are not
+    # UTF-8): reported per entry, never sent (one would get the whole batch refused).
+    unaddressable: tuple[Mismatch, ...] = ()
 
     @property
     def to_forget(self) -> tuple[Mismatch, ...]:
@@ -145,7 +158,7 @@ class ReconcilePlan:
         return {"stores": list(self.stores), "index": self.index, "matched": self.matched, "fix": self.fix,
                 "guards": list(self.guards),
                 "missing_in_store": rows(self.missing_in_store), "missing_in_index": rows(self.missing_in_index),
-                "differ": rows(self.differ), "fixes": self.fixes}
+                "differ": rows(self.differ), "unaddressable": rows(self.unaddressable), "fixes": self.fixes}
 
 
 def _with_manifests(store: Store, entries: Sequence[Entry]) -> dict[str, Manifest | None]:
@@ -154,7 +167,9 @@ def _with_manifests(store: Store, entries: Sequence[Entry]) -> dict[str, Manifes
             return entry.path, None
         try:
             return entry.path, read_manifest(store, entry.store_path(entry.manifest_name))
-        except (EntryNotFound, CorruptEntry):
+        except (StoreUnavailable, ReadOnlyStore):
+            raise
+        except (EntryNotFound, CorruptEntry, InvalidKey, OSError):  # one entry's problem: registered without
             return entry.path, None
 
     with ThreadPoolExecutor(8) as pool:
@@ -189,6 +204,7 @@ def plan_reconcile(stores: Sequence[Store], index: IndexCatalog, *, fix: str = "
     missing_store: list[Mismatch] = []
     missing_index: list[Mismatch] = []
     differ: list[Mismatch] = []
+    odd: list[Mismatch] = []
     for store in stores:
         rows: Mapping[str, dict[str, Any]] = {row["path"]: row for row in index.find_entries(store=store.url,
                                                                                               page_size=1000)}
@@ -203,7 +219,10 @@ def plan_reconcile(stores: Sequence[Store], index: IndexCatalog, *, fix: str = "
         register: list[tuple[Entry, str]] = []
         for path, entry in held.items():
             known = rows.get(path)
-            if known is None:
+            if not is_canonical_relpath(path):
+                odd.append(Mismatch(store.url, path, "a name no index record may have (characters outside "
+                                                     "[A-Za-z0-9_.+=@,-]): not registered"))
+            elif known is None:
                 register.append((entry, f"{entry.state.value} entry ({entry.layout}) unknown to the index"))
             elif known.get("state") != entry.state.value:
                 detail = f"index says {known.get('state')}, the store holds a {entry.state.value} entry"
@@ -215,4 +234,5 @@ def plan_reconcile(stores: Sequence[Store], index: IndexCatalog, *, fix: str = "
             mismatch = Mismatch(store.url, entry.path, detail, entry_record(entry, store.url, manifests[entry.path]))
             (differ if entry.path in rows else missing_index).append(mismatch)
     return ReconcilePlan(tuple(s.url for s in stores), str(getattr(index, "url", None) or "(index)"), matched,
-                         tuple(missing_store), tuple(missing_index), tuple(differ), fix, guards=tuple(guards))
+                         tuple(missing_store), tuple(missing_index), tuple(differ), fix, guards=tuple(guards),
+                         unaddressable=tuple(odd))

@@ -72,6 +72,12 @@ from neffcache.stores.plain import PlainCounter
 
 Source = Path | bytes
 CONTROL_DIR = ".neffcache"  # leases, stamps, quarantine: never part of a layout
+# Files under these are the store owner's records (the action journal): a directory store
+# creates them PRIVATE_FILE_MODE filtered by the umask, even on a shared mount where every other
+# file is made group-writable. Group-readable so the team's operators read the history;
+# never group-writable (a co-tenant would rewrite who removed what) nor world-readable.
+PRIVATE_DIRS = (f"{CONTROL_DIR}/history/",)
+PRIVATE_FILE_MODE = 0o640
 # In the name of every file a store writes before it is complete (temp files, staging dirs):
 # scans count such names as garbage, layouts leave them out of an entry, prune removes them.
 TEMP_MARKER = ".neffcache-tmp-"

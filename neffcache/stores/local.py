@@ -52,7 +52,7 @@ from typing import BinaryIO
 from neffcache.entry import FileInfo
 from neffcache.errors import AccessDenied, EntryNotFound, StoreError, StoreUnavailable, UnsafePath
 from neffcache.keys import is_canonical_relpath, safe_relpath
-from neffcache.stores.base import CONTROL_DIR, TEMP_MARKER, DirListing, SkipDirs, Source, Store
+from neffcache.stores.base import CONTROL_DIR, PRIVATE_DIRS, TEMP_MARKER, DirListing, SkipDirs, Source, Store
 from neffcache.stores.local_in_step import walk_together
 from neffcache.stores.local_listing import list_threaded, walk
 from neffcache.stores.local_remove import LocalRemoval
@@ -224,7 +224,8 @@ class LocalStore(Store):
                         return False  # cheap early answer; link(2) below is the real arbiter
                     tmp = temp_name(name)
                     try:
-                        write_temp(self._safe, fd, tmp, source, move=move, shared=self.shared)
+                        write_temp(self._safe, fd, tmp, source, move=move, shared=self.shared,
+                                   private=isinstance(source, bytes) and rel.startswith(PRIVATE_DIRS))
                     except FileNotFoundError:
                         # A concurrent prune removed the (then empty) directory: make it again.
                         if attempt == 2 or (isinstance(source, Path) and not source.exists()):

@@ -35,7 +35,7 @@ from collections.abc import Iterable
 
 from neffcache.entry import FileInfo
 from neffcache.errors import AccessDenied, UnsafePath
-from neffcache.keys import is_canonical_relpath, safe_relpath
+from neffcache.keys import is_canonical_relpath, listed_relpath
 from neffcache.stores.base import CONTROL_DIR
 from neffcache.stores.safepath import BatchDirs, MissingDir, SafeRoot
 
@@ -128,10 +128,15 @@ class LocalRemoval:
         return self.stat(path) is not None
 
     def discard(self, paths: Iterable[str], *, prune_dirs: bool = False) -> None:
-        """``Store.discard`` of a local store (paths from its listing or neffcache's own names)."""
+        """``Store.discard`` of a local store (paths from its listing or neffcache's own names).
+
+        A name outside the key character set (``MODULE_1 (copy)+…``, bytes that are not
+        UTF-8) is removed by its raw name: it came from this store's listing, and every
+        unlink goes through a descriptor of its directory, so no component can be a link and
+        ``listed_relpath`` refuses the only names that could climb (``..``, empty)."""
         paths = list(paths)
         if not all(is_canonical_relpath(p) for p in paths):
-            paths = [safe_relpath(p) for p in paths]
+            paths = [listed_relpath(p) for p in paths]
         self.unlink(paths, prune_dirs=prune_dirs, control=True)
 
     def unlink(self, paths: list[str], *, prune_dirs: bool = True, control: bool = False) -> int:

@@ -21,7 +21,7 @@ import os
 import secrets
 from pathlib import Path
 
-from neffcache.stores.base import TEMP_MARKER, Source
+from neffcache.stores.base import PRIVATE_FILE_MODE, TEMP_MARKER, Source
 from neffcache.stores.safepath import SafeRoot, copy_fd, unlink_quietly, write_all
 
 SHARED_FILE_MODE = 0o664
@@ -59,16 +59,18 @@ def publish_temp(fd: int, tmp: str, name: str, *, exclusive: bool) -> bool:
     return True
 
 
-def write_temp(safe: SafeRoot, fd: int, tmp: str, source: Source, *, move: bool, shared: bool) -> None:
+def write_temp(safe: SafeRoot, fd: int, tmp: str, source: Source, *, move: bool, shared: bool,
+               private: bool = False) -> None:
     """Write ``source`` to the new name ``tmp`` in the directory ``fd`` (renamed in, with
-    ``move``, when it is on the same filesystem); nothing is left behind on failure."""
+    ``move``, when it is on the same filesystem); nothing is left behind on failure.
+    ``private`` (bytes only): created PRIVATE_FILE_MODE under the umask, not made shared."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         if isinstance(source, bytes):
-            out = os.open(tmp, flags, 0o644, dir_fd=fd)
+            out = os.open(tmp, flags, PRIVATE_FILE_MODE if private else 0o644, dir_fd=fd)
             try:
                 write_all(out, source)
-                finish(out, shared=shared)
+                finish(out, shared=shared, private=private)
             finally:
                 os.close(out)
             return
@@ -111,9 +113,10 @@ def move_in(safe: SafeRoot, fd: int, tmp: str, source: Path) -> bool:
     return True
 
 
-def finish(fd: int, *, shared: bool) -> None:
+def finish(fd: int, *, shared: bool, private: bool = False) -> None:
     if shared:
-        os.fchmod(fd, SHARED_FILE_MODE)
+        if not private:
+            os.fchmod(fd, SHARED_FILE_MODE)
         # A host that crashes (not just a killed process) after the rename must not leave
         # every other host a NEFF whose blocks never reached the servers: flush first.
         os.fsync(fd)

@@ -10,6 +10,7 @@ import pytest
 from neffcache.coordination.lease import LeaseRecord, lease_path, read_lease
 from neffcache.coordination.stamps import record_use, stamp_path
 from neffcache.entry import EntryState
+from neffcache.errors import RefusedPlan
 from neffcache.operations.scan import load_entry, scan
 from neffcache.operations.verify import CheckStatus, verify
 from neffcache.prune import ItemKind, PrunePolicy, Reason, execute_plan, plan_prune
@@ -123,6 +124,11 @@ def test_size_budget_lru(store: Store) -> None:
     assert [i.path for i in tight.items] == [entries[2]]
     assert [p.path for p in tight.protected] == [entries[0]]
     assert not tight.budgets[0].met and any("cannot be met" in n for n in tight.notes)
+    # ... and removing entries for a budget that stays unmet is refused unless forced.
+    assert "budget-unmet" in {g.rule for g in tight.guards}
+    with pytest.raises(RefusedPlan, match="cannot meet the budget"):
+        execute_plan(tight, [store])
+    assert paths(store) == {entries[0], entries[2]}
 
 
 def test_stale_leases(store: Store) -> None:

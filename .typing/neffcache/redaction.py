@@ -1,0 +1,1 @@
+../../neffcache/redaction.py
