@@ -38,7 +38,7 @@ class Namespace:
     ``path`` is store-relative (``trn2-lnc2/neuronxcc-2.27.5334.0+f702b353``). Roots filled by
     the runtimes themselves have no target directory, so target and LNC may be unknown.
 
-    ``flags_form`` (layout A): the form of the flags file decided for this namespace (from its
+    ``flags_form`` (neuronxcc): the form of the flags file decided for this namespace (from its
     entries, or forced: :mod:`neffcache.layouts.flags_form`), which names its entries; None: the
     layout's version table. Not part of the namespace's identity (equality, hashing): it is what
     a command decided about the place, carried to the code that names entries in it.
@@ -66,8 +66,8 @@ class Namespace:
 class Entry:
     """One compiled graph in a store.
 
-    ``files`` maps names relative to ``base`` (the entry directory in layout A, the namespace
-    directory in layout B) to what the listing said about them.
+    ``files`` maps names relative to ``base`` (the entry directory in neuronxcc, the namespace
+    directory in torchneuron) to what the listing said about them.
     """
 
     namespace: Namespace

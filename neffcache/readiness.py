@@ -16,8 +16,8 @@ the plain share of graphs.
 The index server knows no runtime's naming rules, yet its dashboard shows readiness too. It pairs
 an old graph with its new entry by key (what a runtime of the same flags-file era looks up) or by
 :data:`REWARMED_FROM_TAG`, the tag ``neffcache rewarm`` puts on every entry it compiles: the key of
-the entry it was compiled from (the new key differs for layout A across a flags-file era and for
-layout B, whose key covers the compiler version).
+the entry it was compiled from (the new key differs for neuronxcc across a flags-file era and for
+torchneuron, whose key covers the compiler version).
 
 A value module: the library and the server both import it.
 """

@@ -1,4 +1,4 @@
-"""Caches laid out the way the runtimes write them, byte for byte, without neffcache: layout A
+"""Caches laid out the way the runtimes write them, byte for byte, without neffcache: neuronxcc
 (libneuronxla), B (TorchNeuron native), C (vLLM-Neuron) and NxD Inference's compiled models.
 The one writer of runtime entries for the tests."""
 
@@ -14,7 +14,7 @@ VERSION = "2.21.33363.0+82129205"
 
 def release_form(version: str) -> str:
     """The flags-file form the libneuronxla releases observed with compiler ``version`` write
-    (docs/runtimes.md, "Layout A"): text <= 2.13, list from 2.14 (2.14.227.0 also text) up to
+    (docs/runtimes.md, "neuronxcc"): text <= 2.13, list from 2.14 (2.14.227.0 also text) up to
     2.16.344, target from 2.16.345.0. The form follows the release, not the compiler: tests
     that need the other one name it (``form=``)."""
     numbers = tuple(int(part) for part in version.split("+", maxsplit=1)[0].split("."))
@@ -53,7 +53,7 @@ def write_neuronxcc_entry(
     neff: bytes | None = None,
     target: str = "trn2",
 ) -> Path:
-    """One layout-A entry as libneuronxla of ``version`` leaves it (its flags file's form and the
+    """One neuronxcc entry as libneuronxla of ``version`` leaves it (its flags file's form and the
     name's suffix follow the version's release); ``legacy``: the text form (flags.txt, no done)."""
     # legacy forces the text form whatever the version says (a few tests name no version).
     form = "text" if legacy else None
@@ -76,7 +76,7 @@ def write_neuronxcc_entry(
     return entry
 
 
-# -- form-exact layout A (docs/runtimes.md, "Layout A") -----------------------------------------
+# -- form-exact neuronxcc (docs/runtimes.md, "neuronxcc") -----------------------------------------
 # The flags suffix of MODULE_<graph>+<flags> is md5(bytes of the flags file)[:8]; the file's form
 # follows the libneuronxla release (flags_file above); write_runtime_a writes what each form's
 # runtime writes, with the default target trn1.
@@ -93,7 +93,7 @@ def runtime_module_name(hlo: bytes, flags_bytes: bytes) -> str:
 
 def write_runtime_a(root: Path, hlo: bytes, *, version: str = VERSION, state: str = "SUCCESS",
                     flags: str = "--model-type=transformer", target: str = "trn1", form: str | None = None) -> Path:
-    """One layout-A entry exactly as libneuronxla of ``form`` (default: ``version``'s release) leaves it."""
+    """One neuronxcc entry exactly as libneuronxla of ``form`` (default: ``version``'s release) leaves it."""
     form = form or release_form(version)
     name, data = flags_file(flags, version, target, form)
     entry = root / f"neuronxcc-{version}" / runtime_module_name(hlo, data)
@@ -114,7 +114,7 @@ def write_runtime_a(root: Path, hlo: bytes, *, version: str = VERSION, state: st
     return entry
 
 
-# -- other tools' files inside a layout-A namespace (docs/runtimes.md, "Files of other tools") ----
+# -- other tools' files inside a neuronxcc namespace (docs/runtimes.md, "Files of other tools") ----
 def write_optimum_registry(root: Path, version: str = VERSION) -> list[Path]:
     """optimum-neuron's registry: neuronxcc-<v>/0_REGISTRY/<ver>/<arch>/<org>/<model>/<hash>.json."""
     out = []
@@ -152,7 +152,7 @@ def write_nxd_wrapped_neff(entry: Path) -> Path:
     return path
 
 
-# -- layout B: TorchNeuron's native cache (docs/runtimes.md, "Layout B") ------------------------
+# -- torchneuron: TorchNeuron's native cache (docs/runtimes.md, "torchneuron") ------------------------
 # Independent of neffcache.layouts on purpose: the layouts are checked against these, not
 # against themselves.
 def native_key(op_key: str | bytes) -> str:
@@ -208,7 +208,7 @@ def write_kernel_temp(neff_dir: Path, seed: str) -> Path:
     return path
 
 
-# -- layout C: vLLM-Neuron's compile cache (docs/runtimes.md, "Layout C") -----------------------
+# -- vllm: vLLM-Neuron's compile cache (docs/runtimes.md, "vllm") -----------------------
 def vllm_hash(name: str) -> str:
     """A vLLM cache key: 32 hex digits (the runtime's MD5; here of a name)."""
     return hashlib.md5(name.encode()).hexdigest()

@@ -13,7 +13,7 @@ best one anyone gets:
   run compiles the graph again without ``--retry-failed``. The index still hears of it
   (an ``error`` event whose message carries neffcache's note with the verdict), so
   ``neffcache failures`` shows a host that keeps failing;
-- a **compiler error** is recorded the way the runtime records it (layout A's failure log, in
+- a **compiler error** is recorded the way the runtime records it (neuronxcc's failure log, in
   the runtime's own form with the command the compiler got), followed by neffcache's note
   with the verdict and the error's signature, in the work store and the coordinator; every
   later run skips the graph until ``--retry-failed`` or the failure TTL (``failed_ttl``).
@@ -104,7 +104,7 @@ def failure_outcome(job: CompileJob, run: CompileRun, failed: FailedCompile, sec
 
 def record_compiler_error(placement: Placement, job: CompileJob, files: Mapping[str, Source],
                           command: list[str], failed: FailedCompile) -> None:
-    """Record a compiler error as the runtime would (layout A's failure log), in the work store
+    """Record a compiler error as the runtime would (neuronxcc's failure log), in the work store
     and the coordinator, and register the FAILED entry with the index: a failed entry the
     index does not know of is one its dashboard and stats call healthy. Never called for an
     environment failure."""

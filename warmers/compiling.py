@@ -4,13 +4,13 @@ Used by the two-phase warm-up (graphs extracted by the workload, compiled here) 
 ``rewarm`` (HLOs of an old compiler's entries, compiled with the new one). Per graph:
 
 1. if any tier already holds the entry, it is a hit (copied into the work store if needed);
-2. the source entry's flags file must back its key (layout A: it hashes to the ``+<suffix>``
+2. the source entry's flags file must back its key (neuronxcc: it hashes to the ``+<suffix>``
    of its MODULE name); if not, the graph is refused and reported, never compiled: the NEFF
    would be published under a key that says other flags;
 3. take the lease ``compile:<entry path>`` in the coordinator store. Held by someone else
    (another shard, another host) means: come back later, when it will most likely be a hit,
    or the holder died and its lease can be taken over;
-4. take the runtime's own compile lock in the work store (layout A's
+4. take the runtime's own compile lock in the work store (neuronxcc's
    ``model.hlo_module.pb.lock``, see :mod:`.runtime_lock`), so a runtime sharing the root
    waits for our NEFF instead of compiling it too; if a runtime holds it, come back later;
 5. compile with ``neuronx-cc`` in its own process group, under a timeout, in a staging
@@ -18,7 +18,7 @@ Used by the two-phase warm-up (graphs extracted by the workload, compiled here) 
 6. publish the entry, manifest first and marker last, to every writable tier (the work store
    still under the runtime lock); register it in the index and send the events. A failed
    compile is judged (:mod:`.compile_failures`): a compiler error is recorded the way the
-   runtime records it (layout A: ``model.log`` beside the HLO, so runtimes and
+   runtime records it (neuronxcc: ``model.log`` beside the HLO, so runtimes and
    ``--retry-failed`` agree on it) with its signature; an environment failure (killed, out of
    memory, timed out, compiler missing) is retried with backoff and never recorded.
 """
@@ -292,7 +292,7 @@ class CompilePool:
         layout = get_layout(job.namespace.layout)
         names = layout.names(job.namespace, job.key)
         # The flags file in the form of the target runtime's era: the name we publish under is
-        # the one that runtime computes from it (layout A's +<suffix>).
+        # the one that runtime computes from it (neuronxcc's +<suffix>).
         flags_name, flags_bytes = layout.flags_file(job.namespace, job.key, job.flags)
         files: dict[str, Source] = {}
         if names.hlo is not None:

@@ -8,7 +8,7 @@ variables pointed at the toolchain's namespaces) with two differences:
   root per bucket so each bucket's graphs are all its own), never a real store, removed when
   ``plan`` ends however it ends (Ctrl-C and errors included);
 - the compiler first on PATH is the **recorder** (:mod:`.recorder`): it records each compile and
-  writes a placeholder NEFF, so the runtime moves on at once. Layout A's runtime is also asked
+  writes a placeholder NEFF, so the runtime moves on at once. The neuronxcc runtime is also asked
   to extract its graphs only (``NEURON_EXTRACT_GRAPHS_ONLY=1``, as the two-phase warm-up does),
   which costs not even the recorder's start: its entries are left holding only their HLOs.
 

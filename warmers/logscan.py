@@ -12,7 +12,7 @@ How a line becomes an entry (a store path under the run's root):
 
 - a cache path under the root (a hit's ``.../MODULE_<g>+<f>/model.neff``): the layout that
   locates it;
-- an entry name (layout A's ``MODULE_<g>+<f>``, also read from compiler work-directory paths
+- an entry name (neuronxcc's ``MODULE_<g>+<f>``, also read from compiler work-directory paths
   outside the cache) in the run's namespace of that layout;
 - a key that is no file name (TorchNeuron's readable op key): no entry, counted per namespace.
 
@@ -98,7 +98,7 @@ class LogEvent:
     entry: str | None  # store path of the entry, when the line named one we manage
     line: str
     namespace: str | None = None  # the run's namespace the line was counted in, when known
-    key: str | None = None  # a runtime key that names no file (layout B's op key)
+    key: str | None = None  # a runtime key that names no file (torchneuron's op key)
     at: float = 0.0  # time.monotonic() when the line was read
     implied: bool = False  # not a line of its own: what another line means (a compile is a miss)
 
@@ -214,7 +214,7 @@ class LogCounter:
         return dict(out)
 
     def unnamed(self, kind: str) -> dict[str, int]:
-        """Namespace path -> events of ``kind`` that named no entry (layout B's op keys)."""
+        """Namespace path -> events of ``kind`` that named no entry (torchneuron's op keys)."""
         out: dict[str, int] = defaultdict(int)
         with self._lock:
             for e in self.events:

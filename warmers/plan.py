@@ -43,7 +43,7 @@ Progress = Callable[[str], None]
 class PlanRequest:
     warm: WarmRequest  # the warm-up this plan forecasts: command, toolchain, buckets, shard, parallel
     installed_version: str | None = None  # `neuronx-cc --version` of the installed compiler, if any
-    extract: bool = True  # layout A: extract graphs only (no compiler call at all)
+    extract: bool = True  # neuronxcc: extract graphs only (no compiler call at all)
     hosts: int = 1  # warmers the ETA assumes, each running `parallel` compiles
     compile_misses: bool = False  # --warm
 

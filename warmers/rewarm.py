@@ -1,10 +1,10 @@
 """``neffcache rewarm``: after a compiler bump, recompile the stored HLOs with the new compiler.
 
-Every entry keeps the HLO it was compiled from (layout A ``model.hlo_module.pb``, layout B
+Every entry keeps the HLO it was compiled from (neuronxcc ``model.hlo_module.pb``, torchneuron
 ``hlo/ab/cd/<key>.hlo``), so the first job after an image rebuild need not pay for a single
 compile. Where the new entries go is where the new runtime will look:
 
-- layout A: ``<target dir>/neuronxcc-NEW/MODULE_<same graph hash>+<suffix>/``: the graph hash
+- neuronxcc: ``<target dir>/neuronxcc-NEW/MODULE_<same graph hash>+<suffix>/``: the graph hash
   does not depend on the compiler version, the ``+<suffix>`` (md5 of the flags file) does
   whenever the flags file's form differs. The form of each new namespace is decided once
   (:mod:`neffcache.layouts.flags_form`) from the tiers being written, fastest first: the form
@@ -13,7 +13,7 @@ compile. Where the new entries go is where the new runtime will look:
   flags file is written (the text form with no ``model.done``: its NEFF, written last, commits
   it). The report says per namespace which form and which rule decided. An entry whose flags
   file is missing, unreadable or does not hash to its own suffix is reported, never compiled;
-- layout B: ``<target dir>/torchneuron-NEW/neff/ab/cd/<key>.neff`` with the key recomputed,
+- torchneuron: ``<target dir>/torchneuron-NEW/neff/ab/cd/<key>.neff`` with the key recomputed,
   since neffcache's key includes the compiler version.
 
 The compile target and LNC come from the namespace's target directory (or the entry's

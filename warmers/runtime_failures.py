@@ -2,7 +2,7 @@
 do not stand.
 
 In a one-phase warm-up the runtime compiles and, when a compile fails, writes its failure log
-(layout A's ``model.log``) whatever the cause: Ctrl-C, an OOM kill and a missing library leave
+(neuronxcc's ``model.log``) whatever the cause: Ctrl-C, an OOM kill and a missing library leave
 one just like a compiler error (docs/runtimes.md), and every later run of every job sharing
 the root then skips the graph. neffcache reads each such log through the layout and judges it
 (:mod:`neffcache.failures`). A log that does not stand (an environment failure, or a compiler
@@ -166,7 +166,7 @@ def mark_timeouts(watchdog: CompileWatchdog, runs: Sequence[WorkloadRun], report
     """Say "timeout" for the graphs whose compiler the watchdog killed (not "compile error").
 
     The killed compiler's input path is in the runtime's compile-call line, which names the
-    entry (layout A, even from a work directory). A runtime that logs no compile call
+    entry (neuronxcc, even from a work directory). A runtime that logs no compile call
     (TorchNeuron) leaves its timeouts reported as compile failures."""
     for killed in watchdog.killed:
         if not killed.input:

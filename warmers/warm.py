@@ -12,7 +12,7 @@ dictionary) is counted from its cache (:mod:`.growth`): what appeared in its nam
 the bucket it compiled, the rest of what it looked up the disk served. Warming TorchNeuron is
 exactly this: the runtime computes and writes its own keys.
 
-Two-phase (layout A, like ``neuron_parallel_compile``): the workloads only extract their
+Two-phase (neuronxcc, like ``neuron_parallel_compile``): the workloads only extract their
 graphs (``NEURON_EXTRACT_GRAPHS_ONLY=1``), then :class:`~.compiling.CompilePool` compiles
 every pending HLO itself: bounded, memory-aware, under a per-compile timeout, and leased so
 shards on different hosts never compile the same graph twice.
@@ -87,7 +87,7 @@ def workload_env(req: WarmRequest, root: str, notes: list[str], local_root: str 
     """The compile-only contract, every layout's cache variables, the compiler first on PATH
     (``local_root``: where runtimes with a node-local tier keep it)."""
     env = dict(req.base_env)
-    for layout in LAYOUTS.values():  # e.g. layout A drops --cache_dir, which would win over the URL
+    for layout in LAYOUTS.values():  # e.g. neuronxcc drops --cache_dir, which would win over the URL
         changes, layout_notes = layout.compile_only_env(env, retry_failed=req.retry_failed, toolchain=req.toolchain,
                                                         workers=req.compile_workers)
         notes.extend(layout_notes)

@@ -13,7 +13,7 @@ decides the bucket's status:
   start-up compiles are over) is stopped there (SIGINT, SIGTERM, SIGKILL) and ``ok``, however
   it took the signal: serving was never the point of a warm-up.
 
-A workload that dies mid-compile may leave the runtime's lock in the entry (layout A's
+A workload that dies mid-compile may leave the runtime's lock in the entry (neuronxcc's
 ``model.hlo_module.pb.lock``), on which every later job would wait forever, or a NEFF without
 its commit marker. The runtime only logs its compile call once it holds that lock, and the
 call names the entry (by its MODULE name, even when it compiles in a work directory outside
@@ -187,7 +187,7 @@ def _entries_under(prefix: str, line: str) -> list[str]:
 def clean_after_dead_workload(store: Store, run: WorkloadRun) -> list[str]:
     """Undo what a stopped or crashed runtime left half done on the entries it was compiling.
 
-    The runtime holds its lock in the entry while it compiles (layout A) and writes the NEFF
+    The runtime holds its lock in the entry while it compiles (neuronxcc) and writes the NEFF
     before its commit marker; killed in between it leaves a lock on which every later job
     waits forever, or a NEFF no runtime will serve. Both are removed (NEFF first, then the
     lock), so the entry reads as pending (EMPTY) and is compiled again by the next run. Only

@@ -83,7 +83,7 @@ class Layout(KeyQuestions, RuntimeEnv, ABC):
     def publish_plan(self, namespace: Namespace, key: str, names: Collection[str], *, local: bool = False
                      ) -> EntryPlan:
         """:meth:`plan_entry` for a publish of the files ``names``: a layout whose commit marker
-        depends on the files' own form (layout A's text form) says so here; by default the plan.
+        depends on the files' own form (neuronxcc's text form) says so here; by default the plan.
         ``local``: into a node-local tier, at :meth:`runtime_local_path` where the runtime has
         one (vLLM's ``neuron/compile_cache/<hash>``), the same names below it."""
         plan = self.plan_entry(namespace, key)
@@ -199,7 +199,7 @@ class Layout(KeyQuestions, RuntimeEnv, ABC):
     # -- the flags file ---------------------------------------------------------------------
     def flags_file(self, namespace: Namespace, key: str, flags: Sequence[str]) -> tuple[str | None, bytes]:
         """(name, bytes) of the flags file a writer gives entry ``key`` of ``namespace``: the
-        runtime's own form where the runtime's key depends on it (layout A). Default: a JSON
+        runtime's own form where the runtime's key depends on it (neuronxcc). Default: a JSON
         list under :meth:`names`' flags name."""
         return self.names(namespace, key).flags, json.dumps(list(flags)).encode()
 
@@ -213,7 +213,7 @@ class Layout(KeyQuestions, RuntimeEnv, ABC):
 
     def stated_flags(self, name: str, data: bytes) -> list[str]:
         """The flags a flags file records, as the compiler was given them (with a ``--target``
-        the file keeps apart: layout A's target form). Default: :meth:`read_user_flags`."""
+        the file keeps apart: neuronxcc's target form). Default: :meth:`read_user_flags`."""
         return self.read_user_flags(name, data)
 
     def flags_problem(self, key: str, data: bytes | None) -> str | None:
@@ -224,7 +224,7 @@ class Layout(KeyQuestions, RuntimeEnv, ABC):
     def key_for(self, key: str, name: str, data: bytes, namespace: Namespace) -> tuple[str, str, bytes] | None:
         """(key, flags name, flags bytes) the runtime of ``namespace`` gives the graph of entry
         ``key`` whose flags file ``name`` holds ``data``, when the layout can derive it from
-        the entry (layout A: the MODULE name); None when it cannot (the caller keys by content).
+        the entry (neuronxcc: the MODULE name); None when it cannot (the caller keys by content).
         Raises ValueError when the entry contradicts itself."""
         return None
 
@@ -242,7 +242,7 @@ class Layout(KeyQuestions, RuntimeEnv, ABC):
 
     def parse_log_lines(self, line: str) -> list[LogLine]:
         """Everything ``line`` says: :meth:`parse_log_line`, with a line that means two things
-        (layout A's compiler call: a miss and a compile) as two."""
+        (neuronxcc's compiler call: a miss and a compile) as two."""
         found = self.parse_log_line(line)
         return [] if found is None else [found]
 
@@ -253,7 +253,7 @@ class Layout(KeyQuestions, RuntimeEnv, ABC):
 
     def prune_group_dir(self, entry_path: str) -> str | None:
         """The directory whose entries share prune-group leases with the entry at ``entry_path``
-        (coordination/write_leases.py), when it is not the entry's parent directory (layout B:
+        (coordination/write_leases.py), when it is not the entry's parent directory (torchneuron:
         the NEFF tree above its shard or kernel directory, which holds one or two entries at
         scale); None when this layout has no such rule for the path (the parent is used)."""
         return None
@@ -265,18 +265,18 @@ class Layout(KeyQuestions, RuntimeEnv, ABC):
 
     def is_runtime_file(self, path: str) -> bool:
         """True for a store-relative path outside any entry that the runtime itself keeps
-        (layout A's root ``lock``): neither an entry nor garbage."""
+        (neuronxcc's root ``lock``): neither an entry nor garbage."""
         return False
 
     # Payload names manifests of minor revision < 2 did not cover (written before neffcache knew
-    # them as the runtime's: layout A's wrapped_neff.hlo); a transfer completes such a manifest.
+    # them as the runtime's: neuronxcc's wrapped_neff.hlo); a transfer completes such a manifest.
     late_payload: frozenset[str] = frozenset()
 
     # -- finding entries and what is not theirs -------------------------------------------------
     # True when an entry is one directory of its own (its ``base``): listing that directory
-    # finds all its files. False when entries share a directory (layout B's shards).
+    # finds all its files. False when entries share a directory (torchneuron's shards).
     entry_is_dir: bool = False
-    # True when an entry's files are exactly those directly in its directory (layout A; C's hold
+    # True when an entry's files are exactly those directly in its directory (neuronxcc; vllm's hold
     # nested ones): a summary counts such an entry once the listing has left its directory.
     entry_is_flat_dir: bool = False
 
@@ -287,7 +287,7 @@ class Layout(KeyQuestions, RuntimeEnv, ABC):
         return None
 
     # Layouts whose entries spread their files over sibling trees under a namespace, the same
-    # shard path in each (layout B: ``<ns>/neff/ab/cd`` and ``<ns>/hlo/ab/cd``): their names.
+    # shard path in each (torchneuron: ``<ns>/neff/ab/cd`` and ``<ns>/hlo/ab/cd``): their names.
     # A walk reaches the two far apart; a summary lists them in step instead (operations/summary).
     spread_trees: tuple[str, ...] = ()
 
@@ -299,7 +299,7 @@ class Layout(KeyQuestions, RuntimeEnv, ABC):
     def shard_dir(self, directory: str, namespaces: dict[str, Namespace | None] | None = None
                   ) -> ShardDir | None:
         """``directory`` resolved once for its files, for layouts whose entries are files that
-        share directories (layout B's shards); None when none of its files can be this layout's
+        share directories (torchneuron's shards); None when none of its files can be this layout's
         (the default). ``namespaces`` caches namespaces by path across calls, so the entries of
         a namespace share one Namespace; a layout may keep other answers there, under keys no
         path can be (TorchNeuron's per parent directory, behind a NUL). A cache only: callers

@@ -57,5 +57,5 @@ class RuntimeEnv:
 
     def env_problems(self, environ: Mapping[str, str]) -> list[EnvProblem]:
         """Settings in ``environ`` that would make this runtime ignore the cache neffcache manages
-        (layout A: ``--cache_dir`` in ``NEURON_CC_FLAGS``)."""
+        (neuronxcc: ``--cache_dir`` in ``NEURON_CC_FLAGS``)."""
         return []

@@ -1,8 +1,8 @@
-"""Layout A's flags file and the ``+<suffix>`` of a ``MODULE_<graph>+<suffix>`` name, as forms.
+"""The neuronxcc layout's flags file and the ``+<suffix>`` of a ``MODULE_<graph>+<suffix>`` name, as forms.
 
 libneuronxla names an entry ``MODULE_<graph_hash>+<flags_hash>`` where ``flags_hash`` is
 ``md5(bytes of the entry's flags file)[:8]`` (recomputed from real MODULE names and the flags
-shown beside them, docs/runtimes.md, "Layout A"). What the file holds is a *form*: a file name
+shown beside them, docs/runtimes.md, "neuronxcc"). What the file holds is a *form*: a file name
 times an encoding of the user flags::
 
     form         file                 content (the bytes hashed)               seen with compiler

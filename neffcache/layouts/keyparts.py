@@ -1,11 +1,11 @@
 """What a runtime's key is made of: the questions ``why-miss`` asks a layout about its keys.
 
 A miss is a key that drifted: another compiler, target, LNC or flag, or a runtime that changed
-how it turns the flags into its key (layout A's flags-file forms). neffcache cannot invert a
+how it turns the flags into its key (neuronxcc's flags-file forms). neffcache cannot invert a
 runtime's key, but a layout that knows the rule can *recompute* it: "would the graph of this
 entry, built with those flags, get that key under this toolchain?" is how a missed key is
 matched against the entries a store holds (neffcache/misses/explain.py). The defaults answer
-"unknown", which is right for a runtime whose key only it computes (layout B's native keys,
+"unknown", which is right for a runtime whose key only it computes (torchneuron's native keys,
 vLLM-Neuron's hashes).
 """
 
@@ -21,7 +21,7 @@ from neffcache.entry import Namespace
 class KeyRule:
     """How a runtime turns a graph's flags into (part of) its key in one namespace.
 
-    ``form``: the rule's name (layout A: the flags file's form, ``text``, ``list``, ``target``);
+    ``form``: the rule's name (neuronxcc: the flags file's form, ``text``, ``list``, ``target``);
     ``hashed``: what is hashed, in a few words; ``target_in_key``: the compile target is part of
     it; ``since``: the first compiler version the version table gives the rule, None for the
     oldest (informative: the form follows the runtime's release, not the compiler)."""
@@ -40,12 +40,12 @@ class KeyQuestions:
         return False
 
     def graph_of(self, key: str) -> str | None:
-        """The part of ``key`` that names the graph whatever its flags and compiler (layout A:
+        """The part of ``key`` that names the graph whatever its flags and compiler (neuronxcc:
         the graph hash of ``MODULE_<graph>+<flags>``), or None when the key has no such part."""
         return None
 
     def key_flags(self, flags: Sequence[str]) -> list[str]:
-        """``flags`` as they reach the runtime's key (layout A drops the wrapper's own options)."""
+        """``flags`` as they reach the runtime's key (neuronxcc drops the wrapper's own options)."""
         return list(flags)
 
     def key_with_flags(self, key: str, namespace: Namespace, flags: Sequence[str]) -> str | None:
@@ -55,23 +55,23 @@ class KeyQuestions:
         return None
 
     def flags_forms(self) -> tuple[str, ...]:
-        """The names of every rule (layout A: flags form) by which this runtime may turn flags
+        """The names of every rule (neuronxcc: flags form) by which this runtime may turn flags
         into keys, so a missed key can be tried under each; () when there is one or none."""
         return ()
 
     def key_rule(self, namespace: Namespace) -> KeyRule | None:
-        """The rule by which the runtime of ``namespace`` keys flags (layout A: the namespace's
+        """The rule by which the runtime of ``namespace`` keys flags (neuronxcc: the namespace's
         decided flags form, else its version table's), None when unknown."""
         return None
 
     def key_rule_of_file(self, key: str, name: str, data: bytes) -> KeyRule | None:
         """The rule entry ``key`` was named by, read off its flags file ``name`` (``data``) when
-        the file backs the key (layout A: it hashes to the suffix); None when it does not or
+        the file backs the key (neuronxcc: it hashes to the suffix); None when it does not or
         the layout has no such rule."""
         return None
 
     def flags_target(self, name: str, data: bytes) -> str | None:
-        """The compile target a flags file named ``name`` records (layout A's target form), or None."""
+        """The compile target a flags file named ``name`` records (neuronxcc's target form), or None."""
         return None
 
     def job_settings(self, flags: Sequence[str]) -> dict[str, str]:

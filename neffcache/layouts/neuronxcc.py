@@ -1,4 +1,4 @@
-"""Layout A: libneuronxla's cache (torch-xla, NxD, optimum-neuron, neuron_parallel_compile).
+"""The neuronxcc layout: libneuronxla's cache (torch-xla, NxD, optimum-neuron, neuron_parallel_compile).
 
 ::
 

@@ -1,5 +1,5 @@
-"""libneuronxla's log lines and the entry names they print (layout A; docs/runtimes.md,
-"Layout A"): what :class:`~neffcache.layouts.neuronxcc.NeuronxccLayout` reads from a job's
+"""libneuronxla's log lines and the entry names they print (neuronxcc; docs/runtimes.md,
+"neuronxcc"): what :class:`~neffcache.layouts.neuronxcc.NeuronxccLayout` reads from a job's
 output, and from the failure log (``model.log``) it writes in the same words. Apart from the
 layout's cache files because they are a separate fact of the runtime: what it prints, not
 what it stores.
@@ -12,7 +12,7 @@ import re
 
 from neffcache.layouts.records import FailureLog, LogLine
 
-# The runtime's log lines (docs/runtimes.md, "Layout A"). An entry is named by the MODULE_<g>+<f> in a
+# The runtime's log lines (docs/runtimes.md, "neuronxcc"). An entry is named by the MODULE_<g>+<f> in a
 # path: a cache path (.../MODULE_<g>+<f>/model.neff) or a work-directory file name
 # (/tmp/<user>/neuroncc_compile_workdir/<uuid>/model.MODULE_<g>+<f>.hlo_module.pb; NxD:
 # /tmp/nxd_model/<model>/_tp0_bk0/...; before 2024 the command was a Python list and the
@@ -72,7 +72,7 @@ def parse_log_line(line: str) -> LogLine | None:
 
 def read_failure_log(data: bytes) -> FailureLog:
     """libneuronxla writes ``Failed compilation with [<the command as a Python list>]:
-    <stderr>`` into ``model.log`` (docs/runtimes.md, "Layout A"): the command (what the compiler
+    <stderr>`` into ``model.log`` (docs/runtimes.md, "neuronxcc"): the command (what the compiler
     got, flags and all) and the compiler's text. A log of another form is the text as it is."""
     text = data.decode(errors="replace")
     if not text.startswith(FAILED_WITH):

@@ -39,7 +39,7 @@ class Located(NamedTuple):
 
 
 class ShardDir:
-    """One directory of a layout whose entries are files sharing directories (layout B's
+    """One directory of a layout whose entries are files sharing directories (torchneuron's
     ``neff/ab/cd``), resolved once for all its files (:meth:`Layout.shard_dir`): a scan then
     does per file only what must be per file, the key from the name (:meth:`key_of`).
 
@@ -124,9 +124,9 @@ class LogLine:
     """
 
     kind: str
-    entry: str | None = None  # the entry's name inside its namespace (layout A: MODULE_<g>+<f>)
+    entry: str | None = None  # the entry's name inside its namespace (neuronxcc: MODULE_<g>+<f>)
     path: str | None = None  # a file path the line names, as printed (may be a cache path)
-    key: str | None = None  # a runtime key that is not a file name (layout B's readable op key)
+    key: str | None = None  # a runtime key that is not a file name (torchneuron's readable op key)
 
 
 @dataclass(frozen=True)

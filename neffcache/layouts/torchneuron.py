@@ -1,4 +1,4 @@
-"""Layout B: TorchNeuron's native NEFF cache (``torch.compile(backend="neuron")``, eager ops).
+"""The torchneuron layout: TorchNeuron's native NEFF cache (``torch.compile(backend="neuron")``, eager ops).
 
 ::
 

@@ -1,4 +1,4 @@
-"""Where TorchNeuron's two writers put their files in ``TORCH_NEURONX_NEFF_CACHE_DIR`` (layout B).
+"""Where TorchNeuron's two writers put their files in ``TORCH_NEURONX_NEFF_CACHE_DIR`` (torchneuron).
 
 Two writers share one directory (docs/runtimes.md, "torchneuron"; NEURON_FACTS.md §1)::
 

@@ -3,7 +3,7 @@
 A miss is a key that drifted. Every key is made of the same parts (neffcache/keys.py's
 :class:`~neffcache.keys.KeyParts`, JAX's ``explain_cache_misses`` habit): the HLO, the flags,
 the compiler version, the target and the LNC, plus the rule by which the runtime turns them
-into its key (layout A's flags-file form, neffcache/layouts/flags.py: the missed graph's is
+into its key (neuronxcc's flags-file form, neffcache/layouts/flags.py: the missed graph's is
 its namespace's decided form, neffcache/layouts/flags_form.py; an entry's is read off its own
 flags file; either falls back to the version table, and each says which rule gave it). So a miss is explained by
 comparing what is known of the missed graph (:class:`GraphParts`, any part may be unknown)
@@ -12,7 +12,7 @@ with what is known of each entry that shares its HLO, its graph hash or its mode
 and ranking them by closeness: the same HLO first, then the fewest differing fields.
 
 Why the comparison is sound: a field is called different only when both sides know it (or,
-for the flags of a layout-A key, when the layout recomputes the key from the entry's flags and
+for the flags of a neuronxcc key, when the layout recomputes the key from the entry's flags and
 gets another one); an unknown field is reported as unknown and counts against closeness only
 after every known difference. A field a layout can *recompute* is inferred rather than assumed:
 when the entry's flags, under the missed graph's compiler, target and flags form, give exactly
@@ -76,7 +76,7 @@ class GraphParts:
     hlo_size: int | None = None
     flags: tuple[str, ...] | None = None  # the user flags
     tags: Mapping[str, str] = field(default_factory=dict)
-    # The rule by which the key was made (layout A's flags form) and what said so: "entries",
+    # The rule by which the key was made (neuronxcc's flags form) and what said so: "entries",
     # "version table", "override" (a namespace's decision), "its flags file", "inferred from the key".
     flags_form: str | None = None
     form_rule: str | None = None
@@ -194,7 +194,7 @@ def _text(value: object) -> str | None:
 
 
 def _hlo(missed: GraphParts, cand: GraphParts, layout: Layout | None) -> Difference:
-    """The HLO by digest; else a graph hash both keys carry (layout A's ``MODULE_<graph>``)."""
+    """The HLO by digest; else a graph hash both keys carry (neuronxcc's ``MODULE_<graph>``)."""
     if missed.hlo_sha256 and cand.hlo_sha256:
         return _plain(Field.HLO, cand.hlo_sha256, missed.hlo_sha256)
     if layout is not None and missed.key and cand.key and missed.layout == cand.layout:

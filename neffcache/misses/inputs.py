@@ -3,7 +3,7 @@
 Four forms, told apart without guessing (:func:`missed_from_argument`): an existing file is an
 HLO (``*.hlo_module.pb`` and the like: its digest and size, its flags from ``--flags`` or the
 flags file a runtime keeps beside it, the entry and namespace from the directories around it
-where they are a layout's); a bare key a layout claims (layout A's ``MODULE_<graph>+<flags>``,
+where they are a layout's); a bare key a layout claims (neuronxcc's ``MODULE_<graph>+<flags>``,
 a 32-hex native key, neffcache's 64-hex key); an entry path a layout locates
 (``trn2-lnc2/neuronxcc-<v>/MODULE_...``). And a report (:func:`missed_from_report`): ``neffcache
 plan --json`` or ``neffcache run --report``, both a ``graphs`` list of

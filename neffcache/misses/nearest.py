@@ -1,8 +1,8 @@
 """Where the entries nearest a missed graph are: the stores the command was given, and the index.
 
 A store is listed once (:func:`~neffcache.operations.scan.scan`, no file opened) and its entries
-indexed by what a missed graph can share with them: the graph hash in a layout-A key (the
-``MODULE_<graph>`` part recurs across flags and compiler versions), the key itself (a layout-B
+indexed by what a missed graph can share with them: the graph hash in a neuronxcc key (the
+``MODULE_<graph>`` part recurs across flags and compiler versions), the key itself (a torchneuron
 key recurs across compiler directories), the size of the HLO (a cheap first test of the same
 HLO: only entries of exactly that size have their digest read, from the manifest or by hashing
 the file). Only those entries have their manifest and flags file opened, once each, so a report

@@ -9,7 +9,7 @@ the command line and a ``repro.sh`` that runs it::
         README.md  repro.sh  failure.json  command.json
         <the HLO>  <the flags file>  <the failure log>     (the runtime's own names)
 
-The command is rebuilt from the one the failure log records (layout A's log names it; the
+The command is rebuilt from the one the failure log records (neuronxcc's log names it; the
 input, the output and the paths only the failing host had are dropped) or, when the log names
 none, from the entry's flags file and its namespace's target and LNC. The compiler's argument
 shape is the one docs/runtimes.md, "The compiler", describes.
@@ -115,7 +115,7 @@ def repro_command(store: Store, failed: FailedGraph, hlo_name: str) -> ReproComm
     if target is None:
         raise ConfigError(f"{entry.path}: the compile target is unknown (no target directory, no command in "
                           "its failure log): cannot write a command that reproduces it")
-    # The NEFF under the name the entry's runtime gives it (layout A: model.neff).
+    # The NEFF under the name the entry's runtime gives it (neuronxcc: model.neff).
     output = get_layout(entry.layout).names(entry.namespace, entry.key).neff or "compiled.neff"
     argv = [COMPILER_NAME, "compile", "--framework=XLA", hlo_name, "--target", target,
             *(["--lnc", str(lnc)] if lnc else []), "--output", output, *flags]

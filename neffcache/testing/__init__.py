@@ -8,7 +8,7 @@ package provides stand-ins with the real interfaces:
   ``compile``), writing deterministic fake NEFFs (:mod:`.compiler`, :mod:`.neff`);
 - :func:`neffcache.testing.shim.install_compiler_shim`: puts it on a PATH as ``neuronx-cc``;
 - ``python -m neffcache.testing.workload``: a compile-only TorchNeuron / torch-xla run that
-  reads the real environment contract and writes layout A or B entries (:mod:`.workload`);
+  reads the real environment contract and writes neuronxcc or torchneuron entries (:mod:`.workload`);
 - ``python -m neffcache.testing.vllm_server``: a vLLM-Neuron OpenAI server's start-up, which
   compiles through vLLM's two tiers (local and flat remote) and prints uvicorn's ready lines
   (:mod:`.vllm_server`, :mod:`.vllm_cache`);

@@ -1,4 +1,4 @@
-"""Pieces both simulated runtimes (libneuronxla's layout A, TorchNeuron's layout B) share:
+"""Pieces both simulated runtimes (libneuronxla's neuronxcc, TorchNeuron's torchneuron) share:
 the log format, running ``neuronx-cc`` as a child process, and waiting on another process's lock.
 
 SIMULATION: this reproduces the runtimes' observable behaviour, not their code.

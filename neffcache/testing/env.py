@@ -92,7 +92,7 @@ def _local_path(url: str, source: str) -> Path:
 
 
 def xla_cache_root(cache_dir: str | None, env: Mapping[str, str]) -> Path:
-    """Layout A's root: --cache_dir wins over NEURON_COMPILE_CACHE_URL, then the default."""
+    """The neuronxcc layout's root: --cache_dir wins over NEURON_COMPILE_CACHE_URL, then the default."""
     if cache_dir:
         return _local_path(cache_dir, "--cache_dir").absolute()
     url = env.get("NEURON_COMPILE_CACHE_URL", "").strip()
@@ -102,7 +102,7 @@ def xla_cache_root(cache_dir: str | None, env: Mapping[str, str]) -> Path:
 
 
 def native_dirs(env: Mapping[str, str]) -> tuple[Path, Path | None, Path]:
-    """Layout B's (NEFF dir, HLO dir or None, local dir for locks)."""
+    """The torchneuron layout's (NEFF dir, HLO dir or None, local dir for locks)."""
     neff = env.get("TORCH_NEURONX_NEFF_CACHE_DIR", "").strip()
     if not neff:
         raise WorkloadError(

@@ -1,6 +1,6 @@
-"""SIMULATED libneuronxla compile cache (layout A, the torch-xla ``xla`` backend).
+"""SIMULATED libneuronxla compile cache (neuronxcc, the torch-xla ``xla`` backend).
 
-What a torch-xla run does with each graph, per docs/runtimes.md, "Layout A"::
+What a torch-xla run does with each graph, per docs/runtimes.md, "neuronxcc"::
 
     <root>/lock
     <root>/neuronxcc-<version>/MODULE_<graph_hash>+<flags_hash>/
@@ -108,7 +108,7 @@ def _user() -> str:
 
 
 class XlaCache:
-    """One workload's view of a layout-A root for one compiler version, target and LNC."""
+    """One workload's view of a neuronxcc root for one compiler version, target and LNC."""
 
     def __init__(
         self,

@@ -7,7 +7,7 @@ the rule, docs/upgrades.md):
 - the namespace: the old one with its leaf renamed for the new version (``<target dir>/
   neuronxcc-NEW``); target and LNC from the namespace's target directory, else the entry's
   manifest, else the ``--instance`` the caller names;
-- layout A: the same ``MODULE_<graph hash>`` with the ``+<suffix>`` recomputed, from the user
+- neuronxcc: the same ``MODULE_<graph hash>`` with the ``+<suffix>`` recomputed, from the user
   flags of the old flags file, under the flags form of the *new* namespace
   (:meth:`Layout.key_for`). That form is decided once per namespace by the caller's ``forms``
   (:class:`neffcache.layouts.flags_form.NamespaceForms`: the namespace's own newest entries in
@@ -15,7 +15,7 @@ the rule, docs/upgrades.md):
   the same stores, name the same successor. An entry whose flags file is missing, unreadable or
   does not hash to its own suffix has no successor (the runtime would look for a name we
   cannot compute);
-- layout B: neffcache's own key over the same HLO and flags with the new toolchain
+- torchneuron: neffcache's own key over the same HLO and flags with the new toolchain
   (:func:`neffcache.keys.cache_key`), since that key covers the compiler version. The HLO's
   digest is the key's input, so a caller may take it from the entry's manifest instead of
   reading the HLO (``trust_manifest``); rewarm reads the bytes it will compile.
@@ -129,7 +129,7 @@ def successor_of(store: Store, entry: Entry, to_version: str, forms: Forms, *, i
 
 
 def _content_key(store: Store, entry: Entry, flags: Sequence[str], tc: Toolchain, trust_manifest: bool) -> str:
-    # Layout B's key (neffcache's) covers the compiler version: the new entry has a new key.
+    # The torchneuron layout's key (neffcache's) covers the compiler version: the new entry has a new key.
     hlo_name = get_layout(entry.layout).hlo_of(entry)
     if hlo_name is None:
         raise ValueError("no stored HLO, cannot be recompiled")

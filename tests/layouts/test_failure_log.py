@@ -1,4 +1,4 @@
-"""The failure log's form is a runtime fact: layout A reads libneuronxla's ``Failed compilation
+"""The failure log's form is a runtime fact: neuronxcc reads libneuronxla's ``Failed compilation
 with [<command>]: <stderr>`` and writes the same, so a runtime and neffcache read each other's."""
 
 from __future__ import annotations

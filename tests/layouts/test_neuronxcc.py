@@ -1,4 +1,4 @@
-"""Layout A's runtime facts (docs/runtimes.md, "Layout A"): flags file and suffix by era, states, log lines."""
+"""The neuronxcc runtime facts (docs/runtimes.md, "neuronxcc"): flags file and suffix by era, states, log lines."""
 
 from __future__ import annotations
 

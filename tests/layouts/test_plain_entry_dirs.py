@@ -1,4 +1,4 @@
-"""A walk counts layout-A entry directories in C (``Walker``'s ``plain``, the rule from
+"""A walk counts neuronxcc entry directories in C (``Walker``'s ``plain``, the rule from
 ``Grouper.entry_rule`` and ``NeuronxccLayout.plain_entry_dirs_below``) only where listing the
 directory and judging its entry would give a committed SUCCESS entry of the same size with
 nothing foreign; everything else is listed as before. And the rule says of every child it

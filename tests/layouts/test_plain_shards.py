@@ -1,4 +1,4 @@
-"""A summary counts layout-B shards of plain SUCCESS entries without building them
+"""A summary counts torchneuron shards of plain SUCCESS entries without building them
 (``Layout.plain_entries``, ``Grouper.count_plain``): it may only say yes where judging every
 entry would say SUCCESS, committed, nothing foreign, with the same sizes; and the shard
 directory cache behind it answers as the regex does."""

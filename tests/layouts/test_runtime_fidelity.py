@@ -1,7 +1,7 @@
 """Caches laid out exactly as the runtimes and the tools around them write them (issue #11).
 
-Layout A in every wrapper era with every state, libneuronxla's root lock, optimum-neuron's
-registry and nested traced models, NxD's extra file; layout B as TorchNeuron's native backend
+The neuronxcc layout in every wrapper era with every state, libneuronxla's root lock, optimum-neuron's
+registry and nested traced models, NxD's extra file; torchneuron as TorchNeuron's native backend
 writes it (32-hex keys). neffcache must count every entry, keep every file it did not write
 (``prune --garbage`` through the real CLI), and carry every layout through push and pull.
 """
@@ -164,7 +164,7 @@ def test_push_pull_round_trips_layout_a_through_s3(tmp_path: Path, s3_endpoint: 
         remote.close()
 
 
-# -- layout B: TorchNeuron's native cache ----------------------------------------------------------
+# -- torchneuron: TorchNeuron's native cache ----------------------------------------------------------
 def layout_b_roots(tmp_path: Path) -> tuple[Path, Path, list[Path]]:
     """A neffcache-managed root the runtime filled (TORCH_NEURONX_NEFF_CACHE_DIR=<ns>/neff) and a
     bare native directory (/tmp/neff_cache), both with the runtime's 32-hex keys."""
@@ -177,7 +177,7 @@ def layout_b_roots(tmp_path: Path) -> tuple[Path, Path, list[Path]]:
 
 
 def test_prune_garbage_keeps_native_neffs(tmp_path: Path) -> None:
-    """Whether or not layout B recognises the runtime's keys, its NEFFs are never garbage."""
+    """Whether or not torchneuron recognises the runtime's keys, its NEFFs are never garbage."""
     managed, bare, _ = layout_b_roots(tmp_path)
     for root in (managed, bare):
         before = files_of(root)

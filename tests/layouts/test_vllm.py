@@ -96,7 +96,7 @@ def test_a_flat_entry_is_exactly_32_lowercase_hex(tmp_path: Path) -> None:
     key = vllm_hash("odd")
     for name in (key.upper(), key[:31], key + "0", key * 2, "g" + key[1:], ".neffcache-x"):
         write_vllm_entry(root, "x", flat=True).rename(root / name)
-    # Layout B's bare shards and kernel directories, layout A's namespace, beside them.
+    # The torchneuron layout's bare shards and kernel directories, neuronxcc's namespace, beside them.
     shard = root / key[:2] / key[2:4]
     shard.mkdir(parents=True)
     (shard / f"{key}.neff").write_bytes(b"NEFF")

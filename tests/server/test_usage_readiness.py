@@ -68,7 +68,7 @@ def test_usage_refuses_bad_questions(reader: httpx.Client, params: dict[str, Any
 
 def _catalog(writer: httpx.Client) -> dict[str, str]:
     """Old graphs a (same key under the new compiler), b (a new key the rewarm tagged), c (its
-    successor FAILED), d (no successor); an older compiler and a layout-B namesake beside them."""
+    successor FAILED), d (no successor); an older compiler and a torchneuron namesake beside them."""
     old = {name: entry(i, key=f"MODULE_{i}+abcd0000") for i, name in enumerate("abcd")}
     new_b = entry(11, key="MODULE_1+feed0000", namespace=NEW_NAMESPACE, toolchain=NEW_TOOLCHAIN,
                   tags={REWARMED_FROM_TAG: old["b"]["key"]})
@@ -77,7 +77,7 @@ def _catalog(writer: httpx.Client) -> dict[str, str]:
         entry(0, key=old["a"]["key"], namespace=NEW_NAMESPACE, toolchain=NEW_TOOLCHAIN),
         new_b,
         entry(2, key=old["c"]["key"], namespace=NEW_NAMESPACE, toolchain=NEW_TOOLCHAIN, state="FAILED"),
-        # d's key in layout B under the new compiler is another graph: it makes nothing ready.
+        # d's key in torchneuron under the new compiler is another graph: it makes nothing ready.
         entry(3, key="ab" * 16, path=f"{NEW_NAMESPACE.replace('neuronxcc', 'torchneuron')}/neff/ab/ab/{'ab' * 16}",
               layout="torchneuron", namespace=NEW_NAMESPACE.replace("neuronxcc", "torchneuron"),
               toolchain=NEW_TOOLCHAIN),

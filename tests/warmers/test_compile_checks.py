@@ -1,4 +1,4 @@
-"""The compile pool's layout-A guards, in process: flags file against MODULE name, the runtime's lock."""
+"""The compile pool's neuronxcc guards, in process: flags file against MODULE name, the runtime's lock."""
 
 from __future__ import annotations
 

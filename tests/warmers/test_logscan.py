@@ -21,7 +21,7 @@ OP = "aten::add_t0_(3, 3)_float32"
 
 
 class _Lines:
-    """A stand-in for layout A's parser: hands out prepared LogLine values by line text."""
+    """A stand-in for neuronxcc's parser: hands out prepared LogLine values by line text."""
 
     def __init__(self, table: dict[str, LogLine]) -> None:
         self.table = table
@@ -73,7 +73,7 @@ def test_native_lookup_an_error_line_names_is_where_the_runtime_raised() -> None
 
 
 def test_layout_a_loglines_map_to_entries_with_compile_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Hand-made LogLine values as layout A's parser returns them: work-directory paths outside
+    """Hand-made LogLine values as neuronxcc's parser returns them: work-directory paths outside
     the cache name the entry by its MODULE name."""
     call = f"Call compiler with cmd: neuronx-cc compile {WORKDIR}/model.{MODULE}.hlo_module.pb"
     done = f"Compilation Successfully Completed for model.{MODULE}.hlo_module.pb"
@@ -154,7 +154,7 @@ def test_pattern_reads_groups() -> None:
 
 
 def test_real_layout_a_line_forms() -> None:
-    """Every libneuronxla line form of docs/runtimes.md "Layout A", through whichever parser layout A has
+    """Every libneuronxla line form of docs/runtimes.md "The neuronxcc layout", through whichever parser neuronxcc has
     (the transitional one in warmers/_legacy_lines.py until the layout's own lands)."""
     stamp = "2026-01-01 10:00:00.000000:  42  "
     wd = f"{WORKDIR}/model.{MODULE}"

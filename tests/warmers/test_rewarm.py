@@ -43,7 +43,7 @@ def test_rewarm_lands_where_the_new_runtime_looks(cli: Cli, tmp_path: Path, inde
     counts = summary(cli.workload(store, *WORKLOAD_ARGS, backend="xla").stderr)
     assert (counts["hits"], counts["compiled"]) == (4, 0)
     # TorchNeuron's native runtime names NEFFs by its own key, which neffcache cannot compute:
-    # rewarmed layout-B entries (neffcache's key) are not what it looks for (see rewarm --help).
+    # rewarmed torchneuron entries (neffcache's key) are not what it looks for (see rewarm --help).
     counts = summary(cli.workload(store, *WORKLOAD_ARGS, backend="native").stderr)
     assert (counts["hits"], counts["compiled"]) == (0, 4)
     assert [r["version"] for r in cli.sim.compiles()].count(V2) == 12
@@ -101,7 +101,7 @@ def test_rewarm_refuses_the_installed_version(cli: Cli, tmp_path: Path) -> None:
     assert proc.returncode == 2 and "already" in proc.stderr
 
 
-# -- layout A across the flags-file forms, and beside a live runtime ------------------------------
+# -- neuronxcc across the flags-file forms, and beside a live runtime ------------------------------
 V20 = "2.15.128.0+56dc5a86"  # list form: compile_flags.json = json.dumps(user flags)
 V21 = "2.16.372.0+0badc0de"  # target form: compile_flags.json = json.dumps(["--target=<t>", *user flags])
 FLAGS = "--model-type=transformer -O1"

@@ -1,5 +1,5 @@
-"""The log consumers on the runtimes' real line forms: work-directory compiles (layout A), op keys
-with no failure line (layout B), compile seconds per entry from the lines."""
+"""The log consumers on the runtimes' real line forms: work-directory compiles (neuronxcc), op keys
+with no failure line (torchneuron), compile seconds per entry from the lines."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ LAYOUT_A = get_layout("neuronxcc")
 
 def publish_a(store: Store, key: str = "MODULE_123+abb26765", neff: bytes | None = None,
               producer: str = "test") -> tuple[str, bytes]:
-    """Publish a complete layout-A entry for :data:`TC` under ``key``; its path and NEFF bytes."""
+    """Publish a complete neuronxcc entry for :data:`TC` under ``key``; its path and NEFF bytes."""
     ns = LAYOUT_A.namespace_for(TC)
     neff = neff if neff is not None else b"NEFF" + os.urandom(4096)
     files = {"model.hlo_module.pb": b"HLO:" + key.encode(), "compile_flags.json": b'["--model-type=transformer"]',
