@@ -28,6 +28,7 @@ from neffcache.server.api.deps import AppState, TokenCache
 from neffcache.server.api.hot import HotLookups
 from neffcache.server.api.routes import entries, events, failures, health, leases, stats, tokens, upgrades, usage
 from neffcache.server.config import ServerSettings
+from neffcache.server.connections import GuardedConfig, Limits, connection_cap
 from neffcache.server.observability.metrics import Metrics
 from neffcache.server.observability.middleware import BodyLimit, RequestMetrics
 from neffcache.server.services.prices import prices_of
@@ -126,6 +127,7 @@ def worker_environment(settings: ServerSettings) -> dict[str, str]:
     env = {"NEFFCACHE_SERVER_DATABASE_URL": settings.resolved_database_url(), "NEFFCACHE_SERVER_AUTO_MIGRATE": "0"}
     if settings.anonymous_read:
         env["NEFFCACHE_SERVER_ANONYMOUS_READ"] = "1"
+    env["NEFFCACHE_SERVER_AUTH_FAILURES_PER_MINUTE"] = str(settings.auth_failures_per_minute)
     if settings.prices:
         env["NEFFCACHE_SERVER_PRICES"] = json.dumps(settings.prices)
         env["NEFFCACHE_SERVER_CURRENCY"] = settings.currency
@@ -140,11 +142,18 @@ def serve(settings: ServerSettings, sockets: list[socket.socket], *, host: str, 
     import uvicorn
 
     os.environ.update(worker_environment(settings))
-    # The access log is an INFO logger: above that level its lines are dropped anyway, but uvicorn
-    # still formats each one's arguments (the quoted path), ~4% of a hot lookup's server CPU.
-    access_log = log_level.lower() in ("trace", "debug", "info")
-    config = uvicorn.Config(FACTORY, factory=True, host=host, port=port, workers=len(sockets),
-                            log_level=log_level, proxy_headers=True, access_log=access_log)
+    limits = Limits(header_timeout=settings.header_timeout_seconds, body_timeout=settings.body_timeout_seconds,
+                    max_connections=settings.max_connections)
+    cap = connection_cap(limits.max_connections)
+    if cap < limits.max_connections:
+        log.warning("at most %d connections per worker, not %d: the descriptor limit (ulimit -n) leaves no more",
+                    cap, limits.max_connections)
+    # The access log is off unless asked for (--access-log): one formatted line per request cost a
+    # third of a worker's lookups (docs/performance.md). Above INFO its lines are dropped anyway,
+    # but uvicorn would still format each one's arguments.
+    access_log = settings.access_log and log_level.lower() in ("trace", "debug", "info")
+    config = GuardedConfig(FACTORY, factory=True, host=host, port=port, workers=len(sockets), limits=limits,
+                           log_level=log_level, proxy_headers=True, access_log=access_log)
     if len(sockets) == 1:
         uvicorn.Server(config).run(sockets=sockets)
         return
