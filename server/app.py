@@ -24,6 +24,7 @@ from fastapi.staticfiles import StaticFiles
 from sqlalchemy.exc import OperationalError
 
 from neffcache import __version__
+from neffcache.server.api.auth_limits import FailedTokens
 from neffcache.server.api.deps import AppState, TokenCache
 from neffcache.server.api.hot import HotLookups
 from neffcache.server.api.routes import entries, events, failures, health, leases, stats, tokens, upgrades, usage
@@ -102,7 +103,8 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     templates = jinja2.Environment(
         loader=jinja2.FileSystemLoader(dashboard.TEMPLATES_DIR), autoescape=True, undefined=jinja2.StrictUndefined)
     app.state.neffcache = AppState(settings=settings, db=db, metrics=metrics,
-                                   token_cache=TokenCache(ttl=settings.token_cache_seconds), templates=templates)
+                                   token_cache=TokenCache(ttl=settings.token_cache_seconds), templates=templates,
+                                   failed_tokens=FailedTokens(settings.auth_failures_per_minute))
     for module in (entries, events, failures, leases, stats, tokens, usage, upgrades, health, dashboard):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=dashboard.STATIC_DIR), name="static")
