@@ -18,10 +18,12 @@ from contextlib import asynccontextmanager
 import jinja2
 from fastapi import FastAPI, Request, status
 from fastapi.concurrency import run_in_threadpool
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from sqlalchemy.exc import OperationalError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from neffcache import __version__
 from neffcache.server.api.auth_limits import FailedTokens
@@ -65,6 +67,19 @@ def _install_handlers(app: FastAPI) -> None:
                   for e in exc.errors()[:50]]
         return JSONResponse({"detail": _validation_message(exc), "errors": errors},
                             status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        # FastAPI answers 400 for a body json.loads raised on with anything but a JSONDecodeError
+        # (invalid UTF-8, nesting deeper than the parser's recursion limit), 422 for every other
+        # malformed body. One status for "this is not the JSON the route takes": 422, as
+        # docs/index-server.md says and as clients set the batch aside on.
+        if exc.status_code == status.HTTP_400_BAD_REQUEST and isinstance(exc.__cause__, (ValueError, RecursionError)):
+            why = "nested too deeply" if isinstance(exc.__cause__, RecursionError) else "not UTF-8 JSON"
+            return JSONResponse({"detail": f"body: {why}", "errors": [
+                {"loc": ["body"], "msg": why, "type": "json_invalid"}]},
+                status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
+        return await http_exception_handler(request, exc)
 
     @app.exception_handler(OperationalError)
     async def _database_down(request: Request, exc: OperationalError) -> JSONResponse:
