@@ -81,7 +81,8 @@ class HotLookups:
         from neffcache.server.api.routes.common import checked_path, not_found
 
         try:
-            check_access(state, presented, "read")
+            client = scope.get("client")
+            check_access(state, presented, "read", client[0] if client else None)
             clean = checked_path(rest)
             read = self.read.first
             row = read(clean) if state.db.inline_reads else await run_in_threadpool(read, clean)

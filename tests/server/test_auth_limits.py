@@ -32,6 +32,7 @@ def test_guessing_tokens_gets_429_after_the_limit(sqlite_url: str, start_server:
     for token in (tokens.write, ADMIN_SECRET):
         with server.client(token) as new:
             assert new.get("/v1/whoami").status_code == 429
+            assert new.get("/v1/entries/ns/MODULE_1+abcd0000").status_code == 429  # the hot path's answer too
     with server.client(tokens.read) as known:
         assert known.get("/v1/whoami").status_code == 200
         assert known.get("/v1/entries/ns/MODULE_1+abcd0000").status_code == 404
