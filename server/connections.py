@@ -41,6 +41,8 @@ log = logging.getLogger("uvicorn.error")
 # socket, database connections and files, logs, the supervisor's pipe.
 RESERVED_DESCRIPTORS = 128
 MIN_CONNECTIONS = 16
+# Refused connections left open for a second so that their 503 arrives (GuardedProtocol._refuse).
+REFUSALS_LINGERING = 64
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,7 @@ class GuardedProtocol(HttpToolsProtocol):
         self.limits = limits if isinstance(limits, Limits) else Limits()
         self.cap = connection_cap(self.limits.max_connections)
         self.deadline: asyncio.TimerHandle | None = None
+        self.refused = False  # answered 503 at the cap: what it sends is dropped until it closes
         # When the connection began waiting for a request; None while one is in flight (or
         # once it is evicted), which is what makes it safe from eviction.
         self.waiting_since: float | None = None
@@ -100,12 +103,29 @@ class GuardedProtocol(HttpToolsProtocol):
         full = len(self.connections) >= self.cap and not self._make_room()
         super().connection_made(transport)
         if full:
-            log.warning("connection cap (%d) reached with every connection busy: refusing one", self.cap)
-            transport.write(FULL)
-            transport.close()
+            self._refuse(transport)
             return
         self.waiting_since = self.loop.time()
         self._arm(self.limits.header_timeout, TIMED_OUT_HEADERS)
+
+    def _refuse(self, transport: asyncio.Transport) -> None:
+        """Answer 503 and close. Closing a socket whose request is still unread makes the
+        kernel reset it, and a reset can destroy the 503 before the client reads it: so the
+        answer is followed by a FIN, the request is read and dropped, and the socket closed a
+        second later. At most :data:`REFUSALS_LINGERING` do so at once (they count against
+        the descriptors the cap leaves free); past that a refusal is closed at once."""
+        log.warning("connection cap (%d) reached with every connection busy: refusing one", self.cap)
+        transport.write(FULL)
+        if len(self.connections) > self.cap + REFUSALS_LINGERING or not transport.can_write_eof():
+            transport.close()
+            return
+        self.refused = True
+        transport.write_eof()
+        self.deadline = self.loop.call_later(1.0, transport.close)
+
+    def data_received(self, data: bytes) -> None:
+        if not self.refused:
+            super().data_received(data)
 
     def _make_room(self) -> bool:
         """Close the connection that has waited longest without a request in flight."""

@@ -124,3 +124,78 @@ def test_unfinished_requests_get_408_and_are_closed(tmp_path: Path, tokens: Toke
         finally:
             for sock in (silent, half_headers, short_body, kept_alive):
                 sock.close()
+
+
+def _closed_without_a_word(sock: socket.socket) -> bool:
+    """The server closed ``sock`` without answering (a reset when its request was unread)."""
+    try:
+        return _read_to_close(sock) == b""
+    except ConnectionResetError:
+        return True
+
+
+def _serve_one(tmp_path: Path, *args: str) -> Iterator[int]:
+    """One worker process (the cap is per worker), with a cap of 16 connections."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "neffcache.cli.main", "serve", "--port", str(port), "--max-connections", "16",
+         "--data-dir", str(tmp_path / "data"), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        _wait_answering(proc, port)
+        yield port
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=120)
+
+
+def test_at_the_cap_the_longest_idle_connection_makes_room(tmp_path: Path, tokens: Tokens) -> None:
+    for port in _serve_one(tmp_path):
+        idle: list[socket.socket] = []
+        try:
+            for _ in range(16):  # one at a time: each waits from a moment of its own
+                idle.append(socket.create_connection(("127.0.0.1", port), timeout=60))
+                idle[-1].sendall(b"G")
+                time.sleep(0.05)
+            assert _get(port, "/healthz") == 200
+            assert _closed_without_a_word(idle[0])  # the one waiting longest
+            idle[-1].settimeout(0.5)
+            with pytest.raises(TimeoutError):
+                idle[-1].recv(1)  # the newest is still open
+        finally:
+            for sock in idle:
+                sock.close()
+
+
+def test_at_the_cap_with_every_request_in_flight_a_newcomer_gets_503(tmp_path: Path, tokens: Tokens) -> None:
+    for port in _serve_one(tmp_path, "--body-timeout", "3600"):
+        # Requests in flight: their headers are in, their bodies are coming (never evicted).
+        uploading = []
+        for _ in range(16):
+            sock = socket.create_connection(("127.0.0.1", port), timeout=60)
+            sock.sendall(b"POST /v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + tokens.write.encode()
+                         + b"\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n")
+            uploading.append(sock)
+        try:
+            while True:  # until the server has read every upload's headers; then the newcomer is refused
+                newcomer = socket.create_connection(("127.0.0.1", port), timeout=60)
+                newcomer.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                answer = _read_to_close(newcomer)
+                newcomer.close()
+                if answer.startswith(b"HTTP/1.1 503 "):
+                    break
+                assert answer.startswith(b"HTTP/1.1 200 "), answer
+                time.sleep(0.1)
+            assert b"too many connections" in answer
+            uploading.pop().close()  # one upload gives up: room for the next client
+            while _get_or_503(port) == 503:
+                time.sleep(0.1)
+        finally:
+            for sock in uploading:
+                sock.close()
+
+
+def _get_or_503(port: int) -> int:
+    try:
+        return _get(port, "/healthz")
+    except (ConnectionError, http.client.HTTPException):
+        return 503
