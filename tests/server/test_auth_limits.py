@@ -4,12 +4,17 @@ already keep working; the bucket refills."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from collections.abc import Callable
+from pathlib import Path
 
+import httpx
 import pytest
 
 from neffcache.server.api.auth_limits import FailedTokens
-from tests.server.conftest import ADMIN_SECRET, LiveServer, make_tokens
+from tests.server.conftest import ADMIN_SECRET, LiveServer, free_port, make_tokens, prepare_database
 
 LIMIT = 5
 
@@ -65,3 +70,31 @@ def test_the_bucket_refills_and_memory_stays_bounded(monkeypatch: pytest.MonkeyP
     for n in range(10):  # a flood of distinct failing addresses cannot grow the table past its bound
         limits.failed(f"10.1.0.{n}")
         assert len(limits._buckets) <= 4
+
+
+@pytest.mark.slow
+def test_the_limit_reaches_every_worker_of_serve(tmp_path: Path) -> None:
+    """`serve --workers 2 --auth-failures-per-minute 2`: the flag reaches both worker processes
+    (which build their app from the environment), so at most 2 failures each before 429."""
+    port = free_port()
+    prepare_database(f"sqlite:///{tmp_path / 'data' / 'index.db'}")
+    proc = subprocess.Popen([sys.executable, "-m", "neffcache.cli.main", "serve", "--port", str(port), "--workers", "2",
+                             "--auth-failures-per-minute", "2", "--data-dir", str(tmp_path / "data")],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        while True:  # bounded by the test's timeout
+            assert proc.poll() is None
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        statuses = []
+        for n in range(12):  # a new connection each: the kernel spreads them over both workers
+            with httpx.Client(headers={"Authorization": f"Bearer nfc_{n:012x}_guess"}, timeout=30) as guesser:
+                statuses.append(guesser.get(f"http://127.0.0.1:{port}/v1/whoami").status_code)
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=60)
+    assert statuses[:2] == [401, 401] and set(statuses) == {401, 429}, statuses
+    assert statuses.count(401) <= 4, statuses  # 2 per worker at most
