@@ -27,6 +27,7 @@ a blocking call, so the other slots stay supervised while one successor starts.
 from __future__ import annotations
 
 import logging
+import pickle
 import signal
 import socket
 import threading
@@ -83,6 +84,20 @@ def listening_sockets(host: str, port: int, count: int) -> list[socket.socket]:
             sock.close()
         raise
     return sockets
+
+
+def _answers_started(process: Process, timeout: float) -> bool:
+    """Whether ``process`` answers its health check as started. uvicorn's ``is_ready`` sends
+    a ping and reads one reply, but the pings sent while the worker was still importing are
+    all answered at once when it can (mostly "not started yet"), and reading one a check would
+    leave the answer a check receives as old as that backlog: the newest reply waiting counts."""
+    started = process.is_ready(timeout=timeout)
+    try:
+        while process.parent_conn.poll(0):
+            started = process.parent_conn.recv() is True
+    except (OSError, EOFError, pickle.UnpicklingError):
+        return False
+    return started
 
 
 @dataclass
@@ -161,7 +176,7 @@ class Workers:
             return
         pending = self._successor
         new, old = pending.process, self.processes[pending.slot]
-        if new.is_ready(timeout=self.CHECK_SECONDS):
+        if _answers_started(new, self.CHECK_SECONDS):
             old.terminate()
             old.join()
             self.processes[pending.slot] = new
