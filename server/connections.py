@@ -26,6 +26,7 @@ evict, and every one of them is closed by a deadline anyway. Requests in flight 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import resource
 from dataclasses import dataclass
@@ -54,6 +55,7 @@ class Limits:
     max_connections: int = 1024
 
 
+@functools.cache  # a process's descriptor limit is fixed before it serves: one getrlimit, not one a connection
 def connection_cap(wanted: int) -> int:
     """``wanted``, lowered so that this many connections leave :data:`RESERVED_DESCRIPTORS` of
     the process's soft descriptor limit free: past it ``accept`` fails, and then no connection
