@@ -116,13 +116,12 @@ def test_serve_without_database_arguments_uses_embedded_sqlite(tmp_path: Path) -
         database = proc.stdout.readline()  # type: ignore[union-attr]
         assert "sqlite:///" in database and ".local/share/neffcache/server/index.db" in database
         assert "neffcache token create" in proc.stdout.readline()  # type: ignore[union-attr]
-        deadline = time.monotonic() + 120
         while True:
             try:
                 if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
                     break
             except httpx.TransportError:
-                assert time.monotonic() < deadline and proc.poll() is None
+                assert proc.poll() is None  # waits as long as the server lives: the test's timeout bounds it
                 time.sleep(0.1)
     finally:
         proc.terminate()
@@ -140,7 +139,6 @@ def test_serve_with_workers_answers_without_delayed_ack_stalls(tmp_path: Path) -
                              "2", "--anonymous-read", "--log-level", "warning"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 180
         while True:
             try:
                 conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
@@ -148,7 +146,7 @@ def test_serve_with_workers_answers_without_delayed_ack_stalls(tmp_path: Path) -
                 conn.getresponse().read()
                 break
             except OSError:
-                assert time.monotonic() < deadline and proc.poll() is None
+                assert proc.poll() is None  # waits as long as the server lives: the test's timeout bounds it
                 time.sleep(0.2)
         latencies = []
         for _ in range(40):
