@@ -3,6 +3,11 @@ PostgreSQL, each against a bare SQL loop on the same database (the baseline of t
 
     .venv/bin/python -m bench.index_bench --entries 100000 --databases sqlite,postgresql
 
+This is the lab bench (an admin token, hits only, ``--log-level warning``, a pool of 20): it
+isolates the server's costs and covers events and batch lookups. The lookups of record are
+measured as shipped, the deployment's configuration with a read token, hits and misses:
+bench/index_shipped.py.
+
 What runs: the real server (``neffcache serve``, one process unless --workers) on 127.0.0.1,
 queried over --clients keep-alive HTTP connections by a load generator in its own process
 (bench/index_load.py; its CPU is printed beside the server's), bearer token checked on every

@@ -131,6 +131,23 @@ def _open_admin(settings: ServerSettings, *, upgrade: bool = True) -> IndexAdmin
     return IndexAdmin(settings, upgrade=upgrade)
 
 
+def _limit_options(f: Any) -> Any:
+    """What a connection or a client may hold (docs/index-server.md#limits); each defaults to
+    its NEFFCACHE_SERVER_* variable, then to ServerSettings' default."""
+    f = click.option("--auth-failures-per-minute", type=click.IntRange(1), default=None, metavar="N",
+                     help="Failed token checks a client address may make per minute and worker before it "
+                          "gets 429 (default 30).")(f)
+    f = click.option("--max-connections", type=click.IntRange(16), default=None, metavar="N",
+                     help="Connections per worker (default 1024, lowered to fit `ulimit -n`); at the cap the "
+                          "longest-idle one is closed to make room.")(f)
+    f = click.option("--body-timeout", "body_timeout_seconds", type=click.FloatRange(0, min_open=True),
+                     default=None, metavar="SECONDS", help="Time to send a request body once its headers are "
+                     "in (default 60); then 408.")(f)
+    return click.option("--header-timeout", "header_timeout_seconds", type=click.FloatRange(0, min_open=True),
+                        default=None, metavar="SECONDS", help="Time to send a request's headers from its first "
+                        "byte or from connecting (default 10); then 408.")(f)
+
+
 @click.command("serve")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on (0.0.0.0 for all).")
 @click.option("--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(1, 65535))
@@ -146,10 +163,14 @@ def _open_admin(settings: ServerSettings, *, upgrade: bool = True) -> IndexAdmin
 @click.option("--currency", default=None, metavar="LABEL", help="Label of --price amounts (default USD).")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
+@click.option("--access-log", is_flag=True, default=None,
+              help="Log one line per request (NEFFCACHE_SERVER_ACCESS_LOG; off by default: it costs a third "
+                   "of the lookups a worker answers).")
+@_limit_options
 @_database_errors
 def serve_cmd(host: str, port: int, database_url: str | None, data_dir: Path | None, workers: int,
               anonymous_read: bool | None, price_pairs: tuple[str, ...], currency: str | None,
-              log_level: str) -> None:
+              log_level: str, access_log: bool | None, **limits: Any) -> None:
     """Run the index server: catalog, events, leases, dashboard at /, metrics at /metrics.
 
     With no arguments it keeps an embedded SQLite database under ~/.local/share/neffcache/server;
@@ -168,7 +189,7 @@ def serve_cmd(host: str, port: int, database_url: str | None, data_dir: Path | N
     from neffcache.server.services.admin import redacted_url
 
     settings = _server_settings(database_url, data_dir, anonymous_read=anonymous_read,
-                                prices=_prices(price_pairs), currency=currency)
+                                prices=_prices(price_pairs), currency=currency, access_log=access_log, **limits)
     with _open_admin(settings) as admin:
         has_tokens = admin.has_tokens()
     shown_url = redacted_url(settings.resolved_database_url())

@@ -18,16 +18,20 @@ from contextlib import asynccontextmanager
 import jinja2
 from fastapi import FastAPI, Request, status
 from fastapi.concurrency import run_in_threadpool
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from sqlalchemy.exc import OperationalError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from neffcache import __version__
+from neffcache.server.api.auth_limits import FailedTokens
 from neffcache.server.api.deps import AppState, TokenCache
 from neffcache.server.api.hot import HotLookups
 from neffcache.server.api.routes import entries, events, failures, health, leases, stats, tokens, upgrades, usage
 from neffcache.server.config import ServerSettings
+from neffcache.server.connections import GuardedConfig, Limits, connection_cap
 from neffcache.server.observability.metrics import Metrics
 from neffcache.server.observability.middleware import BodyLimit, RequestMetrics
 from neffcache.server.services.prices import prices_of
@@ -63,6 +67,19 @@ def _install_handlers(app: FastAPI) -> None:
                   for e in exc.errors()[:50]]
         return JSONResponse({"detail": _validation_message(exc), "errors": errors},
                             status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        # FastAPI answers 400 for a body json.loads raised on with anything but a JSONDecodeError
+        # (invalid UTF-8, nesting deeper than the parser's recursion limit), 422 for every other
+        # malformed body. One status for "this is not the JSON the route takes": 422, as
+        # docs/index-server.md says and as clients set the batch aside on.
+        if exc.status_code == status.HTTP_400_BAD_REQUEST and isinstance(exc.__cause__, (ValueError, RecursionError)):
+            why = "nested too deeply" if isinstance(exc.__cause__, RecursionError) else "not UTF-8 JSON"
+            return JSONResponse({"detail": f"body: {why}", "errors": [
+                {"loc": ["body"], "msg": why, "type": "json_invalid"}]},
+                status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
+        return await http_exception_handler(request, exc)
 
     @app.exception_handler(OperationalError)
     async def _database_down(request: Request, exc: OperationalError) -> JSONResponse:
@@ -101,7 +118,8 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     templates = jinja2.Environment(
         loader=jinja2.FileSystemLoader(dashboard.TEMPLATES_DIR), autoescape=True, undefined=jinja2.StrictUndefined)
     app.state.neffcache = AppState(settings=settings, db=db, metrics=metrics,
-                                   token_cache=TokenCache(ttl=settings.token_cache_seconds), templates=templates)
+                                   token_cache=TokenCache(ttl=settings.token_cache_seconds), templates=templates,
+                                   failed_tokens=FailedTokens(settings.auth_failures_per_minute))
     for module in (entries, events, failures, leases, stats, tokens, usage, upgrades, health, dashboard):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=dashboard.STATIC_DIR), name="static")
@@ -126,6 +144,7 @@ def worker_environment(settings: ServerSettings) -> dict[str, str]:
     env = {"NEFFCACHE_SERVER_DATABASE_URL": settings.resolved_database_url(), "NEFFCACHE_SERVER_AUTO_MIGRATE": "0"}
     if settings.anonymous_read:
         env["NEFFCACHE_SERVER_ANONYMOUS_READ"] = "1"
+    env["NEFFCACHE_SERVER_AUTH_FAILURES_PER_MINUTE"] = str(settings.auth_failures_per_minute)
     if settings.prices:
         env["NEFFCACHE_SERVER_PRICES"] = json.dumps(settings.prices)
         env["NEFFCACHE_SERVER_CURRENCY"] = settings.currency
@@ -140,11 +159,18 @@ def serve(settings: ServerSettings, sockets: list[socket.socket], *, host: str, 
     import uvicorn
 
     os.environ.update(worker_environment(settings))
-    # The access log is an INFO logger: above that level its lines are dropped anyway, but uvicorn
-    # still formats each one's arguments (the quoted path), ~4% of a hot lookup's server CPU.
-    access_log = log_level.lower() in ("trace", "debug", "info")
-    config = uvicorn.Config(FACTORY, factory=True, host=host, port=port, workers=len(sockets),
-                            log_level=log_level, proxy_headers=True, access_log=access_log)
+    limits = Limits(header_timeout=settings.header_timeout_seconds, body_timeout=settings.body_timeout_seconds,
+                    max_connections=settings.max_connections)
+    cap = connection_cap(limits.max_connections)
+    if cap < limits.max_connections:
+        log.warning("at most %d connections per worker, not %d: the descriptor limit (ulimit -n) leaves no more",
+                    cap, limits.max_connections)
+    # The access log is off unless asked for (--access-log): one formatted line per request cost a
+    # third of a worker's lookups (docs/performance.md). Above INFO its lines are dropped anyway,
+    # but uvicorn would still format each one's arguments.
+    access_log = settings.access_log and log_level.lower() in ("trace", "debug", "info")
+    config = GuardedConfig(FACTORY, factory=True, host=host, port=port, workers=len(sockets), limits=limits,
+                           log_level=log_level, proxy_headers=True, access_log=access_log)
     if len(sockets) == 1:
         uvicorn.Server(config).run(sockets=sockets)
         return

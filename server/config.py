@@ -60,6 +60,19 @@ class ServerSettings(BaseSettings):
     # none are built in); with none, stats stay in hours. NEFFCACHE_SERVER_PRICES is JSON.
     prices: dict[str, float] = Field(default_factory=dict)
     currency: str = "USD"
+    # What an unfinished connection may hold (server/connections.py): the headers of a request
+    # within this many seconds of its first byte (or of connecting), its body within this many of
+    # its headers; else 408 and closed. Connections per worker process, clamped below its
+    # descriptor limit; at the cap the longest-waiting idle connection makes room for a new one.
+    header_timeout_seconds: float = Field(default=10.0, gt=0.0, le=3600.0)
+    body_timeout_seconds: float = Field(default=60.0, gt=0.0, le=3600.0)
+    max_connections: int = Field(default=1024, ge=16, le=1_000_000)
+    # Failed token checks per client address and minute, per worker process, before that address
+    # gets 429 for new tokens (server/api/auth_limits.py); tokens verified already still work.
+    auth_failures_per_minute: int = Field(default=30, ge=1, le=100_000)
+    # One log line per request (uvicorn's access log). Off by default: at the default log level
+    # it cost a third of a worker's lookup throughput (docs/performance.md).
+    access_log: bool = False
     # How far back hits weigh the upgrade readiness that /metrics exports (the dashboard uses its window).
     readiness_window_days: float = Field(default=30.0, gt=0.0, le=400.0)
 

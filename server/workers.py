@@ -15,20 +15,33 @@ ever queues to a socket that is listening, and a socket listens until its last h
 The supervision itself is uvicorn's: its ``Process`` (spawned, health-checked over a pipe), the
 same signals (INT and TERM stop, HUP replaces each worker once its successor is ready), and a
 worker that fails during startup stops the server instead of restarting forever.
+
+A SIGHUP replaces the workers one at a time, each only once its successor on the same socket
+is ready, so the port answers throughout. The successor is waited for as long as it is alive
+(up to :data:`SUCCESSOR_STARTUP_SECONDS`), not the few seconds of a health check: on a loaded
+machine importing the app takes tens of seconds, and uvicorn's own wait gave up, killed the
+successor and kept the old worker (issue 38). The wait is a step of the supervision loop, not
+a blocking call, so the other slots stay supervised while one successor starts.
 """
 
 from __future__ import annotations
 
 import logging
+import pickle
 import signal
 import socket
 import threading
+import time
+from dataclasses import dataclass
 from types import FrameType
 
 from uvicorn.config import STARTUP_FAILURE, Config
 from uvicorn.supervisors.multiprocess import Process
 
 log = logging.getLogger("uvicorn.error")
+
+# How long a SIGHUP's successor may take to start before it is given up (the old worker stays).
+SUCCESSOR_STARTUP_SECONDS = 600.0
 
 
 def listening_socket(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
@@ -73,6 +86,27 @@ def listening_sockets(host: str, port: int, count: int) -> list[socket.socket]:
     return sockets
 
 
+def _answers_started(process: Process, timeout: float) -> bool:
+    """Whether ``process`` answers its health check as started. uvicorn's ``is_ready`` sends
+    a ping and reads one reply, but the pings sent while the worker was still importing are
+    all answered at once when it can (mostly "not started yet"), and reading one a check would
+    leave the answer a check receives as old as that backlog: the newest reply waiting counts."""
+    started = process.is_ready(timeout=timeout)
+    try:
+        while process.parent_conn.poll(0):
+            started = process.parent_conn.recv() is True
+    except (OSError, EOFError, pickle.UnpicklingError):
+        return False
+    return started
+
+
+@dataclass
+class _Successor:
+    slot: int
+    process: Process
+    started: float
+
+
 class Workers:
     """Run one uvicorn worker per socket until INT or TERM, keeping every slot filled."""
 
@@ -84,6 +118,8 @@ class Workers:
         self.processes: list[Process] = []
         self.should_exit = threading.Event()
         self._restart = threading.Event()
+        self._to_replace: list[int] = []  # slots a SIGHUP still has to replace, in order
+        self._successor: _Successor | None = None
         self.failed = False
 
     def run(self) -> None:
@@ -95,12 +131,15 @@ class Workers:
             while not self.should_exit.wait(self.CHECK_SECONDS):
                 if self._restart.is_set():
                     self._restart.clear()
-                    self._replace_all()
+                    self._to_replace = [slot for slot in range(len(self.sockets))
+                                        if self._successor is None or slot != self._successor.slot]
+                self._replace_next()
                 self._keep_alive()
         finally:
-            for process in self.processes:
+            running = self.processes + ([self._successor.process] if self._successor else [])
+            for process in running:
                 process.terminate()
-            for process in self.processes:
+            for process in running:
                 process.join()
 
     def _stop(self, signum: int, _frame: FrameType | None) -> None:
@@ -126,17 +165,30 @@ class Workers:
             log.info("worker [%s] died; starting another on its socket", process.pid)
             self.processes[slot] = self._start(slot)
 
-    def _replace_all(self) -> None:
-        """SIGHUP: each worker replaced once its successor (on the same socket) is ready."""
-        for slot, old in enumerate(self.processes):
-            if self.should_exit.is_set():
-                return
-            new = self._start(slot)
-            if not new.wait_until_ready(self.config.timeout_worker_healthcheck, self.should_exit):
-                new.kill()
-                new.join()
-                log.error("worker [%s] was not ready in time; keeping [%s]", new.pid, old.pid)
-                return
+    def _replace_next(self) -> None:
+        """One step of a SIGHUP: start the next slot's successor, or, once the pending one is
+        ready, stop the worker it replaces. Order: the old worker is stopped only after its
+        successor answers as started, so each socket always has a worker accepting on it."""
+        if self._successor is None:
+            if self._to_replace:
+                slot = self._to_replace.pop(0)
+                self._successor = _Successor(slot, self._start(slot), time.monotonic())
+            return
+        pending = self._successor
+        new, old = pending.process, self.processes[pending.slot]
+        if _answers_started(new, self.CHECK_SECONDS):
             old.terminate()
             old.join()
-            self.processes[slot] = new
+            self.processes[pending.slot] = new
+            self._successor = None
+            log.info("worker [%s] replaced by [%s]", old.pid, new.pid)
+            return
+        gone = not new.process.is_alive()
+        if not gone and time.monotonic() - pending.started < SUCCESSOR_STARTUP_SECONDS:
+            return  # still starting: the old worker keeps serving meanwhile
+        new.kill()
+        new.join()
+        why = f"exited with {new.exitcode} before it was ready" if gone else "was not ready in time"
+        log.error("worker [%s] %s; keeping [%s] and the workers not yet replaced", new.pid, why, old.pid)
+        self._successor = None
+        self._to_replace = []

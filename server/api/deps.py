@@ -2,7 +2,9 @@
 
 Authentication: ``Authorization: Bearer <token>``. No token -> 401 (unless the route needs only
 read and anonymous reads are enabled); an unknown, malformed or revoked token -> 401; a valid
-token without the scope -> 403. The dashboard may also carry the token in a SameSite=Strict
+token without the scope -> 403; an address that failed too many token checks lately -> 429 for
+tokens not verified already (server/api/auth_limits.py). :func:`_identify` is the one place
+a presented token becomes an identity. The dashboard may also carry the token in a SameSite=Strict
 cookie, accepted for read scope only, so a cross-site form can never write with it.
 """
 
@@ -21,6 +23,7 @@ from fastapi import Depends, HTTPException, Request, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from neffcache.server.api.auth_limits import FailedTokens
 from neffcache.server.config import ServerSettings
 from neffcache.server.observability.metrics import Metrics
 from neffcache.server.services import tokens
@@ -91,6 +94,7 @@ class AppState:
     metrics: Metrics
     token_cache: TokenCache
     templates: jinja2.Environment
+    failed_tokens: FailedTokens
 
 
 # Dependencies are async on purpose: FastAPI runs a sync dependency in the thread pool, and a
@@ -114,14 +118,19 @@ def is_admin(state: AppState, presented: str) -> bool:
     return admin is not None and hmac.compare_digest(presented.encode(), admin.get_secret_value().encode())
 
 
-def _identify(state: AppState, presented: str) -> Principal | None:
-    if is_admin(state, presented):
-        return Principal(name="bootstrap-admin", scope="admin")
+def _identify(state: AppState, presented: str, client: str | None) -> Principal | None:
+    """Who ``presented`` is, or None; raises 429 when ``client`` (an address) must wait before
+    a token it presents is checked (server/api/auth_limits.py)."""
     info = state.token_cache.get(presented)
     if info is None:
+        # Before the bootstrap admin comparison too: guesses at that secret are guesses as well.
+        state.failed_tokens.check(client)
+        if is_admin(state, presented):
+            return Principal(name="bootstrap-admin", scope="admin")
         with state.db.read() as session:
             info = tokens.verify_token(session, presented)
         if info is None:
+            state.failed_tokens.failed(client)
             return None
         state.token_cache.put(presented, info)
     if state.token_cache.due_for_touch(info.id):
@@ -133,13 +142,14 @@ def _identify(state: AppState, presented: str) -> Principal | None:
     return Principal(name=info.name, scope=info.scope)
 
 
-def check_access(state: AppState, presented: str | None, scope: str) -> Principal:
-    """The principal ``presented`` stands for, if it may act with ``scope``; else 401/403."""
+def check_access(state: AppState, presented: str | None, scope: str, client: str | None = None) -> Principal:
+    """The principal ``presented`` stands for, if it may act with ``scope``; else 401/403, or
+    429 when ``client``, the request's address, failed too many token checks lately."""
     if presented is None:
         if scope == "read" and state.settings.anonymous_read:
             return Principal(name="anonymous", scope="read", anonymous=True)
         raise _unauthorized("authentication required: send 'Authorization: Bearer <token>'")
-    principal = _identify(state, presented)
+    principal = _identify(state, presented, client)
     if principal is None:
         raise _unauthorized("invalid or revoked token")
     if not tokens.scope_allows(principal.scope, scope):
@@ -172,9 +182,10 @@ def require(scope: str) -> Callable[..., Awaitable[Access]]:
     async def dependency(request: Request, credentials: BearerDep) -> Access:
         state: AppState = request.app.state.neffcache
         presented = presented_token(request, credentials, scope)
+        client = request.client.host if request.client else None
         if presented is None or state.token_cache.settled(presented) or is_admin(state, presented):
-            return Access(check_access(state, presented, scope), state)  # no database: stay on the loop
-        return Access(await run_in_threadpool(check_access, state, presented, scope), state)
+            return Access(check_access(state, presented, scope, client), state)  # no database: stay on the loop
+        return Access(await run_in_threadpool(check_access, state, presented, scope, client), state)
 
     dependency.__name__ = f"require_{scope}"
     return dependency

@@ -124,7 +124,9 @@ def dashboard(
     team: QText = None,
     model: QText = None,
     group_by: GroupBy = "team",
-    token: Annotated[str | None, Query(max_length=256)] = None,
+    # Printable ASCII: what every token is, and what a cookie header can carry (a character
+    # beyond Latin-1 could not be encoded into one: that was a 500).
+    token: Annotated[str | None, Query(max_length=256, pattern=r"^[\x21-\x7e]+$")] = None,
 ) -> Response:
     if token:
         params = {k: v for k, v in request.query_params.items() if k != "token"}
@@ -133,7 +135,8 @@ def dashboard(
                             secure=request.url.scheme == "https", max_age=30 * 86400)
         return response
     try:
-        check_access(state, presented_token(request, credentials, "read"), "read")
+        check_access(state, presented_token(request, credentials, "read"), "read",
+                     request.client.host if request.client else None)
     except HTTPException as exc:
         return _login_page(request, state, exc)
     query = build_query(window, None, group_by, team, model, None, None, top=12)

@@ -57,9 +57,10 @@ class LiveServer:
 
     def __enter__(self) -> LiveServer:
         self.thread.start()
-        deadline = time.monotonic() + 180  # generous: CI machines run many suites at once
+        # As long as the server thread lives, however loaded the machine: a server that never
+        # starts fails the test at its timeout (pyproject.toml), never at a deadline of ours.
         while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
+            if not self.thread.is_alive():
                 raise RuntimeError("index server did not start")
             time.sleep(0.02)
         port = self.server.servers[0].sockets[0].getsockname()[1]
@@ -157,9 +158,10 @@ class ServerProcess:
             env=environ, stdout=self.log, stderr=subprocess.STDOUT,
         )
 
-    def wait_ready(self, timeout: float = 180.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+    def wait_ready(self) -> None:
+        """Until the replica answers ready, as long as its process lives (bounded by the test's
+        timeout, not by a deadline that a loaded machine would miss)."""
+        while True:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited with {self.proc.returncode}; see {self.log.name}")
             try:
@@ -168,7 +170,6 @@ class ServerProcess:
             except httpx.TransportError:
                 pass
             time.sleep(0.1)
-        raise RuntimeError(f"server on port {self.port} not ready after {timeout}s")
 
     def stop(self) -> None:
         if self.proc.poll() is None:

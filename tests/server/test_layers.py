@@ -2,9 +2,10 @@
 
 ``neffcache.server`` is deployed on its own (a container with no cache stores), so it may use
 the library's values and the index records, never its stores, layouts, sync or prune. Inside
-the server, ``storage`` < ``services`` < ``observability`` < ``api`` < ``ui`` < ``workers`` < ``app``: a module
-imports its own layer and those below it. This reads every module's AST (imports inside
-functions and ``TYPE_CHECKING`` blocks count too), so nothing has to be imported to be checked.
+the server, ``storage`` < ``services`` < ``observability`` < ``api`` < ``ui`` < ``connections`` <
+``workers`` < ``app``: a module imports its own layer and those below it. This reads every
+module's AST (imports inside functions and ``TYPE_CHECKING`` blocks count too), so nothing has
+to be imported to be checked.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ SERVER = Path(__file__).resolve().parents[2] / "server"
 PACKAGE = "neffcache.server"
 
 # Lowest first. config is the settings, which every layer may read.
-LAYERS = ("config", "storage", "services", "observability", "api", "ui", "workers", "app")
+LAYERS = ("config", "storage", "services", "observability", "api", "ui", "connections", "workers", "app")
 
 # What the server may import from the library, and why it needs each.
 LIBRARY = {

@@ -21,11 +21,11 @@ from tests.server.conftest import free_port
 pytestmark = pytest.mark.slow
 
 
-def _serve(tmp_path: Path, port: int, name: str = "a") -> subprocess.Popen[bytes]:
+def _serve(tmp_path: Path, port: int, name: str = "a", env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "neffcache.cli.main", "serve", "--port", str(port), "--workers", "2",
          "--anonymous-read", "--log-level", "warning", "--data-dir", str(tmp_path / name)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
 
 
 def _workers(pid: int) -> list[int]:
@@ -71,12 +71,13 @@ def _established_by_process(port: int, pids: list[int]) -> dict[int, int]:
     return {pid: len(inodes) for pid, inodes in _sockets_by_process(port, pids, "01").items()}
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+def _started(tmp_path: Path, env: dict[str, str] | None = None) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """A `serve --workers 2` with both workers answering, each on its own socket. Waits as long
+    as the server lives (workers import the app slowly on a loaded machine): a server that never
+    gets there fails the test at its timeout, never at a deadline of its own."""
     port = free_port()
-    proc = _serve(tmp_path, port)
+    proc = _serve(tmp_path, port, env=env)
     try:
-        deadline = time.monotonic() + 180  # workers import the app slowly on a loaded machine
         while True:
             try:
                 _answer(port).close()
@@ -84,10 +85,8 @@ def server(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
                     break
             except OSError:
                 pass
-            assert time.monotonic() < deadline and proc.poll() is None, "server did not start"
+            assert proc.poll() is None, "server did not start"
             time.sleep(0.2)
-        # Both workers answering (each on its own socket) before the test starts.
-        deadline = time.monotonic() + 180
         while True:
             conns = [_answer(port) for _ in range(16)]
             busy = _established_by_process(port, _workers(proc.pid))
@@ -95,12 +94,16 @@ def server(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
                 conn.close()
             if sum(1 for n in busy.values() if n) >= 2:
                 break
-            assert time.monotonic() < deadline, f"only one worker accepted: {busy}"
             time.sleep(0.5)
         yield proc, port
     finally:
         proc.terminate()
         proc.communicate(timeout=60)
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    yield from _started(tmp_path)
 
 
 def test_each_worker_accepts_on_a_socket_of_its_own(server: tuple[subprocess.Popen[bytes], int]) -> None:
@@ -157,18 +160,49 @@ def test_a_port_another_server_holds_is_refused(server: tuple[subprocess.Popen[b
     assert b"cannot listen" in output and b"choose another --port" in output
 
 
-def test_sighup_replaces_each_worker_and_the_port_keeps_answering(
-        server: tuple[subprocess.Popen[bytes], int]) -> None:
-    proc, port = server
+# Imported by every Python process of the server (PYTHONPATH): once the marker exists, each
+# process that starts (a SIGHUP's successors) takes SLOW_START seconds longer to start, longer
+# than uvicorn's 5 s health check, as importing the app does on a loaded machine.
+SLOW_SITE = """\
+import os, time
+if os.path.exists(os.environ["NEFFCACHE_TEST_SLOW_MARKER"]):
+    time.sleep(float(os.environ["NEFFCACHE_TEST_SLOW_START"]))
+"""
+SLOW_START = 8.0
+
+
+@pytest.fixture
+def slow_successors(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], int, Path]]:
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(SLOW_SITE)
+    marker = tmp_path / "slow"
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])),
+           "NEFFCACHE_TEST_SLOW_MARKER": str(marker), "NEFFCACHE_TEST_SLOW_START": str(SLOW_START)}
+    for proc, port in _started(tmp_path, env):
+        yield proc, port, marker
+
+
+def test_sighup_waits_for_slow_successors_and_the_port_keeps_answering(
+        slow_successors: tuple[subprocess.Popen[bytes], int, Path]) -> None:
+    """Order and outcome, no deadline: every worker is replaced, each old one only after its
+    successor is ready (the port answers at every step and two workers always serve), and no
+    successor is given up on. uvicorn's own wait gave up after 5 s, killed the successor and kept
+    the old worker, so on a loaded machine the test waited out a 180 s deadline (issue 38)."""
+    proc, port, marker = slow_successors
     before = set(_workers(proc.pid))
+    marker.touch()
     os.kill(proc.pid, signal.SIGHUP)
-    deadline = time.monotonic() + 180
+    successors: set[int] = set()
     while True:
         _answer(port).close()  # answered throughout: a worker goes only once its successor is ready
         now = set(_workers(proc.pid))
+        successors |= now - before
+        assert len(now & before) + len(now & successors) >= 2, f"fewer than two workers: {now}"
+        assert successors <= now, f"a successor was given up on: {successors - now} (workers {now})"
         if len(now) == 2 and not now & before:
             break
-        assert time.monotonic() < deadline, f"workers {before} were not all replaced: {now}"
+        assert proc.poll() is None
         time.sleep(0.2)
     listening = _sockets_by_process(port, sorted(now), "0A")
     assert len({frozenset(inodes) for inodes in listening.values()}) == 2  # still a socket each
