@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from neffcache.entry import Entry, EntryState, FileInfo, Namespace
-from neffcache.errors import CorruptEntry, EntryNotFound
+from neffcache.errors import CorruptEntry, EntryNotFound, UnsafePath
 from neffcache.layouts import LAYOUTS
 from neffcache.manifest import Manifest, read_manifest
 from neffcache.operations.grouping import Group, Progress, group_dirs, group_files, judge, own_files
@@ -167,6 +167,8 @@ def _read_manifest(store: Store, group: Group, manifest_name: str) -> tuple[Mani
         return None, "; ".join(exc.problems)
     except (EntryNotFound, FileNotFoundError):
         return None, None
+    except UnsafePath as exc:  # a FIFO (or a link out of the root) swapped in since the listing
+        return None, f"{manifest_name}: {exc.reason}"
 
 
 def scan(store: Store, *, prefix: str = "", read_manifests: bool = False, layout: str | None = None,

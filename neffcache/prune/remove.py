@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 from neffcache.entry import Entry
-from neffcache.errors import EntryNotFound
+from neffcache.errors import EntryNotFound, UnsafePath
 from neffcache.layouts import get_layout
 from neffcache.stores.base import CONTROL_DIR, Store
 
@@ -33,6 +33,6 @@ def read_journals(store: Store) -> dict[str, dict[str, list[str]]]:
         try:
             data = json.loads(store.read_bytes(info.path))
             out[info.path] = {str(p): [str(f) for f in files] for p, files in data["entries"].items()}
-        except (EntryNotFound, ValueError, KeyError, TypeError, AttributeError):
+        except (EntryNotFound, UnsafePath, ValueError, KeyError, TypeError, AttributeError):
             out[info.path] = {}  # torn or foreign: nothing to finish, removed after the next execution
     return out
