@@ -3,42 +3,45 @@
 Per store, under the store-wide ``prune`` lease (two executions never interleave), entries go
 in chunks. For each entry of a chunk: exclude publishers (so none writes into it while it is
 half-removed: a publisher that finds the marker gone asks for its lease first), list its files
-again and compare them with what the plan saw (anything republished, written to or locked
-since is skipped), and re-read its last-use stamp for age and size reasons. Publishers are
-excluded by each entry's publish lease, or — on a store only this host writes
-(``Store.single_writer``) — by the lease of the chunk's prune group
-(:func:`neffcache.coordination.write_leases.prune_group_lease`, which publishers
-check after taking their own), taken once per chunk, and each entry's publish lease only
-looked for: a live one skips the entry, a stale one is taken over (neffcache/coordination/lease.py's takeover).
-Then the chunk's journal is written (``.neffcache/prune/<plan>-<n>.json``: the files about to
-go), and the files are removed in phases across the chunk — see :func:`delete_order` — so at
-every instant each entry reads either as it was or as absent (uncommitted), never as a
-different entry. On a local store the chunk's re-listings and removals go through directory
-descriptors opened once for the chunk, after its leases are held
-(:func:`neffcache.prune.run.chunk_files`): each entry directory is opened once, listed by its
-descriptor, and its files unlinked and itself removed relative to the descriptors, as ``rm -rf``
-does, instead of a walk from the root per phase; lease files are still looked up afresh.
-A prune killed at any point leaves at most journaled, uncommitted remains, which the next plan
-lists as ``interrupted`` and its execution finishes.
+again and compare them with what the plan saw (anything republished, written to or locked since
+is skipped), and re-read its last-use stamp for age and size reasons. Publishers are excluded
+by each entry's publish lease, or — on a store only this host writes (``Store.single_writer``)
+— by the lease of the chunk's prune group
+(:func:`neffcache.coordination.write_leases.prune_group_lease`, which publishers check after
+taking their own), taken once per chunk, and each entry's publish lease only looked for: a live
+one skips the entry, a stale one is taken over (neffcache/coordination/lease.py's takeover). On
+a full disk the room those leases and journals need comes from the space reserve a previous
+prune left (neffcache/prune/reserve.py). Then the chunk's journal is written
+(``.neffcache/prune/<plan>-<n>.json``: the files about to go), and the files are removed in
+phases across the chunk — see :func:`delete_order` — so at every instant each entry reads
+either as it was or as absent (uncommitted), never as a different entry. On a local store the
+chunk's re-listings and removals go through directory descriptors opened once for the chunk,
+after its leases are held (:func:`neffcache.prune.run.chunk_files`): each entry directory is
+opened once, listed by its descriptor, and its files unlinked and itself removed relative to
+the descriptors, as ``rm -rf`` does, instead of a walk from the root per phase; lease files are
+still looked up afresh. A prune killed at any point leaves at most journaled, uncommitted
+remains, which the next plan lists as ``interrupted`` and its execution finishes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from neffcache.coordination.history import ActionItem
 from neffcache.coordination.history import record as record_action
-from neffcache.coordination.lease import held
+from neffcache.coordination.lease import acquire
 from neffcache.coordination.write_leases import prune_group_lease
-from neffcache.errors import ConfigError, IndexServerError
+from neffcache.errors import ConfigError, IndexServerError, NoSpace
 from neffcache.prune.candidates import index_usage
 from neffcache.prune.guard import refusal
 from neffcache.prune.model import ItemKind, PruneItem, PrunePlan, PruneResult, Reason, ago
+from neffcache.prune.reserve import SpaceReserve, no_reserve_hint
 from neffcache.prune.run import StoreRun
 from neffcache.stores.base import Store
 from neffcache.stores.mounts import filesystem_type, is_memory_filesystem
@@ -117,6 +120,8 @@ def execute_plan(plan: PrunePlan, stores: Mapping[str, Store] | Iterable[Store],
             items = plan.for_store(url)
             store = by_url.get(url)
             if store is None or not (items or plan.journals.get(url)):
+                if store is not None and not store.read_only:
+                    SpaceReserve(store).restore()  # nothing to remove: still leave room for the next
                 continue
             store.check_writable()
             try:
@@ -126,13 +131,16 @@ def execute_plan(plan: PrunePlan, stores: Mapping[str, Store] | Iterable[Store],
                 usage = {}
             run = StoreRun(plan, store, index, usage, stop)
             runs.append(run)
-            with held(store, PRUNE_LEASE, ttl=120.0):
+            reserve = SpaceReserve(store)
+            reserve.release_if_low()  # a full disk: its leases and journal need room (reserve.py)
+            with _store_lease(store, reserve):
                 try:
                     threads = workers_for(store, workers)
                     _run_store(run, items, threads, progress, lambda: sum(r.done for r in runs), total)
                 finally:
                     _journal(plan, run, command)
                 store.discard(list(plan.journals.get(url, ())), prune_dirs=True)
+            reserve.restore()
     except KeyboardInterrupt:
         stop.set()
         interrupted = True
@@ -146,6 +154,23 @@ def execute_plan(plan: PrunePlan, stores: Mapping[str, Store] | Iterable[Store],
     skipped = tuple(s for r in runs for s in r.skipped)
     failed = tuple(s for r in runs for s in r.failed)
     return PruneResult(plan.id, removed, skipped, time.monotonic() - started, failed)
+
+
+@contextlib.contextmanager
+def _store_lease(store: Store, reserve: SpaceReserve) -> Iterator[None]:
+    """The store-wide ``prune`` lease; when there is no room to write it, the space reserve is
+    released and the write tried once more (nothing was removed yet: the lease comes first)."""
+    try:
+        lease = acquire(store, PRUNE_LEASE, ttl=120.0)
+    except NoSpace as exc:
+        if not reserve.release():
+            raise NoSpace(store.url, path=exc.path, reason=f"{no_reserve_hint()}; nothing was removed") from exc
+        lease = acquire(store, PRUNE_LEASE, ttl=120.0)
+    lease.keep_alive()
+    try:
+        yield
+    finally:
+        lease.release()
 
 
 def _group_tasks(entries: list[PruneItem]) -> list[list[tuple[list[PruneItem], tuple[str, ...]]]]:
