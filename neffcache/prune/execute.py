@@ -120,8 +120,7 @@ def execute_plan(plan: PrunePlan, stores: Mapping[str, Store] | Iterable[Store],
             items = plan.for_store(url)
             store = by_url.get(url)
             if store is None or not (items or plan.journals.get(url)):
-                if store is not None and not store.read_only:
-                    SpaceReserve(store).restore()  # nothing to remove: still leave room for the next
+                _leave_reserve(store)
                 continue
             store.check_writable()
             try:
@@ -154,6 +153,12 @@ def execute_plan(plan: PrunePlan, stores: Mapping[str, Store] | Iterable[Store],
     skipped = tuple(s for r in runs for s in r.skipped)
     failed = tuple(s for r in runs for s in r.failed)
     return PruneResult(plan.id, removed, skipped, time.monotonic() - started, failed)
+
+
+def _leave_reserve(store: Store | None) -> None:
+    """A store with nothing to remove: still leave the next prune its room (reserve.py)."""
+    if store is not None:
+        SpaceReserve(store).restore()
 
 
 @contextlib.contextmanager

@@ -41,11 +41,12 @@ def no_reserve_hint() -> str:
 
 
 class SpaceReserve:
-    """The reserve of one store (a no-op on stores without a local filesystem: S3 never fills)."""
+    """The reserve of one store (a no-op on a read-only store and on stores without a local
+    filesystem: S3 never fills)."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        self.local = store.local_root is not None
+        self.local = store.local_root is not None and not store.read_only
 
     def free_bytes(self) -> int | None:
         root = self.store.local_root

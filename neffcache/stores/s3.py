@@ -90,9 +90,7 @@ class S3Store(Store):
     scheme = "s3"
 
     def __init__(
-        self,
-        url: str,
-        *,
+        self, url: str, *,
         read_only: bool = False,
         endpoint_url: str | None = None,
         region: str | None = None,
