@@ -80,8 +80,8 @@ import json, os, resource, sys, tracemalloc
 from neffcache.stores.local import LocalStore
 from neffcache.operations.scan import scan
 from neffcache.testing.store_contract import publish_a
-root, depth = sys.argv[1], int(sys.argv[2])
-store = LocalStore(root)
+root, depth, workers = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+store = LocalStore(root, list_workers=workers)
 publish_a(store, key="MODULE_1+abb26765")
 fd = os.open(root, os.O_RDONLY)
 for _ in range(depth):
@@ -97,10 +97,10 @@ print(json.dumps({"entries": len(report.entries), "warnings": [w[-120:] for w in
 """
 
 
-@pytest.mark.parametrize("native", ["1", "0"])
-def test_a_20k_deep_chain_is_reported_in_bounded_memory(tmp_path: Path, native: str) -> None:
+@pytest.mark.parametrize(("native", "workers"), [("1", 1), ("0", 1), ("1", 4)])  # C walk, Python walk, threads
+def test_a_20k_deep_chain_is_reported_in_bounded_memory(tmp_path: Path, native: str, workers: int) -> None:
     try:
-        done = subprocess.run([sys.executable, "-c", _DEEP_SCRIPT, str(tmp_path / "c"), str(DEEP)],
+        done = subprocess.run([sys.executable, "-c", _DEEP_SCRIPT, str(tmp_path / "c"), str(DEEP), str(workers)],
                               capture_output=True, text=True, timeout=600, cwd=REPO,
                               env={**os.environ, "NEFFCACHE_NATIVE": native})
     finally:  # rm -rf: pytest's own cleanup (shutil.rmtree) recurses once per level and overflows
