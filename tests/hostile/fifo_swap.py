@@ -1,7 +1,8 @@
 """A store in which a FIFO replaces a file right before neffcache opens it (run as a script,
 so a hang is a child that a timeout kills, never the test runner).
 
-``python -m tests.hostile.fifo_swap verify|push ROOT NAME`` publishes three entries, then swaps
+``python -m tests.hostile.fifo_swap verify|push ROOT NAME [S3-ENDPOINT]`` publishes three entries
+(and pushes them to ``ROOT/dst``, or to a bucket at the endpoint), then swaps
 the file ``NAME`` of the second for a FIFO at the last instant — after the listing saw it as a
 regular file, before the open — and prints what verify or push made of each entry as JSON.
 """
@@ -16,9 +17,11 @@ from pathlib import Path
 from neffcache.operations.verify import verify
 from neffcache.replication.sync import sync
 from neffcache.stores.local import LocalStore
+from neffcache.stores.s3 import S3Store
 from neffcache.testing.store_contract import publish_a
 
 KEYS = [f"MODULE_{i}+abb26765" for i in range(3)]
+BUCKET = "neffcache-test"  # tests/stores/conftest.py's
 
 
 class SwappingStore(LocalStore):
@@ -41,7 +44,7 @@ class SwappingStore(LocalStore):
         return got
 
 
-def main(action: str, root: str, name: str) -> None:
+def main(action: str, root: str, name: str, endpoint: str = "") -> None:
     store = SwappingStore(Path(root) / "src")
     paths = [publish_a(store, key=key)[0] for key in KEYS]
     SwappingStore.target = f"{paths[1]}/{name}"
@@ -49,7 +52,8 @@ def main(action: str, root: str, name: str) -> None:
         report = verify(store, workers=1)
         out = {c.path: [str(c.status), *c.problems] for c in report.checks}
     else:
-        got = sync(store, LocalStore(Path(root) / "dst"), parallel=1)
+        dst = S3Store(f"s3://{BUCKET}/dst", endpoint_url=endpoint) if endpoint else LocalStore(Path(root) / "dst")
+        got = sync(store, dst, parallel=1)
         out = {o.path: ["copied"] for o in got.copied} | {o.path: ["failed", o.reason] for o in got.failed}
     print(json.dumps({"paths": paths, "outcomes": out}))
 

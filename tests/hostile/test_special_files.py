@@ -20,6 +20,7 @@ from neffcache.regular import open_regular
 from neffcache.stores.local import LocalStore
 from neffcache.testing.store_contract import publish_a
 from tests.hostile.trees import neffcache
+from tests.stores.conftest import BUCKET, aws_env, moto_server, s3_endpoint  # noqa: F401 - fixtures
 
 REPO = Path(__file__).resolve().parents[2]
 KEY = "MODULE_1+abb26765"
@@ -70,8 +71,8 @@ def test_a_fifo_at_a_lease_does_not_hang_prune(tmp_path: Path, shared: bool, lea
     assert store.stat(f"{path}/model.done") is None and store.stat(f"{kept}/model.done") is None
 
 
-def _swapped(action: str, tmp_path: Path, name: str) -> tuple[list[str], dict[str, list[str]]]:
-    done = subprocess.run([sys.executable, "-m", "tests.hostile.fifo_swap", action, str(tmp_path), name],
+def _swapped(action: str, tmp_path: Path, name: str, *endpoint: str) -> tuple[list[str], dict[str, list[str]]]:
+    done = subprocess.run([sys.executable, "-m", "tests.hostile.fifo_swap", action, str(tmp_path), name, *endpoint],
                           capture_output=True, text=True, timeout=180, cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]
     got = json.loads(done.stdout)
@@ -89,7 +90,9 @@ def test_a_fifo_swapped_in_fails_that_entry_of_verify(tmp_path: Path, name: str)
     assert "a FIFO, not a regular file" in " ".join(problems)
 
 
-def test_a_fifo_swapped_in_fails_that_entry_of_push(tmp_path: Path) -> None:
-    paths, outcomes = _swapped("push", tmp_path, "model.neff")
+@pytest.mark.parametrize("to", ["local", "s3"])
+def test_a_fifo_swapped_in_fails_that_entry_of_push(request: pytest.FixtureRequest, tmp_path: Path, to: str) -> None:
+    endpoint = [request.getfixturevalue("s3_endpoint")] if to == "s3" else []
+    paths, outcomes = _swapped("push", tmp_path, "model.neff", *endpoint)
     assert outcomes[paths[0]] == ["copied"] and outcomes[paths[2]] == ["copied"]
     assert outcomes[paths[1]][0] == "failed" and "a FIFO" in outcomes[paths[1]][1]
