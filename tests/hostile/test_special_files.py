@@ -96,3 +96,18 @@ def test_a_fifo_swapped_in_fails_that_entry_of_push(request: pytest.FixtureReque
     paths, outcomes = _swapped("push", tmp_path, "model.neff", *endpoint)
     assert outcomes[paths[0]] == ["copied"] and outcomes[paths[2]] == ["copied"]
     assert outcomes[paths[1]][0] == "failed" and "a FIFO" in outcomes[paths[1]][1]
+
+
+def test_fifos_planted_at_a_neff_and_a_manifest_do_not_hang_verify_or_push(tmp_path: Path) -> None:
+    src = LocalStore(tmp_path / "src")
+    paths = [publish_a(src, key=f"MODULE_{i}+abb26765")[0] for i in range(3)]
+    for path, name in ((paths[0], "model.neff"), (paths[1], MANIFEST_NAME)):
+        (src.root / path / name).unlink()
+        _fifo_at(src, f"{path}/{name}")
+    verified = neffcache("verify", str(src.root))
+    assert verified.returncode == 5, verified.stderr  # listings skip FIFOs: the NEFF is missing
+    assert f"CORRUPT {paths[0]}: model.neff recorded in the manifest is missing" in verified.stdout
+    pushed = neffcache("push", str(src.root), str(tmp_path / "dst"))
+    assert pushed.returncode == 0 and "Traceback" not in pushed.stderr, pushed.stderr
+    assert not (tmp_path / "dst" / paths[0]).exists()  # a corrupt entry is never copied
+    assert (tmp_path / "dst" / paths[2] / "model.done").exists()
