@@ -40,6 +40,8 @@ SUITE: dict[str, tuple[str, Callable[[int], list[str]]]] = {
     "coldstart": ("bench.coldstart_bench", lambda n: ["--graphs", *_count(8)(n), "--compile-seconds", "0.5",
                                                       "--entries", *_count(30)(n), "--wb-entries", *_count(20)(n),
                                                       "--rounds", "1", "--max-neff", "2000000"]),
+    "hostile": ("bench.hostile_tree_bench", lambda n: ["--foreign", ",".join(str(k * 20_000 * n) for k in (1, 2, 4)),
+                                                       "--depth", str(20_000 * n)]),
     "index": ("bench.index_bench", lambda n: ["--entries", *_count(1_000)(n), "--lookups", *_count(2_000)(n),
                                               "--events", *_count(5_000)(n), "--rounds", "1"]),
     # Lookups of the server as deploy/k8s runs it (read token, hits and misses): the figure of record.

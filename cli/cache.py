@@ -34,7 +34,7 @@ from .options import (
     store_options,
     toolchain_options,
 )
-from .output import emit_json, json_option, progress, render, table, toml_lines
+from .output import emit_json, json_option, progress, render, shown_name, table, toml_lines
 
 STATES = [s.value for s in EntryState]
 
@@ -78,7 +78,7 @@ def _scan_text(summary: ScanSummary, report: ScanReport | None, show_entries: bo
     for s in summary.namespaces:
         ns = s.namespace
         tc = f"{ns.target or '?'} lnc={ns.lnc or '?'}"
-        rows.append([ns.label, ns.layout, ns.compiler_version or "?", tc, s.entries,
+        rows.append([shown_name(ns.label), ns.layout, ns.compiler_version or "?", tc, s.entries,
                      *(s.states.get(st, 0) for st in STATES), human_bytes(s.size)])
     out = [f"{summary.store}: {plural(summary.entries, 'entry')}, {human_bytes(summary.size)} "
            f"(scanned in {summary.seconds:.2f}s)"]
@@ -97,7 +97,7 @@ def _scan_text(summary: ScanSummary, report: ScanReport | None, show_entries: bo
         out.append(f"foreign, kept: {summary.foreign_files} files no runtime or neffcache wrote (other tools', "
                    f"unknown), {human_bytes(summary.foreign_size)}; neffcache never removes them")
     out.extend(_failures_text(failed, summary.store))
-    out.extend(f"warning: {w}" for w in summary.warnings)
+    out.extend(f"warning: {shown_name(w)}" for w in summary.warnings)
     if summary.warning_count > len(summary.warnings):
         out.append(f"warning: ... and {summary.warning_count - len(summary.warnings)} more (--json lists them all)")
     return "\n".join(out)
@@ -114,10 +114,12 @@ def _manifests_text(report: ScanReport) -> list[str]:
 
 def _entries_table(report: ScanReport, manifests: bool) -> str:
     if manifests:
-        return table([[e.path, e.state.value, human_bytes(e.size), e.manifest.producer if e.manifest else "-",
-                       ",".join(f"{k}={v}" for k, v in sorted(e.manifest.tags.items())) if e.manifest else "-"]
+        return table([[shown_name(e.path), e.state.value, human_bytes(e.size),
+                       shown_name(e.manifest.producer) if e.manifest else "-",
+                       shown_name(",".join(f"{k}={v}" for k, v in sorted(e.manifest.tags.items())))
+                       if e.manifest else "-"]
                       for e in report.entries], ["entry", "state", "size", "producer", "tags"])
-    return table([[e.path, e.state.value, human_bytes(e.size), "yes" if e.has_manifest else "no"]
+    return table([[shown_name(e.path), e.state.value, human_bytes(e.size), "yes" if e.has_manifest else "no"]
                   for e in report.entries], ["entry", "state", "size", "manifest"])
 
 
@@ -195,7 +197,7 @@ def _scan_full(store: Store, manifests: bool, show_entries: bool, as_json: bool
 
     def text() -> str:
         return (_scan_text(summary, report, show_entries, manifests, failed)
-                + "".join(f"\nwarning: {w}" for w in warnings))
+                + "".join(f"\nwarning: {shown_name(w)}" for w in warnings))
 
     return data, text, bool(report.warnings or warnings)
 
@@ -207,7 +209,8 @@ def _scan_summary(store: Store) -> bool:
         summary = summarize(store, progress=lambda n: bar.update(n, detail="files"))
     warnings: list[str] = []
     failed = failed_graphs(store, summary.failed, warnings=warnings)  # a small read per FAILED entry
-    click.echo(_scan_text(summary, None, False, False, failed) + "".join(f"\nwarning: {w}" for w in warnings))
+    click.echo(_scan_text(summary, None, False, False, failed)
+               + "".join(f"\nwarning: {shown_name(w)}" for w in warnings))
     return bool(summary.warning_count or warnings)
 
 

@@ -17,6 +17,20 @@ import click
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+# How a name from a store is shown: a path on disk may hold any byte but "/" and NUL. Bytes that
+# are not UTF-8 reach Python as lone surrogates (surrogateescape), which a strict UTF-8 stdout
+# cannot encode (a traceback, the rest of the output lost); control characters would drive the
+# terminal. Both are shown as \xNN, and a backslash as \\ so the escapes are unambiguous.
+_SHOWN = {**{c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))},
+          **{c: f"\\x{c - 0xDC00:02x}" for c in range(0xDC80, 0xDD00)}, ord("\\"): "\\\\"}
+
+
+def shown_name(name: str) -> str:
+    """A raw name (a path from a store, a file name) as the text output shows it: the one place
+    that decides, so every command prints a name the same way and never fails to."""
+    return name.translate(_SHOWN)
+
+
 def json_option(f: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")(f)
 

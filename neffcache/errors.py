@@ -13,7 +13,7 @@ The hierarchy, so a caller can catch at the depth it cares about::
     ├── StoreError (OSError)                anything a store could not do
     │   ├── StoreUnavailable                tier down, bucket missing, no credentials
     │   ├── AccessDenied (PermissionError)
-    │   ├── UnsafePath                      a symlink below the root would be followed
+    │   ├── UnsafePath                      a symlink below the root would be followed, or a FIFO/device
     │   ├── EntryNotFound (KeyError)
     │   ├── ReadOnlyStore
     │   └── NoSpace                         ENOSPC/EDQUOT/EFBIG writing to the destination
@@ -107,12 +107,15 @@ class AccessDenied(StoreError, PermissionError):
 
 class UnsafePath(StoreError):
     """A path below a store root runs through a symlink that neffcache will not follow (one
-    pointing outside the root, a dangling one, or a symlinked directory). It concerns that
-    path only: a caller reports it against one entry and goes on with the rest."""
+    pointing outside the root, a dangling one, or a symlinked directory), or names something
+    that is not a regular file where one belongs (a FIFO, a socket, a device: opening or
+    reading it could block for ever, see neffcache/regular.py). It concerns that path only: a
+    caller reports it against one entry and goes on with the rest."""
 
     def __init__(self, path: str, reason: str, *, store: str | None = None) -> None:
         self.reason = reason
-        super().__init__(f"unsafe path {path} in {store}: {reason}", store=store, path=path)
+        where = f" in {store}" if store else ""
+        super().__init__(f"unsafe path {path}{where}: {reason}", store=store, path=path)
 
 
 class EntryNotFound(StoreError, KeyError):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -61,7 +62,11 @@ def file_is_placeholder(path: str | os.PathLike[str]) -> bool:
     """True when the file at ``path`` starts with the placeholder header (reads only that much).
     False when it cannot be read: the write that follows reports that, as it always did."""
     try:
-        with open(path, "rb") as fh:
+        # O_NONBLOCK and a regular file only: a FIFO planted where a NEFF belongs is not waited
+        # on (neffcache/regular.py has the general form; errors.py imports this module).
+        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                return False
             return is_placeholder(fh.read(len(MAGIC)))
     except OSError:
         return False

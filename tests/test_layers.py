@@ -40,7 +40,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # Plain data and pure functions; no I/O but reading a manifest's bytes and a key file.
     ("values", ("neffcache", "neffcache.errors", "neffcache.instances", "neffcache.toolchain",
                 "neffcache.keys", "neffcache.manifest", "neffcache.entry", "neffcache.units",
-                "neffcache.outcomes", "neffcache.placeholder",
+                "neffcache.outcomes", "neffcache.placeholder", "neffcache.regular",
                 "neffcache.readiness", "neffcache.failures", "neffcache.failure_groups", "neffcache.tags",
                 "neffcache.provenance", "neffcache.signature", "neffcache.signing", "neffcache.trust",
                 "neffcache.redaction")),

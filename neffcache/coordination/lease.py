@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from neffcache.errors import EntryNotFound, LeaseHeld
+from neffcache.errors import EntryNotFound, LeaseHeld, UnsafePath
 from neffcache.stores.base import CONTROL_DIR, Store
 
 log = logging.getLogger(__name__)
@@ -225,6 +225,11 @@ def read_lease(store: Store, name: str) -> LeaseRecord | None:
             raw = stream.read(MAX_LEASE_BYTES + 1)
     except (EntryNotFound, FileNotFoundError):
         return None
+    except UnsafePath as exc:
+        # A FIFO, device or link planted at the lease's name: never read (it could block for
+        # ever), invalid like a garbled record, so taken over by replacing the name itself.
+        log.warning("lease %s is invalid (%s): treated as expired", name, exc.reason)
+        return LeaseRecord.invalid(name, exc.reason)
     record = LeaseRecord.parse(raw)
     if isinstance(record, str):
         log.warning("lease %s is invalid (%s): treated as expired", name, record)

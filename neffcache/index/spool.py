@@ -7,21 +7,34 @@ or if a process dies after the server answered but before it deleted the file, t
 harmless because the server skips event ids it has and entry registration is an upsert. Claims
 by renaming work on the network filesystems where flock does not (neffcache/stores/local.py
 says why flock is never trusted).
+
+A spool directory is a file system anyone with the user's rights (or a bug) can write, so a
+batch is read with bounds: at most :data:`MAX_BATCH_BYTES` (a batch :meth:`Spool.put` writes
+holds at most a client's ``batch_size`` reports, a few MB), JSON nested at most
+:data:`MAX_NESTING` levels, a known kind and a list of objects, from a regular file (a FIFO
+is refused, never waited on). A batch that fails any of these is moved to ``rejected/`` with
+its reason, once: it is never resent, never read again, and can no longer end the command that
+delivers the spool (a deeply nested one raised RecursionError through ``flush`` and through
+every command that reports to the index, again each time its stale claim was given back).
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import json
 import logging
 import os
+import re
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from neffcache.regular import open_regular
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +43,8 @@ _CLAIM = ".claimed-"
 _TMP = ".tmp-"
 URL_FILE = "index-url"  # the URL a spool directory (named by its digest) waits for, for `flush`
 STALE_CLAIM_SECONDS = 600.0
+MAX_BATCH_BYTES = 64 << 20
+MAX_NESTING = 32  # an item is an object of scalars, lists and small objects: a few levels
 
 
 @dataclass(frozen=True)
@@ -106,9 +121,9 @@ class Spool:
             count = _count_of(path)
             if count is None:
                 count = 1
-                with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+                with contextlib.suppress(OSError, ValueError):
                     if path.stat().st_size <= 16 << 20:
-                        count = len(json.loads(path.read_bytes())["items"])
+                        count = len(load_batch(path)[1])
             reports += count
         return len(batches), reports
 
@@ -124,13 +139,16 @@ class Spool:
         return claimed
 
     def read(self, claimed: Path) -> Batch | None:
+        """The claimed batch; None when it cannot be read (then it is in ``rejected/``, reported
+        once here, with its reason beside it)."""
         try:
-            data = json.loads(claimed.read_bytes())
-            return Batch(claimed, str(data["kind"]), list(data["items"]))
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            log.warning("unreadable spool file %s (%s); moving it aside", claimed, exc)
-            self.reject(claimed, f"unreadable: {exc}")
+            kind, items = load_batch(claimed)
+        except (OSError, ValueError) as exc:
+            log.warning("unreadable spool file %s (%s); moved to %s", claimed.name, exc, self.rejected_dir)
+            with contextlib.suppress(OSError):
+                self.reject(claimed, f"unreadable: {exc}")
             return None
+        return Batch(claimed, kind, items)
 
     def done(self, claimed: Path) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -189,6 +207,41 @@ class Spool:
             log.warning("index spool over %d bytes: dropping the oldest batch %s", self.max_bytes, victim.name)
             with contextlib.suppress(FileNotFoundError):
                 victim.unlink()
+
+
+def load_batch(path: Path) -> tuple[str, list[dict[str, Any]]]:
+    """(kind, items) of a batch file, read within the module docstring's bounds; ValueError
+    (or OSError) saying which one it breaks."""
+    with open(open_regular(path), "rb") as fh:
+        raw = fh.read(MAX_BATCH_BYTES + 1)
+    if len(raw) > MAX_BATCH_BYTES:
+        raise ValueError(f"larger than {MAX_BATCH_BYTES} bytes")
+    if _nesting(raw) > MAX_NESTING:
+        raise ValueError(f"JSON nested more than {MAX_NESTING} levels")
+    try:
+        data = json.loads(raw)
+    except RecursionError:  # unreachable after the nesting check; kept as the last line of defence
+        raise ValueError("JSON nested too deeply") from None
+    if not isinstance(data, dict) or data.get("kind") not in KINDS or not isinstance(data.get("items"), list):
+        raise ValueError("not a spool batch (an object with a known kind and a list of items)")
+    items = data["items"]
+    if not all(isinstance(item, dict) for item in items):
+        raise ValueError("an item that is not an object")
+    return str(data["kind"]), items
+
+
+def _nesting(raw: bytes) -> int:
+    """The deepest nesting of ``[``/``{`` in JSON text, brackets inside strings not counted:
+    linear, and no recursion (json.loads recurses once per level)."""
+    # Strings out first: what is left is punctuation, numbers and literals.
+    brackets = _STRINGS.sub(b'""', raw).translate(None, _NOT_BRACKETS)
+    # +1 for an opening bracket, -1 for a closing one: the running sum is the depth (C loops only).
+    return max(itertools.accumulate(map(_SIGN.__getitem__, brackets)), default=0)
+
+
+_STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_SIGN = [1 if b in b"[{" else -1 for b in range(256)]
 
 
 def _kind_of(path: Path) -> str:

@@ -22,6 +22,7 @@ from neffcache.manifest import FileDigest, Manifest, sha256_bytes, sha256_file, 
 from neffcache.operations import publisher
 from neffcache.operations.publish import PublishResult, publish
 from neffcache.placeholder import placeholders_among
+from neffcache.regular import open_regular
 from neffcache.stores.base import Source, Store
 from neffcache.stores.hashed_io import is_no_space
 from neffcache.toolchain import Toolchain
@@ -208,7 +209,7 @@ def _content_key(entry: Entry, local: Mapping[str, Path], where: str) -> str:
     def read(name: str) -> bytes:
         if name not in local:
             raise ValueError(f"{name} is missing")
-        with open(local[name], "rb") as f:
+        with open(open_regular(local[name]), "rb") as f:
             data = f.read(MAX_KEYED_FILE + 1)
         if len(data) > MAX_KEYED_FILE:
             raise ValueError(f"{name} is larger than {MAX_KEYED_FILE} bytes")

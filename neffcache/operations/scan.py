@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from neffcache.entry import Entry, EntryState, FileInfo, Namespace
-from neffcache.errors import CorruptEntry, EntryNotFound, InvalidKey, ReadOnlyStore, StoreUnavailable
+from neffcache.errors import CorruptEntry, EntryNotFound, InvalidKey, ReadOnlyStore, StoreUnavailable, UnsafePath
 from neffcache.layouts import LAYOUTS
 from neffcache.manifest import Manifest, read_manifest
 from neffcache.operations.grouping import Group, Progress, group_dirs, group_files, judge, own_files
@@ -186,6 +186,9 @@ def _read_manifest(store: Store, group: Group, manifest_name: str) -> tuple[Mani
             raise  # every entry would fail the same way
         except InvalidKey as exc:
             return None, f"{UNREADABLE}{exc}"
+        except UnsafePath as exc:  # a FIFO (or a link out of the root) swapped in since the listing
+            if attempt == 2:
+                return None, f"{UNREADABLE}{manifest_name}: {exc.reason}"
         except OSError as exc:
             if attempt == 2:
                 return None, f"{UNREADABLE}{exc}"

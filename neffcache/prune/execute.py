@@ -3,23 +3,24 @@
 Per store, under the store-wide ``prune`` lease (two executions never interleave), entries go
 in chunks. For each entry of a chunk: exclude publishers (so none writes into it while it is
 half-removed: a publisher that finds the marker gone asks for its lease first), list its files
-again and compare them with what the plan saw (anything republished, written to or locked
-since is skipped), and re-read its last-use stamp for age and size reasons. Publishers are
-excluded by each entry's publish lease, or — on a store only this host writes
-(``Store.single_writer``) — by the lease of the chunk's prune group
-(:func:`neffcache.coordination.write_leases.prune_group_lease`, which publishers
-check after taking their own), taken once per chunk, and each entry's publish lease only
-looked for: a live one skips the entry, a stale one is taken over (neffcache/coordination/lease.py's takeover).
-Then the chunk's journal is written (``.neffcache/prune/<plan>-<n>.json``: the files about to
-go), and the files are removed in phases across the chunk — see :func:`delete_order` — so at
-every instant each entry reads either as it was or as absent (uncommitted), never as a
-different entry. On a local store the chunk's re-listings and removals go through directory
-descriptors opened once for the chunk, after its leases are held
-(:func:`neffcache.prune.remove.chunk_files`): each entry directory is opened once, listed by its
-descriptor, and its files unlinked and itself removed relative to the descriptors, as ``rm -rf``
-does, instead of a walk from the root per phase; lease files are still looked up afresh.
-A prune killed at any point leaves at most journaled, uncommitted remains, which the next plan
-lists as ``interrupted`` and its execution finishes.
+again and compare them with what the plan saw (anything republished, written to or locked since
+is skipped), and re-read its last-use stamp for age and size reasons. Publishers are excluded
+by each entry's publish lease, or — on a store only this host writes (``Store.single_writer``)
+— by the lease of the chunk's prune group
+(:func:`neffcache.coordination.write_leases.prune_group_lease`, which publishers check after
+taking their own), taken once per chunk, and each entry's publish lease only looked for: a live
+one skips the entry, a stale one is taken over (neffcache/coordination/lease.py's takeover). On
+a full disk the room those leases and journals need comes from the space reserve a previous
+prune left (neffcache/prune/reserve.py). Then the chunk's journal is written
+(``.neffcache/prune/<plan>-<n>.json``: the files about to go), and the files are removed in
+phases across the chunk — see :func:`delete_order` — so at every instant each entry reads
+either as it was or as absent (uncommitted), never as a different entry. On a local store the
+chunk's re-listings and removals go through directory descriptors opened once for the chunk,
+after its leases are held (:func:`neffcache.prune.remove.chunk_files`): each entry directory is
+opened once, listed by its descriptor, and its files unlinked and itself removed relative to
+the descriptors, as ``rm -rf`` does, instead of a walk from the root per phase; lease files are
+still looked up afresh. A prune killed at any point leaves at most journaled, uncommitted
+remains, which the next plan lists as ``interrupted`` and its execution finishes.
 """
 
 from __future__ import annotations
@@ -34,12 +35,13 @@ from typing import TYPE_CHECKING
 
 from neffcache.coordination.history import ActionItem
 from neffcache.coordination.history import record as record_action
-from neffcache.coordination.lease import held
+from neffcache.coordination.lease import acquire
 from neffcache.coordination.write_leases import prune_group_lease
-from neffcache.errors import ConfigError, IndexServerError
+from neffcache.errors import ConfigError, IndexServerError, NoSpace
 from neffcache.prune.candidates import index_usage
 from neffcache.prune.guard import refusal
 from neffcache.prune.model import ItemKind, PruneItem, PrunePlan, PruneResult, Reason, ago
+from neffcache.prune.reserve import SpaceReserve, no_reserve_hint
 from neffcache.prune.run import ENTRY_FAULTS, STORE_WIDE, StoreRun
 from neffcache.stores.base import Store
 from neffcache.stores.mounts import filesystem_type, is_memory_filesystem
@@ -118,6 +120,7 @@ def execute_plan(plan: PrunePlan, stores: Mapping[str, Store] | Iterable[Store],
             items = plan.for_store(url)
             store = by_url.get(url)
             if store is None or not (items or plan.journals.get(url)):
+                _leave_reserve(store)
                 continue
             store.check_writable()
             try:
@@ -151,22 +154,43 @@ def execute_plan(plan: PrunePlan, stores: Mapping[str, Store] | Iterable[Store],
     return PruneResult(plan.id, removed, skipped, time.monotonic() - started, failed)
 
 
+def _leave_reserve(store: Store | None) -> None:
+    """A store with nothing to remove: still leave the next prune its room (reserve.py)."""
+    if store is not None:
+        SpaceReserve(store).restore()
+
+
 @contextlib.contextmanager
 def _store_lease(run: StoreRun, items: Sequence[PruneItem]) -> Iterator[bool]:
-    """The store-wide prune lease, held (True); or, when the lease directory is a symlink or
-    unreadable, every item failed with why (False): every lease would fail the same way, so
+    """The store-wide prune lease, held (True). On a full disk (or with no room to write it) the
+    space reserve is released and the write tried once more (nothing was removed yet: the lease
+    comes first); no reserve either is NoSpace for the store, with what to free. The reserve is
+    left again once the store's work is done. When the lease directory is a symlink or
+    unreadable, every item is failed with why (False): every lease would fail the same way, so
     nothing is removed and the other stores go on."""
-    with contextlib.ExitStack() as stack:
+    reserve = SpaceReserve(run.store)
+    reserve.release_if_low()  # a full disk: its leases and journal need room (reserve.py)
+    try:
         try:
-            stack.enter_context(held(run.store, PRUNE_LEASE, ttl=120.0))
-        except STORE_WIDE:
-            raise
-        except ENTRY_FAULTS as exc:
-            for item in items:
-                run.fail(item, exc)
-            yield False
-            return
+            lease = acquire(run.store, PRUNE_LEASE, ttl=120.0)
+        except NoSpace as exc:
+            if not reserve.release():
+                raise NoSpace(run.store.url, path=exc.path,
+                              reason=f"{no_reserve_hint()}; nothing was removed") from exc
+            lease = acquire(run.store, PRUNE_LEASE, ttl=120.0)
+    except (*STORE_WIDE, NoSpace):
+        raise
+    except ENTRY_FAULTS as exc:
+        for item in items:
+            run.fail(item, exc)
+        yield False
+        return
+    lease.keep_alive()
+    try:
         yield True
+    finally:
+        lease.release()
+    reserve.restore()
 
 
 def _group_tasks(entries: list[PruneItem]) -> list[list[tuple[list[PruneItem], tuple[str, ...]]]]:

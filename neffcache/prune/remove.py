@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from typing import Protocol
 
 from neffcache.entry import Entry, FileInfo
-from neffcache.errors import EntryNotFound
+from neffcache.errors import EntryNotFound, UnsafePath
 from neffcache.layouts import get_layout
 from neffcache.prune.sweep import control_files
 from neffcache.stores.base import CONTROL_DIR, Store
@@ -40,7 +40,7 @@ def read_journals(store: Store, notes: list[str] | None = None) -> dict[str, dic
         try:
             data = json.loads(store.read_bytes(info.path))
             out[info.path] = {str(p): [str(f) for f in files] for p, files in data["entries"].items()}
-        except (EntryNotFound, ValueError, KeyError, TypeError, AttributeError):
+        except (EntryNotFound, UnsafePath, ValueError, KeyError, TypeError, AttributeError):
             out[info.path] = {}  # torn or foreign: nothing to finish, removed after the next execution
     return out
 

@@ -30,7 +30,7 @@ from neffcache.coordination.lease import LeaseRecord, StoreLease, lease_path, tr
 from neffcache.coordination.stamps import stamp_path
 from neffcache.coordination.write_leases import PUBLISH_LEASE_TTL, prune_group_lease, publish_lease_name
 from neffcache.entry import Entry, EntryState, FileInfo
-from neffcache.errors import EntryNotFound, InvalidKey, ReadOnlyStore, StoreUnavailable
+from neffcache.errors import EntryNotFound, InvalidKey, ReadOnlyStore, StoreUnavailable, UnsafePath
 from neffcache.keys import is_canonical_relpath
 from neffcache.operations.scan import entry_at
 from neffcache.prune.model import ItemKind, Kept, PruneItem, PrunePlan, Reason, ago
@@ -352,7 +352,7 @@ class StoreRun:
             return "someone is taking this lease over right now"
         try:
             record = LeaseRecord.from_bytes(self.store.read_bytes(item.path))
-        except EntryNotFound:
+        except (EntryNotFound, UnsafePath):  # gone, or a FIFO/device: invalid, removed by name
             record = None
         try:
             if record is not None and (record.token != item.token or not lease_stale(record, time.time())):

@@ -45,7 +45,7 @@ from neffcache.coordination.lease import LEASE_DIR, LeaseRecord
 from neffcache.coordination.stamps import STAMP_DIR
 from neffcache.coordination.write_leases import publish_lease_name
 from neffcache.entry import Entry, FileInfo
-from neffcache.errors import EntryNotFound, ReadOnlyStore, StoreUnavailable
+from neffcache.errors import EntryNotFound, ReadOnlyStore, StoreUnavailable, UnsafePath
 from neffcache.layouts import LAYOUTS, get_layout
 from neffcache.operations.scan import ScanReport
 from neffcache.operations.verify import QUARANTINE_DIR
@@ -96,6 +96,9 @@ def read_leases(store: Store, notes: list[str] | None = None) -> list[LeaseFile]
                 raw = store.read_bytes(info.path)
             except (EntryNotFound, FileNotFoundError):
                 continue  # released while we listed
+            except UnsafePath as exc:  # a FIFO or device at a lease's name: invalid, never read
+                out.append(LeaseFile(info, LeaseRecord.invalid("(invalid)", exc.reason)))
+                continue
             parsed = LeaseRecord.parse(raw)
             record = parsed if isinstance(parsed, LeaseRecord) else LeaseRecord.invalid("(invalid)", parsed)
             out.append(LeaseFile(info, record))

@@ -623,10 +623,15 @@ static int entry_dir(int parent, const char *name, const EntryRule *r, long long
 
 /* ---- Walker: the depth-first walk of local_listing.walk, one directory per __next__ ------ */
 
+/* Directory levels below the root the walk enters: local_listing.MAX_DEPTH (its docstring says
+ * why; tests/stores/test_listing_paths.py checks the two are equal through the module's MAX_DEPTH). */
+#define MAX_DEPTH 128
+
 typedef struct {
     int fd;
     char *rel;  /* the directory's store path (bytes, no trailing "/") */
     size_t rlen;
+    size_t slashes;  /* "/" in rel: a child's rel has one more, unless rel is the root ("") */
     PyObject *subdirs;  /* list of bytes names still to visit */
     Py_ssize_t next;
 } Frame;
@@ -640,6 +645,9 @@ typedef struct {
     Frame *frames;
     size_t depth, cap;
     int started;
+    /* Inside __next__ (which calls skip and plain back): a callback that closes the walker or
+     * steps it would free or move the frames under it, so both are refused meanwhile. */
+    int running;
 } Walker;
 
 static void frame_close(Frame *f) {
@@ -674,6 +682,8 @@ static int walker_push(Walker *w, int fd, const char *rel, size_t rlen) {
     memcpy(f->rel, rel, rlen);
     f->rel[rlen] = '\0';
     f->rlen = rlen;
+    f->slashes = 0;
+    for (size_t i = 0; i < rlen; i++) f->slashes += rel[i] == '/';
     f->fd = fd;
     f->subdirs = NULL;
     f->next = 0;
@@ -828,7 +838,8 @@ static PyObject *walker_list_top(Walker *w, int *oserr) {
         Py_DECREF(built);
         return NULL;
     }
-    PyObject *out = Py_BuildValue("(NOOOOi)", rel, names, files, links, PyTuple_New(0), f->fd);
+    /* "N" for the new empty tuple: "O" took a second reference, one leaked per directory. */
+    PyObject *out = Py_BuildValue("(NOOONi)", rel, names, files, links, PyTuple_New(0), f->fd);
     Py_DECREF(built);
     return out;
 }
@@ -872,7 +883,20 @@ static int skip_child(Walker *w, Frame *f, PyObject *name) {
     return yes;
 }
 
+static PyObject *walker_step(Walker *w);
+
 static PyObject *walker_next(Walker *w) {
+    if (w->running) {
+        PyErr_SetString(PyExc_RuntimeError, "Walker is already running (stepped from its own callback)");
+        return NULL;
+    }
+    w->running = 1;
+    PyObject *out = walker_step(w);
+    w->running = 0;
+    return out;
+}
+
+static PyObject *walker_step(Walker *w) {
     if (!w->started) {
         w->started = 1;
         int oserr;
@@ -910,6 +934,12 @@ static PyObject *walker_next(Walker *w) {
                     continue;
                 }
             }
+        }
+        if ((f->rlen ? f->slashes + 1 : 0) >= MAX_DEPTH) {  /* not opened: reported, as local_listing does */
+            PyObject *reason = PyUnicode_FromFormat("nested more than %d directories deep (not listed)", MAX_DEPTH);
+            PyObject *out = reason ? problem(f, name, reason) : NULL;
+            Py_DECREF(name);
+            return out;
         }
         int cfd, err = 0;
         Py_BEGIN_ALLOW_THREADS
@@ -1020,6 +1050,10 @@ static PyObject *walker_new(PyTypeObject *type, PyObject *args, PyObject *kwds) 
 
 static PyObject *walker_close(Walker *w, PyObject *unused) {
     (void)unused;
+    if (w->running) {
+        PyErr_SetString(PyExc_RuntimeError, "Walker is running: close it after the step (not from its callback)");
+        return NULL;
+    }
     while (w->depth) walker_pop(w);
     Py_RETURN_NONE;
 }
@@ -1072,6 +1106,10 @@ PyMODINIT_FUNC PyInit__listdir(void) {
     Py_INCREF(&WalkerType);
     if (PyModule_AddObject(m, "Walker", (PyObject *)&WalkerType) < 0) {
         Py_DECREF(&WalkerType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (PyModule_AddIntConstant(m, "MAX_DEPTH", MAX_DEPTH) < 0) {
         Py_DECREF(m);
         return NULL;
     }

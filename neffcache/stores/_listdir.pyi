@@ -10,6 +10,8 @@ Listed = tuple[list[str], list[str], list[FileInfo], list[str]]
 # (directory, file names, their FileInfos, symlink names, problems, the directory's descriptor)
 Step = tuple[str, list[str], list[FileInfo], list[str], tuple[tuple[str, str], ...], int]
 
+MAX_DEPTH: int  # directory levels the Walker enters (local_listing.MAX_DEPTH)
+
 def list_dir(fd: int, prefix: str, info_type: type[FileInfo], /) -> Listed: ...
 
 class Walker(Iterator[Step]):

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from neffcache.errors import CorruptEntry, SourceChanged
 from neffcache.manifest import FileDigest
+from neffcache.regular import open_regular
 
 PIECE = 1 << 20
 # Full-disk errnos: the destination is out of space, quota, or per-file size limit.
@@ -125,7 +126,7 @@ def copy_hashed(source: Path, dest: Path) -> tuple[FileDigest, os.stat_result, o
     digest = hashlib.sha256()
     size = 0
     buffer = bytearray(PIECE)
-    with open(source, "rb", buffering=0) as src:
+    with open(open_regular(source), "rb", buffering=0) as src:
         before = os.fstat(src.fileno())
         fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
@@ -147,7 +148,7 @@ def copy_hashed(source: Path, dest: Path) -> tuple[FileDigest, os.stat_result, o
 
 def hash_file(path: Path) -> tuple[FileDigest, os.stat_result, os.stat_result]:
     """sha256 of a file, with its fstat before and after the read (for :func:`mismatch`)."""
-    with open(path, "rb") as f:
+    with open(open_regular(path), "rb") as f:
         before = os.fstat(f.fileno())
         digest = hashlib.file_digest(f, "sha256")
         size = f.tell()

@@ -52,6 +52,7 @@ from typing import BinaryIO
 from neffcache.entry import FileInfo
 from neffcache.errors import AccessDenied, EntryNotFound, StoreError, StoreUnavailable, UnsafePath
 from neffcache.keys import is_canonical_relpath, safe_relpath
+from neffcache.regular import not_regular, open_regular
 from neffcache.stores.base import CONTROL_DIR, PRIVATE_DIRS, TEMP_MARKER, DirListing, SkipDirs, Source, Store
 from neffcache.stores.local_in_step import walk_together
 from neffcache.stores.local_listing import list_threaded, walk
@@ -107,11 +108,15 @@ class LocalStore(Store):
         compiler, which take no descriptor). Raises UnsafePath otherwise."""
         rel = safe_relpath(path)
         try:
-            real, _ = self._safe.stat(rel)
+            real, st = self._safe.stat(rel)
         except (FileNotFoundError, NotADirectoryError):
             return self.root / rel  # nothing there: the caller's own open says so
         except PermissionError as exc:
             raise AccessDenied(f"cannot read {self.root / rel}: {exc.strerror}", store=self.url, path=path) from exc
+        if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+            # A FIFO or device: its caller would open it by name and wait for ever. (One
+            # swapped in after this check is caught by that open: neffcache/regular.py.)
+            raise not_regular(rel, st.st_mode, self.url)
         return self.root / real
 
     def _make_root(self) -> None:
@@ -209,9 +214,9 @@ class LocalStore(Store):
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
         rel = self._safe.under(dest)
         if rel is None:
-            return os.open(dest, flags, 0o644)
+            return open_regular(dest, flags)
         with self._safe.parent(rel) as (fd, name):
-            return os.open(name, flags | os.O_NOFOLLOW, 0o644, dir_fd=fd)
+            return open_regular(name, flags | os.O_NOFOLLOW, dir_fd=fd, store=self.url, shown=rel)
 
     def _put_file(self, path: str, source: Source, *, exclusive: bool, move: bool) -> bool:
         rel = safe_relpath(path)

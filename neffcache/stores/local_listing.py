@@ -17,6 +17,12 @@ Both follow no symlink (:mod:`neffcache.stores.safepath`): a link to a file insi
 listed with its target's size, anything else that cannot be listed is reported in
 ``DirListing.problems`` instead of raising, so one bad directory does not hide the rest.
 
+Both stop at :data:`MAX_DEPTH` levels below the root: a deeper directory is reported against
+its parent ("nested more than … deep"), never opened. No runtime nests entries more than a few
+levels, and without the bound a co-tenant's 20,000-deep chain cost a descriptor per level (the
+walk ran out of them) and memory quadratic in the depth (each level's path is as long as the
+depth); with it, a walk holds at most MAX_DEPTH descriptors and paths.
+
 The per-file loop (readdir, an ``lstat`` per regular file, the ``FileInfo``) runs in C when the
 helper ``neffcache.stores._listdir`` was built (``pip install`` builds it with the system's C
 compiler; it is optional): the same syscalls with the same flags, a third of the time of
@@ -60,6 +66,15 @@ def _load_native() -> ModuleType | None:
 
 # Read at call time: tests set it to None to run the Python loop.
 native: ModuleType | None = _load_native()
+# Directory levels below the root a listing enters (the module docstring); _listdir.c has its own
+# copy, checked equal by tests/stores/test_listing_paths.py.
+MAX_DEPTH = 128
+TOO_DEEP = f"nested more than {MAX_DEPTH} directories deep (not listed)"
+
+
+def too_deep(rel: str) -> bool:
+    """Whether the directory ``rel`` (a store path) lies deeper than :data:`MAX_DEPTH`."""
+    return rel.count("/") >= MAX_DEPTH
 
 
 def counting_helper() -> ModuleType | None:
@@ -173,6 +188,9 @@ def list_rels(safe: SafeRoot, directories: list[str]) -> tuple[list[str], list[D
         finally:
             os.close(fd)
         prefix = rel + "/" if rel else ""
+        if names and too_deep(prefix + names[0]):  # every child of rel is as deep as the first
+            listings.append(DirListing(rel, [], [], tuple((n, TOO_DEEP) for n in names)))
+            names = []
         subdirs.extend(prefix + n for n in names)
         if listing is not None:
             listings.append(listing)
@@ -225,6 +243,9 @@ def _walk_python(safe: SafeRoot, fd: int, start: str, skip: SkipDirs | None = No
                 continue
             rel = f"{prel}/{name}" if prel else name
             if skip is not None and name in skip.names and skip.test(rel):
+                continue
+            if too_deep(rel):
+                yield DirListing(prel, [], [], ((name, TOO_DEEP),))
                 continue
             try:
                 cfd = os.open(name, DIR_FLAGS, dir_fd=pfd)

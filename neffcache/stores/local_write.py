@@ -21,6 +21,7 @@ import os
 import secrets
 from pathlib import Path
 
+from neffcache.regular import open_regular
 from neffcache.stores.base import PRIVATE_FILE_MODE, TEMP_MARKER, Source
 from neffcache.stores.safepath import SafeRoot, copy_fd, unlink_quietly, write_all
 
@@ -36,7 +37,7 @@ def open_source(safe: SafeRoot, source: Path) -> int:
     """Open a file to copy in; one below the root (a staging file) is reached by the walk."""
     rel = safe.under(source)
     if rel is None:
-        return os.open(source, os.O_RDONLY | os.O_CLOEXEC)
+        return open_regular(source)
     return safe.open_file(rel)
 
 

@@ -47,6 +47,7 @@ from neffcache.entry import FileInfo
 from neffcache.errors import EntryNotFound, InvalidURL, StoreError, StoreUnavailable
 from neffcache.keys import safe_relpath
 from neffcache.manifest import FileDigest
+from neffcache.regular import open_regular
 from neffcache.stores import s3_signing
 from neffcache.stores.base import IncompleteUpload, Source, Store
 from neffcache.stores.budget import TRANSFER_BUDGET
@@ -89,9 +90,7 @@ class S3Store(Store):
     scheme = "s3"
 
     def __init__(
-        self,
-        url: str,
-        *,
+        self, url: str, *,
         read_only: bool = False,
         endpoint_url: str | None = None,
         region: str | None = None,
@@ -268,7 +267,7 @@ class S3Store(Store):
                 return dataclasses.replace(sent, created=True)
             return sent
         if expect is None and not hashed:
-            with open(source, "rb") as body:
+            with open(open_regular(source), "rb") as body:
                 return Sent(self._put_body(key, path, body, exclusive, source), False, None, None, None)
         buffer, taken, digest, before = read_whole(source, path, expect)
         try:
@@ -313,7 +312,7 @@ class S3Store(Store):
         if isinstance(source, bytes):
             digest.update(source)
         else:
-            with open(source, "rb") as f:
+            with open(open_regular(source), "rb") as f:
                 while chunk := f.read(1 << 20):
                     digest.update(chunk)
         return bool(head.get("ETag") == f'"{digest.hexdigest()}"')

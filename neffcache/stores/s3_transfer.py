@@ -24,6 +24,7 @@ from typing import Any
 
 from neffcache.errors import SourceChanged, StoreError
 from neffcache.manifest import FileDigest
+from neffcache.regular import open_regular
 from neffcache.stores.budget import TRANSFER_BUDGET, ByteBudget
 from neffcache.stores.hashed_io import PartBuffer, mismatch, moved, read_into
 
@@ -104,7 +105,7 @@ def upload_multipart(call: Call, pool: Executor, *, key: str, path: str, source:
     upload = call("create_multipart_upload", path, Key=key, **algorithm)
     upload_id = upload["UploadId"]
     try:
-        with open(source, "rb") as f:
+        with open(open_regular(source), "rb") as f:
             fd = f.fileno()
             before = os.fstat(fd)
             size = before.st_size
@@ -205,7 +206,7 @@ def read_whole(source: Path, name: str, expect: FileDigest | None, budget: ByteB
     (to release after sending), the digest of the bytes read and the source's fstat before
     the read. Checked before anything is sent: against ``expect`` when given, else the file
     must have held still while it was read (SourceChanged)."""
-    with open(source, "rb") as f:
+    with open(open_regular(source), "rb") as f:
         fd = f.fileno()
         before = os.fstat(fd)
         size = before.st_size

@@ -11,7 +11,9 @@ leaves a window between the check and the use; this module closes it the ``opena
   ``O_DIRECTORY | O_NOFOLLOW``, so a component that is a symlink fails instead of being
   followed, whatever happens to the names meanwhile;
 - the final operation (open, mkdir, link, rename, unlink, rmdir, stat) runs relative to the
-  parent's descriptor, with ``O_NOFOLLOW`` / ``follow_symlinks=False`` on the last name.
+  parent's descriptor, with ``O_NOFOLLOW`` / ``follow_symlinks=False`` on the last name;
+- a file is opened ``O_NONBLOCK`` and its type checked on the descriptor: a FIFO, socket or
+  device planted where a file belongs is an UnsafePath for that path, never a hang.
 
 Symlinks to files inside the root are followed for reads only, by resolving the link text
 *lexically* against the link's directory and walking the result again from the root (so the
@@ -34,6 +36,7 @@ import stat
 from collections.abc import Iterator
 
 from neffcache.errors import UnsafePath
+from neffcache.regular import open_regular
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -183,14 +186,17 @@ class SafeRoot:
         return target
 
     def open_file(self, rel: str, flags: int = READ_FLAGS) -> int:
-        """A descriptor of the file ``rel`` for reading, through in-root file links only."""
+        """A descriptor of the regular file ``rel`` for reading, through in-root file links only.
+
+        A FIFO, socket or device raises UnsafePath instead of blocking: the open is
+        ``O_NONBLOCK`` and the type is checked on the descriptor (neffcache/regular.py)."""
         path = rel
         for _ in range(MAX_LINK_HOPS):
             head, _, name = path.rpartition("/")
             fd = self.open_dir(head)
             try:
                 try:
-                    return os.open(name, flags, dir_fd=fd)
+                    return open_regular(name, flags, dir_fd=fd, store=self.store, shown=rel)
                 except OSError as exc:
                     if exc.errno != errno.ELOOP or not self.is_link(fd, name):
                         raise

@@ -1,0 +1,1 @@
+../../neffcache/regular.py
