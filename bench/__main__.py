@@ -40,6 +40,7 @@ SUITE: dict[str, tuple[str, Callable[[int], list[str]]]] = {
     "coldstart": ("bench.coldstart_bench", lambda n: ["--graphs", *_count(8)(n), "--compile-seconds", "0.5",
                                                       "--entries", *_count(30)(n), "--wb-entries", *_count(20)(n),
                                                       "--rounds", "1", "--max-neff", "2000000"]),
+    "retention": ("bench.retention_bench", lambda n: ["--requests", *_count(100_000)(n)]),
     "index": ("bench.index_bench", lambda n: ["--entries", *_count(1_000)(n), "--lookups", *_count(2_000)(n),
                                               "--events", *_count(5_000)(n), "--rounds", "1"]),
     # Lookups of the server as deploy/k8s runs it (read token, hits and misses): the figure of record.

@@ -3,11 +3,13 @@ show it, act on it with :func:`execute_plan`.
 
 The package has one import direction, each module importing only those before it:
 
-``model`` (policy, reasons, items, the plan and its result, as data) ← ``candidates`` (what the
-rules see) ← ``rules`` (toolchain, age, size, failed) ← ``sweep`` (stale locks and leases,
-garbage, retention) ← ``guard`` (plans that look like mistakes) ← ``remove`` (delete order and
-the journal of a chunk) ← ``plan`` (:func:`plan_prune`) ← ``run`` (one store's re-checked
-removal) ← ``execute`` (:func:`execute_plan`).
+``value`` (what a size budget evicts first: the value policy or LRU, pure) ← ``model``
+(policy, reasons, items, the plan and its result, as data) ← ``candidates`` (what the
+rules see) ← ``costs`` (compile seconds and hits, from manifests and the index) ← ``rules``
+(toolchain, age, size, failed) ← ``sweep`` (stale locks and leases, garbage, retention) ←
+``guard`` (plans that look like mistakes) ← ``remove`` (delete order and the journal of a
+chunk) ← ``plan`` (:func:`plan_prune`) ← ``run`` (one store's re-checked removal) ←
+``execute`` (:func:`execute_plan`).
 """
 
 from neffcache.prune.execute import PRUNE_LEASE, describe, execute_plan

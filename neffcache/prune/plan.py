@@ -40,6 +40,7 @@ from neffcache.errors import (
 from neffcache.manifest import read_manifest
 from neffcache.operations.scan import ScanReport, entry_at, scan
 from neffcache.prune.candidates import Candidate, created_time, entry_item, index_usage, prefetched, with_failures
+from neffcache.prune.costs import with_costs
 from neffcache.prune.guard import budget_guards, check_keep_filters, guard_plan
 from neffcache.prune.model import ALL_STORES, Basis, Foreign, ItemKind, Kept, PruneItem, PrunePlan, PrunePolicy, Reason
 from neffcache.prune.remove import read_journals
@@ -261,6 +262,8 @@ def _list_store(store: Store, policy: PrunePolicy, index: Index | None, now: flo
             for e in (*report.entries, *report.uncommitted)}
     if policy.failed:  # which failures are compiler errors and which the host's: their logs say
         mine = with_failures(store, report.entries, mine)
+    if policy.budget_for(store.url) is not None:  # what losing each entry costs: the budget weighs it
+        mine = with_costs(store, report.entries, mine, index, draft.notes)
     draft.candidates.extend(mine.values())
     found = read_journals(store, draft.notes)
     draft.journals[store.url] = tuple(found)
