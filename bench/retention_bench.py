@@ -143,9 +143,29 @@ class Outcome:
         return self.hits / self.requests if self.requests else 0.0
 
 
-def replay(trace: Trace, policy: str, budget: int, value: ValuePolicy) -> Outcome:
-    """Replay ``trace`` through an online cache of ``budget`` bytes evicting by ``policy``."""
-    out = Outcome(policy, budget)
+POLICIES = ("lru", "gdsf", "value")
+# --ablation: how much of value's gain is the compiler-bump rule (lru+bump: LRU that evicts
+# superseded entries first; value-bump: value without that rule).
+ABLATION = ("lru+bump", "value-bump")
+BUMP_AWARE = ("value", "lru+bump")
+
+
+def priority(policy: str, slot: Slot, superseded: bool, clock: float, value: ValuePolicy) -> tuple[int, float]:
+    """A heap policy's key for ``slot``, smallest evicted first."""
+    if policy == "value":
+        return rank(slot, value, superseded=superseded)
+    if policy == "value-bump":
+        return rank(slot, value)
+    if policy == "lru+bump":
+        return (0 if superseded else 1), slot.used
+    # gdsf: L + F x C / S (cost per byte, as GDSF's paper)
+    return 1, clock + (1 + slot.hits) * (slot.compile_seconds or 0.0) / slot.size
+
+
+def replay(trace: Trace, policy: str, fraction: float, budget: int, value: ValuePolicy) -> Outcome:
+    """Replay ``trace`` through an online cache of ``budget`` bytes (``fraction`` of the working
+    set) evicting by ``policy``."""
+    out = Outcome(policy, fraction)
     held: dict[tuple[int, int], Slot] = {}
     order: OrderedDict[tuple[int, int], None] = OrderedDict()  # lru
     # gdsf, value: (not superseded, priority, -size, version, key); stale records are skipped
@@ -160,18 +180,14 @@ def replay(trace: Trace, policy: str, budget: int, value: ValuePolicy) -> Outcom
         nonlocal stamp
         stamp += 1
         slot.version = stamp
-        fresh = 1
-        if policy == "value":
-            fresh, prio = rank(slot, value, superseded=key[0] < newest)
-        else:  # gdsf: L + F x C / S (cost per byte, as GDSF's paper)
-            prio = clock + (1 + slot.hits) * (slot.compile_seconds or 0.0) / slot.size
+        fresh, prio = priority(policy, slot, key[0] < newest, clock, value)
         heapq.heappush(heap, (fresh, prio, -slot.size, stamp, key))
 
     for t, gen, g in trace.requests:
         key = (gen, g)
         if gen > newest:
             newest = gen
-            if policy == "value":  # a compiler bump: every held entry is now superseded
+            if policy in BUMP_AWARE:  # a compiler bump: every held entry is now superseded
                 for k, sl in list(held.items()):
                     push(k, sl)
         out.requests += 1
@@ -219,7 +235,7 @@ def working_set(trace: Trace, keys: set[tuple[int, int]]) -> int:
     return max(per.values())
 
 
-def run(spec: TraceSpec, fractions: list[float], value: ValuePolicy) -> list[Outcome]:
+def run(spec: TraceSpec, fractions: list[float], value: ValuePolicy, policies: tuple[str, ...]) -> list[Outcome]:
     trace = generate(spec)
     keys = {(gen, g) for _, gen, g in trace.requests}
     ws = working_set(trace, keys)
@@ -227,14 +243,14 @@ def run(spec: TraceSpec, fractions: list[float], value: ValuePolicy) -> list[Out
           f"{ws / 2**30:.1f} GiB, log-log correlation of size and compile time {trace.log_log_correlation:.2f}")
     print("  parameters: " + ", ".join(f"{k}={v}" for k, v in asdict(spec).items() if k != "name"))
     results: list[Outcome] = []
-    print(f"  {'budget':>6}  {'policy':<6} {'hit rate':>8} {'recompute h lost':>16} {'vs lru':>7}")
+    print(f"  {'budget':>6}  {'policy':<10} {'hit rate':>8} {'recompute h lost':>16} {'vs lru':>7}")
     for fraction in fractions:
         budget = int(ws * fraction)
-        row = {p: replay(trace, p, budget, value) for p in ("lru", "gdsf", "value")}
+        row = {p: replay(trace, p, fraction, budget, value) for p in policies}
         base = row["lru"].lost_seconds
         for name, o in row.items():
             vs = f"{(o.lost_seconds - base) / base:+.0%}" if base else "-"
-            print(f"  {fraction:>6.0%}  {name:<6} {o.hit_rate:>8.1%} {o.lost_seconds / 3600:>16.1f} {vs:>7}")
+            print(f"  {fraction:>6.0%}  {name:<10} {o.hit_rate:>8.1%} {o.lost_seconds / 3600:>16.1f} {vs:>7}")
         results.extend(row.values())
     return results
 
@@ -256,6 +272,8 @@ def main() -> None:
     parser.add_argument("--graphs", type=int, default=None, help="Distinct graphs per compiler generation.")
     parser.add_argument("--seed", type=int, default=None, help="The generator's seed.")
     parser.add_argument("--correlation", type=float, default=None, help="Log-log correlation of size and time.")
+    parser.add_argument("--ablation", action="store_true",
+                        help="Also replay lru+bump and value-bump: what the compiler-bump rule alone is worth.")
     parser.add_argument("--half-life-days", type=float, default=7.0, help="The value policy's half-life.")
     args = parser.parse_args()
     chosen = {name.strip() for name in args.traces.split(",") if name.strip()}
@@ -278,7 +296,8 @@ def main() -> None:
     for base in TRACES:
         if base.name in chosen:
             spec = replace(base, **overrides)
-            verdicts.append(_verdict(spec, run(spec, fractions, value), fractions))
+            policies = POLICIES + (ABLATION if args.ablation else ())
+            verdicts.append(_verdict(spec, run(spec, fractions, value, policies), fractions))
     print()
     print("\n".join(verdicts))
     print(f"({time.perf_counter() - started:.1f}s)")
@@ -286,8 +305,8 @@ def main() -> None:
 
 def _verdict(spec: TraceSpec, results: list[Outcome], fractions: list[float]) -> str:
     misses = []
-    for fraction, start in zip(fractions, range(0, len(results), 3), strict=True):
-        by = {o.policy: o for o in results[start:start + 3]}
+    for fraction in fractions:
+        by = {o.policy: o for o in results if o.budget == fraction}
         lru, value = by["lru"], by["value"]
         saved = 1 - value.lost_seconds / lru.lost_seconds if lru.lost_seconds else 1.0
         points = (lru.hit_rate - value.hit_rate) * 100
