@@ -34,7 +34,7 @@ from .errors import SOME_ENTRIES_FAILED, announce_index
 from .failures import failed_options, failed_rule
 from .options import duration, endpoint_option, open_settings_index, store_option, store_options
 from .output import json_option, progress, render, table
-from .retention import budgets, evictions_text, retention_options, retention_rule
+from .retention import budgets, evictions_text, regret_option, regret_report, retention_options, retention_rule
 
 
 def _urls(urls: tuple[str, ...], settings: Settings) -> tuple[str, ...]:
@@ -161,6 +161,7 @@ def _result_text(result: PruneResult) -> str:
 @click.option("--history", is_flag=True,
               help="List the journal of past prunes and quarantines of the stores (who, when, why), newest first.")
 @click.option("--since", metavar="AGE", callback=duration, help="With --history: only actions of the last AGE (7d).")
+@regret_option
 @endpoint_option
 @json_option
 def prune_cmd(stores: tuple[str, ...], keep_compilers: tuple[str, ...], keep_last: int | None,
@@ -169,7 +170,7 @@ def prune_cmd(stores: tuple[str, ...], keep_compilers: tuple[str, ...], keep_las
               garbage: bool, grace: float, hit_grace: float, lock_age: float,
               compiler: str | None, compiler_version: str | None, source: str, use_index: bool, show_items: bool,
               workers: int | None, yes: bool, force: bool, max_share: float | None, history: bool, since: float | None,
-              as_json: bool) -> None:
+              regret: bool, as_json: bool) -> None:
     """Remove what no toolchain needs, nobody used, or breaks a budget — as a plan first.
 
     Prints the plan (entries, reason, size; totals per reason, toolchain and store) and
@@ -195,11 +196,16 @@ def prune_cmd(stores: tuple[str, ...], keep_compilers: tuple[str, ...], keep_las
       neffcache prune --store /var/tmp/neuron-compile-cache --failed --stale-locks --garbage --yes
       neffcache prune --store fsx:///mnt/fsx/neuron-cache --failed environment --yes
       neffcache prune --store fsx:///mnt/fsx/neuron-cache --history --since 7d
+      neffcache prune --store /nvme/cache --max-size 500G --pin-from-report tomorrow-plan.json
+      neffcache prune --store /nvme/cache --regret
     """
     settings = load_settings(compiler=compiler, compiler_version=compiler_version, failed_ttl=failed_ttl)
     given = _urls(stores, settings)
     rules = (keep_compilers, keep_last, older_than, max_sizes, failed, failed_ttl, stale_locks, garbage, yes)
-    _check_flags(history=history, since=since, force=force, yes=yes, rules=any(rules))
+    _check_flags(history=history or regret, since=since, force=force, yes=yes, rules=any(rules))
+    if regret:
+        regret_report(settings, lambda: _stores(given, read_only=True), since, as_json)
+        return
     if history:
         _history(given, since, as_json)
         return
@@ -219,7 +225,7 @@ def _check_flags(*, history: bool, since: float | None, force: bool, yes: bool, 
     """Refuse combinations of flags that do not go together, before any store is opened."""
     if history:
         if rules:
-            raise ConfigError("--history lists past actions: it takes --store, --since and --json only")
+            raise ConfigError("--history and --regret report the past: they take --store, --since and --json only")
         return
     if since is not None:
         raise ConfigError("--since goes with --history")

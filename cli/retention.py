@@ -10,14 +10,16 @@ from typing import Any, TypeVar
 
 import click
 
+from neffcache.application.config import Settings
+from neffcache.coordination.evictions import RegretReport, read_tombstones, regret
 from neffcache.errors import ConfigError
 from neffcache.prune import ALL_STORES, PrunePlan, Reason
 from neffcache.prune.value import DEFAULT_COMPILE_SECONDS, Retention
 from neffcache.stores.base import Store
 from neffcache.units import human_bytes, parse_size
 
-from .options import report_paths
-from .output import table
+from .options import open_settings_index, report_paths
+from .output import render, table
 
 F = TypeVar("F", bound=Callable[..., Any])
 SHOWN = 20  # evictions the plan's text lists without --entries
@@ -95,3 +97,52 @@ def evictions_text(plan: PrunePlan, show_all: bool) -> list[str]:
         out.append(f"pinned, kept under the budget: {len(pinned)} graphs a scheduled job needs "
                    f"({', '.join(p.path for p in pinned[:5])}{', ...' if len(pinned) > 5 else ''})")
     return out
+
+
+def regret_option(f: F) -> F:
+    return click.option("--regret", is_flag=True,
+                        help="Report regretted evictions: entries a --max-size budget evicted (their tombstones "
+                             "in the stores) that the index saw missed since, with the compile seconds each "
+                             "cost, per policy. Needs the index (NEFFCACHE_INDEX_URL).")(f)
+
+
+def regret_report(settings: Settings, open_stores: Callable[[], list[Store]], since: float | None,
+                  as_json: bool) -> None:
+    """``prune --regret``: the stores' tombstones (of the last ``since`` seconds, when given)
+    matched with the index's misses."""
+    if not settings.index_url:
+        raise ConfigError("--regret matches evictions with the index's misses: set NEFFCACHE_INDEX_URL "
+                          "(and NEFFCACHE_TOKEN)")
+    warnings: list[str] = []
+    index = open_settings_index(settings)
+    stores: list[Store] = []
+    try:
+        stores = open_stores()
+        now = time.time()
+        tombstones = [t for store in stores for t in read_tombstones(store, now=now, warnings=warnings)
+                      if since is None or now - t.at <= since]
+        start = min((t.at for t in tombstones), default=now)
+        misses = index.usage_misses(since=start, until=now + 1) if tombstones else {}
+        report = regret(tombstones, misses)
+    finally:
+        index.close()
+        for store in stores:
+            store.close()
+    render(as_json, {**report.to_json(), "warnings": warnings}, lambda: _regret_text(report, warnings))
+
+
+def _regret_text(report: RegretReport, warnings: list[str]) -> str:
+    out = [f"{report.tombstones} evictions on record, {len(report.regretted)} regretted (missed since): "
+           f"{report.seconds / 3600:.2f} compile hours paid again"]
+    for policy, slot in sorted(report.by_policy().items()):
+        out.append(f"  policy {policy}: {slot['regretted']:.0f} regretted, {slot['seconds']:.0f} s")
+    if report.regretted:
+        out.append("")
+        rows = [[r.tombstone.path, human_bytes(r.tombstone.bytes), f"{r.tombstone.compile_seconds:.0f}",
+                 r.tombstone.policy, time.strftime("%Y-%m-%d %H:%M", time.gmtime(r.tombstone.at)), r.misses]
+                for r in report.regretted[:SHOWN]]
+        out.append(table(rows, ["entry", "size", "compile s", "policy", "evicted (UTC)", "misses"]))
+        if len(report.regretted) > SHOWN:
+            out.append(f"... and {len(report.regretted) - SHOWN} more (--json lists all)")
+    out.extend(f"warning: {w}" for w in warnings)
+    return "\n".join(out)

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
+from neffcache.coordination.evictions import Tombstone, write_tombstones
 from neffcache.coordination.history import ActionItem
 from neffcache.coordination.history import record as record_action
 from neffcache.coordination.lease import held
@@ -72,6 +73,15 @@ def _journal(plan: PrunePlan, run: StoreRun, command: str | None) -> None:
     details = {"plan": plan.id, "policy": plan.policy.to_json(), "skipped": len(run.skipped),
                "failed": len(run.failed), "forced": [g.rule for g in plan.guards if g.store == run.store.url]}
     record_action(run.store, "prune", describe(plan), items, details=details, command=command)
+
+
+def _tombstones(plan: PrunePlan, run: StoreRun) -> None:
+    """Leave a tombstone per entry removed for a budget: a later miss on it is a regretted
+    eviction (``prune --regret``)."""
+    now = time.time()
+    evicted = [Tombstone(run.store.url, i.path, i.size, i.cost.costed_seconds, now, i.cost.policy.value)
+               for i in run.removed if i.reason is Reason.SIZE and i.kind is ItemKind.ENTRY and i.cost is not None]
+    write_tombstones(run.store, plan.id, evicted, now=now)
 
 
 # Chunks in flight on a store whose calls wait on a disk or a server: while one thread waits in
@@ -135,6 +145,7 @@ def execute_plan(plan: PrunePlan, stores: Mapping[str, Store] | Iterable[Store],
                     _run_store(run, items, threads, progress, lambda: sum(r.done for r in runs), total)
                 finally:
                     _journal(plan, run, command)
+                    _tombstones(plan, run)
                 store.discard(list(plan.journals.get(url, ())), prune_dirs=True)
     except KeyboardInterrupt:
         stop.set()

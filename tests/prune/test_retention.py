@@ -39,8 +39,10 @@ from tests.prune.helpers import NEW, OLD, TC_NEW
 DAY = 86400.0
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NEFFCACHE_INDEX")}
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``neffcache *args`` in its own process; without ``env``, with no index configured."""
+    if env is None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("NEFFCACHE_INDEX")}
     return subprocess.run([sys.executable, "-m", "neffcache.cli.main", *args], capture_output=True, text=True,
                           env=env, check=False, timeout=120)
 
