@@ -33,11 +33,12 @@ from neffcache.prune.model import (
 from neffcache.prune.plan import CURRENT, plan_prune, resolve_keep_compilers
 from neffcache.prune.remove import JOURNAL_DIR, delete_order
 from neffcache.prune.run import PHASE_PAUSE_ENV
+from neffcache.prune.value import Retention, ValuePolicy
 from neffcache.toolchain import version_key
 
 __all__ = [
     "ALL_STORES", "CURRENT", "JOURNAL_DIR", "PHASE_PAUSE_ENV", "PRUNE_LEASE", "Basis", "Budget", "FailedSelect",
-    "Foreign", "Guard",
-    "ItemKind", "Kept", "PruneItem", "PrunePlan", "PrunePolicy", "PruneResult", "Reason", "Rule", "delete_order",
-    "describe", "execute_plan", "plan_prune", "refusal", "resolve_keep_compilers", "version_key",
+    "Foreign", "Guard", "ItemKind", "Kept", "PruneItem", "PrunePlan", "PrunePolicy", "PruneResult", "Reason",
+    "Retention", "Rule", "ValuePolicy", "delete_order", "describe", "execute_plan", "plan_prune", "refusal",
+    "resolve_keep_compilers", "version_key",
 ]

@@ -62,6 +62,10 @@ def describe(plan: PrunePlan) -> str:
     if p.older_than is not None:
         parts.append(f"--older-than {ago(p.older_than)}")
     parts.extend(f"--max-size {store}={limit}" for store, limit in p.max_size.items())
+    if p.max_size:
+        parts.append(f"--policy {p.retention}")
+        if p.pins:
+            parts.append(f"--pin-from-report ({len(p.pins)} graphs) --pin-max-share {p.pin_max_share:g}")
     parts.extend(f"--{name.replace('_', '-')}" for name in ("failed", "stale_locks", "garbage") if getattr(p, name))
     return " ".join(parts)
 

@@ -127,3 +127,32 @@ def test_one_regret_per_eviction_and_only_for_misses_after_it() -> None:
     assert [r.tombstone.path for r in report.regretted] == [a.path]  # b was missed before its eviction only
     assert report.seconds == a.compile_seconds and report.by_policy() == {"value": {"regretted": 1,
                                                                                    "seconds": a.compile_seconds}}
+
+
+def test_hits_and_compile_seconds_come_from_the_index(tmp_path: Path, live: tuple[LiveServer, Tokens]) -> None:
+    """Two graphs alike but for the index's hits: with the index the hit one stays, although it
+    is the older; without the index (no hit counts) it is the one to go."""
+    from neffcache.stores.local import LocalStore
+    from tests.prune.test_index import register
+    from tests.prune.test_retention import entry
+
+    server, tokens = live
+    root = tmp_path / "cache"
+    store = open_store(str(root))
+    assert isinstance(store, LocalStore)
+    popular = entry(root, store, 1, size=100_000, seconds=60, age_days=3)
+    other = entry(root, store, 2, size=100_000, seconds=60, age_days=2)
+    client = open_index(server.url, tokens.write, spool_root=tmp_path / "spool")
+    assert isinstance(client, IndexClient)
+    register(client, store, popular, other)
+    for _ in range(20):  # hit three days ago: the hits, not a recent use, must keep it
+        client.record("hit", path=popular, namespace=popular.rsplit("/", 1)[0], ts=time.time() - 3 * 86400)
+    assert client.flush().error is None
+    client.close()
+    env = {**os.environ, "NEFFCACHE_INDEX_URL": server.url, "NEFFCACHE_TOKEN": tokens.read}
+    with_index = run_cli("prune", "--store", str(root), "--max-size", "150K", "--json", env=env)
+    assert with_index.returncode == 0, with_index.stderr
+    (item,) = json.loads(with_index.stdout)["plan"]["items"]
+    assert item["path"] == other and item["hits"] == 0 and item["compile_seconds"] == 60.0
+    without = run_cli("prune", "--store", str(root), "--max-size", "150K", "--json", "--no-index", env=env)
+    assert [i["path"] for i in json.loads(without.stdout)["plan"]["items"]] == [popular]
