@@ -8,6 +8,8 @@ parse, a count that is not a number, negative, not finite or beyond :data:`MAX_S
 taken as *not recorded*, and the entry is costed at the policy's stated default, which the
 plan reports. Nothing here selects anything: it annotates candidates the store's listing
 found, and a path only the index names is ignored (an index row never causes a removal).
+``--policy lru`` orders without costs: only the manifests of its evictions are read, for the
+plan and the tombstones (:func:`with_recorded_costs`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from neffcache.entry import Entry
 from neffcache.errors import CorruptEntry, EntryNotFound, IndexServerError
 from neffcache.manifest import MAX_SECONDS, read_manifest
 from neffcache.prune.candidates import Candidate, prefetched
+from neffcache.prune.model import PruneItem, Reason
 
 if TYPE_CHECKING:
     from neffcache.index import Index
@@ -98,4 +101,26 @@ def with_costs(store: Store, entries: Iterable[Entry], candidates: Mapping[str, 
         got = recorded.get(entry.path, Recorded())
         seconds = got.compile_seconds if got.compile_seconds is not None else from_manifests.get(entry.path)
         out[entry.path] = replace(candidates[entry.path], compile_seconds=seconds, hits=got.hits)
+    return out
+
+
+def with_recorded_costs(store: Store, entries: Iterable[Entry], items: list[PruneItem]) -> list[PruneItem]:
+    """``items`` with the compile seconds the manifests of ``store``'s size evictions record,
+    where the plan has none: LRU orders without them, so only its victims are read (what the
+    plan shows for each, and what their tombstones keep for the regret). A score is
+    proportional to the cost, so it is scaled with it."""
+    wanted = {i.path for i in items if i.store == store.url and i.reason is Reason.SIZE
+              and i.cost is not None and i.cost.compile_seconds is None}
+    if not wanted:
+        return items
+    seconds = manifest_seconds(store, [e for e in entries if e.path in wanted])
+    out = []
+    for item in items:
+        found = seconds.get(item.path) if item.store == store.url and item.path in wanted else None
+        if found is None or item.cost is None:
+            out.append(item)
+            continue
+        cost = replace(item.cost, compile_seconds=found, costed_seconds=found,
+                       score=item.cost.score * found / item.cost.costed_seconds)
+        out.append(replace(item, cost=cost))
     return out

@@ -40,7 +40,7 @@ from neffcache.errors import (
 from neffcache.manifest import read_manifest
 from neffcache.operations.scan import ScanReport, entry_at, scan
 from neffcache.prune.candidates import Candidate, created_time, entry_item, index_usage, prefetched, with_failures
-from neffcache.prune.costs import with_costs
+from neffcache.prune.costs import with_costs, with_recorded_costs
 from neffcache.prune.guard import budget_guards, check_keep_filters, guard_plan
 from neffcache.prune.model import ALL_STORES, Basis, Foreign, ItemKind, Kept, PruneItem, PrunePlan, PrunePolicy, Reason
 from neffcache.prune.remove import read_journals
@@ -55,6 +55,7 @@ from neffcache.prune.sweep import (
     sweep_locks,
     sweep_retention,
 )
+from neffcache.prune.value import Retention
 from neffcache.stores.base import Store
 from neffcache.toolchain import Toolchain, compiler_version
 
@@ -262,7 +263,11 @@ def _list_store(store: Store, policy: PrunePolicy, index: Index | None, now: flo
             for e in (*report.entries, *report.uncommitted)}
     if policy.failed:  # which failures are compiler errors and which the host's: their logs say
         mine = with_failures(store, report.entries, mine)
-    if policy.budget_for(store.url) is not None:  # what losing each entry costs: the budget weighs it
+    limit = policy.budget_for(store.url)
+    # What losing each entry costs, read only where the value policy will evict (a store within
+    # its budget has nothing to weigh, and reading costs one manifest per entry).
+    if policy.retention is Retention.VALUE and limit is not None and \
+            sum(c.size for c in mine.values() if c.committed) > limit:
         mine = with_costs(store, report.entries, mine, index, draft.notes)
     draft.candidates.extend(mine.values())
     found = read_journals(store, draft.notes)
@@ -317,6 +322,8 @@ def plan_prune(stores: Sequence[Store], policy: PrunePolicy, *, index: Index | N
     draft.protected.extend(selection.protected)
     draft.notes.extend(selection.notes)
     for one in listed:
+        if policy.retention is Retention.LRU:
+            draft.items = with_recorded_costs(one.store, one.report.entries, draft.items)
         _finish_store(one, policy, now, draft)
     # A lock inside an entry that goes anyway goes with it, as part of the entry.
     gone = {(i.store, i.path) for i in draft.items if i.kind is ItemKind.ENTRY}

@@ -94,6 +94,9 @@ def test_value_keeps_every_slow_entry_and_lru_does_not(slow_old_fast_new: tuple[
     by_lru = _plan(root, "--policy", "lru")
     gone = {i["path"] for i in by_lru["items"]}  # type: ignore[attr-defined]
     assert set(slow) <= gone  # recency alone throws away two hours of compiles to save 80 kB
+    # LRU orders without costs; what it evicts still shows (and is tombstoned with) its own.
+    assert {i["path"]: i["compile_seconds"] for i in by_lru["items"]} == {  # type: ignore[attr-defined]
+        p: 1800.0 if p in slow else 2.0 for p in gone}
 
     text = run_cli("prune", "--store", str(root), "--max-size", "700K", "--no-index")
     assert "evicted for the budget, policy value" in text.stdout
