@@ -53,6 +53,13 @@ def test_a_miss_on_an_evicted_entry_is_a_regretted_eviction(slow_old_fast_new: t
     store = open_store(str(root))
     (tomb,) = read_tombstones(store)
     assert (tomb.path, tomb.policy, tomb.compile_seconds) == (evicted[0], "value", 2.0)
+    from sqlalchemy import select
+
+    from neffcache.server.storage.models import Event
+
+    with server.db.read() as session:  # the index's own record of what the eviction may cost
+        rows = session.execute(select(Event.path, Event.compile_seconds).where(Event.kind == "evict")).all()
+    assert [tuple(r) for r in rows] == [(evicted[0], 2.0)]
 
     nothing = run_cli("prune", "--store", str(root), "--regret", "--json", env=env)
     assert nothing.returncode == 0, nothing.stderr
