@@ -160,7 +160,7 @@ def _result_text(result: PruneResult) -> str:
                    "(default: setting prune_max_share, 0.5).")
 @click.option("--history", is_flag=True,
               help="List the journal of past prunes and quarantines of the stores (who, when, why), newest first.")
-@click.option("--since", metavar="AGE", callback=duration, help="With --history: only actions of the last AGE (7d).")
+@click.option("--since", metavar="AGE", callback=duration, help="With --history or --regret: only the last AGE (7d).")
 @regret_option
 @endpoint_option
 @json_option
@@ -201,7 +201,8 @@ def prune_cmd(stores: tuple[str, ...], keep_compilers: tuple[str, ...], keep_las
     """
     settings = load_settings(compiler=compiler, compiler_version=compiler_version, failed_ttl=failed_ttl)
     given = _urls(stores, settings)
-    rules = (keep_compilers, keep_last, older_than, max_sizes, failed, failed_ttl, stale_locks, garbage, yes)
+    rules = (keep_compilers, keep_last, older_than, max_sizes, failed, failed_ttl, stale_locks, garbage, yes,
+             pin_report)
     _check_flags(history=history or regret, since=since, force=force, yes=yes, rules=any(rules))
     if regret:
         regret_report(settings, lambda: _stores(given, read_only=True), since, as_json)

@@ -86,8 +86,9 @@ def test_regret_needs_the_index_and_refuses_other_rules(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("NEFFCACHE_INDEX")}
     alone = run_cli("prune", "--store", str(tmp_path / "c"), "--regret", env=env)
     assert alone.returncode == 2 and "NEFFCACHE_INDEX_URL" in alone.stderr, alone.stderr
-    mixed = run_cli("prune", "--store", str(tmp_path / "c"), "--regret", "--max-size", "1G", env=env)
-    assert mixed.returncode == 2 and "--regret" in mixed.stderr
+    for other in (["--max-size", "1G"], ["--pin-from-report", str(tmp_path / "plan.json")], ["--yes"]):
+        mixed = run_cli("prune", "--store", str(tmp_path / "c"), "--regret", *other, env=env)
+        assert mixed.returncode == 2 and "--regret" in mixed.stderr, other
 
 
 def _tomb(store_url: str, n: int, at: float) -> Tombstone:
