@@ -164,7 +164,23 @@ def _index_candidates(index: Index, store: Store, policy: PrunePolicy, now: floa
     draft.notes.extend(f"{store.url}: index record not checked, not counted: {why}" for why in problems[:20])
     toolchains = _manifest_toolchains(store, entries) if policy.prunes_compilers else {}
     judge = LockJudge(store, policy, now, {})
-    return [_candidate(store, e, {}, usage, {}, judge, toolchains) for e in entries]
+    mine = {e.path: _candidate(store, e, {}, usage, {}, judge, toolchains) for e in entries}
+    return list(_weighed(store, entries, mine, policy, index, draft).values())
+
+
+def _weighed(store: Store, entries: Sequence[Entry], mine: dict[str, Candidate], policy: PrunePolicy,
+             index: Index | None, draft: _Draft) -> dict[str, Candidate]:
+    """``mine`` with what losing each entry costs where the value policy will evict: a store
+    within its budget has nothing to weigh, and weighing costs one manifest read per entry the
+    index gives no compile time for. The entries are kept for ``--policy lru``, which reads
+    only its victims' manifests once it has chosen them."""
+    limit = policy.budget_for(store.url)
+    if limit is None:
+        return mine
+    draft.entries[store.url] = [e for e in entries if e.committed]
+    if policy.retention is Retention.VALUE and sum(c.size for c in mine.values() if c.committed) > limit:
+        return with_costs(store, entries, mine, index, draft.notes)
+    return mine
 
 
 def _interrupted(store: Store, journals: Mapping[str, Mapping[str, list[str]]],
@@ -205,6 +221,7 @@ class _Draft:
     notes: list[str] = field(default_factory=list)
     journals: dict[str, tuple[str, ...]] = field(default_factory=dict)
     foreign: list[Foreign] = field(default_factory=list)
+    entries: dict[str, list[Entry]] = field(default_factory=dict)  # committed, of stores with a budget
 
 
 @dataclass
@@ -263,12 +280,7 @@ def _list_store(store: Store, policy: PrunePolicy, index: Index | None, now: flo
             for e in (*report.entries, *report.uncommitted)}
     if policy.failed:  # which failures are compiler errors and which the host's: their logs say
         mine = with_failures(store, report.entries, mine)
-    limit = policy.budget_for(store.url)
-    # What losing each entry costs, read only where the value policy will evict (a store within
-    # its budget has nothing to weigh, and reading costs one manifest per entry).
-    if policy.retention is Retention.VALUE and limit is not None and \
-            sum(c.size for c in mine.values() if c.committed) > limit:
-        mine = with_costs(store, report.entries, mine, index, draft.notes)
+    mine = _weighed(store, report.entries, mine, policy, index, draft)
     draft.candidates.extend(mine.values())
     found = read_journals(store, draft.notes)
     draft.journals[store.url] = tuple(found)
@@ -321,9 +333,10 @@ def plan_prune(stores: Sequence[Store], policy: PrunePolicy, *, index: Index | N
     draft.items.extend(selection.items)
     draft.protected.extend(selection.protected)
     draft.notes.extend(selection.notes)
+    if policy.retention is Retention.LRU:
+        for store in stores:
+            draft.items = with_recorded_costs(store, draft.entries.get(store.url, ()), draft.items)
     for one in listed:
-        if policy.retention is Retention.LRU:
-            draft.items = with_recorded_costs(one.store, one.report.entries, draft.items)
         _finish_store(one, policy, now, draft)
     # A lock inside an entry that goes anyway goes with it, as part of the entry.
     gone = {(i.store, i.path) for i in draft.items if i.kind is ItemKind.ENTRY}

@@ -148,8 +148,8 @@ def test_hits_and_compile_seconds_come_from_the_index(tmp_path: Path, live: tupl
     root = tmp_path / "cache"
     store = open_store(str(root))
     assert isinstance(store, LocalStore)
-    popular = entry(root, store, 1, size=100_000, seconds=60, age_days=3)
-    other = entry(root, store, 2, size=100_000, seconds=60, age_days=2)
+    popular = entry(root, store, 1, size=100_000, seconds=90, age_days=3)
+    other = entry(root, store, 2, size=100_000, seconds=90, age_days=2)
     client = open_index(server.url, tokens.write, spool_root=tmp_path / "spool")
     assert isinstance(client, IndexClient)
     register(client, store, popular, other)
@@ -158,9 +158,15 @@ def test_hits_and_compile_seconds_come_from_the_index(tmp_path: Path, live: tupl
     assert client.flush().error is None
     client.close()
     env = {**os.environ, "NEFFCACHE_INDEX_URL": server.url, "NEFFCACHE_TOKEN": tokens.read}
-    with_index = run_cli("prune", "--store", str(root), "--max-size", "150K", "--json", env=env)
-    assert with_index.returncode == 0, with_index.stderr
-    (item,) = json.loads(with_index.stdout)["plan"]["items"]
-    assert item["path"] == other and item["hits"] == 0 and item["compile_seconds"] == 60.0
+    for source in ("store", "index"):  # the index names the candidates; the store confirms them
+        with_index = run_cli("prune", "--store", str(root), "--max-size", "150K", "--json", "--source", source,
+                             env=env)
+        assert with_index.returncode == 0, with_index.stderr
+        (item,) = json.loads(with_index.stdout)["plan"]["items"]
+        assert item["path"] == other and item["hits"] == 0 and item["compile_seconds"] == 90.0, source
+    lru = run_cli("prune", "--store", str(root), "--max-size", "150K", "--json", "--source", "index", "--policy",
+                  "lru", env=env)
+    (item,) = json.loads(lru.stdout)["plan"]["items"]
+    assert item["path"] == popular and item["compile_seconds"] == 90.0  # its victim's own, from the manifest
     without = run_cli("prune", "--store", str(root), "--max-size", "150K", "--json", "--no-index", env=env)
     assert [i["path"] for i in json.loads(without.stdout)["plan"]["items"]] == [popular]
