@@ -42,6 +42,7 @@ SUITE: dict[str, tuple[str, Callable[[int], list[str]]]] = {
                                                       "--rounds", "1", "--max-neff", "2000000"]),
     "hostile": ("bench.hostile_tree_bench", lambda n: ["--foreign", ",".join(str(k * 20_000 * n) for k in (1, 2, 4)),
                                                        "--depth", str(20_000 * n)]),
+    "retention": ("bench.retention_bench", lambda n: ["--requests", *_count(100_000)(n)]),
     "index": ("bench.index_bench", lambda n: ["--entries", *_count(1_000)(n), "--lookups", *_count(2_000)(n),
                                               "--events", *_count(5_000)(n), "--rounds", "1"]),
     # Lookups of the server as deploy/k8s runs it (read token, hits and misses): the figure of record.

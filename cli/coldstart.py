@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -17,7 +16,6 @@ from neffcache.application.jobenv import local_tier_env, render_env, runtime_roo
 from neffcache.application.trusted import trust_policy
 from neffcache.errors import ConfigError
 from neffcache.index import Index
-from neffcache.keys import is_canonical_relpath
 from neffcache.layouts import LAYOUTS
 from neffcache.replication.prefetch import PrefetchReport, PrefetchRequest, prefetch
 from neffcache.stores import open_store
@@ -35,13 +33,13 @@ from .options import (
     index_options,
     layout_option,
     open_settings_index,
+    report_paths,
     size,
     store_options,
     toolchain_options,
 )
 from .output import json_option, progress, render, write_atomically
 
-MAX_REPORT_BYTES = 64 << 20
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -97,7 +95,7 @@ def prefetch_cmd(local_root: str | None, store_urls: tuple[str, ...], instance: 
     layouts = chosen_layouts(layout)
     req = PrefetchRequest(
         namespaces=tuple(LAYOUTS[name].namespace_for(toolchain) for name in layouts),
-        paths=_report_paths(report_file) if report_file else None,
+        paths=report_paths(report_file) if report_file else None,
         tags={**tags, **({"model": model} if model else {})},
         max_bytes=max_bytes, deadline=deadline,
         parallel=parallel, policy=trust_policy(settings, require_signed=require_signed))
@@ -148,22 +146,6 @@ def _index_usage(index: Index, sources: list[Store]) -> dict[str, float] | None:
         click.echo(f"neffcache: the index gave no usage ({exc}); ordering by the stores' stamps", err=True)
         return None
     return usage
-
-
-def _report_paths(path: Path) -> frozenset[str]:
-    """The entry paths a ``run --report`` or ``plan --json`` file names (its ``graphs``)."""
-    try:
-        if path.stat().st_size > MAX_REPORT_BYTES:
-            raise ConfigError(f"{path}: larger than {human_bytes(MAX_REPORT_BYTES)}, not a report")
-        data = json.loads(path.read_bytes())
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{path}: not a JSON report ({exc})") from None
-    graphs = data.get("graphs") if isinstance(data, dict) else None
-    if not isinstance(graphs, list):
-        raise ConfigError(f"{path}: no 'graphs' list (a `neffcache run --report` or `plan --json` file)")
-    paths = {g["path"] for g in graphs if isinstance(g, dict) and isinstance(g.get("path"), str)
-             and is_canonical_relpath(g["path"])}
-    return frozenset(paths)
 
 
 def _same_dir(url: str, local: str) -> bool:

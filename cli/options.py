@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from neffcache.errors import ConfigError
+from neffcache.keys import is_canonical_relpath
 from neffcache.layouts import LAYOUTS
 from neffcache.layouts.flags import CHOOSABLE, forms_help, version_table_text
 from neffcache.tags import check_user_tags
@@ -208,3 +211,28 @@ def watch_index(index: Index) -> Index:
     if isinstance(index, IndexClient):
         index.on_problem = lambda message: click.echo(f"neffcache: {message}", err=True)
     return index
+
+
+MAX_REPORT_BYTES = 64 << 20
+
+
+def report_paths(path: Path) -> frozenset[str]:
+    """The entry paths a ``run --report`` or ``plan --json`` file names (its ``graphs``): what
+    ``prefetch --from-report`` copies and ``prune --pin-from-report`` keeps. The file is
+    untrusted: a regular file of at most :data:`MAX_REPORT_BYTES`, JSON with a ``graphs`` list;
+    a path that is not a canonical relative path is ignored (it names no entry of a store)."""
+    from neffcache.misses.inputs import read_regular  # here: every command imports this module
+
+
+    raw = read_regular(path, MAX_REPORT_BYTES, "report")
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise ConfigError(f"{path}: not a JSON report ({str(exc)[:200]})") from None
+    graphs = data.get("graphs") if isinstance(data, dict) else None
+    if not isinstance(graphs, list):
+        raise ConfigError(f"{path}: no 'graphs' list (a `neffcache run --report` or `plan --json` file)")
+    paths = {g["path"] for g in graphs if isinstance(g, dict) and isinstance(g.get("path"), str)
+             and is_canonical_relpath(g["path"])}
+    return frozenset(paths)
+

@@ -6,6 +6,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
+from pathlib import Path
 
 import click
 
@@ -15,7 +16,6 @@ from neffcache.coordination.history import Action, read_history
 from neffcache.errors import ConfigError
 from neffcache.index import Index
 from neffcache.prune import (
-    ALL_STORES,
     CURRENT,
     PrunePlan,
     PrunePolicy,
@@ -28,31 +28,13 @@ from neffcache.prune import (
 from neffcache.replication.reconcile import ReconcilePlan, plan_reconcile
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
-from neffcache.units import human_bytes, parse_size, plural
+from neffcache.units import human_bytes, plural
 
 from .errors import SOME_ENTRIES_FAILED, announce_index
 from .failures import failed_options, failed_rule
 from .options import duration, endpoint_option, open_settings_index, store_option, store_options
 from .output import json_option, progress, render, table
-
-
-def budgets(values: tuple[str, ...], given: Sequence[str], stores: Sequence[Store]) -> dict[str, int]:
-    """``--max-size 500G`` (every store) or ``--max-size URL=500G`` (the store given as URL)."""
-    out: dict[str, int] = {}
-    for value in values:
-        where, sep, size = value.rpartition("=")
-        try:
-            limit = parse_size(size if sep else value)
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), param_hint="--max-size") from None
-        if not sep:
-            out[ALL_STORES] = limit
-            continue
-        match = [s.url for g, s in zip(given, stores, strict=True) if where in (g, s.url)]
-        if not match:
-            raise click.BadParameter(f"{where} is not one of the --store URLs", param_hint="--max-size")
-        out[match[0]] = limit
-    return out
+from .retention import budgets, evictions_text, regret_option, regret_report, retention_options, retention_rule
 
 
 def _urls(urls: tuple[str, ...], settings: Settings) -> tuple[str, ...]:
@@ -86,6 +68,7 @@ def _plan_text(plan: PrunePlan, show_items: bool, executing: bool) -> str:
         out.append(table([[b.store, human_bytes(b.limit), human_bytes(b.size_before), human_bytes(b.size_after),
                            "yes" if b.met else "NO"] for b in plan.budgets],
                          ["budget", "limit", "now", "after", "met"]))
+    out.extend(evictions_text(plan, show_items))
     if show_items and plan.items:
         out.append("")
         out.append(table([[i.path, i.reason.value, human_bytes(i.size), i.detail] for i in plan.items],
@@ -144,8 +127,9 @@ def _result_text(result: PruneResult) -> str:
               help="Keep the N newest compiler versions of each target; remove older toolchains.")
 @click.option("--older-than", callback=duration, metavar="AGE", help="Remove entries not used for AGE (30d, 12h).")
 @click.option("--max-size", "max_sizes", multiple=True, metavar="[URL=]SIZE",
-              help="Size budget per store (500G, 2T): least recently used entries go first. "
+              help="Size budget per store (500G, 2T): the lowest value go first (--policy). "
                    "URL=SIZE for one store; repeatable.")
+@retention_options
 @failed_options
 @click.option("--stale-locks", is_flag=True, help="Remove leases and runtime compile locks whose holder is gone.")
 @click.option("--garbage", is_flag=True,
@@ -176,15 +160,17 @@ def _result_text(result: PruneResult) -> str:
                    "(default: setting prune_max_share, 0.5).")
 @click.option("--history", is_flag=True,
               help="List the journal of past prunes and quarantines of the stores (who, when, why), newest first.")
-@click.option("--since", metavar="AGE", callback=duration, help="With --history: only actions of the last AGE (7d).")
+@click.option("--since", metavar="AGE", callback=duration, help="With --history or --regret: only the last AGE (7d).")
+@regret_option
 @endpoint_option
 @json_option
 def prune_cmd(stores: tuple[str, ...], keep_compilers: tuple[str, ...], keep_last: int | None,
-              older_than: float | None, max_sizes: tuple[str, ...], failed: str | None, failed_ttl: float | None,
-              stale_locks: bool, garbage: bool, grace: float, hit_grace: float, lock_age: float,
+              older_than: float | None, max_sizes: tuple[str, ...], retention: str, pin_report: Path | None,
+              pin_max_share: float, failed: str | None, failed_ttl: float | None, stale_locks: bool,
+              garbage: bool, grace: float, hit_grace: float, lock_age: float,
               compiler: str | None, compiler_version: str | None, source: str, use_index: bool, show_items: bool,
               workers: int | None, yes: bool, force: bool, max_share: float | None, history: bool, since: float | None,
-              as_json: bool) -> None:
+              regret: bool, as_json: bool) -> None:
     """Remove what no toolchain needs, nobody used, or breaks a budget — as a plan first.
 
     Prints the plan (entries, reason, size; totals per reason, toolchain and store) and
@@ -210,11 +196,17 @@ def prune_cmd(stores: tuple[str, ...], keep_compilers: tuple[str, ...], keep_las
       neffcache prune --store /var/tmp/neuron-compile-cache --failed --stale-locks --garbage --yes
       neffcache prune --store fsx:///mnt/fsx/neuron-cache --failed environment --yes
       neffcache prune --store fsx:///mnt/fsx/neuron-cache --history --since 7d
+      neffcache prune --store /nvme/cache --max-size 500G --pin-from-report tomorrow-plan.json
+      neffcache prune --store /nvme/cache --regret
     """
     settings = load_settings(compiler=compiler, compiler_version=compiler_version, failed_ttl=failed_ttl)
     given = _urls(stores, settings)
-    rules = (keep_compilers, keep_last, older_than, max_sizes, failed, failed_ttl, stale_locks, garbage, yes)
-    _check_flags(history=history, since=since, force=force, yes=yes, rules=any(rules))
+    rules = (keep_compilers, keep_last, older_than, max_sizes, failed, failed_ttl, stale_locks, garbage, yes,
+             pin_report)
+    _check_flags(history=history or regret, since=since, force=force, yes=yes, rules=any(rules))
+    if regret:
+        regret_report(settings, lambda: _stores(given, read_only=True), since, as_json)
+        return
     if history:
         _history(given, since, as_json)
         return
@@ -224,7 +216,8 @@ def prune_cmd(stores: tuple[str, ...], keep_compilers: tuple[str, ...], keep_las
                          max_size=budgets(max_sizes, given, opened), **failed_rule(failed, settings.failed_ttl),
                          stale_locks=stale_locks, garbage=garbage, grace=grace, hit_grace=hit_grace, lock_age=lock_age,
                          max_share=settings.prune_max_share if max_share is None else max_share, current=current,
-                         quarantine_days=settings.quarantine_days)
+                         quarantine_days=settings.quarantine_days,
+                         **retention_rule(retention, pin_report, pin_max_share, max_sizes))
     _prune(opened, policy, settings, source=source, use_index=use_index, show_items=show_items, workers=workers,
            yes=yes, force=force, as_json=as_json)
 
@@ -233,7 +226,7 @@ def _check_flags(*, history: bool, since: float | None, force: bool, yes: bool, 
     """Refuse combinations of flags that do not go together, before any store is opened."""
     if history:
         if rules:
-            raise ConfigError("--history lists past actions: it takes --store, --since and --json only")
+            raise ConfigError("--history and --regret report the past: they take --store, --since and --json only")
         return
     if since is not None:
         raise ConfigError("--since goes with --history")

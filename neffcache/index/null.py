@@ -77,6 +77,9 @@ class NullIndex:
     def usage_hits(self, toolchain: str, *, since: float, until: float) -> dict[str, int]:
         return {}
 
+    def usage_misses(self, *, since: float, until: float) -> dict[str, tuple[int, float]]:
+        return {}
+
     def acquire(self, name: str, ttl: float = 600.0) -> IndexLease:
         raise _not_configured()
 

@@ -10,9 +10,10 @@ caller: :class:`~neffcache.index.client.IndexClient` buffers and spools them, an
 
 from __future__ import annotations
 
+import math
 import random
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from neffcache.errors import IndexServerError
@@ -118,20 +119,48 @@ class IndexQueries:
         is an IndexServerError: the counts weigh a gate (``upgrade-report``)."""
         params: dict[str, Any] = {"toolchain": toolchain, "since": since, "until": until, "limit": page_size}
         found: dict[str, int] = {}
+
+        def take(row: Any) -> None:
+            path, hits = row["path"], row["hits"]
+            if not isinstance(path, str) or not isinstance(hits, int) or hits < 0:
+                raise TypeError(row)
+            found[path] = found.get(path, 0) + hits
+
+        self._usage_pages("hits", params, take)
+        return found
+
+    def usage_misses(self, *, since: float, until: float, page_size: int = 5000) -> dict[str, tuple[int, float]]:
+        """Entry path -> (misses, last miss) the index counted from ``since`` to ``until``,
+        every page (what ``prune --regret`` matches with eviction tombstones). Malformed
+        answers are an IndexServerError, as :meth:`usage_hits`'s."""
+        params: dict[str, Any] = {"since": since, "until": until, "limit": page_size}
+        found: dict[str, tuple[int, float]] = {}
+
+        def take(row: Any) -> None:
+            path, misses, last = row["path"], row["misses"], row["last_miss"]
+            if (not isinstance(path, str) or isinstance(misses, bool) or not isinstance(misses, int) or misses < 0
+                    or isinstance(last, bool) or not isinstance(last, int | float) or not math.isfinite(last)):
+                raise TypeError(row)
+            count, seen = found.get(path, (0, float(last)))
+            found[path] = (count + misses, max(seen, float(last)))
+
+        self._usage_pages("misses", params, take)
+        return found
+
+    def _usage_pages(self, what: str, params: dict[str, Any], take: Callable[[Any], None]) -> None:
+        """Every row of ``/v1/usage/<what>`` through ``take``, page after page; a row ``take``
+        refuses (TypeError, KeyError) makes the answer malformed."""
         seen: set[str] = set()  # the database's collation orders the cursors, not Python's
         while True:
-            page = self.request("GET", "/v1/usage/hits", params=params)
+            page = self.request("GET", f"/v1/usage/{what}", params=params)
             try:
-                for row in page["hits"]:
-                    path, hits = row["path"], row["hits"]
-                    if not isinstance(path, str) or not isinstance(hits, int) or hits < 0:
-                        raise TypeError(row)
-                    found[path] = found.get(path, 0) + hits
+                for row in page[what]:
+                    take(row)
                 cursor = page.get("next_cursor")
-            except (TypeError, KeyError) as exc:
+            except (TypeError, KeyError, AttributeError) as exc:
                 raise IndexServerError(f"index {self.url}: malformed usage answer ({exc!r:.200})") from None
             if cursor is None:
-                return found
+                return
             if not isinstance(cursor, str) or cursor in seen:
                 raise IndexServerError(f"index {self.url}: usage pages do not move forward (cursor {cursor!r:.200})")
             seen.add(cursor)
@@ -277,6 +306,10 @@ class AskedQuestions:
     def usage_hits(self, toolchain: str, *, since: float, until: float) -> dict[str, int]:
         """Hits per entry path for a toolchain label in a time range (see :meth:`IndexQueries.usage_hits`)."""
         return self.queries.usage_hits(toolchain, since=since, until=until)
+
+    def usage_misses(self, *, since: float, until: float) -> dict[str, tuple[int, float]]:
+        """(Misses, last miss) per entry path in a time range (see :meth:`IndexQueries.usage_misses`)."""
+        return self.queries.usage_misses(since=since, until=until)
 
     def acquire(self, name: str, ttl: float = 600.0) -> IndexLease:
         """Try to take a compile lease; check ``.held``. Raises IndexServerError if the index is down."""

@@ -48,6 +48,10 @@ class Candidate:
     # from the index, which keeps no logs); and its signature.
     failure_class: FailureClass | None = None
     failure_signature: str = ""
+    # What losing it costs (costs.py; read only for a size budget's value policy): the recorded
+    # compile seconds (None: none recorded) and the hits the index counted.
+    compile_seconds: float | None = None
+    hits: int = 0
 
     @property
     def used(self) -> float:

@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
+from neffcache.coordination.evictions import Tombstone, write_tombstones
 from neffcache.coordination.history import ActionItem
 from neffcache.coordination.history import record as record_action
 from neffcache.coordination.lease import acquire
@@ -63,6 +64,10 @@ def describe(plan: PrunePlan) -> str:
     if p.older_than is not None:
         parts.append(f"--older-than {ago(p.older_than)}")
     parts.extend(f"--max-size {store}={limit}" for store, limit in p.max_size.items())
+    if p.max_size:
+        parts.append(f"--policy {p.retention}")
+        if p.pins:
+            parts.append(f"--pin-from-report ({len(p.pins)} graphs) --pin-max-share {p.pin_max_share:g}")
     parts.extend(f"--{name.replace('_', '-')}" for name in ("failed", "stale_locks", "garbage") if getattr(p, name))
     return " ".join(parts)
 
@@ -74,6 +79,15 @@ def _journal(plan: PrunePlan, run: StoreRun, command: str | None) -> None:
     details = {"plan": plan.id, "policy": plan.policy.to_json(), "skipped": len(run.skipped),
                "failed": len(run.failed), "forced": [g.rule for g in plan.guards if g.store == run.store.url]}
     record_action(run.store, "prune", describe(plan), items, details=details, command=command)
+
+
+def _tombstones(plan: PrunePlan, run: StoreRun) -> None:
+    """Leave a tombstone per entry removed for a budget: a later miss on it is a regretted
+    eviction (``prune --regret``)."""
+    now = time.time()
+    evicted = [Tombstone(run.store.url, i.path, i.size, i.cost.costed_seconds, now, i.cost.policy.value)
+               for i in run.removed if i.reason is Reason.SIZE and i.kind is ItemKind.ENTRY and i.cost is not None]
+    write_tombstones(run.store, plan.id, evicted, now=now)
 
 
 # Chunks in flight on a store whose calls wait on a disk or a server: while one thread waits in
@@ -138,6 +152,7 @@ def execute_plan(plan: PrunePlan, stores: Mapping[str, Store] | Iterable[Store],
                     _run_store(run, items, threads, progress, lambda: sum(r.done for r in runs), total)
                 finally:
                     _journal(plan, run, command)
+                    _tombstones(plan, run)
                 store.discard(list(plan.journals.get(url, ())), prune_dirs=True)
     except KeyboardInterrupt:
         stop.set()

@@ -83,7 +83,7 @@ def guard_plan(candidates: Sequence[Candidate], items: Iterable[PruneItem], poli
 
 def budget_guards(budgets: Iterable[Budget], items: Sequence[PruneItem]) -> list[Guard]:
     """A budget the plan cannot meet, on a store it removes entries from for that budget: removing the
-    least recently used entries then serves no stated goal (the rest is protected, or the sizes
+    entries the budget chose then serves no stated goal (the rest is protected, or the sizes
     are not what the operator believed), so it is refused unless forced."""
     out = []
     for b in budgets:

@@ -6,7 +6,7 @@ store (tier), the totals per reason, per toolchain and per tier, what it deliber
 one changes nothing (:func:`neffcache.prune.plan.plan_prune`);
 :func:`neffcache.prune.execute.execute_plan` is the only way to act on it, and execution
 re-checks every item right before removing it. Everything here is a value: this module
-imports nothing else of the package.
+imports nothing else of the package but the retention policy's values (``value``).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 
 from neffcache.entry import FileInfo
 from neffcache.errors import ConfigError
+from neffcache.prune.value import Retention, ValuePolicy
 from neffcache.toolchain import validate_version
 
 DAY = 86400.0
@@ -73,6 +74,13 @@ class PrunePolicy:
     current: str | None = None
     # Quarantined entries older than this go with --garbage (reason quarantine-expired).
     quarantine_days: float = 30.0
+    # What --max-size evicts first (value.py): lowest value density, or least recently used.
+    retention: Retention = Retention.VALUE
+    value: ValuePolicy = field(default_factory=ValuePolicy)
+    # Entry paths a scheduled job needs (--pin-from-report): a budget keeps them whatever their
+    # score, as long as they take at most pin_max_share of the budget.
+    pins: frozenset[str] = frozenset()
+    pin_max_share: float = 0.5
 
     def __post_init__(self) -> None:
         for version in self.keep_compilers:
@@ -85,6 +93,8 @@ class PrunePolicy:
                 raise ConfigError(f"{name.replace('_', '-')} cannot be negative")
         if not 0.0 <= self.max_share <= 1.0:
             raise ConfigError(f"--max-share must be between 0 and 1, not {self.max_share:g}")
+        if not 0.0 <= self.pin_max_share <= 1.0:
+            raise ConfigError(f"--pin-max-share must be between 0 and 1, not {self.pin_max_share:g}")
         if self.quarantine_days < 0:
             raise ConfigError("quarantine_days cannot be negative")
         if self.failed and self.failed_select is FailedSelect.EXPIRED and not self.failed_ttl:
@@ -115,14 +125,17 @@ class PrunePolicy:
                 "failed_select": self.failed_select, "failed_ttl": self.failed_ttl,
                 "stale_locks": self.stale_locks, "garbage": self.garbage, "grace": self.grace,
                 "hit_grace": self.hit_grace, "lock_age": self.lock_age, "max_share": self.max_share,
-                "current": self.current, "quarantine_days": self.quarantine_days}
+                "current": self.current, "quarantine_days": self.quarantine_days,
+                "retention": self.retention.value, "half_life": self.value.half_life,
+                "default_compile_seconds": self.value.default_compile_seconds, "pins": len(self.pins),
+                "pin_max_share": self.pin_max_share}
 
 
 
 class Reason(enum.StrEnum):
     COMPILER = "compiler"  # a toolchain that is not kept
     AGE = "age"  # not used for longer than --older-than
-    SIZE = "size"  # least recently used, over the tier's --max-size budget
+    SIZE = "size"  # lowest value (or least recently used), over the tier's --max-size budget
     FAILED = "failed"  # a cached compiler failure
     STALE_LOCK = "stale-lock"  # a lease or runtime lock whose holder is gone
     GARBAGE = "garbage"  # neffcache's temp files, uncommitted writes, staging, stamps, aborted uploads
@@ -162,14 +175,38 @@ class PruneItem:
     last_used: float | None = None
     basis: Basis | None = None
     token: str | None = None  # the lease token or S3 upload id the plan saw
+    # Size reason only: what the budget weighed (value.py). ``compile_seconds`` is the recorded
+    # time (None: not recorded, costed at the policy's default); ``score`` the value density.
+    cost: Cost | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "store": self.store, "path": self.path, "kind": self.kind.value, "reason": self.reason.value,
             "bytes": self.size, "detail": self.detail, "toolchain": self.toolchain, "layout": self.layout,
             "state": self.state, "last_used": self.last_used,
             "basis": self.basis.value if self.basis else None,
         }
+        if self.cost is not None:
+            out.update(self.cost.to_json())
+        return out
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What a size budget weighed for one evicted entry."""
+
+    policy: Retention
+    compile_seconds: float | None  # recorded; None: costed at ``costed_seconds``, the default
+    costed_seconds: float
+    hits: int
+    score: float  # value density: expected recompute seconds avoided per MiB (value.score)
+    used: float  # the last use the policy weighed (the commit time when no use is recorded)
+    superseded: bool = False  # of an older toolchain than the newest of its target
+
+    def to_json(self) -> dict[str, Any]:
+        return {"policy": self.policy.value, "compile_seconds": self.compile_seconds,
+                "compile_seconds_default": self.compile_seconds is None, "costed_seconds": self.costed_seconds,
+                "hits": self.hits, "score": self.score, "weighed_use": self.used, "superseded": self.superseded}
 
 
 @dataclass(frozen=True)

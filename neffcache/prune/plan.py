@@ -40,6 +40,7 @@ from neffcache.errors import (
 from neffcache.manifest import read_manifest
 from neffcache.operations.scan import ScanReport, entry_at, scan
 from neffcache.prune.candidates import Candidate, created_time, entry_item, index_usage, prefetched, with_failures
+from neffcache.prune.costs import with_costs, with_recorded_costs
 from neffcache.prune.guard import budget_guards, check_keep_filters, guard_plan
 from neffcache.prune.model import ALL_STORES, Basis, Foreign, ItemKind, Kept, PruneItem, PrunePlan, PrunePolicy, Reason
 from neffcache.prune.remove import read_journals
@@ -54,6 +55,7 @@ from neffcache.prune.sweep import (
     sweep_locks,
     sweep_retention,
 )
+from neffcache.prune.value import Retention
 from neffcache.stores.base import Store
 from neffcache.toolchain import Toolchain, compiler_version
 
@@ -162,7 +164,23 @@ def _index_candidates(index: Index, store: Store, policy: PrunePolicy, now: floa
     draft.notes.extend(f"{store.url}: index record not checked, not counted: {why}" for why in problems[:20])
     toolchains = _manifest_toolchains(store, entries) if policy.prunes_compilers else {}
     judge = LockJudge(store, policy, now, {})
-    return [_candidate(store, e, {}, usage, {}, judge, toolchains) for e in entries]
+    mine = {e.path: _candidate(store, e, {}, usage, {}, judge, toolchains) for e in entries}
+    return list(_weighed(store, entries, mine, policy, index, draft).values())
+
+
+def _weighed(store: Store, entries: Sequence[Entry], mine: dict[str, Candidate], policy: PrunePolicy,
+             index: Index | None, draft: _Draft) -> dict[str, Candidate]:
+    """``mine`` with what losing each entry costs where the value policy will evict: a store
+    within its budget has nothing to weigh, and weighing costs one manifest read per entry the
+    index gives no compile time for. The entries are kept for ``--policy lru``, which reads
+    only its victims' manifests once it has chosen them."""
+    limit = policy.budget_for(store.url)
+    if limit is None:
+        return mine
+    draft.entries[store.url] = [e for e in entries if e.committed]
+    if policy.retention is Retention.VALUE and sum(c.size for c in mine.values() if c.committed) > limit:
+        return with_costs(store, entries, mine, index, draft.notes)
+    return mine
 
 
 def _interrupted(store: Store, journals: Mapping[str, Mapping[str, list[str]]],
@@ -203,6 +221,7 @@ class _Draft:
     notes: list[str] = field(default_factory=list)
     journals: dict[str, tuple[str, ...]] = field(default_factory=dict)
     foreign: list[Foreign] = field(default_factory=list)
+    entries: dict[str, list[Entry]] = field(default_factory=dict)  # committed, of stores with a budget
 
 
 @dataclass
@@ -261,6 +280,7 @@ def _list_store(store: Store, policy: PrunePolicy, index: Index | None, now: flo
             for e in (*report.entries, *report.uncommitted)}
     if policy.failed:  # which failures are compiler errors and which the host's: their logs say
         mine = with_failures(store, report.entries, mine)
+    mine = _weighed(store, report.entries, mine, policy, index, draft)
     draft.candidates.extend(mine.values())
     found = read_journals(store, draft.notes)
     draft.journals[store.url] = tuple(found)
@@ -313,6 +333,9 @@ def plan_prune(stores: Sequence[Store], policy: PrunePolicy, *, index: Index | N
     draft.items.extend(selection.items)
     draft.protected.extend(selection.protected)
     draft.notes.extend(selection.notes)
+    if policy.retention is Retention.LRU:
+        for store in stores:
+            draft.items = with_recorded_costs(store, draft.entries.get(store.url, ()), draft.items)
     for one in listed:
         _finish_store(one, policy, now, draft)
     # A lock inside an entry that goes anyway goes with it, as part of the entry.

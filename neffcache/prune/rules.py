@@ -4,7 +4,8 @@ class: compiler errors, environment failures, failures past the failure TTL).
 Rules see :class:`~neffcache.prune.candidates.Candidate` records, not store listings, so the
 same rules run on a scan of a store or on the index server's rows. Each entry gets at most one
 reason, the first rule that selects it in the order compiler, failed, age, size; the size
-budget runs last because it depends on what the other rules leave behind.
+budget runs last because it depends on what the other rules leave behind, and evicts in the
+order of :mod:`neffcache.prune.value` (lowest value density first, or least recently used).
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from neffcache.entry import EntryState
 from neffcache.failures import FailureClass
 from neffcache.prune.candidates import Candidate, entry_item
-from neffcache.prune.model import Basis, Budget, FailedSelect, Kept, PruneItem, PrunePolicy, Reason, ago
+from neffcache.prune.model import Basis, Budget, Cost, FailedSelect, Kept, PruneItem, PrunePolicy, Reason, ago
+from neffcache.prune.value import Retention, compile_seconds, eviction_order, score
 from neffcache.toolchain import version_key
 
 Group = tuple[str | None, int | None]  # (target, lnc); None where the root has no target directory
@@ -140,6 +142,9 @@ def _failed(committed: Sequence[Candidate], policy: PrunePolicy, now: float,
 def _budgets(committed: Sequence[Candidate], policy: PrunePolicy, now: float, stores: Sequence[str],
              chosen: set[tuple[str, str]], take: Callable[[Candidate, Reason, str], None],
              out: Selection) -> None:
+    """Evict in the policy's order (value.py) until each budgeted store fits; pinned graphs
+    (``--pin-from-report``) stay, up to their cap. Entries other rules chose already count as
+    gone: the budget weighs what they leave behind."""
     by_store: dict[str, list[Candidate]] = defaultdict(list)
     for c in committed:
         by_store[c.store].append(c)
@@ -150,16 +155,78 @@ def _budgets(committed: Sequence[Candidate], policy: PrunePolicy, now: float, st
         entries = by_store.get(store, [])
         before = sum(c.size for c in entries)
         size = sum(c.size for c in entries if (store, c.path) not in chosen)
-        # Least recently used first; ties by size, largest first (fewer removals for the same bytes).
-        for c in sorted(entries, key=lambda c: (c.used, -c.size)):
+        old = superseded(entries)
+        pinned = _pinned(entries, policy, limit, old, out)
+        for c in eviction_order(entries, policy.retention, policy.value, _among(old)):
             if size <= limit:
                 break
             if (store, c.path) in chosen:
                 continue
-            take(c, Reason.SIZE, f"over the {limit} B budget; last used {ago(now - c.used)} ago ({c.basis.value})")
+            if c.path in pinned:
+                out.protected.append(Kept(store, c.path, Reason.SIZE, "pinned: a scheduled job needs it "
+                                          "(--pin-from-report)"))
+                continue
+            take(c, Reason.SIZE, _why(c, policy, limit, now, c.path in old))
             if (store, c.path) in chosen:
                 size -= c.size
+                out.items[-1] = replace(out.items[-1], cost=_cost(c, policy, now, c.path in old))
         out.budgets.append(Budget(store, limit, before, size))
         if size > limit:
             out.notes.append(f"{store}: the budget of {limit} B cannot be met ({size} B stay): the rest is "
-                             "protected (recent use, live lease or running compile)")
+                             "protected (recent use, live lease, running compile or a pin)")
+    costed = [it for it in out.items if it.cost is not None and it.cost.compile_seconds is None]
+    if costed and policy.retention is Retention.VALUE:
+        out.notes.append(f"{len(costed)} entries evicted for a budget have no recorded compile time (no manifest "
+                         f"or index record says): costed at the default of "
+                         f"{policy.value.default_compile_seconds:g} s")
+
+
+def superseded(entries: Sequence[Candidate]) -> set[str]:
+    """Paths of entries of an older compiler than the newest of their target and LNC in the
+    same store: after a compiler bump only jobs on the old image can still hit them."""
+    newest: dict[Group, str] = {}
+    for c in entries:
+        if c.compiler_version:
+            group = (c.target, c.lnc)
+            if group not in newest or version_key(c.compiler_version) > version_key(newest[group]):
+                newest[group] = c.compiler_version
+    return {c.path for c in entries
+            if c.compiler_version and c.compiler_version != newest[(c.target, c.lnc)]}
+
+
+def _among(paths: set[str]) -> Callable[[Candidate], bool]:
+    return lambda c: c.path in paths
+
+
+def _pinned(entries: Sequence[Candidate], policy: PrunePolicy, limit: int, old: set[str], out: Selection) -> set[str]:
+    """The pinned paths a budget keeps: the most valuable first, up to ``pin_max_share`` of
+    the budget (a report naming everything must not turn the budget off)."""
+    named = [c for c in entries if c.path in policy.pins]
+    if not named:
+        return set()
+    cap = int(limit * policy.pin_max_share)
+    kept: set[str] = set()
+    used = 0
+    for c in reversed(eviction_order(named, policy.retention, policy.value, lambda c: c.path in old)):
+        if used + c.size <= cap:
+            kept.add(c.path)
+            used += c.size
+    if len(kept) < len(named):
+        out.notes.append(f"{len(named) - len(kept)} of {len(named)} pinned graphs in {entries[0].store} exceed "
+                         f"the pin cap ({policy.pin_max_share:.0%} of the budget, {cap} B): ranked as usual")
+    return kept
+
+
+def _cost(c: Candidate, policy: PrunePolicy, now: float, old: bool) -> Cost:
+    return Cost(policy.retention, c.compile_seconds, compile_seconds(c, policy.value), c.hits,
+                score(c, policy.value, now), c.used, old)
+
+
+def _why(c: Candidate, policy: PrunePolicy, limit: int, now: float, old: bool) -> str:
+    used = f"last used {ago(now - c.used)} ago ({c.basis.value})"
+    if policy.retention is Retention.LRU:
+        return f"over the {limit} B budget, least recently used; {used}"
+    seconds = compile_seconds(c, policy.value)
+    recorded = f"{seconds:.0f} s compile" + ("" if c.compile_seconds is not None else " (default: not recorded)")
+    return (f"over the {limit} B budget, lowest value: {score(c, policy.value, now):.3g} s/MiB ({recorded}, "
+            f"{c.hits} hits, {used})" + ("; superseded toolchain" if old else ""))

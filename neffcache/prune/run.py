@@ -269,8 +269,11 @@ class StoreRun:
                 # A name no index record may have was never registered; its event would get the
                 # whole batch of events refused.
                 if entry.committed and is_canonical_relpath(entry.path):
+                    # A budget's eviction carries the compile seconds it weighed: the index's own
+                    # record of what a later miss of it costs (the store keeps a tombstone too).
                     self.index.record("evict", path=entry.path, key=entry.key, namespace=entry.namespace.path,
                                       toolchain=entry.toolchain, store=self.store.url,
+                                      compile_seconds=item.cost.costed_seconds if item.cost else None,
                                       message=f"prune ({item.reason.value}): {item.detail}")
 
     def _remove_each(self, approved: list[tuple[PruneItem, Entry]], orders: list[list[list[str]]],

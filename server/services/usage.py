@@ -1,7 +1,7 @@
-"""How often each entry was hit: the raw hit events of a window, counted per entry path.
+"""How often each entry was hit, or missed: the raw events of a window, counted per entry path.
 
 The hourly rollups have no path (they would grow with every graph), so this reads the events
-(``ix_events_kind_ts`` narrows them to the window's hits) and is bounded twice: a page holds at
+(``ix_events_kind_ts`` narrows them to the window's hits or misses) and is bounded twice: a page holds at
 most :data:`MAX_PAGE` paths, and the events themselves are kept ``event_retention_days``, so a
 window reaching further back counts only what is left. Pages are keyset-paginated on the path
 (``cursor``: the last path of the previous page), so a page costs the same wherever it starts
@@ -48,3 +48,37 @@ def hits_by_path(session: Session, toolchain: str, since: float, until: float, *
     more = len(rows) > limit
     return HitsPage(toolchain=toolchain, since=since, until=until, hits=page,
                     next_cursor=page[-1].path if more and page else None)
+
+
+class PathMisses(BaseModel):
+    path: str
+    misses: int
+    last_miss: float
+
+
+class MissesPage(BaseModel):
+    toolchain: str | None
+    since: float
+    until: float
+    misses: list[PathMisses]
+    next_cursor: str | None = Field(description="pass as ?cursor= for the next page; null on the last")
+
+
+def misses_by_path(session: Session, toolchain: str | None, since: float, until: float, *, limit: int = 1000,
+                   cursor: str | None = None) -> MissesPage:
+    """Miss events per entry path in ``[since, until)`` (of ``toolchain`` only, when given),
+    paths in order, at most ``limit`` of them after ``cursor``: what a client matches against
+    its stores' eviction tombstones (``prune --regret``). Warm-ups' misses count too: their
+    compiles are paid all the same."""
+    limit = max(1, min(limit, MAX_PAGE))
+    stmt = (select(Event.path, func.count(), func.max(Event.ts))
+            .where(Event.kind == "miss", Event.ts >= since, Event.ts < until, Event.path.is_not(None)))
+    if toolchain is not None:
+        stmt = stmt.where(Event.toolchain == toolchain)
+    if cursor is not None:
+        stmt = stmt.where(Event.path > cursor)
+    rows = session.execute(stmt.group_by(Event.path).order_by(Event.path).limit(limit + 1)).all()
+    page = [PathMisses(path=str(path), misses=int(n), last_miss=float(last)) for path, n, last in rows[:limit]]
+    more = len(rows) > limit
+    return MissesPage(toolchain=toolchain, since=since, until=until, misses=page,
+                      next_cursor=page[-1].path if more and page else None)

@@ -55,3 +55,23 @@ def test_a_malformed_answer_is_an_index_error(tmp_path: Path, pages: list[dict[s
 
 def test_no_index_knows_no_hits() -> None:
     assert NullIndex().usage_hits("t", since=1e9, until=2e9) == {}
+
+
+@pytest.mark.parametrize("pages", [
+    [{"misses": [{"path": "a", "misses": 1, "last_miss": "yesterday"}], "next_cursor": None}],
+    [{"misses": [{"path": "a", "misses": -2, "last_miss": 1.0}], "next_cursor": None}],
+    [{"misses": [{"path": "a", "misses": True, "last_miss": 1.0}], "next_cursor": None}],
+    [{"misses": [{"path": 7, "misses": 1, "last_miss": 1.0}], "next_cursor": None}],
+    [{"misses": "all of them"}],
+    [{"misses": [], "next_cursor": "a"}, {"misses": [], "next_cursor": "a"}],
+])
+def test_a_malformed_misses_answer_is_an_index_error(tmp_path: Path, pages: list[dict[str, Any]]) -> None:
+    """Misses judge evictions (``prune --regret``): an answer that is not a list of (path,
+    count, last miss) is refused, not half-read."""
+    client, _ = _client(tmp_path, pages)
+    try:
+        with pytest.raises(IndexServerError):
+            client.usage_misses(since=1e9, until=2e9)
+    finally:
+        client.close()
+    assert NullIndex().usage_misses(since=1e9, until=2e9) == {}

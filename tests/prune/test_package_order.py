@@ -7,7 +7,8 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "neffcache" / "prune"
-ORDER = ["model", "candidates", "rules", "sweep", "guard", "remove", "plan", "reserve", "run", "execute"]
+ORDER = ["value", "model", "candidates", "costs", "rules", "sweep", "guard", "remove", "plan", "reserve", "run",
+         "execute"]
 
 
 def _modules() -> dict[str, ast.Module]:

@@ -14,6 +14,7 @@ from neffcache.errors import RefusedPlan
 from neffcache.operations.scan import load_entry, scan
 from neffcache.operations.verify import CheckStatus, verify
 from neffcache.prune import ItemKind, PrunePolicy, Reason, execute_plan, plan_prune
+from neffcache.prune.value import Retention
 from neffcache.stores.base import Store
 from tests.prune.helpers import (
     LEGACY,
@@ -113,7 +114,7 @@ def test_size_budget_lru(store: Store) -> None:
     record_use(store, [entries[0]])  # the oldest entry is the most recently used one
     sizes = {e.path: e.size for e in scan(store).entries}
     budget = sizes[entries[0]] + sizes[entries[2]] + 100
-    plan = plan_prune([store], PrunePolicy(max_size={store.url: budget}, hit_grace=0))
+    plan = plan_prune([store], PrunePolicy(max_size={store.url: budget}, hit_grace=0, retention=Retention.LRU))
     assert [i.path for i in plan.items] == [entries[1]]  # least recently used first
     (b,) = plan.budgets
     assert b.met and b.size_before == sum(sizes.values()) and b.size_after <= budget

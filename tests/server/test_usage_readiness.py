@@ -1,5 +1,6 @@
-"""/v1/usage/hits (hits per entry in a window, paginated) and /v1/upgrades/readiness (the
-hit-weighted share of an old toolchain's graphs the new one holds), on SQLite and PostgreSQL."""
+"""/v1/usage/hits and /v1/usage/misses (hits and misses per entry in a window, paginated) and
+/v1/upgrades/readiness (the hit-weighted share of an old toolchain's graphs the new one holds),
+on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -54,6 +55,29 @@ def test_hits_per_entry_in_a_window_page_by_page(server: LiveServer, tokens: Tok
         assert client.usage_hits(NEW_NAMESPACE, since=now - 30 * 86400, until=now) == {paths[2]: 2}
     finally:
         client.close()
+
+
+def test_misses_per_entry_with_their_last_miss(server: LiveServer, tokens: Tokens, writer: httpx.Client,
+                                              tmp_path: Any) -> None:
+    """What ``prune --regret`` matches with eviction tombstones: every toolchain's misses."""
+    now = time.time()
+    paths = [f"{NAMESPACE}/MODULE_{i}+abcd0000" for i in range(3)]
+    batch = [event("miss", path=paths[0], ts=now - 100 - i) for i in range(3)]
+    batch += [event("miss", path=paths[1], ts=now - 50, toolchain=NEW_TOOLCHAIN, namespace=NEW_NAMESPACE)]
+    batch += [event("miss", path=paths[2], ts=now - 40 * 86400), event("hit", path=paths[2], ts=now - 10)]
+    writer.post("/v1/events", json=batch).raise_for_status()
+    page = writer.get("/v1/usage/misses", params={"since": now - 86400, "until": now, "limit": 1}).json()
+    assert [row["path"] for row in page["misses"]] == [paths[0]] and page["next_cursor"] == paths[0]
+    only_new = writer.get("/v1/usage/misses", params={"toolchain": NEW_NAMESPACE, "until": now}).json()
+    assert [row["path"] for row in only_new["misses"]] == [paths[1]]
+    client = IndexClient(server.url, tokens.read, spool_dir=tmp_path / "spool")
+    try:
+        found = client.usage_misses(since=now - 86400, until=now)
+    finally:
+        client.close()
+    assert {p: n for p, (n, _) in found.items()} == {paths[0]: 3, paths[1]: 1}
+    assert found[paths[0]][1] == pytest.approx(now - 100)
+    assert writer.get("/v1/usage/misses", params={"since": 2e9, "until": 1.9e9}).status_code == 422
 
 
 @pytest.mark.parametrize("params", [
