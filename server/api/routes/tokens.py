@@ -62,4 +62,4 @@ def revoke_token(
 async def whoami(access: ReadAccess) -> WhoAmI:
     """Which token the request authenticated as, and its scope."""
     who = access.principal
-    return WhoAmI(name=who.name, scope=who.scope, anonymous=who.anonymous)
+    return WhoAmI(name=who.name, scope=who.scope, anonymous=who.anonymous, team=who.team, prefixes=list(who.prefixes))
