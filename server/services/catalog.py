@@ -354,14 +354,20 @@ def _render(session: Session, rows: Sequence[Entry]) -> list[EntryOut]:
 def foreign_locations(session: Session, pairs: Sequence[tuple[str, str | None]],
                       writer: Writer) -> dict[tuple[str, str], str]:
     """Of the locations ``pairs`` name ((path, store); store None: all of the entry's), those
-    ``writer`` may not remove, with the token that added each."""
+    ``writer`` may not remove, with the token that added each. One SELECT per thousand paths
+    (prune reports its evictions in batches of thousands), only of locations not the writer's."""
     if writer.admin or not pairs:
         return {}
-    found: dict[tuple[str, str], str] = {}
+    wanted: dict[str, set[str | None]] = defaultdict(set)
     for path, store in pairs:
-        stmt = (select(EntryLocation.store, EntryLocation.writer).join(Entry, Entry.id == EntryLocation.entry_id)
-                .where(Entry.path == path))
-        if store is not None:
-            stmt = stmt.where(EntryLocation.store == store)
-        found.update({(path, held): owner for held, owner in session.execute(stmt) if not writer.owns(owner)})
+        wanted[path].add(store)
+    paths = sorted(wanted)
+    found: dict[tuple[str, str], str] = {}
+    for start in range(0, len(paths), RENDER_BATCH):
+        stmt = (select(Entry.path, EntryLocation.store, EntryLocation.writer)
+                .join(Entry, Entry.id == EntryLocation.entry_id)
+                .where(Entry.path.in_(paths[start:start + RENDER_BATCH]),
+                       EntryLocation.writer.not_in(["", writer.name])))
+        found.update({(path, store): owner for path, store, owner in session.execute(stmt)
+                      if None in wanted[path] or store in wanted[path]})
     return found
