@@ -152,6 +152,8 @@ def _upsert(session: Session, conn: Connection, records: Sequence[EntryIn], now:
     changes = {name: stmt.excluded[name] for name in _MUTABLE}
     changes.update({name: func.coalesce(stmt.excluded[name], entries.c[name]) for name in _KEPT_WHEN_UNKNOWN})
     guard = None if writer.admin else (entries.c.writer == "") | (entries.c.writer == writer.name)
+    if writer.admin:  # an admin repairs a record on its owner's behalf: it stays the owner's
+        changes["writer"] = func.coalesce(func.nullif(entries.c.writer, ""), stmt.excluded.writer)
     stmt = stmt.on_conflict_do_update(index_elements=[entries.c.path], set_=changes, where=guard).returning(
         entries.c.id, entries.c.path)
     rows = [{**_entry_row(r, now), "writer": writer.name} for r in records]

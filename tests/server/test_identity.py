@@ -80,6 +80,7 @@ def test_another_token_cannot_overwrite_a_record(clients: Clients) -> None:
     assert _register(clients.alice, {**mine, "size": 7}).status_code == 200
     assert _register(clients.admin, {**mine, "size": 8}).status_code == 200
     assert _lookup(clients.reader, mine["path"])["size"] == 8
+    assert _register(clients.alice, {**mine, "size": 9}).status_code == 200  # an admin's repair keeps the owner
 
 
 def test_another_token_cannot_forget_a_location(clients: Clients) -> None:
