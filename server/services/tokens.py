@@ -123,7 +123,17 @@ def list_tokens(session: Session, *, include_revoked: bool = True) -> list[Token
     stmt = select(Token).order_by(Token.created, Token.id)
     if not include_revoked:
         stmt = stmt.where(Token.revoked.is_(None))
-    return [_info(row) for row in session.scalars(stmt)]
+    return [_listed(row) for row in session.scalars(stmt)]
+
+
+def _listed(row: Token) -> TokenInfo:
+    """A token as listed: one whose prefixes do not parse (it is refused, see verify_token) is
+    shown with that said, so the operator sees which one to revoke."""
+    try:
+        return _info(row)
+    except DamagedToken:
+        return TokenInfo(id=row.id, name=row.name, scope=row.scope, created=row.created, last_used=row.last_used,
+                         revoked=row.revoked, team=row.team, prefixes=("(unreadable: refused)",))
 
 
 def revoke_token(session: Session, id_or_name: str) -> TokenInfo | None:

@@ -187,3 +187,16 @@ def test_token_teams_and_prefixes_are_checked_at_creation(server: LiveServer, cl
         assert clients.admin.post("/v1/tokens", json={"name": reserved, "scope": "write"}).status_code == 409
     with server.client(made.json()["token"]) as created:
         assert created.get("/v1/whoami").json()["name"] == "pr-9"
+
+
+def test_a_token_whose_prefixes_do_not_parse_is_refused_not_unlimited(server: LiveServer, clients: Clients) -> None:
+    """Bytes from the database are untrusted too: damaged prefixes must not read as "anywhere"."""
+    from sqlalchemy import text
+
+    secret = _token(server, "damaged", prefixes=["pr-1/"])
+    with server.db.write() as session:
+        session.execute(text("UPDATE tokens SET prefixes = :junk WHERE name = 'damaged'"), {"junk": '{"not": "a list"'})
+    with server.client(secret) as damaged:
+        assert damaged.post("/v1/entries", json=[entry(9, namespace="main/ns")]).status_code == 401
+    listed = {t["name"]: t for t in clients.admin.get("/v1/tokens").json()}
+    assert listed["damaged"]["prefixes"] == ["(unreadable: refused)"]
