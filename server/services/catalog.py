@@ -44,12 +44,13 @@ class EntryFilter:
     store: str | None = None
     tags: dict[str, str] = field(default_factory=dict)
     unused_since: float | None = None
+    writer: str | None = None  # the token that registered the record (services/identity.py)
 
     def apply(self, stmt: Select[Entry]) -> Select[Entry]:
         for column, value in ((Entry.key, self.key), (Entry.namespace, self.namespace),
                               (Entry.toolchain, self.toolchain),
                               (Entry.compiler_version, self.compiler_version),
-                              (Entry.target, self.target), (Entry.lnc, self.lnc)):
+                              (Entry.target, self.target), (Entry.lnc, self.lnc), (Entry.writer, self.writer)):
             if value is not None:
                 stmt = stmt.where(column == value)
         if self.states:

@@ -81,6 +81,9 @@ def test_another_token_cannot_overwrite_a_record(clients: Clients) -> None:
     assert _register(clients.admin, {**mine, "size": 8}).status_code == 200
     assert _lookup(clients.reader, mine["path"])["size"] == 8
     assert _register(clients.alice, {**mine, "size": 9}).status_code == 200  # an admin's repair keeps the owner
+    owned = clients.reader.get("/v1/entries", params={"writer": "alice"}).json()["entries"]
+    assert [e["path"] for e in owned] == [mine["path"]]
+    assert clients.reader.get("/v1/entries", params={"writer": "mallory"}).json()["entries"] == []
 
 
 def test_another_token_cannot_forget_a_location(clients: Clients) -> None:

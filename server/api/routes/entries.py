@@ -77,6 +77,8 @@ def list_entries(
     unused_since: Annotated[float | None, Query(ge=0, le=1e11, allow_inf_nan=False,
                                                 description="only entries not hit since this epoch time")]
     = None,
+    writer: Annotated[str | None, Query(max_length=64, pattern=r"^[^\x00-\x1f\x7f]*$",
+                                        description="only entries whose record this token registered")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     cursor: Annotated[int | None, Query(ge=0, le=2**62)] = None,
 ) -> EntryPage:
@@ -84,7 +86,7 @@ def list_entries(
     where = catalog.EntryFilter(
         key=key, namespace=namespace, toolchain=toolchain, compiler_version=compiler_version, target=target,
         lnc=lnc, states=tuple(state or ()), store=store,
-        tags=dict(item.split("=", 1) for item in (tag or [])), unused_since=unused_since,
+        tags=dict(item.split("=", 1) for item in (tag or [])), unused_since=unused_since, writer=writer,
     )
     with access.db.read() as session:
         return catalog.list_entries(session, where, limit=limit, cursor=cursor)
