@@ -48,6 +48,7 @@ import httpx
 from bench.index_load import Generator, Load, request
 from neffcache.index.records import new_event_id
 from neffcache.server.services import catalog
+from neffcache.server.services.identity import Writer
 from neffcache.server.services.records import EntryIn
 from neffcache.server.storage.db import Database, migrate
 
@@ -144,12 +145,15 @@ def database(kind: str, workdir: Path) -> Iterator[str]:
             conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
 
 
+BENCH_WRITER = Writer("bench")  # seeded entries are the bench token's
+
+
 def seed(url: str, count: int) -> float:
     db = Database(url, pool_size=2)
     migrate(db.engine)
     started = time.perf_counter()
     for batch in entry_records(count):
-        db.transact(lambda s, batch=batch: catalog.register_entries(s, batch, time.time()))
+        db.transact(lambda s, batch=batch: catalog.register_entries(s, batch, time.time(), BENCH_WRITER))
     if db.dialect == "postgresql":
         with db.engine.connect() as conn:
             conn.exec_driver_sql("ANALYZE")

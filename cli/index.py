@@ -108,8 +108,8 @@ def _stats_text(data: dict[str, Any]) -> str:
 @click.option("--token", metavar="TOKEN", help="A read token (NEFFCACHE_TOKEN).")
 @click.option("--window", default="7d", show_default=True, callback=index_window,
               help="How far back: 24h, 7d, 2w, 90m, or seconds.")
-@click.option("--group-by", type=click.Choice(["team", "model", "instance_type", "toolchain"]), default="team",
-              show_default=True)
+@click.option("--group-by", type=click.Choice(["team", "model", "instance_type", "toolchain", "producer"]),
+              default="team", show_default=True, help="producer: the token that reported the events.")
 @click.option("--team", help="Only this team.")
 @click.option("--model", help="Only this model.")
 @json_option

@@ -226,18 +226,26 @@ def token_group() -> None:
 @click.option("--scope", type=click.Choice(["read", "write", "admin"]), default="read", show_default=True,
               help="read: stats, lookups, dashboard; write: also register entries, send events, leases; "
                    "admin: also manage tokens.")
+@click.option("--team", default="", metavar="TEAM",
+              help="The team the token reports for: its events count for TEAM only, and no other token "
+                   "without a team may report for TEAM.")
+@click.option("--prefix", "prefixes", multiple=True, metavar="PREFIX",
+              help="Write only entries under PREFIX (an entry path, e.g. pr-123/) or stores under it "
+                   "(a URL, e.g. s3://bucket/pr/123/); repeatable. Default: anywhere.")
 @_database_options
 @json_option
 @_database_errors
-def token_create(name: str, scope: str, database_url: str | None, data_dir: Path | None, as_json: bool) -> None:
+def token_create(name: str, scope: str, team: str, prefixes: tuple[str, ...], database_url: str | None,
+                 data_dir: Path | None, as_json: bool) -> None:
     """Create a token and print it once (only its hash is stored).
 
     \b
-    Example:
-      export NEFFCACHE_TOKEN=$(neffcache token create ci-warmers --scope write)
+    Examples:
+      export NEFFCACHE_TOKEN=$(neffcache token create ci-warmers --scope write --team search)
+      neffcache token create pr-123 --scope write --prefix s3://bucket/pr/123/
     """
     with _open_admin(_server_settings(database_url, data_dir)) as admin:
-        info, secret = admin.create_token(name, scope)
+        info, secret = admin.create_token(name, scope, team=team, prefixes=prefixes)
     if as_json:
         emit_json({**info.to_json(), "token": secret})
         return
@@ -265,9 +273,9 @@ def token_list(database_url: str | None, data_dir: Path | None, as_json: bool) -
         click.echo(f"no tokens; create one with `neffcache token create ci --scope write"
                    f"{same_database(database_url, data_dir)}`")
         return
-    rows = [[t.name, t.id, t.scope, _when(t.created), _when(t.last_used), "revoked " + _when(t.revoked)
-             if t.revoked else "active"] for t in found]
-    click.echo(table(rows, ["name", "id", "scope", "created", "last used", "status"]))
+    rows = [[t.name, t.id, t.scope, t.team or "-", " ".join(t.prefixes) or "*", _when(t.created),
+             _when(t.last_used), "revoked " + _when(t.revoked) if t.revoked else "active"] for t in found]
+    click.echo(table(rows, ["name", "id", "scope", "team", "prefixes", "created", "last used", "status"]))
 
 
 @token_group.command("revoke")

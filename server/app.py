@@ -34,6 +34,7 @@ from neffcache.server.config import ServerSettings
 from neffcache.server.connections import GuardedConfig, Limits, connection_cap
 from neffcache.server.observability.metrics import Metrics
 from neffcache.server.observability.middleware import BodyLimit, RequestMetrics
+from neffcache.server.services.identity import Forbidden
 from neffcache.server.services.prices import prices_of
 from neffcache.server.storage.db import Database, migrate
 from neffcache.server.ui import dashboard
@@ -80,6 +81,14 @@ def _install_handlers(app: FastAPI) -> None:
                 {"loc": ["body"], "msg": why, "type": "json_invalid"}]},
                 status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
         return await http_exception_handler(request, exc)
+
+    @app.exception_handler(Forbidden)
+    async def _forbidden(request: Request, exc: Forbidden) -> JSONResponse:
+        # A write the token's identity may not make (services/identity.py). The refused items of a
+        # batch are named as a 422 names invalid ones, so a client sets them aside and sends the rest.
+        errors = [{"loc": ["body", item.index, item.field], "msg": item.reason, "type": "forbidden"}
+                  for item in exc.items]  # at most a batch (MAX_BATCH): every one, so one resend suffices
+        return JSONResponse({"detail": str(exc), "errors": errors}, status_code=status.HTTP_403_FORBIDDEN)
 
     @app.exception_handler(OperationalError)
     async def _database_down(request: Request, exc: OperationalError) -> JSONResponse:

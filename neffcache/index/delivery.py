@@ -2,7 +2,10 @@
 
 A batch the index refuses for a reason that can change (down, overloaded, a token or deployment
 problem) is kept to be sent again; one it refuses as invalid is set aside (:class:`Rejected`),
-and when the server names the invalid items only those are, the rest of the batch is sent.
+and when the server names the invalid items only those are, the rest of the batch is sent. A
+403 that names items is of the second kind: the token may write, but not those (another
+token's entry, another team, outside its prefixes), and sending them again cannot change that,
+while keeping them would hold every later batch behind them.
 :func:`deliver_spooled` sends the spooled batches oldest first and stops at the first sign the
 index cannot take them; :class:`~neffcache.index.client.IndexClient` decides when to call it
 and what the outcome means for its cool-down.
@@ -39,7 +42,9 @@ def send_batch(queries: IndexQueries, kind: str, items: list[dict[str, Any]], co
     try:
         body = queries.request("POST", _PATHS[kind], json=items, attempts=attempts)
     except IndexServerError as exc:
-        if exc.status is None or exc.status in RETRY_STATUS or exc.status in KEEP_STATUS or exc.status >= 500:
+        if exc.status is None or exc.status in RETRY_STATUS or exc.status >= 500:
+            raise
+        if exc.status in KEEP_STATUS and not (exc.status == 403 and _bad_indexes(exc, len(items))):
             raise
         if kind == "entries" and _refused_newer_fields(exc):
             older = [{k: v for k, v in item.items() if k not in NEWER_ENTRY_FIELDS} for item in items]

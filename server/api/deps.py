@@ -27,6 +27,7 @@ from neffcache.server.api.auth_limits import FailedTokens
 from neffcache.server.config import ServerSettings
 from neffcache.server.observability.metrics import Metrics
 from neffcache.server.services import tokens
+from neffcache.server.services.identity import Writer
 from neffcache.server.storage.db import Database
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,13 @@ class Principal:
     name: str
     scope: str
     anonymous: bool = False
+    team: str = ""  # what the token may write: services/identity.py
+    prefixes: tuple[str, ...] = ()
+
+    @property
+    def writer(self) -> Writer:
+        """The identity a write of this principal is recorded under and held to."""
+        return Writer(name=self.name, team=self.team, prefixes=self.prefixes, admin=self.scope == "admin")
 
 
 @dataclass
@@ -139,7 +147,7 @@ def _identify(state: AppState, presented: str, client: str | None) -> Principal 
                 tokens.touch_token(session, info.id, time.time())
         except Exception:  # a busy database must not fail the request this stamp rides on
             log.debug("could not stamp last_used of token %s", info.id, exc_info=True)
-    return Principal(name=info.name, scope=info.scope)
+    return Principal(name=info.name, scope=info.scope, team=info.team, prefixes=info.prefixes)
 
 
 def check_access(state: AppState, presented: str | None, scope: str, client: str | None = None) -> Principal:
@@ -174,6 +182,10 @@ class Access:
     @property
     def db(self) -> Database:
         return self.state.db
+
+    @property
+    def writer(self) -> Writer:
+        return self.principal.writer
 
 
 def require(scope: str) -> Callable[..., Awaitable[Access]]:

@@ -37,6 +37,8 @@ class WhoAmI(BaseModel):
     name: str
     scope: str
     anonymous: bool
+    team: str = Field(default="", description="the team its events count for; none if empty")
+    prefixes: list[str] = Field(default_factory=list, description="where it may write; anywhere if none")
 
 
 class Problem(BaseModel):

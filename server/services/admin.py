@@ -130,10 +130,12 @@ class IndexAdmin:
             return bool(tokens.list_tokens(session, include_revoked=False))
 
     @_plain_errors
-    def create_token(self, name: str, scope: str) -> tuple[TokenInfo, str]:
-        """The new token and its secret (only its hash is stored)."""
+    def create_token(self, name: str, scope: str, *, team: str = "",
+                     prefixes: tuple[str, ...] = ()) -> tuple[TokenInfo, str]:
+        """The new token and its secret (only its hash is stored); ``team`` and ``prefixes``
+        bound what it may write (server/services/identity.py)."""
         with self._db.write() as session:
-            created: tuple[TokenInfo, str] = tokens.create_token(session, name, scope)
+            created: tuple[TokenInfo, str] = tokens.create_token(session, name, scope, team=team, prefixes=prefixes)
         return created
 
     @_plain_errors

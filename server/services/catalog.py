@@ -19,12 +19,13 @@ from sqlalchemy import ColumnElement, Connection, Select, bindparam, delete, exi
 from sqlalchemy.orm import Session
 
 from neffcache.server.services import rendering
+from neffcache.server.services.identity import Forbidden, Refusal, Writer, refuse
 from neffcache.server.services.records import EntryIn, EntryOut, EntryPage, ForgetResult, toolchain_label
 from neffcache.server.storage.db import Database, string_list, upsert
 from neffcache.server.storage.models import Entry, EntryLocation, EntryTag, table_of
 
 _MUTABLE = ("layout", "key", "namespace", "compiler_version", "target", "lnc", "toolchain", "state",
-            "size", "neff_sha256", "updated", "producer", "compile_seconds")
+            "size", "neff_sha256", "updated", "producer", "compile_seconds", "writer")
 # The graph's inputs: a registration that does not know them (an older client, a store without
 # manifests) keeps what an earlier one said, since the same path is the same graph.
 _KEPT_WHEN_UNKNOWN = ("hlo_sha256", "hlo_size", "flags")
@@ -43,12 +44,13 @@ class EntryFilter:
     store: str | None = None
     tags: dict[str, str] = field(default_factory=dict)
     unused_since: float | None = None
+    writer: str | None = None  # the token that registered the record (services/identity.py)
 
     def apply(self, stmt: Select[Entry]) -> Select[Entry]:
         for column, value in ((Entry.key, self.key), (Entry.namespace, self.namespace),
                               (Entry.toolchain, self.toolchain),
                               (Entry.compiler_version, self.compiler_version),
-                              (Entry.target, self.target), (Entry.lnc, self.lnc)):
+                              (Entry.target, self.target), (Entry.lnc, self.lnc), (Entry.writer, self.writer)):
             if value is not None:
                 stmt = stmt.where(column == value)
         if self.states:
@@ -65,27 +67,35 @@ class EntryFilter:
         return stmt
 
 
-def register_entries(session: Session, records: Sequence[EntryIn], now: float) -> int:
+def register_entries(session: Session, records: Sequence[EntryIn], now: float, writer: Writer) -> int:
+    """Register ``records`` as ``writer``'s: its records and locations, or (for an entry another
+    token registered) only its location, when it claims the same bytes. Anything else it may not
+    write refuses the whole batch (Forbidden, naming the items; services/identity.py)."""
+    refuse("registration outside the token's prefixes", [
+        refusal for i, r in enumerate(records) for refusal in writer.scope_refusals(i, r.path, r.namespace, r.store)])
     by_path = {record.path: record for record in records}  # last registration in a batch wins
+    index_of = {record.path: i for i, record in enumerate(records)}
     # Sorted so concurrent batches lock entry rows in one order and cannot deadlock.
     ordered = [by_path[path] for path in sorted(by_path)]
     if not ordered:
         return 0
     conn = session.connection()
-    # executemany (batched by SQLAlchemy into multi-row statements, compiled once).
-    entries = table_of(Entry)
-    stmt = upsert(session, entries)
-    changes = {name: stmt.excluded[name] for name in _MUTABLE}
-    changes.update({name: func.coalesce(stmt.excluded[name], entries.c[name]) for name in _KEPT_WHEN_UNKNOWN})
-    stmt = stmt.on_conflict_do_update(index_elements=[entries.c.path], set_=changes).returning(
-        entries.c.id, entries.c.path, sort_by_parameter_order=True)
-    ids = {path: entry_id for entry_id, path in conn.execute(stmt, [_entry_row(r, now) for r in ordered])}
+    ids = _joined(conn, ordered, writer, index_of, _owners(conn, sorted(by_path)))
+    mine = [r for r in ordered if r.path not in ids]
+    ids.update(_upsert(session, conn, mine, now, writer))
+    # A row another token inserted between our look and our upsert (PostgreSQL): the upsert's
+    # WHERE left it alone under its row lock; judged now like the rows we saw.
+    late = [r for r in mine if r.path not in ids]
+    if late:
+        ids.update(_joined(conn, late, writer, index_of, _owners(conn, [r.path for r in late])))
+        mine = [r for r in mine if r.path not in {x.path for x in late}]
     # Every (path, store) pair of the batch is a location, even when one entry came from two stores.
     pairs = sorted({(r.path, r.store) for r in records})
     conn.execute(upsert(session, table_of(EntryLocation)).on_conflict_do_nothing(),
-                 [{"entry_id": ids[path], "store": store, "added": now} for path, store in pairs])
+                 [{"entry_id": ids[path], "store": store, "added": now, "writer": writer.name}
+                  for path, store in pairs])
     tags = [{"entry_id": ids[r.path], "name": name, "value": value}
-            for r in ordered for name, value in sorted(r.tags.items())]
+            for r in mine for name, value in sorted(r.tags.items())]
     if tags:
         table = table_of(EntryTag)
         tag_stmt = upsert(session, table)
@@ -93,6 +103,62 @@ def register_entries(session: Session, records: Sequence[EntryIn], now: float) -
                                                     set_={"value": tag_stmt.excluded.value}), tags)
     render_entries(conn, sorted(ids.values()))
     return len(ordered)
+
+
+_Owner = tuple[int, str, str, int, str | None]  # id, writer, state, size, neff_sha256
+
+
+def _owners(conn: Connection, paths: Sequence[str]) -> dict[str, _Owner]:
+    """The existing rows of ``paths``, locked (FOR UPDATE on PostgreSQL; SQLite has one writer)."""
+    entries = table_of(Entry)
+    found: dict[str, _Owner] = {}
+    for start in range(0, len(paths), RENDER_BATCH):
+        stmt = (select(entries.c.path, entries.c.id, entries.c.writer, entries.c.state, entries.c.size,
+                       entries.c.neff_sha256).where(entries.c.path.in_(paths[start:start + RENDER_BATCH]))
+                .order_by(entries.c.path).with_for_update())
+        found.update({path: (entry_id, owner, state, size, digest)
+                      for path, entry_id, owner, state, size, digest in conn.execute(stmt)})
+    return found
+
+
+def _joined(conn: Connection, records: Sequence[EntryIn], writer: Writer, index_of: dict[str, int],
+            owners: dict[str, _Owner]) -> dict[str, int]:
+    """The ids of the records registered by another token that ``writer`` may only add a location
+    to: they claim the same bytes. A claim of other bytes refuses the batch."""
+    joined: dict[str, int] = {}
+    refusals = []
+    for record in records:
+        found = owners.get(record.path)
+        if found is None or writer.owns(found[1]):
+            continue
+        entry_id, owner, state, size, digest = found
+        if (state, size, digest) == (record.state, record.size, record.neff_sha256):
+            joined[record.path] = entry_id
+            continue
+        refusals.append(Refusal(index_of[record.path], "neff_sha256",
+                                f"entry {record.path!r} is registered by token {owner!r} as other bytes "
+                                f"({state}, {size} bytes, sha256 {digest}); only it or an admin may change it"))
+    refuse("registration of another token's entry", refusals)
+    return joined
+
+
+def _upsert(session: Session, conn: Connection, records: Sequence[EntryIn], now: float,
+            writer: Writer) -> dict[str, int]:
+    """Insert or update the records ``writer`` may write; the ids of the rows it wrote."""
+    if not records:
+        return {}
+    # executemany (batched by SQLAlchemy into multi-row statements, compiled once).
+    entries = table_of(Entry)
+    stmt = upsert(session, entries)
+    changes = {name: stmt.excluded[name] for name in _MUTABLE}
+    changes.update({name: func.coalesce(stmt.excluded[name], entries.c[name]) for name in _KEPT_WHEN_UNKNOWN})
+    guard = None if writer.admin else (entries.c.writer == "") | (entries.c.writer == writer.name)
+    if writer.admin:  # an admin repairs a record on its owner's behalf: it stays the owner's
+        changes["writer"] = func.coalesce(func.nullif(entries.c.writer, ""), stmt.excluded.writer)
+    stmt = stmt.on_conflict_do_update(index_elements=[entries.c.path], set_=changes, where=guard).returning(
+        entries.c.id, entries.c.path)
+    rows = [{**_entry_row(r, now), "writer": writer.name} for r in records]
+    return {path: entry_id for entry_id, path in conn.execute(stmt, rows)}
 
 
 def render_entries(conn: Connection, ids: Sequence[int]) -> None:
@@ -246,14 +312,20 @@ def list_entries(session: Session, where: EntryFilter, *, limit: int, cursor: in
     return EntryPage(entries=_render(session, rows), next_cursor=rows[-1].id if more else None)
 
 
-def forget_entry(session: Session, path: str, store: str | None) -> ForgetResult | None:
-    """Remove one store's location (or all); the entry goes when no store holds it any more."""
+def forget_entry(session: Session, path: str, store: str | None, writer: Writer) -> ForgetResult | None:
+    """Remove one store's location (or all); the entry goes when no store holds it any more.
+    Forbidden when a location to remove is another token's (services/identity.py)."""
     entry_id = session.scalar(select(Entry.id).where(Entry.path == path).with_for_update())
     if entry_id is None:
         return None
     stmt = delete(EntryLocation).where(EntryLocation.entry_id == entry_id)
     if store is not None:
         stmt = stmt.where(EntryLocation.store == store)
+    foreign = foreign_locations(session, [(path, store)], writer)
+    if foreign:
+        (_, held), owner = next(iter(foreign.items()))
+        raise Forbidden(f"store {held!r} of entry {path!r} was added by token {owner!r}; "
+                        "only it or an admin may forget it")
     removed = session.execute(stmt).rowcount  # type: ignore[attr-defined]
     left = session.scalar(select(func.count()).where(EntryLocation.entry_id == entry_id))
     gone = not left
@@ -280,3 +352,25 @@ def _render(session: Session, rows: Sequence[Entry]) -> list[EntryOut]:
         ):
             tags[entry_id][name] = value
     return [EntryOut.model_validate(entry_json(row, stores[row.id], tags[row.id])) for row in rows]
+
+
+def foreign_locations(session: Session, pairs: Sequence[tuple[str, str | None]],
+                      writer: Writer) -> dict[tuple[str, str], str]:
+    """Of the locations ``pairs`` name ((path, store); store None: all of the entry's), those
+    ``writer`` may not remove, with the token that added each. One SELECT per thousand paths
+    (prune reports its evictions in batches of thousands), only of locations not the writer's."""
+    if writer.admin or not pairs:
+        return {}
+    wanted: dict[str, set[str | None]] = defaultdict(set)
+    for path, store in pairs:
+        wanted[path].add(store)
+    paths = sorted(wanted)
+    found: dict[tuple[str, str], str] = {}
+    for start in range(0, len(paths), RENDER_BATCH):
+        stmt = (select(Entry.path, EntryLocation.store, EntryLocation.writer)
+                .join(Entry, Entry.id == EntryLocation.entry_id)
+                .where(Entry.path.in_(paths[start:start + RENDER_BATCH]),
+                       EntryLocation.writer.not_in(["", writer.name])))
+        found.update({(path, store): owner for path, store, owner in session.execute(stmt)
+                      if None in wanted[path] or store in wanted[path]})
+    return found

@@ -22,7 +22,8 @@ from sqlalchemy import Double, delete, select
 from sqlalchemy.orm import Session
 
 from neffcache.index.records import event_source
-from neffcache.server.services import catalog
+from neffcache.server.services import catalog, tokens
+from neffcache.server.services.identity import Refusal, Writer, refuse
 from neffcache.server.services.records import EventIn, toolchain_label
 from neffcache.server.storage.driver_sql import DriverSQL, marks, slices, values
 from neffcache.server.storage.models import Entry, Event, EventRollup
@@ -41,35 +42,38 @@ def hour_of(ts: float) -> int:
 
 # The columns of an event row, in the order of the tuples below (storage/models.py: Event).
 EVENT_COLUMNS = ("event_id", "kind", "ts", "path", "key", "namespace", "toolchain", "job", "model", "team",
-                 "host", "instance_type", "compile_seconds", "store", "message", "received")
-_ID, _KIND, _TS, _PATH, _JOB, _MODEL, _TEAM, _INSTANCE, _TOOLCHAIN, _SECONDS, _STORE = map(EVENT_COLUMNS.index, (
-    "event_id", "kind", "ts", "path", "job", "model", "team", "instance_type", "toolchain", "compile_seconds",
-    "store"))
+                 "host", "instance_type", "compile_seconds", "store", "message", "received", "writer")
+_ID, _KIND, _TS, _PATH, _JOB, _MODEL, _TEAM, _INSTANCE, _TOOLCHAIN, _SECONDS, _STORE, _WRITER = map(
+    EVENT_COLUMNS.index, ("event_id", "kind", "ts", "path", "job", "model", "team", "instance_type", "toolchain",
+                          "compile_seconds", "store", "writer"))
 _EVENTS = Event.__tablename__
 _ROLLUPS = EventRollup.__tablename__
-_ROLLUP_DIMENSIONS = ("hour", "kind", "source", "team", "model", "instance_type", "toolchain")
+_ROLLUP_DIMENSIONS = ("hour", "kind", "source", "team", "model", "instance_type", "toolchain", "writer")
 _ENTRIES = Entry.__tablename__
 
 EventRow = tuple[Any, ...]
 
 
-def ingest_events(session: Session, events: Sequence[EventIn], now: float,
+def ingest_events(session: Session, events: Sequence[EventIn], now: float, writer: Writer,
                   keep_after: float | None = None) -> IngestOutcome:
-    """Store new events; ``keep_after`` is the retention horizon (older events are refused).
+    """Store new events as ``writer``'s; ``keep_after`` is the retention horizon (older events
+    are refused). An event the writer may not report (services/identity.py: outside its
+    prefixes, another team's, evicting another token's location) refuses the batch (Forbidden).
 
     The statements are SQL text on the transaction's connection (storage/driver_sql.py): the
     same SQL SQLAlchemy rendered, without its per-row parameter processing."""
+    refuse("events the token may not report", _refusals(session, events, writer))
     kept = [e for e in events if keep_after is None or e.ts >= keep_after]
     unique = {event.id: event for event in kept}
     ordered = [unique[event_id] for event_id in sorted(unique)]
     sql = DriverSQL(session)
     saved = _recorded_compile_seconds(sql, ordered)
-    rows = [_event_row(event, now, saved) for event in ordered]
+    rows = [_event_row(event, now, saved, writer) for event in ordered]
     inserted = _insert_new(sql, rows)
     fresh = [row for row in rows if row[_ID] in inserted]
     _roll_up(sql, fresh)
     _stamp_entries(sql, fresh)
-    _apply_evictions(session, fresh)
+    _apply_evictions(session, fresh, writer)
     return IngestOutcome(accepted=len(fresh), duplicates=len(kept) - len(fresh), expired=len(events) - len(kept))
 
 
@@ -94,13 +98,32 @@ def _recorded_compile_seconds(sql: DriverSQL, events: Sequence[EventIn]) -> dict
     return {path: float(seconds or 0.0) for path, seconds in rows}
 
 
-def _event_row(event: EventIn, now: float, saved: dict[str, float]) -> EventRow:
+def _refusals(session: Session, events: Sequence[EventIn], writer: Writer) -> list[Refusal]:
+    if writer.admin:
+        return []
+    found = [refusal for i, e in enumerate(events)
+             for refusal in writer.scope_refusals(i, e.path, e.namespace, e.store)]
+    if writer.team or any(e.team for e in events):
+        # Only a token without a team needs the bound teams (services/identity.py).
+        bound = frozenset() if writer.team else tokens.bound_teams(session)
+        found += [refusal for i, e in enumerate(events) if (refusal := writer.team_for(i, e.team, bound)[1])]
+    evicts: dict[int, tuple[str, str]] = {i: (e.path, e.store) for i, e in enumerate(events)
+                                          if e.kind == "evict" and e.path is not None and e.store is not None}
+    foreign = catalog.foreign_locations(session, sorted(set(evicts.values())), writer)
+    found += [Refusal(i, "store", f"store {pair[1]!r} of entry {pair[0]!r} was added by token {foreign[pair]!r}")
+              for i, pair in evicts.items() if pair in foreign]
+    return sorted(found, key=lambda refusal: refusal.index)
+
+
+def _event_row(event: EventIn, now: float, saved: dict[str, float], writer: Writer) -> EventRow:
     seconds = event.compile_seconds
     if seconds is None and event.kind == "hit" and event.path:
         seconds = saved.get(event.path)
+    # The team is the token's (an event naming another was refused above); an admin's is as sent.
+    team = writer.team if writer.team and not writer.admin else event.team
     return (event.id, event.kind, event.ts, event.path, event.key, event.namespace, toolchain_label(event.toolchain),
-            event.job, event.model, event.team, event.host, event.instance_type, seconds, event.store,
-            event.message, now)
+            event.job, event.model, team, event.host, event.instance_type, seconds, event.store,
+            event.message, now, writer.name)
 
 
 def _insert_new(sql: DriverSQL, rows: list[EventRow]) -> set[str]:
@@ -124,7 +147,7 @@ def _roll_up(sql: DriverSQL, rows: list[EventRow]) -> None:
     sums: dict[tuple[Any, ...], list[float]] = defaultdict(lambda: [0, 0.0])
     for row in rows:
         acc = sums[(hour_of(row[_TS]), row[_KIND], event_source(row[_JOB]), row[_TEAM], row[_MODEL], row[_INSTANCE],
-                    row[_TOOLCHAIN])]
+                    row[_TOOLCHAIN], row[_WRITER])]
         acc[0] += 1
         acc[1] += row[_SECONDS] or 0.0
     if not sums:
@@ -185,8 +208,8 @@ def _stamp_sql(m: str) -> str:
             f"last_used = CASE WHEN COALESCE(last_used, 0.0) < {m} THEN {m} ELSE last_used END WHERE path = {m}")
 
 
-def _apply_evictions(session: Session, rows: list[EventRow]) -> None:
+def _apply_evictions(session: Session, rows: list[EventRow], writer: Writer) -> None:
     """An evict event with a store removes that location; the last location takes the entry
     (the catalog's own forget, as ``DELETE /v1/entries/...`` does)."""
     for path, store in sorted({(r[_PATH], r[_STORE]) for r in rows if r[_KIND] == "evict" and r[_PATH] and r[_STORE]}):
-        catalog.forget_entry(session, path, store)
+        catalog.forget_entry(session, path, store, writer)

@@ -220,23 +220,33 @@ class LeaseOut(BaseModel):
     held: bool = Field(description="acquire/renew: whether the requester holds the lease now; "
                              "lookups and listings: whether anyone holds it")
     name: str
-    owner: str | None = Field(description="the current holder (the requester when held)")
+    owner: str | None = Field(description="the current holder's label (the requester's when held)")
+    writer: str | None = Field(default=None, description="the token that holds it: the holder is this token "
+                                                         "and owner together")
     acquired_at: float | None
     expires_at: float | None
     expires_in: float | None = Field(description="seconds left, from the database clock")
 
 
+# ``owner`` labels the requesting process among those sharing its token; who holds a lease is
+# the token first (services/leases.py), so a label is no credential.
+_OWNER_DOC = "a label of the requesting process (host:pid:random); the holder is the token and this label"
+
+
 class LeaseAcquire(Strict):
     name: LeaseName
-    owner: Owner
+    owner: Owner = Field(default="-", description=_OWNER_DOC)
     ttl: Annotated[float, Field(gt=0, le=86400, allow_inf_nan=False)] = 600.0
 
 
 class LeaseRelease(Strict):
     name: LeaseName
-    owner: Owner
+    owner: Owner = Field(default="-", description=_OWNER_DOC)
 
 
 class TokenCreate(Strict):
     name: Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.@:-]*$")]
     scope: Scope
+    team: Label = Field(default="", description="the team its events count for; none if empty")
+    prefixes: Annotated[list[StoreURL], Field(max_length=32)] = Field(
+        default_factory=list, description="entry-path or store-URL prefixes it may write under; anywhere if none")

@@ -28,7 +28,9 @@ from neffcache.server.services.records import STATES
 from neffcache.server.storage.models import Entry, EntryTag, Event, EventRollup
 
 S = TypeVar("S", bound="Select[*tuple[Any, ...]]")
-GroupBy = Literal["team", "model", "instance_type", "toolchain"]
+# producer: the token that reported the events (server/services/identity.py), not a name they carry.
+GroupBy = Literal["team", "model", "instance_type", "toolchain", "producer"]
+_GROUP_COLUMNS = {"producer": "writer"}
 _MAX_POINTS = 200
 
 
@@ -246,7 +248,7 @@ def _series(session: Session, q: StatsQuery, conds: list[ColumnElement[bool]], p
 
 
 def _groups(session: Session, q: StatsQuery, conds: list[ColumnElement[bool]], prices: Prices) -> list[GroupRow]:
-    dim = getattr(EventRollup, q.group_by)
+    dim = getattr(EventRollup, _GROUP_COLUMNS.get(q.group_by, q.group_by))
     groups: dict[str, GroupRow] = {}
     itype = EventRollup.instance_type
     priced_as = itype.label("priced_as")  # a label: grouping by instance type selects it twice

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
+import logging
 import re
 import secrets
 import time
@@ -19,13 +21,18 @@ from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session
 
 from neffcache.errors import ConfigError
-from neffcache.server.storage.models import Token
+from neffcache.server.services.identity import check_team, normalize_prefixes
+from neffcache.server.storage.models import Token, table_of
+
+log = logging.getLogger(__name__)
 
 SCOPES = ("read", "write", "admin")
 _RANK = {scope: rank for rank, scope in enumerate(SCOPES)}
 PREFIX = "nfc_"
 _ID_LEN = 12
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@:-]{0,63}$")
+# The names api/deps.py gives the identities that are no token: a token may not pose as one.
+RESERVED_NAMES = frozenset({"bootstrap-admin", "anonymous"})
 
 
 class TokenInfo(BaseModel):
@@ -40,6 +47,8 @@ class TokenInfo(BaseModel):
     created: float
     last_used: float | None
     revoked: float | None
+    team: str = ""  # the team it reports for; "" none (services/identity.py)
+    prefixes: tuple[str, ...] = ()  # where it may write; () anywhere
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -61,7 +70,21 @@ def _digest(secret: str) -> str:
 
 def _info(row: Token) -> TokenInfo:
     return TokenInfo(id=row.id, name=row.name, scope=row.scope, created=row.created, last_used=row.last_used,
-                     revoked=row.revoked)
+                     revoked=row.revoked, team=row.team, prefixes=_prefixes(row.prefixes))
+
+
+class DamagedToken(ValueError):
+    """A token row whose prefixes do not parse: it is refused, never read as unlimited."""
+
+
+def _prefixes(stored: str) -> tuple[str, ...]:
+    try:
+        parsed = json.loads(stored)
+        if not isinstance(parsed, list) or not all(isinstance(p, str) for p in parsed):
+            raise TypeError("not a list of strings")
+        return normalize_prefixes(parsed)
+    except (ValueError, TypeError, ConfigError) as exc:
+        raise DamagedToken(f"stored prefixes {stored[:100]!r} do not parse: {exc}") from None
 
 
 def split_token(presented: str) -> tuple[str, str] | None:
@@ -73,18 +96,24 @@ def split_token(presented: str) -> tuple[str, str] | None:
     return token_id, presented[len(PREFIX) + _ID_LEN + 1:]
 
 
-def create_token(session: Session, name: str, scope: str) -> tuple[TokenInfo, str]:
-    """Store a new token and return it with its secret, which is never retrievable again."""
+def create_token(session: Session, name: str, scope: str, *, team: str = "",
+                 prefixes: tuple[str, ...] | list[str] = ()) -> tuple[TokenInfo, str]:
+    """Store a new token and return it with its secret, which is never retrievable again.
+    ``team`` and ``prefixes`` bound what it may write (services/identity.py)."""
     if scope not in SCOPES:
         raise ConfigError(f"unknown scope {scope!r}; choose one of {', '.join(SCOPES)}")
     if not _NAME_RE.match(name):
         raise ConfigError(f"invalid token name {name!r}: 1-64 of [A-Za-z0-9_.@:-], starting alphanumeric")
+    if name in RESERVED_NAMES:
+        raise ConfigError(f"the token name {name!r} is reserved for the server's own identities")
+    team = check_team(team) if team else ""
+    limits = normalize_prefixes(prefixes)
     if session.scalar(select(Token.id).where(Token.name == name)) is not None:
         raise ConfigError(f"a token named {name!r} exists already; revoke it or choose another name")
     token_id = secrets.token_hex(_ID_LEN // 2)
     secret = secrets.token_urlsafe(32)
     row = Token(id=token_id, name=name, scope=scope, secret_sha256=_digest(secret),
-                created=time.time(), last_used=None, revoked=None)
+                created=time.time(), last_used=None, revoked=None, team=team, prefixes=json.dumps(list(limits)))
     session.add(row)
     session.flush()
     return _info(row), f"{PREFIX}{token_id}_{secret}"
@@ -94,7 +123,17 @@ def list_tokens(session: Session, *, include_revoked: bool = True) -> list[Token
     stmt = select(Token).order_by(Token.created, Token.id)
     if not include_revoked:
         stmt = stmt.where(Token.revoked.is_(None))
-    return [_info(row) for row in session.scalars(stmt)]
+    return [_listed(row) for row in session.scalars(stmt)]
+
+
+def _listed(row: Token) -> TokenInfo:
+    """A token as listed: one whose prefixes do not parse (it is refused, see verify_token) is
+    shown with that said, so the operator sees which one to revoke."""
+    try:
+        return _info(row)
+    except DamagedToken:
+        return TokenInfo(id=row.id, name=row.name, scope=row.scope, created=row.created, last_used=row.last_used,
+                         revoked=row.revoked, team=row.team, prefixes=("(unreadable: refused)",))
 
 
 def revoke_token(session: Session, id_or_name: str) -> TokenInfo | None:
@@ -119,8 +158,24 @@ def verify_token(session: Session, presented: str) -> TokenInfo | None:
     expected = row.secret_sha256 if row is not None else "0" * 64
     if not hmac.compare_digest(expected, _digest(secret)) or row is None or row.revoked is not None:
         return None
-    return _info(row)
+    try:
+        return _info(row)
+    except DamagedToken:
+        log.error("token %s refused: its stored prefixes do not parse (revoke it and create another)", row.id)
+        return None
 
 
 def touch_token(session: Session, token_id: str, now: float) -> None:
     session.execute(update(Token).where(Token.id == token_id).values(last_used=now))
+
+
+def bound_teams(session: Session) -> frozenset[str]:
+    """Every team some token is bound to, revoked tokens' too: revoking a team's last token
+    must not open its name to every other token (services/identity.py). A Core statement built
+    once: every event batch of a token without a team asks, and the ORM's per-call work cost
+    more than the query."""
+    return frozenset(session.connection().execute(_BOUND_TEAMS).scalars())
+
+
+_TOKENS = table_of(Token)
+_BOUND_TEAMS = select(_TOKENS.c.team).where(_TOKENS.c.team != "").distinct()

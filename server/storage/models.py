@@ -54,6 +54,8 @@ class Entry(Base):
     updated: Mapped[float] = mapped_column(Double)
     producer: Mapped[str] = mapped_column(String(256))
     compile_seconds: Mapped[float | None] = mapped_column(Double)
+    # The token that wrote the row (migration 0006; "" before it): services/identity.py.
+    writer: Mapped[str] = mapped_column(String(64), default="", server_default="")
     # The graph's inputs (migration 0002), NULL where the publisher did not know them: what
     # why-miss compares a missed graph with fleet-wide, and what compile forecasts fit on.
     hlo_sha256: Mapped[str | None] = mapped_column(String(64), index=True)
@@ -77,6 +79,8 @@ class EntryLocation(Base):
     entry_id: Mapped[int] = mapped_column(ForeignKey("entries.id", ondelete="CASCADE"), primary_key=True)
     store: Mapped[str] = mapped_column(String(1024), primary_key=True)
     added: Mapped[float] = mapped_column(Double)
+    # The token that wrote the row (migration 0006; "" before it): services/identity.py.
+    writer: Mapped[str] = mapped_column(String(64), default="", server_default="")
 
 
 class EntryTag(Base):
@@ -111,6 +115,8 @@ class Event(Base):
     store: Mapped[str | None] = mapped_column(String(1024))
     message: Mapped[str | None] = mapped_column(Text)
     received: Mapped[float] = mapped_column(Double)
+    # The token that wrote the row (migration 0006; "" before it): services/identity.py.
+    writer: Mapped[str] = mapped_column(String(64), default="", server_default="")
 
 
 class EventRollup(Base):
@@ -128,6 +134,8 @@ class EventRollup(Base):
     model: Mapped[str] = mapped_column(String(256), primary_key=True)
     instance_type: Mapped[str] = mapped_column(String(64), primary_key=True)
     toolchain: Mapped[str] = mapped_column(String(200), primary_key=True)
+    # The token that reported the events (migration 0006): stats group by it as the producer.
+    writer: Mapped[str] = mapped_column(String(64), primary_key=True, default="", server_default="")
     count: Mapped[int] = mapped_column(BigInteger)
     # compile: seconds spent compiling; hit: seconds the hit saved.
     seconds: Mapped[float] = mapped_column(Double)
@@ -139,6 +147,9 @@ class Lease(Base):
     __tablename__ = "leases"
 
     name: Mapped[str] = mapped_column(String(1024), primary_key=True)
+    # The holder is the pair (writer, owner): the token that took the lease, and the label its
+    # client gave (which only tells apart the processes sharing one token).
+    writer: Mapped[str] = mapped_column(String(64), default="", server_default="")
     owner: Mapped[str] = mapped_column(String(256))
     acquired: Mapped[float] = mapped_column(Double)
     expires: Mapped[float] = mapped_column(Double, index=True)
@@ -157,3 +168,7 @@ class Token(Base):
     created: Mapped[float] = mapped_column(Double)
     last_used: Mapped[float | None] = mapped_column(Double)
     revoked: Mapped[float | None] = mapped_column(Double)
+    # What the token may write (migration 0006): the team it reports for ("" none), and its
+    # prefixes as a JSON list ("[]" anywhere). services/identity.py holds the rules.
+    team: Mapped[str] = mapped_column(String(256), default="", server_default="")
+    prefixes: Mapped[str] = mapped_column(Text, default="[]", server_default="[]")

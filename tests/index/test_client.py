@@ -15,6 +15,8 @@ import pytest
 
 from neffcache.errors import IndexServerError
 from neffcache.index import IndexClient, NullIndex, open_index, spool_dir_for
+from neffcache.server.services.tokens import create_token
+from neffcache.server.storage.db import Database
 from neffcache.toolchain import Toolchain
 from tests.server.conftest import ServerProcess, Tokens, free_port, prepare_database
 from tests.server.factories import COMPILER, entry
@@ -116,6 +118,35 @@ def test_invalid_items_are_set_aside_and_the_rest_delivered(later: tuple[str, st
         assert (report.delivered_events, report.rejected, report.pending_batches) == (2, 1, 0)
         reasons = list(client.spool.rejected_dir.glob("*.reason.txt"))
         assert reasons and "path" in reasons[0].read_text()
+        assert _stats(index_url, tokens.read) == {"hits": 1, "misses": 1, "compiles": 0}
+        client.close()
+    finally:
+        server.stop()
+
+
+def test_items_the_token_may_not_report_are_set_aside_not_kept(later: tuple[str, str, Tokens],
+                                                              tmp_path: Path) -> None:
+    """A 403 naming items (another team's, outside the token's prefixes) is no token problem:
+    resending cannot change it, so those items are set aside and the spool keeps flowing."""
+    index_url, db_url, tokens = later
+    db = Database(db_url, pool_size=1)
+    try:
+        with db.write() as session:
+            team_token = create_token(session, "team-b-ci", "write", team="team-b")[1]
+    finally:
+        db.dispose()
+    server = ServerProcess(db_url, int(index_url.rsplit(":", 1)[1]), tmp_path / "server.log")
+    try:
+        server.wait_ready()
+        client = open_index(index_url, team_token)
+        assert isinstance(client, IndexClient)
+        client.record("hit", key="MODULE_1+abcd0000", team="team-b")
+        client.record("hit", key="MODULE_2+abcd0000", team="team-a")  # another team's: refused
+        report = client.flush()
+        assert (report.delivered_events, report.rejected, report.pending_batches) == (1, 1, 0)
+        assert "team-b" in next(client.spool.rejected_dir.glob("*.reason.txt")).read_text()
+        client.record("miss", key="MODULE_3+abcd0000")  # later reports are not held behind them
+        assert client.flush().delivered_events == 1 and not client.counts().token_refused
         assert _stats(index_url, tokens.read) == {"hits": 1, "misses": 1, "compiles": 0}
         client.close()
     finally:

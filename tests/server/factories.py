@@ -6,10 +6,13 @@ import time
 import uuid
 from typing import Any
 
+from neffcache.server.services.identity import Writer
+
 COMPILER = "2.27.5334.0+f702b353"
 NAMESPACE = f"trn2-lnc2/neuronxcc-{COMPILER}"
 TOOLCHAIN = {"compiler_version": COMPILER, "target": "trn2", "lnc": 2}
 TOOLCHAIN_LABEL = NAMESPACE
+WRITER = Writer("test-write")  # the identity a service call writes as (make_tokens' write token)
 
 
 def module_key(i: int) -> str:

@@ -62,7 +62,8 @@ def test_anonymous_reads_only_when_configured(sqlite_url: str, start_server: Cal
     open_server = start_server(sqlite_url, anonymous_read=True)
     with open_server.client() as client:
         assert client.get("/v1/stats").status_code == 200
-        assert client.get("/v1/whoami").json() == {"name": "anonymous", "scope": "read", "anonymous": True}
+        assert client.get("/v1/whoami").json() == {"name": "anonymous", "scope": "read", "anonymous": True,
+                                                   "team": "", "prefixes": []}
         assert client.post("/v1/events", json=[event("hit")]).status_code == 401
         assert client.get("/v1/tokens").status_code == 401
 

@@ -66,6 +66,27 @@ def test_token_create_list_revoke(db_url: str, start_server: Callable[..., LiveS
     assert isinstance(missing.exception, ConfigError)
 
 
+def test_token_create_with_a_team_and_prefixes(db_url: str, start_server: Callable[..., LiveServer]) -> None:
+    runner = CliRunner()
+    created = runner.invoke(token_group, ["create", "pr-123", "--scope", "write", "--team", "search", "--prefix",
+                                          "pr-123/", "--prefix", "s3://cache/pr/123/", "--database-url", db_url])
+    assert created.exit_code == 0, created.output
+    secret = created.stdout.strip().splitlines()[0]
+    rows = json.loads(runner.invoke(token_group, ["list", "--database-url", db_url, "--json"]).stdout)
+    assert [(r["team"], r["prefixes"]) for r in rows] == [("search", ["pr-123", "s3://cache/pr/123"])]
+    assert "s3://cache/pr/123" in runner.invoke(token_group, ["list", "--database-url", db_url]).stdout
+    bad = runner.invoke(token_group, ["create", "bad", "--prefix", "a/../b", "--database-url", db_url])
+    assert isinstance(bad.exception, ConfigError) and "'..'" in str(bad.exception)
+
+    server = start_server(db_url)
+    with server.client(secret) as client:
+        inside = entry(1, namespace="pr-123/ns", store="s3://cache/pr/123/tier")
+        assert client.post("/v1/entries", json=[inside]).status_code == 200
+        assert client.post("/v1/entries", json=[entry(2, namespace="main/ns", store="s3://cache/pr/123/tier")]
+                           ).status_code == 403
+        assert client.post("/v1/events", json=[event("hit", team="other")]).status_code == 403
+
+
 def test_token_commands_default_to_the_embedded_database(tmp_path: Path) -> None:
     result = CliRunner().invoke(token_group, ["create", "local", "--json"])
     assert result.exit_code == 0, result.output

@@ -19,7 +19,7 @@ from neffcache.server.services.records import EntryIn
 from neffcache.server.storage.db import Database, migrate
 from neffcache.server.storage.driver import IN_LIST_SIZES
 from neffcache.server.storage.models import Entry, table_of
-from tests.server.factories import entry
+from tests.server.factories import WRITER, entry
 
 
 @pytest.fixture
@@ -27,7 +27,7 @@ def db(db_url: str) -> Iterator[Database]:
     database = Database(db_url, pool_size=2)
     migrate(database.engine)
     records = [EntryIn.model_validate(entry(i, tags={"team": f"t{i}", "model": "ünï ✓"})) for i in range(3)]
-    database.transact(lambda s: catalog.register_entries(s, records, time.time()))
+    database.transact(lambda s: catalog.register_entries(s, records, time.time(), WRITER))
     yield database
     database.dispose()
 
@@ -61,7 +61,7 @@ def test_a_failed_connection_is_dropped_and_the_next_read_opens_another(db: Data
 def many(db: Database) -> list[str]:
     """4,100 more entries (3 are there already): a batch of all of them spans three IN lists."""
     records = [EntryIn.model_validate(entry(i, tags={"bucket": str(i % 5)})) for i in range(3, 4103)]
-    db.transact(lambda s: catalog.register_entries(s, records, time.time()))
+    db.transact(lambda s: catalog.register_entries(s, records, time.time(), WRITER))
     return [str(entry(i)["path"]) for i in range(4103)]
 
 
@@ -97,7 +97,7 @@ def test_the_slices_of_a_batch_see_one_snapshot(db: Database, many: list[str],
     def forget_after_the_first_slice(values: Sequence[object]) -> object:
         calls.append(1)
         if len(calls) == 2:  # the first SELECT has run: its snapshot is fixed
-            db.transact(lambda s: catalog.forget_entry(s, last, None))
+            db.transact(lambda s: catalog.forget_entry(s, last, None, WRITER))
         return bind(values)
 
     monkeypatch.setitem(read._bind, IN_LIST_SIZES[-1], forget_after_the_first_slice)

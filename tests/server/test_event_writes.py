@@ -19,7 +19,7 @@ from neffcache.server.services import events as event_log
 from neffcache.server.services.records import EntryIn, EventIn, toolchain_label
 from neffcache.server.storage.db import Database, migrate
 from neffcache.server.storage.models import Entry, Event, EventRollup
-from tests.server.factories import entry, event
+from tests.server.factories import WRITER, entry, event
 
 _TEXTS = ['a "quoted" {brace}, comma', "back\\slash \\\\ and \\N", "NULL", "", "ünï ✓ 🦙", "tab\tless'quote'",
           None]
@@ -30,7 +30,7 @@ def db(db_url: str) -> Iterator[Database]:
     database = Database(db_url, pool_size=2)
     migrate(database.engine)
     records = [EntryIn.model_validate(entry(i, compile_seconds=100.0 * (i + 1))) for i in range(4)]
-    database.transact(lambda s: catalog.register_entries(s, records, time.time()))
+    database.transact(lambda s: catalog.register_entries(s, records, time.time(), WRITER))
     yield database
     database.dispose()
 
@@ -51,7 +51,7 @@ def _batch(count: int, now: float) -> list[EventIn]:
 def test_a_full_batch_keeps_every_field_and_a_resend_counts_nothing_twice(db: Database) -> None:
     now = time.time()
     batch = _batch(MAX_BATCH, now)  # SQLite: five INSERTs of 1,000 rows; PostgreSQL: one of arrays
-    outcome = db.transact(lambda s: event_log.ingest_events(s, batch, now))
+    outcome = db.transact(lambda s: event_log.ingest_events(s, batch, now, WRITER))
     assert (outcome.accepted, outcome.duplicates) == (MAX_BATCH, 0)
     with db.read() as session:
         stored = {row.event_id: row for row in session.scalars(select(Event))}
@@ -65,7 +65,7 @@ def test_a_full_batch_keeps_every_field_and_a_resend_counts_nothing_twice(db: Da
         assert row.compile_seconds == (100.0 if sent.kind == "hit" else sent.compile_seconds)
 
     again = [*batch[:100], *_batch(10, now - 1000)]
-    outcome = db.transact(lambda s: event_log.ingest_events(s, again, now))
+    outcome = db.transact(lambda s: event_log.ingest_events(s, again, now, WRITER))
     assert (outcome.accepted, outcome.duplicates) == (10, 100)
 
 
@@ -73,7 +73,7 @@ def test_hits_stamp_their_entries_and_take_the_recorded_compile_time(db: Databas
     now = time.time()
     paths = [str(entry(i)["path"]) for i in range(4)]
     batch = [EventIn.model_validate(event("hit", path=paths[i % 4], ts=now - i)) for i in range(40)]
-    db.transact(lambda s: event_log.ingest_events(s, batch, now))
+    db.transact(lambda s: event_log.ingest_events(s, batch, now, WRITER))
     with db.read() as session:
         entries = {e.path: e for e in session.scalars(select(Entry))}
         saved = {e.event_id: e.compile_seconds for e in session.scalars(select(Event))}
@@ -87,8 +87,8 @@ def test_hits_stamp_their_entries_and_take_the_recorded_compile_time(db: Databas
 def test_rollups_count_each_event_once(db: Database) -> None:
     now = time.time()
     batch = _batch(600, now)
-    db.transact(lambda s: event_log.ingest_events(s, batch, now))
-    db.transact(lambda s: event_log.ingest_events(s, batch[:300], now))  # a resend adds nothing
+    db.transact(lambda s: event_log.ingest_events(s, batch, now, WRITER))
+    db.transact(lambda s: event_log.ingest_events(s, batch[:300], now, WRITER))  # a resend adds nothing
     expected = Counter((event_log.hour_of(e.ts), e.kind, e.team) for e in batch)
     with db.read() as session:
         got = Counter()

@@ -185,3 +185,55 @@ def test_0005_splits_the_hours_whose_events_are_all_kept_by_source(db_url: str) 
         assert current_revision(db.engine) == head_revision()
     finally:
         db.dispose()
+
+
+def test_0006_binds_nothing_old_and_its_downgrade_keeps_every_row(db_url: str) -> None:
+    """At 0005 an entry with a location, a rollup and a token: the upgrade gives them writer ""
+    (nobody's: the next writer claims the entry, then it is that writer's), keeps the rollup
+    under producer "", and the downgrade drops the columns without losing a row."""
+    import time
+
+    import pytest
+
+    from neffcache.server.services import catalog
+    from neffcache.server.services.identity import Forbidden, Writer
+    from neffcache.server.services.records import EntryIn
+    from tests.server.factories import entry
+
+    db = Database(db_url, pool_size=2)
+    try:
+        migrate(db.engine, "0005")
+        old = entry(1)
+        with db.engine.begin() as conn:
+            conn.execute(text(
+                "INSERT INTO entries (id, path, layout, key, namespace, toolchain, state, size, neff_sha256, created,"
+                " registered, updated, producer, hit_count) VALUES (1, :p, 'neuronxcc', :k, :ns, 'unknown',"
+                " 'SUCCESS', 1, :d, 0, 0, 0, '', 4)"), {"p": old["path"], "k": old["key"], "ns": old["namespace"],
+                                                      "d": old["neff_sha256"]})
+            conn.execute(text("INSERT INTO entry_locations (entry_id, store, added) VALUES (1, 's3://b', 0)"))
+            conn.execute(text("INSERT INTO event_rollups (hour, kind, source, team, model, instance_type, toolchain,"
+                              " count, seconds) VALUES (3600, 'hit', 'job', 't', 'm', 'trn2', 'tc', 3, 9.0)"))
+            conn.execute(text("INSERT INTO tokens (id, name, scope, secret_sha256, created) "
+                              "VALUES ('abcdefabcdef', 'old', 'write', :s, 0)"), {"s": "0" * 64})
+        migrate(db.engine)
+        with db.engine.connect() as conn:
+            assert conn.execute(text("SELECT writer FROM entries")).scalar_one() == ""
+            assert conn.execute(text("SELECT writer FROM entry_locations")).scalar_one() == ""
+            assert conn.execute(text("SELECT writer, count FROM event_rollups")).one() == ("", 3)
+            assert conn.execute(text("SELECT team, prefixes FROM tokens")).one() == ("", "[]")
+        claim = [EntryIn.model_validate({**old, "size": 2})]
+        db.transact(lambda s: catalog.register_entries(s, claim, time.time(), Writer("alice")))
+        with pytest.raises(Forbidden, match="alice"):
+            db.transact(lambda s: catalog.register_entries(s, [EntryIn.model_validate({**old, "size": 3})],
+                                                           time.time(), Writer("mallory")))
+        _downgrade(db, "0005")
+        assert "writer" not in {c["name"] for c in inspect(db.engine).get_columns("entries")}
+        with db.engine.connect() as conn:
+            assert conn.execute(text("SELECT size FROM entries")).scalar_one() == 2
+            assert sorted(conn.execute(text("SELECT store FROM entry_locations")).scalars()) == [
+                "s3://b", "s3://bucket/prefix"]
+            assert conn.execute(text("SELECT count, seconds FROM event_rollups")).one() == (3, 9.0)
+        migrate(db.engine)
+        assert current_revision(db.engine) == head_revision()
+    finally:
+        db.dispose()

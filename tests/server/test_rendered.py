@@ -17,14 +17,14 @@ from neffcache.server.services import catalog, lookups, rendering
 from neffcache.server.services.records import EntryIn
 from neffcache.server.storage.db import Database, migrate
 from neffcache.server.storage.models import Entry, table_of
-from tests.server.factories import entry
+from tests.server.factories import WRITER, entry
 
 PATHS = [str(entry(i)["path"]) for i in range(4)]
 
 
 def _register(db: Database, *records: dict[str, object]) -> None:
     parsed = [EntryIn.model_validate(record) for record in records]
-    db.transact(lambda s: catalog.register_entries(s, parsed, time.time()))
+    db.transact(lambda s: catalog.register_entries(s, parsed, time.time(), WRITER))
 
 
 @pytest.fixture
@@ -70,8 +70,8 @@ def test_every_write_of_the_server_leaves_the_stored_form_equal_to_the_row(db: D
     _assert_answers_as_rows(db)
     found = orjson.loads(lookups.lookup_many(db, [PATHS[0]]).found[0])
     assert found["stores"] == sorted([entry(0)["store"], "s3://second/tier"]) and found["tags"]["team"] == "b"
-    db.transact(lambda s: catalog.forget_entry(s, PATHS[0], "s3://second/tier"))  # one store forgets it
-    db.transact(lambda s: catalog.forget_entry(s, PATHS[3], None))  # the entry goes
+    db.transact(lambda s: catalog.forget_entry(s, PATHS[0], "s3://second/tier", WRITER))  # one store forgets it
+    db.transact(lambda s: catalog.forget_entry(s, PATHS[3], None, WRITER))  # the entry goes
     assert _unrendered(db) == set()
     _assert_answers_as_rows(db)
     assert orjson.loads(lookups.lookup_many(db, [PATHS[0]]).found[0])["stores"] == [entry(0)["store"]]
@@ -112,7 +112,8 @@ def test_a_change_by_a_writer_that_does_not_render_clears_the_form(db: Database,
 # Every column of the entries' table but the id, the usage stamps and the rendering itself is
 # part of the API form: a column added to the model without being added to the triggers'
 # list (migration 0004's ``_FORM``) would let a writer that does not render leave a stale text.
-_NOT_FORM = {"id", *rendering.STAMPS, "rendered", "rendered_format"}
+# ``writer`` (migration 0006) is provenance the server judges writes by, not part of the form.
+_NOT_FORM = {"id", *rendering.STAMPS, "rendered", "rendered_format", "writer"}
 FORM_COLUMNS = sorted(str(c.key) for c in table_of(Entry).c if c.key not in _NOT_FORM)
 
 

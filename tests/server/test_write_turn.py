@@ -21,7 +21,7 @@ from neffcache.server.services.records import EntryIn
 from neffcache.server.storage.db import Database, migrate
 from neffcache.server.storage.models import Entry
 from neffcache.server.storage.write_turn import WRITER_SUFFIX
-from tests.server.factories import entry
+from tests.server.factories import WRITER, entry
 
 # Takes the turn on the lock file named in argv[1], says so, then holds it until stdin closes
 # (or the process is killed).
@@ -44,7 +44,7 @@ def db(tmp_path: Path) -> Iterator[Database]:
 
 def _register(db: Database, i: int) -> None:
     record = EntryIn.model_validate(entry(i))
-    db.transact(lambda s: catalog.register_entries(s, [record], time.time()))
+    db.transact(lambda s: catalog.register_entries(s, [record], time.time(), WRITER))
 
 
 def _holder(lock: Path) -> subprocess.Popen[str]:

@@ -51,10 +51,13 @@ def register_entries(
     """Register (or update) entries a client published; the store URL becomes one of its locations.
 
     Idempotent: registering the same entry again from the same store changes nothing but
-    ``updated``; from another store it adds a location.
+    ``updated``; from another store it adds a location. The record is the registering token's:
+    another token may add its own location only by claiming the same bytes (state, size,
+    digest), and a token with prefixes registers only inside them; else 403, naming the items.
     """
     now = time.time()
-    return RegisterResult(registered=access.db.transact(lambda s: catalog.register_entries(s, records, now)))
+    writer = access.writer
+    return RegisterResult(registered=access.db.transact(lambda s: catalog.register_entries(s, records, now, writer)))
 
 
 @router.get("", name="entries.list", summary="List entries", responses=AUTH_ERRORS)
@@ -74,6 +77,8 @@ def list_entries(
     unused_since: Annotated[float | None, Query(ge=0, le=1e11, allow_inf_nan=False,
                                                 description="only entries not hit since this epoch time")]
     = None,
+    writer: Annotated[str | None, Query(max_length=64, pattern=r"^[^\x00-\x1f\x7f]*$",
+                                        description="only entries whose record this token registered")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     cursor: Annotated[int | None, Query(ge=0, le=2**62)] = None,
 ) -> EntryPage:
@@ -81,7 +86,7 @@ def list_entries(
     where = catalog.EntryFilter(
         key=key, namespace=namespace, toolchain=toolchain, compiler_version=compiler_version, target=target,
         lnc=lnc, states=tuple(state or ()), store=store,
-        tags=dict(item.split("=", 1) for item in (tag or [])), unused_since=unused_since,
+        tags=dict(item.split("=", 1) for item in (tag or [])), unused_since=unused_since, writer=writer,
     )
     with access.db.read() as session:
         return catalog.list_entries(session, where, limit=limit, cursor=cursor)
@@ -157,9 +162,11 @@ def forget_entry(
                                        description="remove only this store's copy")] = None,
 ) -> ForgetResult:
     """Forget that ``store`` holds the entry (all stores if omitted); the entry record goes with
-    its last location. Prune calls this after deleting the files."""
+    its last location. Prune calls this after deleting the files. A location another token
+    added is its own to forget (403)."""
     clean = checked_path(path)
-    result = access.db.transact(lambda s: catalog.forget_entry(s, clean, store))
+    writer = access.writer
+    result = access.db.transact(lambda s: catalog.forget_entry(s, clean, store, writer))
     if result is None:
         raise not_found(f"entry {clean!r}")
     if result.removed_stores == 0 and store is not None:

@@ -27,7 +27,8 @@ class Released(BaseModel):
 
 def _held_by_other(state: LeaseOut) -> HTTPException:
     return HTTPException(status.HTTP_409_CONFLICT,
-                         f"lease {state.name!r} is held by {state.owner!r} for {state.expires_in or 0:.0f}s more")
+                         f"lease {state.name!r} is held by {state.owner!r} of token {state.writer!r} "
+                         f"for {state.expires_in or 0:.0f}s more")
 
 
 @router.post("/acquire", name="leases.acquire", summary="Acquire a compile lease", responses=WRITE_ERRORS)
@@ -36,15 +37,18 @@ def acquire(body: LeaseAcquire, access: WriteAccess) -> LeaseOut:
 
     ``held`` says whether you got it; if not, ``owner`` and ``expires_in`` say who has it and
     for how long. Not getting a lease is an answer, not an error (200)."""
+    writer = access.writer.name
     if random.random() < 0.01:  # expired rows are harmless; sweeping now and then keeps the table small
         access.db.transact(lease_table.sweep_expired)
-    return access.db.transact(lambda s: lease_table.acquire(s, body.name, body.owner, body.ttl))
+    return access.db.transact(lambda s: lease_table.acquire(s, body.name, writer, body.owner, body.ttl))
 
 
 @router.post("/renew", name="leases.renew", summary="Renew a lease", responses={**WRITE_ERRORS, **_CONFLICT})
 def renew(body: LeaseAcquire, access: WriteAccess) -> LeaseOut:
-    """Extend a lease you hold by ``ttl`` seconds from now."""
-    state, exists = access.db.transact(lambda s: lease_table.renew(s, body.name, body.owner, body.ttl))
+    """Extend a lease you hold by ``ttl`` seconds from now. Held means by this token and owner
+    label together: another token gets 409 whatever label it sends."""
+    writer = access.writer.name
+    state, exists = access.db.transact(lambda s: lease_table.renew(s, body.name, writer, body.owner, body.ttl))
     if state.held:
         return state
     if not exists:
@@ -54,8 +58,10 @@ def renew(body: LeaseAcquire, access: WriteAccess) -> LeaseOut:
 
 @router.post("/release", name="leases.release", summary="Release a lease", responses={**WRITE_ERRORS, **_CONFLICT})
 def release(body: LeaseRelease, access: WriteAccess) -> Released:
-    """Give a lease back. Only its owner can; a retry after success gets 404."""
-    released, state = access.db.transact(lambda s: lease_table.release(s, body.name, body.owner))
+    """Give a lease back. Only its holder (this token and owner label) can; a retry after
+    success gets 404."""
+    writer = access.writer.name
+    released, state = access.db.transact(lambda s: lease_table.release(s, body.name, writer, body.owner))
     if released:
         return Released(released=True)
     if state.owner is None:

@@ -12,6 +12,7 @@ from neffcache.server.api.deps import AdminAccess, ReadAccess
 from neffcache.server.api.routes.common import AUTH_ERRORS, WRITE_ERRORS, not_found
 from neffcache.server.api.schemas import Problem, TokenCreated, TokenOut, WhoAmI
 from neffcache.server.services import tokens
+from neffcache.server.services.identity import check_team, normalize_prefixes
 from neffcache.server.services.records import TokenCreate
 
 router = APIRouter(tags=["tokens"])
@@ -20,9 +21,16 @@ router = APIRouter(tags=["tokens"])
 @router.post("/v1/tokens", name="tokens.create", summary="Create a token", status_code=status.HTTP_201_CREATED,
              responses={**WRITE_ERRORS, 409: {"model": Problem, "description": "name taken"}})
 def create_token(body: TokenCreate, access: AdminAccess) -> TokenCreated:
-    """Create a token; the response carries the secret, which cannot be retrieved again."""
+    """Create a token; the response carries the secret, which cannot be retrieved again.
+    ``team`` and ``prefixes`` bound what it may write (a bad one is a 422)."""
     try:
-        info, secret = access.db.transact(lambda s: tokens.create_token(s, body.name, body.scope))
+        team = check_team(body.team) if body.team else ""
+        prefixes = normalize_prefixes(body.prefixes)
+    except ConfigError as exc:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from None
+    try:
+        info, secret = access.db.transact(lambda s: tokens.create_token(s, body.name, body.scope, team=team,
+                                                                            prefixes=prefixes))
     except (ConfigError, IntegrityError) as exc:
         detail = str(exc) if isinstance(exc, ConfigError) else f"a token named {body.name!r} exists already"
         raise HTTPException(status.HTTP_409_CONFLICT, detail) from None
@@ -54,4 +62,4 @@ def revoke_token(
 async def whoami(access: ReadAccess) -> WhoAmI:
     """Which token the request authenticated as, and its scope."""
     who = access.principal
-    return WhoAmI(name=who.name, scope=who.scope, anonymous=who.anonymous)
+    return WhoAmI(name=who.name, scope=who.scope, anonymous=who.anonymous, team=who.team, prefixes=list(who.prefixes))
