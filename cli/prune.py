@@ -33,7 +33,7 @@ from neffcache.units import human_bytes, plural
 from .errors import SOME_ENTRIES_FAILED, announce_index
 from .failures import failed_options, failed_rule
 from .options import duration, endpoint_option, open_settings_index, store_option, store_options
-from .output import json_option, progress, render, table
+from .output import json_option, progress, render, shown_name, table
 from .retention import budgets, evictions_text, regret_option, regret_report, retention_options, retention_rule
 
 
@@ -71,7 +71,7 @@ def _plan_text(plan: PrunePlan, show_items: bool, executing: bool) -> str:
     out.extend(evictions_text(plan, show_items))
     if show_items and plan.items:
         out.append("")
-        out.append(table([[i.path, i.reason.value, human_bytes(i.size), i.detail] for i in plan.items],
+        out.append(table([[shown_name(i.path), i.reason.value, human_bytes(i.size), i.detail] for i in plan.items],
                          ["item", "reason", "size", "why"]))
     if plan.protected:
         why = Counter(p.why.split(" (")[0] if "published" in p.why else p.why.split(",")[0] for p in plan.protected)
@@ -114,7 +114,7 @@ def _result_text(result: PruneResult) -> str:
         out.append(f"skipped {len(result.skipped)} (re-checked right before removal): "
                    + "; ".join(f"{n} {w}" for w, n in reasons.most_common(6)))
     for failure in result.failed:
-        out.append(f"FAILED {failure.path}: {failure.why}")
+        out.append(f"FAILED {shown_name(failure.path)}: {failure.why}")
     return "\n".join(out)
 
 
@@ -293,7 +293,7 @@ def _history_text(actions: list[Action], warnings: list[str]) -> str:
         out.append(f"    why: {a.why or '-'}")
         out.append(f"    command: {a.command or '-'}")
         for item in a.items[:5]:
-            out.append(f"    {item.reason}: {item.path}")
+            out.append(f"    {item.reason}: {shown_name(item.path)}")
         if len(a.items) > 5:
             out.append(f"    ... and {len(a.items) - 5} more (--json lists all)")
     out.extend(f"warning: {w}" for w in warnings)

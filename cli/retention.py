@@ -19,7 +19,7 @@ from neffcache.stores.base import Store
 from neffcache.units import human_bytes, parse_size
 
 from .options import open_settings_index, report_paths
-from .output import render, table
+from .output import render, shown_name, table
 
 F = TypeVar("F", bound=Callable[..., Any])
 SHOWN = 20  # evictions the plan's text lists without --entries
@@ -85,7 +85,7 @@ def evictions_text(plan: PrunePlan, show_all: bool) -> list[str]:
             seconds = f"{cost.costed_seconds:.0f}" + ("" if cost.compile_seconds is not None else " (default)")
             used = time.strftime("%Y-%m-%d %H:%M", time.gmtime(cost.used)) + \
                 (" (committed)" if item.last_used is None else "")
-            rows.append([item.path, human_bytes(item.size), seconds, cost.hits, used, f"{cost.score:.3g}"
+            rows.append([shown_name(item.path), human_bytes(item.size), seconds, cost.hits, used, f"{cost.score:.3g}"
                          + (" old" if cost.superseded else "")])
         out.append(f"evicted for the budget, policy {policy}, first to go first "
                    "(score: compile seconds x (1 + hits) per MiB, halving each week unused; old: superseded "
@@ -95,7 +95,7 @@ def evictions_text(plan: PrunePlan, show_all: bool) -> list[str]:
             out.append(f"... and {len(evicted) - len(rows)} more (--entries or --json lists all)")
     if pinned:
         out.append(f"pinned, kept under the budget: {len(pinned)} graphs a scheduled job needs "
-                   f"({', '.join(p.path for p in pinned[:5])}{', ...' if len(pinned) > 5 else ''})")
+                   f"({', '.join(shown_name(p.path) for p in pinned[:5])}{', ...' if len(pinned) > 5 else ''})")
     return out
 
 
@@ -138,7 +138,7 @@ def _regret_text(report: RegretReport, warnings: list[str]) -> str:
         out.append(f"  policy {policy}: {slot['regretted']:.0f} regretted, {slot['seconds']:.0f} s")
     if report.regretted:
         out.append("")
-        rows = [[r.tombstone.path, human_bytes(r.tombstone.bytes), f"{r.tombstone.compile_seconds:.0f}",
+        rows = [[shown_name(r.tombstone.path), human_bytes(r.tombstone.bytes), f"{r.tombstone.compile_seconds:.0f}",
                  r.tombstone.policy, time.strftime("%Y-%m-%d %H:%M", time.gmtime(r.tombstone.at)), r.misses]
                 for r in report.regretted[:SHOWN]]
         out.append(table(rows, ["entry", "size", "compile s", "policy", "evicted (UTC)", "misses"]))

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from neffcache.entry import Entry
-from neffcache.errors import CorruptEntry, EntryNotFound, IndexServerError
+from neffcache.errors import CorruptEntry, EntryNotFound, IndexServerError, InvalidKey
 from neffcache.manifest import MAX_SECONDS, read_manifest
 from neffcache.prune.candidates import Candidate, prefetched
 from neffcache.prune.model import PruneItem, Reason
@@ -80,7 +80,7 @@ def manifest_seconds(store: Store, entries: Iterable[Entry]) -> dict[str, float]
         try:
             manifest = read_manifest(store, entry.store_path(entry.manifest_name),
                                      size=info.size if info is not None else None)
-        except (EntryNotFound, CorruptEntry, OSError):
+        except (EntryNotFound, CorruptEntry, InvalidKey, OSError):  # a name no store path may have: no cost known
             return entry.path, None
         return entry.path, seconds_of(manifest.compile_seconds)
 
