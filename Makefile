@@ -7,6 +7,10 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint bench clean
 
+# The import contracts in pyproject.toml, read from .typing/: the package as installed (cli/ is
+# neffcache.cli, ...), which lint-imports finds only there. No cache: it would land in .typing/.
+LINT_IMPORTS := cd .typing && ../$(BIN)/lint-imports --no-logo --no-cache --config ../pyproject.toml
+
 # The editable install's one setuptools note ("Editable installation": imports come from this
 # checkout) is what this Makefile wants, so it is not printed; nothing else is filtered.
 $(STAMP): pyproject.toml setup.py
@@ -21,11 +25,13 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(LINT_IMPORTS)
 	$(BIN)/pytest -n 2 -q
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(LINT_IMPORTS)
 
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[bench]'

@@ -7,7 +7,8 @@ import sys
 import click
 
 from neffcache.application.config import load_settings
-from neffcache.application.doctor import DoctorRequest, Finding, Level, diagnose
+from neffcache.application.doctor import DoctorRequest, diagnose
+from neffcache.application.findings import Finding, Level
 
 from .errors import DOCTOR_PROBLEMS, DOCTOR_WARNINGS, OK
 from .options import endpoint_option, index_options, store_option, store_options

@@ -11,7 +11,7 @@ import click
 
 from neffcache.application.config import load_settings
 from neffcache.errors import ConfigError
-from neffcache.index import FlushReport, IndexClient, WaitingSpool, spool_dir_for, waiting_spools
+from neffcache.index import FlushReport, WaitingSpool, spool_dir_for, waiting_spools
 from neffcache.units import compile_time, human_bytes, plural
 
 from .errors import INDEX_FAILED
@@ -196,18 +196,17 @@ def flush_cmd(index_url: str | None, token: str | None, as_json: bool) -> None:
         raise ConfigError("no index server configured: pass --index-url or set NEFFCACHE_INDEX_URL"
                           + (" (spools waiting are listed above)" if others and not as_json else ""))
     index = open_settings_index(settings)
-    assert isinstance(index, IndexClient)
     index.on_problem = None  # this command's own lines say it
     problem: str | None = None
     try:
-        before = len(index.spool.pending())
+        before = index.pending_batches()
         try:
             report = index.deliver()
         finally:
             problem = index.counts().problem
     finally:
         index.close()
-    data = {"index": settings.index_url, "spool": str(index.spool.directory), "pending_before": before,
+    data = {"index": settings.index_url, "spool": str(index.spool_directory), "pending_before": before,
             **dataclasses.asdict(report), "problem": problem, "others": _others_json(others)}
 
     def text() -> str:

@@ -206,10 +206,7 @@ def open_settings_index(settings: Settings) -> Index:
 def watch_index(index: Index) -> Index:
     """Have ``index`` say at once, in one line, when the index refuses its token while the
     command runs (the reports are kept; the end-of-command notice counts them)."""
-    from neffcache.index import IndexClient
-
-    if isinstance(index, IndexClient):
-        index.on_problem = lambda message: click.echo(f"neffcache: {message}", err=True)
+    index.on_problem = lambda message: click.echo(f"neffcache: {message}", err=True)
     return index
 
 

@@ -15,7 +15,7 @@ from neffcache.application.config import Settings, load_settings
 from neffcache.application.trusted import trust_policy
 from neffcache.entry import Entry
 from neffcache.errors import ConfigError
-from neffcache.index import Index, IndexClient, entry_record
+from neffcache.index import Index, entry_record
 from neffcache.instances import TARGETS
 from neffcache.manifest import Manifest
 from neffcache.operations import publisher
@@ -136,7 +136,7 @@ def _run(verb: str, src_url: str, dst_url: str, namespaces: tuple[str, ...], com
     finally:
         index.close()
     data = report.to_json()
-    pending = len(index.spool.pending()) if isinstance(index, IndexClient) else 0
+    pending = index.pending_batches()
     counts = index.counts()
     # Registered: delivered, or safely in the spool for `flush`; never what was dropped.
     registered = counts.reported - counts.lost - counts.buffered

@@ -160,7 +160,7 @@ class Planner:
     def _look_up(self) -> None:
         graphs = self.report.graphs
         self.progress(f"looking up {len(graphs)} graph(s) in {len(self.stores)} store(s)"
-                      + (" and the index" if self.index is not None and getattr(self.index, "enabled", False) else ""))
+                      + (" and the index" if self.index is not None and self.index.enabled else ""))
         found = lookup([g.path for g in graphs], self.stores, self.index)
         self.report.found = found
         self.report.notes.extend(found.notes)

@@ -8,11 +8,18 @@
 ARG PYTHON_IMAGE=python:3.12-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
+# gcc for the C listing helper (neffcache/stores/_listdir.c: prune and reconcile list local stores);
+# the slim image has Python's headers but no compiler, and pip would go on without the helper.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 # Only what the wheel is built from: a change to tests/, bench/ or deploy/ keeps this layer cached.
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY neffcache/ neffcache/
 COPY cli/ cli/
 COPY server/ server/
@@ -20,7 +27,8 @@ COPY warmers/ warmers/
 # A venv at a fixed path is copied whole into the runtime stage (same base image, same Python).
 # [server] for the index, [s3] so the same image can run prune/pull/reconcile against S3.
 RUN python -m venv /opt/neffcache \
-    && /opt/neffcache/bin/pip install --no-cache-dir ".[server,s3]"
+    && /opt/neffcache/bin/pip install --no-cache-dir ".[server,s3]" \
+    && /opt/neffcache/bin/neffcache --version | grep -x "native listing: active"
 
 FROM ${PYTHON_IMAGE}
 # A fixed, unprivileged uid/gid: Kubernetes' runAsNonRoot can verify a numeric USER, and the

@@ -11,19 +11,31 @@
 # has your model code and its dependencies, and `neffcache warm -- python train.py` just works.
 # Pin it to an exact tag: the tag decides the neuronx-cc version, and so the cache namespace.
 ARG NEURON_IMAGE=public.ecr.aws/neuron/pytorch-training-neuronx:2.9.0-neuronx-py312-sdk2.31.0-ubuntu24.04
-ARG PYTHON_IMAGE=python:3.12-slim-bookworm
 
-# neffcache is built as a wheel elsewhere so the Neuron image gets no build tooling or source.
-FROM ${PYTHON_IMAGE} AS wheel
+# neffcache is built as a wheel in a stage of its own so the Neuron image gets no build tooling or
+# source. The stage starts from the Neuron image too: the wheel carries the C listing helper
+# (neffcache/stores/_listdir.c), compiled for exactly the python3 the last stage installs it into.
+# The helper is optional to pip (a host without a compiler installs without it and every scan
+# lists at a third of the speed), so this stage installs gcc and the headers, and fails the build
+# unless `neffcache --version` says the helper loads.
+FROM ${NEURON_IMAGE} AS wheel
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev python3-dev \
+    && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY neffcache/ neffcache/
 COPY cli/ cli/
 COPY server/ server/
 COPY warmers/ warmers/
-RUN pip wheel --no-cache-dir --no-deps --wheel-dir /dist .
+RUN python3 -m venv /tmp/build \
+    && /tmp/build/bin/pip wheel --no-cache-dir --no-deps --wheel-dir /dist . \
+    && /tmp/build/bin/pip install --no-cache-dir "$(ls /dist/neffcache-*.whl)" \
+    && /tmp/build/bin/neffcache --version | grep -x "native listing: active"
 
 FROM ${NEURON_IMAGE}
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
@@ -36,7 +48,7 @@ RUN python3 -m venv /opt/neffcache \
        "$(ls /tmp/dist/neffcache-*.whl)[s3]" \
     && ln -s /opt/neffcache/bin/neffcache /usr/local/bin/neffcache \
     && rm -rf /tmp/dist \
-    && neffcache --version
+    && neffcache --version | grep -x "native listing: active"
 # Non-root, with a fixed uid/gid: the FSx mount is group-writable (neffcache's shared mode writes
 # 0o664 files in setgid 0o2775 directories), so give the pods fsGroup 10001.
 RUN groupadd --gid 10001 neffcache \

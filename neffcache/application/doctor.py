@@ -15,7 +15,6 @@ server's clock on NFS/Lustre/S3); the index's from its HTTP ``Date`` header.
 from __future__ import annotations
 
 import email.utils
-import enum
 import errno
 import os
 import secrets
@@ -28,6 +27,7 @@ from typing import Any
 
 import httpx
 
+from neffcache.application.findings import DoctorReport, Finding, Level
 from neffcache.application.jobenv import inside, job_env, runtime_root
 from neffcache.errors import (
     AccessDenied,
@@ -42,6 +42,7 @@ from neffcache.instances import lookup_instance
 from neffcache.layouts import LAYOUTS
 from neffcache.stores import open_store
 from neffcache.stores.base import CONTROL_DIR, Store
+from neffcache.stores.local_listing import native_listing
 from neffcache.stores.mounts import filesystem_type, is_network_filesystem
 from neffcache.toolchain import TARGET_DIRS, Toolchain, compiler_version, find_compiler
 from neffcache.units import human_bytes
@@ -53,43 +54,6 @@ SKEW_WARNING_SECONDS = 5.0
 SKEW_PROBLEM_SECONDS = 60.0
 FREE_WARNING_BYTES = 5 * 1024**3
 FREE_WARNING_SHARE = 0.05
-
-
-class Level(enum.IntEnum):
-    """How bad a finding is; the command's exit code follows the worst one."""
-
-    OK = 0
-    WARNING = 1
-    PROBLEM = 2
-
-    @property
-    def label(self) -> str:
-        return self.name.lower()
-
-
-
-@dataclass(frozen=True)
-class Finding:
-    check: str
-    level: Level
-    message: str
-    fix: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"check": self.check, "level": self.level.label, "message": self.message, "fix": self.fix}
-
-
-@dataclass(frozen=True)
-class DoctorReport:
-    findings: tuple[Finding, ...]
-
-    @property
-    def worst(self) -> Level:
-        return max((f.level for f in self.findings), default=Level.OK)
-
-    def to_json(self) -> dict[str, Any]:
-        counts = {level.label: sum(1 for f in self.findings if f.level is level) for level in Level}
-        return {"worst": self.worst.label, "counts": counts, "findings": [f.to_json() for f in self.findings]}
 
 
 @dataclass
@@ -374,6 +338,16 @@ def _safe_host() -> str:
     return "".join(c if c.isalnum() or c in "-._" else "_" for c in host)[:64]
 
 
+def check_native() -> Finding:
+    """Whether local scans list in C. Off on purpose (``NEFFCACHE_NATIVE=0``) is fine; missing is a
+    warning, since the optional build goes on silently where there is no compiler."""
+    state = native_listing()
+    if state.active or state.chosen:
+        return Finding("native listing", Level.OK, state.describe())
+    return Finding("native listing", Level.WARNING, f"{state.describe()}: local scans list files about 3x slower",
+                   "install gcc and the Python headers (python3-dev), then reinstall neffcache")
+
+
 def diagnose(req: DoctorRequest, *, on_finding: Callable[[Finding], None] | None = None) -> DoctorReport:
     """Run every check; ``on_finding`` sees each finding as it is made (progress)."""
     findings: list[Finding] = []
@@ -395,4 +369,5 @@ def diagnose(req: DoctorRequest, *, on_finding: Callable[[Finding], None] | None
         add(check_store(url, req))
     add(check_index(req))
     add(check_environment(req, toolchain))
+    add([check_native()])
     return DoctorReport(tuple(findings))

@@ -27,6 +27,7 @@ from typing import Any
 
 from neffcache.index.client import IndexClient
 from neffcache.index.null import NullIndex
+from neffcache.index.protocol import Index
 from neffcache.index.records import (
     EVENT_KINDS,
     MAX_LOOKUP_BATCH,
@@ -47,8 +48,6 @@ ENV_TOKEN = "NEFFCACHE_TOKEN"  # noqa: S105 - the variable name, not a secret
 ENV_SPOOL = "NEFFCACHE_SPOOL_DIR"
 _ENV_DEFAULTS = {"job": "NEFFCACHE_JOB", "model": "NEFFCACHE_MODEL", "team": "NEFFCACHE_TEAM",
                  "instance_type": "NEFFCACHE_INSTANCE_TYPE"}
-
-Index = IndexClient | NullIndex
 
 
 def default_spool_root() -> Path:
@@ -107,6 +106,11 @@ def open_index(url: str | None = None, token: str | None = None, *, spool_root: 
     token = token or os.environ.get(ENV_TOKEN) or None
     merged = {**event_defaults(), **(defaults or {})}
     return IndexClient(url, token, spool_dir=spool_dir_for(url, spool_root), defaults=merged, **options)
+
+
+# Both classes satisfy the protocol: mypy checks these two lines, member by member.
+_CLIENT: type[Index] = IndexClient
+_NULL: type[Index] = NullIndex
 
 
 __all__ = [

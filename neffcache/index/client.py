@@ -159,6 +159,14 @@ class IndexClient(AskedQuestions):
             self._tally["reported"] += len(self._entries) - before
         self._maybe_flush()
 
+    @property
+    def spool_directory(self) -> Path:
+        return self.spool.directory
+
+    def pending_batches(self) -> int:
+        """Batches of reports in this index's spool, waiting for ``flush`` (or the next command)."""
+        return len(self.spool.pending())
+
     def counts(self) -> ReportCounts:
         """What became of every report handed to this client so far (see :class:`ReportCounts`),
         and what waits in the spool for this index."""

@@ -5,7 +5,7 @@ raise a clear :class:`~neffcache.errors.IndexServerError`, lookups find nothing.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from neffcache.errors import IndexServerError
@@ -18,6 +18,11 @@ class NullIndex:
 
     enabled = False
     url = None
+    on_problem: Callable[[str], None] | None = None  # never called: there is no token to refuse
+    spool_directory = None
+
+    def pending_batches(self) -> int:
+        return 0
 
     def record(self, kind: EventKind, **fields: Any) -> Event:
         return Event(kind=kind, **fields)

@@ -129,7 +129,7 @@ def lookup(paths: Iterable[str], stores: Sequence[Store], index: IndexQuestions 
         notes.append(index_note)
     holdings = {p: Holding(p, found.get(p), records.get(p)) for p in wanted}
     return LookupReport(holdings, tuple(s.url for s in stores), index_note is None and index is not None
-                        and getattr(index, "enabled", False), tuple(notes))
+                        and index.enabled, tuple(notes))
 
 
 def held_in(store: Store, paths: Sequence[str], *, threads: int = _LOOKUP_THREADS) -> set[str]:
@@ -156,7 +156,7 @@ def _namespaces(paths: Iterable[str]) -> set[str]:
 
 
 def _ask_index(index: IndexQuestions | None, paths: list[str]) -> tuple[dict[str, dict[str, Any] | None], str | None]:
-    if index is None or not getattr(index, "enabled", False) or not paths:
+    if index is None or not index.enabled or not paths:
         return {}, None
     try:
         return index.lookup_many(paths), None
@@ -180,7 +180,7 @@ def ask_history(index: IndexQuestions | None, digests: Iterable[str], targets: I
                 threads: int = 8) -> History:
     """What the index knows of these graphs' and targets' compiles. One question per distinct
     digest (in parallel) and per target; an index that fails stops being asked (one note)."""
-    if index is None or not getattr(index, "enabled", False):
+    if index is None or not index.enabled:
         return History()
     unique = sorted(set(digests))
     try:

@@ -233,6 +233,6 @@ def plan_reconcile(stores: Sequence[Store], index: IndexCatalog, *, fix: str = "
         for entry, detail in sorted(register, key=lambda pair: pair[0].path):
             mismatch = Mismatch(store.url, entry.path, detail, entry_record(entry, store.url, manifests[entry.path]))
             (differ if entry.path in rows else missing_index).append(mismatch)
-    return ReconcilePlan(tuple(s.url for s in stores), str(getattr(index, "url", None) or "(index)"), matched,
+    return ReconcilePlan(tuple(s.url for s in stores), str(index.url or "(index)"), matched,
                          tuple(missing_store), tuple(missing_index), tuple(differ), fix, guards=tuple(guards),
                          unaddressable=tuple(odd))

@@ -39,6 +39,7 @@ import importlib
 import os
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING
 
@@ -52,20 +53,47 @@ if TYPE_CHECKING:
     from neffcache.stores._listdir import Walker
 
 
-def _load_native() -> ModuleType | None:
-    """The C helper, or None when it was not built or ``NEFFCACHE_NATIVE=0`` turns it off."""
-    if os.environ.get("NEFFCACHE_NATIVE", "1").strip().lower() in ("0", "false", "no", "off"):
-        return None
+@dataclass(frozen=True)
+class NativeListing:
+    """Whether the local listing runs in C, and if not, why: the helper is optional (a host
+    without a compiler installs without it), so ``neffcache --version`` and ``doctor`` say which
+    path a scan takes rather than leave a listing three times as slow to be found by timing it."""
+
+    active: bool
+    why_off: str = ""  # "" when active; else ``NEFFCACHE_NATIVE=0`` or the import's error
+    chosen: bool = False  # turned off on purpose (NEFFCACHE_NATIVE=0), not missing
+
+    def describe(self) -> str:
+        return "active" if self.active else f"off ({self.why_off})"
+
+
+def _load_native() -> tuple[ModuleType | None, NativeListing]:
+    """The C helper (None when it was not built or ``NEFFCACHE_NATIVE=0`` turns it off), and why."""
+    setting = os.environ.get("NEFFCACHE_NATIVE", "1").strip().lower()
+    if setting in ("0", "false", "no", "off"):
+        return None, NativeListing(False, f"NEFFCACHE_NATIVE={setting}", chosen=True)
     try:
         # By its full name: ``from neffcache.stores import`` would read as importing the package
         # (tests/test_layers.py), which imports this module.
-        return importlib.import_module("neffcache.stores._listdir")
-    except ImportError:
-        return None
+        module = importlib.import_module("neffcache.stores._listdir")
+    except ImportError as exc:
+        # The error names what is missing (no module: never built; an undefined symbol or a
+        # wrong ABI tag: built for another Python), which is the whole diagnosis.
+        return None, NativeListing(False, f"the C helper was not built: {exc}")
+    return module, NativeListing(True)
 
 
 # Read at call time: tests set it to None to run the Python loop.
-native: ModuleType | None = _load_native()
+native, _loaded = _load_native()
+
+
+def native_listing() -> NativeListing:
+    """Which listing a scan in this process takes (``native`` as it is now, not as loaded)."""
+    if native is None and _loaded.active:
+        return NativeListing(False, "turned off in this process", chosen=True)
+    return _loaded if native is None else NativeListing(True)
+
+
 # Directory levels below the root a listing enters (the module docstring); _listdir.c has its own
 # copy, checked equal by tests/stores/test_listing_paths.py.
 MAX_DEPTH = 128

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from neffcache.application.doctor import Level, _skew_finding
+from neffcache.application.doctor import _skew_finding
+from neffcache.application.findings import Level
 from tests.server.conftest import ServerProcess, Tokens, free_port
 from tests.simulation import Sim, make_sim
 from tests.stores.conftest import aws_env, moto_server, s3_endpoint  # noqa: F401 - fixtures

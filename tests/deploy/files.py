@@ -191,3 +191,14 @@ def compose_services_built_from(dockerfile: Path) -> dict[str, dict[str, Any]]:
              == dockerfile.resolve()}
     tags = {s["image"] for s in built.values() if "image" in s}
     return {name: s for name, s in services.items() if name in built or s.get("image") in tags}
+
+
+def stages(dockerfile: Path) -> list[list[tuple[str, str]]]:
+    """Each stage's instructions (its FROM first), in order; line continuations joined."""
+    found: list[list[tuple[str, str]]] = []
+    for word, rest in _instructions(dockerfile):
+        if word == "FROM":
+            found.append([])
+        if found:
+            found[-1].append((word, rest))
+    return found

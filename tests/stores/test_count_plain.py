@@ -25,10 +25,9 @@ from neffcache.stores.base import TEMP_MARKER, DirListing
 from neffcache.stores.local import LocalStore
 from neffcache.stores.plain import PlainFiles
 from neffcache.stores.safepath import SafeRoot
+from tests.stores.c_helper import needs_native
 
 native = local_listing.native
-needs_native = pytest.mark.skipif(native is None, reason="the C listing helper did not build "
-                                  "(tests/stores/test_listing_paths.py fails for that)")
 
 NS = "trn2-lnc2/torchneuron-2.9.0"
 KEYS = ["ab12" + "3" * 28, "ab12" + "4" * 28, "ab12" + "5" * 60, "ab13" + "6" * 28, "cd12" + "3" * 28,

@@ -19,9 +19,9 @@ from neffcache.operations.scan import scan
 from neffcache.stores import local_listing
 from neffcache.stores.base import DirListing, SkipDirs
 from neffcache.stores.local import LocalStore
+from tests.stores.c_helper import NATIVE, STATUS, WHY_NOT, needs_native
 
 REPO = Path(__file__).resolve().parents[2]
-NATIVE = local_listing.native
 
 
 @pytest.fixture(params=["native", "python"])
@@ -29,7 +29,8 @@ def listing_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
     if request.param == "python":
         monkeypatch.setattr(local_listing, "native", None)
     else:
-        assert NATIVE is not None, "the C listing helper is not built (test_the_c_helper_is_built says why)"
+        if NATIVE is None:
+            pytest.skip(WHY_NOT)
         monkeypatch.setattr(local_listing, "native", NATIVE)
     yield request.param
 
@@ -37,7 +38,9 @@ def listing_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 def test_the_c_helper_is_built() -> None:
     """This repository's install (pip install -e, the Makefile) builds the helper: a build that
     failed silently (it is optional) would leave every scan on the slow path unnoticed."""
-    assert NATIVE is not None, "neffcache.stores._listdir did not build: run `pip install -e .` and read its output"
+    if STATUS.chosen:
+        pytest.skip(WHY_NOT)
+    assert NATIVE is not None, f"{STATUS.why_off}: run `pip install -e .` and read its output"
     forced = subprocess.run([sys.executable, "-c", "from neffcache.stores import local_listing as m; "
                              "print(m.native is None)"], capture_output=True, text=True, timeout=60,
                             env={**os.environ, "NEFFCACHE_NATIVE": "0"}, check=True)
@@ -98,6 +101,7 @@ def test_both_paths_list_the_same(tmp_path: Path, listing_path: str) -> None:
     assert _listed(LocalStore(root), "ns/deep") == [d for d in got if d.directory.startswith("ns/deep")]
 
 
+@needs_native
 def test_the_paths_agree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = tmp_path / "root"
     _hostile_tree(root, tmp_path / "outside")
@@ -117,6 +121,7 @@ def test_an_unopenable_start_is_refused_on_both_paths(tmp_path: Path, listing_pa
     assert list(LocalStore(root).iter_dirs("ns/missing")) == []
 
 
+@needs_native
 def test_a_scan_reports_the_same_on_both_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from tests.operations.test_scan_listing import _messy_root, _same
 

@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from neffcache.stores import local_listing
+from tests.stores.c_helper import needs_native
 
 REPO = Path(__file__).resolve().parents[2]
 native = local_listing.native
-pytestmark = pytest.mark.skipif(native is None, reason="the C listing helper is not built here")
+pytestmark = needs_native
 
 _CALLBACK = """
 import os, sys
