@@ -44,6 +44,33 @@ EVENT_SOURCES: tuple[EventSource, ...] = ("job", "warm", "rewarm")
 WARM_UP_JOBS: Mapping[str, EventSource] = {"warm": "warm", "plan": "warm", "rewarm": "rewarm"}
 
 
+# A size budget's evict event says so in its message, and by which policy it chose:
+# ``prune (size, value): ...``. The index counts a later miss of that path as a regretted eviction
+# (server/services/regret.py); an eviction for another reason (age, superseded) regrets nothing.
+# A client of before the policy field wrote ``prune (size): ...`` and said "least recently
+# used" when that was the policy.
+BUDGET_REASON = "size"
+# The policies a budget evicts by (neffcache.prune.value.Retention); a message naming another
+# counts as "other", so no client can make the index export a series per made-up name.
+BUDGET_POLICIES: tuple[str, ...] = ("value", "lru")
+_BUDGET_MESSAGE = re.compile(r"^prune \(size(?:, ([a-z][a-z0-9-]{0,15}))?\): ")
+
+
+def eviction_message(reason: str, policy: str | None, detail: str) -> str:
+    """The message of prune's evict event: its reason, the budget's policy, and why."""
+    return f"prune ({reason}{f', {policy}' if policy else ''}): {detail}"
+
+
+def budget_policy(message: str | None) -> str | None:
+    """The policy a budget evicted by, from an evict event's message; None when no budget did."""
+    found = _BUDGET_MESSAGE.match(message or "")
+    if found is None:
+        return None
+    if found.group(1):
+        return found.group(1) if found.group(1) in BUDGET_POLICIES else "other"
+    return "lru" if "least recently used" in (message or "") else "value"
+
+
 # How far back the index's read endpoints look (/v1/stats, /v1/failures): a whole number of 1 to
 # 6 digits and a unit (s, m, h, d, w; none is seconds). The server's query check and the CLI's
 # (:func:`check_window`, before any request) are this one pattern.

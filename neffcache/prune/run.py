@@ -31,6 +31,7 @@ from neffcache.coordination.stamps import stamp_path
 from neffcache.coordination.write_leases import PUBLISH_LEASE_TTL, prune_group_lease, publish_lease_name
 from neffcache.entry import Entry, EntryState, FileInfo
 from neffcache.errors import EntryNotFound, InvalidKey, ReadOnlyStore, StoreUnavailable, UnsafePath
+from neffcache.index.records import eviction_message
 from neffcache.keys import is_canonical_relpath
 from neffcache.operations.scan import entry_at
 from neffcache.prune.model import ItemKind, Kept, PruneItem, PrunePlan, Reason, ago
@@ -274,7 +275,8 @@ class StoreRun:
                     self.index.record("evict", path=entry.path, key=entry.key, namespace=entry.namespace.path,
                                       toolchain=entry.toolchain, store=self.store.url,
                                       compile_seconds=item.cost.costed_seconds if item.cost else None,
-                                      message=f"prune ({item.reason.value}): {item.detail}")
+                                      message=eviction_message(item.reason.value, item.cost.policy.value
+                                                               if item.cost else None, item.detail))
 
     def _remove_each(self, approved: list[tuple[PruneItem, Entry]], orders: list[list[list[str]]],
                      files: ChunkFiles) -> list[tuple[PruneItem, Entry]]:
