@@ -30,7 +30,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 
-from neffcache.server.services import leases, readiness, stats
+from neffcache.index.records import BUDGET_POLICIES
+from neffcache.server.services import leases, readiness, regret, stats
 from neffcache.server.services.prices import NO_PRICES, Prices
 from neffcache.server.storage.models import Entry
 
@@ -117,6 +118,7 @@ class DatabaseCollector(Collector):
             catalog = [(str(tc), str(state), int(count), int(total or 0)) for tc, state, count, total in rows]
             active = len(leases.active(session))
             upgrades = self._readiness(session)
+            regrets = self._regret(session)
         team_weight: dict[str, float] = defaultdict(float)
         toolchain_weight: dict[str, float] = defaultdict(float)
         for (_, _, toolchain, team, _), (count, _) in totals.items():
@@ -154,7 +156,24 @@ class DatabaseCollector(Collector):
         for toolchain, total in sorted(per_toolchain.items()):
             size.add_metric([toolchain], total)
         held.add_metric([], active)
-        return [events, saved, spent, entries, size, held, *money.values(), upgrades]
+        return [events, saved, spent, entries, size, held, *money.values(), upgrades, *regrets]
+
+    def _regret(self, session: Session) -> list[CounterMetricFamily]:
+        """Size-budget evictions per policy, the ones a later miss regretted and the compile
+        seconds those cost (server/services/regret.py; the policy is a fixed set, or "other")."""
+        evicted = CounterMetricFamily("neffcache_budget_evictions", "entries size budgets evicted, by policy",
+                                      labels=["policy"])
+        regretted = CounterMetricFamily("neffcache_regretted_evictions", "budget evictions a later miss of the "
+                                        "graph regretted, by policy", labels=["policy"])
+        seconds = CounterMetricFamily("neffcache_eviction_regret_seconds", "compile seconds the regretted "
+                                      "evictions cost (what the policy weighed for each)", labels=["policy"])
+        # Every policy's series from the start, at 0: an alert on a rate() is blind to its first event.
+        for policy, counts in {**dict.fromkeys(BUDGET_POLICIES, regret.RegretCounts()),
+                               **regret.regret_by_policy(session)}.items():
+            evicted.add_metric([policy], counts.evictions)
+            regretted.add_metric([policy], counts.regretted)
+            seconds.add_metric([policy], counts.seconds)
+        return [evicted, regretted, seconds]
 
     def _readiness(self, session: Session) -> GaugeMetricFamily:
         """Upgrade readiness of the default toolchain pairs (per target, the newest compiler in the

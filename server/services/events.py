@@ -6,8 +6,8 @@ and the hit counters, so a spool resending a batch (or two replicas receiving th
 counts each event exactly once.
 
 Lock order inside the transaction is events (sorted by id) -> rollups (sorted) -> entries
-(sorted by path). Every writer takes rows in that one order, so concurrent batches wait for each
-other instead of deadlocking.
+(sorted by path) -> evictions and their rollups (services/regret.py, each sorted). Every writer
+takes rows in that one order, so concurrent batches wait for each other instead of deadlocking.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from sqlalchemy import Double, delete, select
 from sqlalchemy.orm import Session
 
 from neffcache.index.records import event_source
-from neffcache.server.services import catalog, tokens
+from neffcache.server.services import catalog, regret, tokens
 from neffcache.server.services.identity import Refusal, Writer, refuse
 from neffcache.server.services.records import EventIn, toolchain_label
 from neffcache.server.storage.driver_sql import DriverSQL, marks, slices, values
@@ -43,9 +43,9 @@ def hour_of(ts: float) -> int:
 # The columns of an event row, in the order of the tuples below (storage/models.py: Event).
 EVENT_COLUMNS = ("event_id", "kind", "ts", "path", "key", "namespace", "toolchain", "job", "model", "team",
                  "host", "instance_type", "compile_seconds", "store", "message", "received", "writer")
-_ID, _KIND, _TS, _PATH, _JOB, _MODEL, _TEAM, _INSTANCE, _TOOLCHAIN, _SECONDS, _STORE, _WRITER = map(
+_ID, _KIND, _TS, _PATH, _JOB, _MODEL, _TEAM, _INSTANCE, _TOOLCHAIN, _SECONDS, _STORE, _MESSAGE, _WRITER = map(
     EVENT_COLUMNS.index, ("event_id", "kind", "ts", "path", "job", "model", "team", "instance_type", "toolchain",
-                          "compile_seconds", "store", "writer"))
+                          "compile_seconds", "store", "message", "writer"))
 _EVENTS = Event.__tablename__
 _ROLLUPS = EventRollup.__tablename__
 _ROLLUP_DIMENSIONS = ("hour", "kind", "source", "team", "model", "instance_type", "toolchain", "writer")
@@ -74,6 +74,8 @@ def ingest_events(session: Session, events: Sequence[EventIn], now: float, write
     _roll_up(sql, fresh)
     _stamp_entries(sql, fresh)
     _apply_evictions(session, fresh, writer)
+    regret.record(sql, [(r[_KIND], r[_TS], r[_PATH], r[_SECONDS], r[_MESSAGE], r[_STORE]) for r in fresh
+                        if r[_KIND] in regret.KINDS and r[_PATH]])
     return IngestOutcome(accepted=len(fresh), duplicates=len(kept) - len(fresh), expired=len(events) - len(kept))
 
 
@@ -82,6 +84,7 @@ def sweep_events(session: Session, before: float, limit: int = 5000) -> int:
     the write lock for long; it runs again with later batches)."""
     oldest = select(Event.id).where(Event.ts < before).order_by(Event.ts).limit(limit)
     result = session.execute(delete(Event).where(Event.id.in_(oldest.scalar_subquery())))
+    regret.sweep(session, before, limit)  # the evictions a miss may still regret age out with the events
     return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
 

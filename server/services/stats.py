@@ -21,7 +21,7 @@ from sqlalchemy import ColumnElement, Select, exists, func, select
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from neffcache.index.records import EVENT_SOURCES, WARM_UP_JOBS
-from neffcache.server.services import leases
+from neffcache.server.services import leases, regret
 from neffcache.server.services.events import hour_of
 from neffcache.server.services.prices import NO_PRICES, Prices
 from neffcache.server.services.records import STATES
@@ -113,6 +113,9 @@ class StatsOut(BaseModel):
     currency: str | None = None
     teams: list[str]
     models: list[str]
+    eviction_regret: dict[str, regret.RegretCounts] = Field(
+        default_factory=dict, description="per policy, the window's size-budget evictions and how many a later "
+        "miss regretted, with the compile seconds those misses cost (fleet-wide: the filters do not apply)")
 
 
 @dataclass(frozen=True)
@@ -293,6 +296,7 @@ def compute_stats(session: Session, q: StatsQuery, prices: Prices = NO_PRICES) -
         leases_active=len(leases.active(session)),
         currency=prices.currency if prices.configured else None,
         teams=_distinct(session, EventRollup.team), models=_distinct(session, EventRollup.model),
+        eviction_regret=regret.regret_by_policy(session, q.start, q.end),
     )
 
 

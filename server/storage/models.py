@@ -172,3 +172,34 @@ class Token(Base):
     # prefixes as a JSON list ("[]" anywhere). services/identity.py holds the rules.
     team: Mapped[str] = mapped_column(String(256), default="", server_default="")
     prefixes: Mapped[str] = mapped_column(Text, default="[]", server_default="[]")
+
+
+class Eviction(Base):
+    """The newest budget eviction of a path (migration 0007): what a later miss of it regrets.
+
+    One row per path, however often it is evicted: ``recreated`` is the first hit or compile of
+    it after ``evicted_at`` and ``regretted`` the first miss before that, so a miss regrets an
+    eviction at most once, and a graph compiled again regrets nothing more (services/regret.py)."""
+
+    __tablename__ = "evictions"
+
+    path: Mapped[str] = mapped_column(String(1024), primary_key=True)
+    store: Mapped[str | None] = mapped_column(String(1024))
+    policy: Mapped[str] = mapped_column(String(16))
+    compile_seconds: Mapped[float] = mapped_column(Double)
+    evicted_at: Mapped[float] = mapped_column(Double, index=True)
+    recreated: Mapped[float | None] = mapped_column(Double)
+    regretted: Mapped[float | None] = mapped_column(Double)
+
+
+class RegretRollup(Base):
+    """Hourly budget evictions per policy, and the regretted ones by the hour of their miss with
+    the compile seconds they cost (migration 0007): stats and metrics never scan events for them."""
+
+    __tablename__ = "regret_rollups"
+
+    hour: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    policy: Mapped[str] = mapped_column(String(16), primary_key=True)
+    evictions: Mapped[int] = mapped_column(BigInteger)
+    regretted: Mapped[int] = mapped_column(BigInteger)
+    seconds: Mapped[float] = mapped_column(Double)

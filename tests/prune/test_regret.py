@@ -80,6 +80,10 @@ def test_a_miss_on_an_evicted_entry_is_a_regretted_eviction(slow_old_fast_new: t
     assert data["evictions"][0]["path"] == evicted[0] and data["evictions"][0]["misses"] == 2
     text = run_cli("prune", "--store", str(root), "--regret", env=env)
     assert "1 evictions on record, 1 regretted" in text.stdout and "policy value: 1 regretted, 2 s" in text.stdout
+    # The server counted the same regret as the events arrived (server/services/regret.py).
+    stats = run_cli("stats", "--json", "--window", "1d", env={**env, "NEFFCACHE_TOKEN": tokens.read})
+    assert stats.returncode == 0, stats.stderr
+    assert json.loads(stats.stdout)["eviction_regret"] == {"value": {"evictions": 1, "regretted": 1, "seconds": 2.0}}
 
 
 def test_regret_needs_the_index_and_refuses_other_rules(tmp_path: Path) -> None:

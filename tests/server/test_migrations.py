@@ -237,3 +237,32 @@ def test_0006_binds_nothing_old_and_its_downgrade_keeps_every_row(db_url: str) -
         assert current_revision(db.engine) == head_revision()
     finally:
         db.dispose()
+
+
+def test_0007_adds_the_eviction_tables_and_its_downgrade_drops_only_them(db_url: str) -> None:
+    """0007 adds ``evictions`` and ``regret_rollups`` and changes nothing else; its downgrade
+    drops them and keeps every event."""
+    db = Database(db_url, pool_size=2)
+    try:
+        migrate(db.engine, "0006")
+        assert "evictions" not in inspect(db.engine).get_table_names()
+        with db.engine.begin() as conn:
+            conn.execute(text("INSERT INTO events (event_id, kind, ts, namespace, toolchain, job, model, team, host,"
+                              " instance_type, received, writer) VALUES ('e1', 'evict', 1, '', '', '', '', '', '',"
+                              " '', 1, '')"))
+        migrate(db.engine)
+        assert {"evictions", "regret_rollups"} <= set(inspect(db.engine).get_table_names())
+        with db.engine.begin() as conn:
+            conn.execute(text("INSERT INTO evictions (path, policy, compile_seconds, evicted_at) "
+                              "VALUES ('ns/MODULE_1+ab', 'value', 600, 1)"))
+            conn.execute(text("INSERT INTO regret_rollups (hour, policy, evictions, regretted, seconds) "
+                              "VALUES (0, 'value', 1, 1, 600)"))
+        _downgrade(db, "0006")
+        tables = set(inspect(db.engine).get_table_names())
+        assert "evictions" not in tables and "regret_rollups" not in tables
+        with db.engine.connect() as conn:
+            assert conn.execute(text("SELECT event_id FROM events")).scalar_one() == "e1"
+        migrate(db.engine)
+        assert current_revision(db.engine) == head_revision()
+    finally:
+        db.dispose()
