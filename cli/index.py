@@ -69,6 +69,17 @@ def _warm_up_line(data: dict[str, Any]) -> str:
             f"{plural(ahead['hits'], 'hit')}, {plural(ahead['errors'], 'error')}")
 
 
+def _regret_line(data: dict[str, Any]) -> list[str]:
+    """Per policy, the window's budget evictions a later miss regretted (an older server: none)."""
+    regret = {policy: r for policy, r in (data.get("eviction_regret") or {}).items() if r["evictions"] or
+              r["regretted"]}
+    if not regret:
+        return []
+    parts = [f"{policy} {r['regretted']:,} of {r['evictions']:,} ({compile_time(r['seconds'])} to recompile)"
+             for policy, r in sorted(regret.items())]
+    return [f"  regretted       {'; '.join(parts)}  (budget evictions a later miss wanted back)"]
+
+
 def _stats_text(data: dict[str, Any]) -> str:
     t = data["totals"]
     window = data["window"]
@@ -89,6 +100,7 @@ def _stats_text(data: dict[str, Any]) -> str:
         f"{plural(sum(data['entries_by_state'].values()), 'entry')}",
         "  entries         " + ", ".join(f"{k} {v:,}" for k, v in data["entries_by_state"].items() if v),
         f"  leases held     {data['leases_active']}",
+        *_regret_line(data),
     ]
     if data["groups"]:
         # Errors and evictions too: a group with only those (prune's evicts carry no model)
@@ -120,7 +132,8 @@ def stats_cmd(index_url: str | None, token: str | None, window: str, group_by: s
     The hit rate is the jobs': hits / (hits + misses) of job traffic (`neffcache run`, the
     library). What warm-ups (`warm`, `plan --warm`) and `rewarm` compiled ahead of demand is shown
     apart, never as misses; top misses are the graphs jobs missed. --json has the jobs' rate
-    as `hit_rate`, job traffic as `totals`, warm-ups as `warm_ups`, each source in `by_source`.
+    as `hit_rate`, job traffic as `totals`, warm-ups as `warm_ups`, each source in `by_source`,
+    and per retention policy the size-budget evictions a later miss regretted in `eviction_regret`.
 
     \b
     Example:
