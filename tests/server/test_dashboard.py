@@ -145,3 +145,24 @@ def test_without_prices_the_dashboard_stays_in_hours(sqlite_url: str,
     assert f'id="kpi-hit-rate"><div class="v">{stats["hit_rate"] * 100:.1f}%</div>' in page
     assert stats["warm_ups"]["compiles"] > 0
     assert f'id="kpi-ahead"><div class="v">{stats["warm_ups"]["compiles"]:,}</div>' in page
+
+
+def test_dashboard_shows_the_eviction_regret(sqlite_url: str, start_server: Callable[..., LiveServer],
+                                             tmp_path: Path) -> None:
+    from neffcache.index.records import eviction_message
+    from tests.server.factories import entry, event
+
+    live = start_server(sqlite_url, anonymous_read=True)
+    with live.client(ADMIN_SECRET) as admin:
+        quiet = _chromium(f"{live.url}/", tmp_path, "--dump-dom").stdout
+        now = time.time()
+        evicted = [entry(i)["path"] for i in range(3)]
+        admin.post("/v1/events", json=[
+            *(event("evict", path=p, ts=now - 600, compile_seconds=5400.0,
+                    message=eviction_message("size", "value", "over the budget")) for p in evicted),
+            event("miss", path=evicted[0], ts=now - 60)]).raise_for_status()
+    dom = _chromium(f"{live.url}/", tmp_path, "--dump-dom").stdout
+    assert "eviction regret: no budget eviction in this window" in quiet
+    line = re.search(r'<p class="more" id="regret">(.*?)</p>', dom, re.S)
+    assert line and re.sub(r"<[^>]+>", "", line.group(1)).startswith(
+        "eviction regret: policy value 1 of 3 budget evictions missed again (1.5 h to recompile)")
