@@ -38,8 +38,9 @@ def _scan(store: LocalStore) -> float:
     return time.perf_counter() - started
 
 
-def wide(base: Path, files: int, rounds: int) -> None:
-    store = LocalStore(base / f"wide-{files}")
+def wide_entry(store: LocalStore, files: int) -> str:
+    """Publish an entry whose directory also holds ``files`` foreign files; its path. (The
+    hostile suite builds its 80k-file tree with this too.)"""
     path, _ = publish_a(store, key="MODULE_1+abb26765")
     fd = os.open(store.root / path, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -47,6 +48,24 @@ def wide(base: Path, files: int, rounds: int) -> None:
             os.close(os.open(f"notes_{i}.txt", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd))
     finally:
         os.close(fd)
+    return path
+
+
+def deep_chain(root: Path, depth: int) -> None:
+    """A chain of ``depth`` directories ``d/d/...`` below ``root``, made relative to descriptors
+    (a path that long could not be named whole)."""
+    fd = os.open(root, os.O_RDONLY)
+    for _ in range(depth):
+        os.mkdir("d", dir_fd=fd)
+        nfd = os.open("d", os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = nfd
+    os.close(fd)
+
+
+def wide(base: Path, files: int, rounds: int) -> None:
+    store = LocalStore(base / f"wide-{files}")
+    wide_entry(store, files)
     baseline = best_of(rounds, lambda: _find(store.root))
     print_ratio(f"scan, {files} foreign files in one entry directory", best_of(rounds, lambda: _scan(store)),
                 baseline, "find -printf")
@@ -55,13 +74,7 @@ def wide(base: Path, files: int, rounds: int) -> None:
 def deep(base: Path, depth: int, rounds: int) -> None:
     store = LocalStore(base / f"deep-{depth}")
     publish_a(store, key="MODULE_1+abb26765")
-    fd = os.open(store.root, os.O_RDONLY)
-    for _ in range(depth):
-        os.mkdir("d", dir_fd=fd)
-        nfd = os.open("d", os.O_RDONLY, dir_fd=fd)
-        os.close(fd)
-        fd = nfd
-    os.close(fd)
+    deep_chain(store.root, depth)
     baseline = best_of(rounds, lambda: _find(store.root))
     ours = best_of(rounds, lambda: _scan(store))
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024

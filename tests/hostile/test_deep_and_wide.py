@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.hostile_tree_bench import wide_entry
 from neffcache.entry import FileInfo
 from neffcache.layouts import get_layout
 from neffcache.operations.grouping import own_files
@@ -57,13 +58,7 @@ def test_own_files_compares_each_foreign_name_a_bounded_number_of_times(tmp_path
 @pytest.mark.timeout(600)  # a hang guard: the assertions are on outcomes
 def test_80k_foreign_files_in_one_entry_directory(tmp_path: Path) -> None:
     store = LocalStore(tmp_path / "c")
-    path, _ = publish_a(store, key="MODULE_1+abb26765")
-    fd = os.open(store.root / path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        for i in range(WIDE):
-            os.close(os.open(f"notes_{i}.txt", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd))
-    finally:
-        os.close(fd)
+    path = wide_entry(store, WIDE)
     report = scan(store)
     assert [e.path for e in report.entries] == [path] and len(report.foreign) == WIDE
     assert [c.status for c in verify(store).checks] == [CheckStatus.OK]
@@ -78,18 +73,14 @@ def test_80k_foreign_files_in_one_entry_directory(tmp_path: Path) -> None:
 _DEEP_SCRIPT = """
 import json, os, resource, sys, tracemalloc
 from neffcache.stores.local import LocalStore
+from neffcache.stores.local_listing import MAX_DEPTH
 from neffcache.operations.scan import scan
 from neffcache.testing.store_contract import publish_a
+from bench.hostile_tree_bench import deep_chain
 root, depth, workers = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 store = LocalStore(root, list_workers=workers)
 publish_a(store, key="MODULE_1+abb26765")
-fd = os.open(root, os.O_RDONLY)
-for _ in range(depth):
-    os.mkdir("d", dir_fd=fd)
-    nfd = os.open("d", os.O_RDONLY, dir_fd=fd)
-    os.close(fd)
-    fd = nfd
-os.close(fd)
+deep_chain(root, depth)
 tracemalloc.start()
 report = scan(store)
 peak = tracemalloc.get_traced_memory()[1]
