@@ -16,6 +16,7 @@ import click
 
 from neffcache import errors as e
 from neffcache.index.reports import ReportCounts
+from neffcache.redaction import redact_text
 
 if TYPE_CHECKING:
     from neffcache.index import Index
@@ -141,7 +142,7 @@ def announce_index(index: Index | None, stores: Sequence[str] = ()) -> None:
     flush_url = url is not None and url != _configured_index_url()
     for line in (index_warning(counts, stores, url if flush_url else None), spool_notice(counts, url, flush_url)):
         if line:
-            click.echo(line, err=True)
+            click.echo(redact_text(line), err=True)
 
 
 def _configured_index_url() -> str | None:
@@ -167,7 +168,7 @@ def report(exc: BaseException) -> int:
                 traceback.print_exception(exc)
             message = str(exc) or type(exc).__name__
             line = message if message.startswith(prefix) else f"{prefix}: {message}"
-            click.echo(f"neffcache: {line}", err=True)
+            click.echo(f"neffcache: {redact_text(line)}", err=True)  # an index URL's password, a token
             if code == SOME_ENTRIES_FAILED and not debug_enabled():
                 click.echo("(set NEFFCACHE_DEBUG=1 for a traceback)", err=True)
             return code

@@ -25,6 +25,7 @@ from neffcache.failures import FailureClass
 from neffcache.operations.failed import FailedGraph, store_failures
 from neffcache.operations.repro import write_bundle
 from neffcache.prune import FailedSelect
+from neffcache.redaction import redact_text
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
 from neffcache.units import parse_duration, plural
@@ -87,7 +88,7 @@ def _index_groups(settings: Settings, window: str, warnings: list[str]) -> tuple
     try:
         body = index.failures(window)
     except IndexServerError as exc:
-        return [], f"index {settings.index_url} did not answer ({exc}): from the stores only"
+        return [], redact_text(f"index {settings.index_url} did not answer ({exc}): from the stores only")
     finally:
         index.close()
     groups = []
@@ -182,11 +183,12 @@ def failures_group(ctx: click.Context, stores: tuple[str, ...], index_url: str |
     if only:
         groups = [g for g in groups if g.failure_class == only]
     notes = [*([index_note] if index_note else []), *warnings]
+    shown_index = redact_text(settings.index_url or "") if not index_note else None
     head = (f"failures of the last {label}: {plural(len(groups), 'signature')}, "
             f"{plural(sum(g.graphs for g in groups), 'graph')} "
-            f"(stores: {', '.join(settings.stores) or 'none'}; index: {settings.index_url if not index_note else '-'})")
+            f"(stores: {', '.join(settings.stores) or 'none'}; index: {shown_index or '-'})")
     data: dict[str, Any] = {"window": label, "stores": list(settings.stores),
-                            "index": settings.index_url if not index_note else None, "notes": notes,
+                            "index": shown_index, "notes": notes,
                             "groups": [g.to_json() for g in groups]}
     render(as_json, data, lambda: _text(groups, head, notes))
 

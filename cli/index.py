@@ -12,6 +12,7 @@ import click
 from neffcache.application.config import load_settings
 from neffcache.errors import ConfigError
 from neffcache.index import FlushReport, WaitingSpool, spool_dir_for, waiting_spools
+from neffcache.redaction import redact_text
 from neffcache.units import compile_time, human_bytes, plural
 
 from .errors import INDEX_FAILED
@@ -155,7 +156,7 @@ def stats_cmd(index_url: str | None, token: str | None, window: str, group_by: s
 
 
 def _flush_text(url: str, before: int, report: FlushReport, problem: str | None) -> str:
-    out = [f"index {url}: {before} spooled batches; delivered {report.delivered_entries} entries and "
+    out = [f"index {redact_text(url)}: {before} spooled batches; delivered {report.delivered_entries} entries and "
            f"{report.delivered_events} events ({report.duplicate_events} already there)"]
     if report.rejected:
         out.append(f"{report.rejected} batches refused by the index, kept aside in the spool's rejected/ directory")
@@ -171,7 +172,8 @@ def _others_text(others: list[WaitingSpool]) -> str:
         what = (f"{spool.reports} report{'' if spool.reports == 1 else 's'} in {spool.batches} "
                 f"batch{'' if spool.batches == 1 else 'es'}")
         if spool.url:
-            out.append(f"also waiting: {what} for {spool.url} (deliver: neffcache flush --index-url {spool.url})")
+            out.append(f"also waiting: {what} for {redact_text(spool.url)} (deliver: neffcache flush --index-url "
+                       f"{redact_text(spool.url)})")
         else:
             out.append(f"also waiting: {what} in {spool.directory} for an index this neffcache cannot name "
                        "(spooled by an older release): neffcache flush --index-url URL delivers them")
@@ -179,7 +181,8 @@ def _others_text(others: list[WaitingSpool]) -> str:
 
 
 def _others_json(others: list[WaitingSpool]) -> list[dict[str, object]]:
-    return [{"url": o.url, "spool": str(o.directory), "batches": o.batches, "reports": o.reports} for o in others]
+    return [{"url": redact_text(o.url) if o.url else o.url, "spool": str(o.directory), "batches": o.batches,
+             "reports": o.reports} for o in others]
 
 
 @click.command("flush")
@@ -219,7 +222,8 @@ def flush_cmd(index_url: str | None, token: str | None, as_json: bool) -> None:
             problem = index.counts().problem
     finally:
         index.close()
-    data = {"index": settings.index_url, "spool": str(index.spool_directory), "pending_before": before,
+    data = {"index": redact_text(settings.index_url or ""), "spool": str(index.spool_directory),
+            "pending_before": before,
             **dataclasses.asdict(report), "problem": problem, "others": _others_json(others)}
 
     def text() -> str:

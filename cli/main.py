@@ -18,6 +18,7 @@ from collections.abc import Mapping
 import click
 
 from neffcache import __version__
+from neffcache.redaction import RedactingFilter
 
 from .errors import run_guarded
 
@@ -102,6 +103,8 @@ def cli(verbose: int) -> None:
     """
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:  # no log line prints a password or a token
+        handler.addFilter(RedactingFilter())
     how = click.get_current_context().invoked_subcommand
     if how in PUBLISHING:
         # What this command mints carries its name and is signed with the settings' key

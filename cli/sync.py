@@ -20,6 +20,7 @@ from neffcache.instances import TARGETS
 from neffcache.manifest import Manifest
 from neffcache.operations import publisher
 from neffcache.operations.lost_manifests import lost_problem, recorded_digests
+from neffcache.redaction import redact_text
 from neffcache.replication.inotify import open_watch
 from neffcache.replication.sync import COPYABLE_STATES, SyncReport, sync
 from neffcache.replication.watch import WriteBack
@@ -141,14 +142,15 @@ def _run(verb: str, src_url: str, dst_url: str, namespaces: tuple[str, ...], com
     # Registered: delivered, or safely in the spool for `flush`; never what was dropped.
     registered = counts.reported - counts.lost - counts.buffered
     if index.enabled:
-        data["index"] = {"url": settings.index_url, "registered": registered, "spooled_batches": pending,
+        data["index"] = {"url": redact_text(settings.index_url or ""), "registered": registered,
+                         "spooled_batches": pending,
                          **counts.to_json()}
 
     def text() -> str:
         out = _text(verb, report)
         if index.enabled:
             # Registered = delivered or waiting in the spool; the notice on stderr says which.
-            out += f"\nindex {settings.index_url}: {plural(registered, 'entry')} registered"
+            out += f"\nindex {redact_text(settings.index_url or '')}: {plural(registered, 'entry')} registered"
         return out
 
     render(as_json, data, text)

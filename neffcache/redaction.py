@@ -17,11 +17,13 @@ The rules match by *name*, never by guessing at the value, so a value is redacte
 looks like; the token pattern catches a secret passed positionally or pasted into a message.
 
 The module is pure (no I/O, no state), so a journal written today and one read from an older
-store (``prune --history``) go through the same function.
+store (``prune --history``) go through the same function. The CLI applies it to its error
+lines and, through :class:`RedactingFilter`, to every log record it prints.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Sequence
 
@@ -71,3 +73,15 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
         hide_next = arg.startswith("-") and "=" not in arg and is_secret_name(arg) and arg != "--"
         out.append(redact_text(arg))
     return out
+
+
+class RedactingFilter(logging.Filter):
+    """A logging filter that redacts every record's message (installed on the CLI's handlers):
+    a message may carry an index URL with a password or a token read from a failing request."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        redacted = redact_text(message)
+        if redacted != message:
+            record.msg, record.args = redacted, None
+        return True

@@ -6,7 +6,10 @@ a token on it (``--token``, a URL's password, ``?token=``) used to be written in
 from __future__ import annotations
 
 import json
+import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -88,3 +91,17 @@ def test_redact_text() -> None:
     assert redact_text(text) == ("GET https://u:***@h/p?a=1&X-Amz-Signature=***&token=*** -H 'Authorization: ***' "
                                  "--password=*** secret=***")
     assert redact_text("trn2-lnc2/neuronxcc-2.27/MODULE_1+abb26765") == "trn2-lnc2/neuronxcc-2.27/MODULE_1+abb26765"
+
+
+def test_error_lines_and_log_records_print_no_password_or_token(tmp_path: Path) -> None:
+    """An index URL with a password (or a token pasted into it) never reaches stderr: the CLI's
+    error line and every log record go through the one redaction (issue 41's leftover)."""
+    secret_url = "http://ci:hunter2@127.0.0.1:9/?token=nfc_ab12_s3cr3t"
+    env = {**os.environ, "NEFFCACHE_INDEX_URL": secret_url, "NEFFCACHE_TOKEN": "nfc_ab12_s3cr3t",
+           "NEFFCACHE_SPOOL_DIR": str(tmp_path / "spool")}
+    for args in (["-vv", "stats"], ["-vv", "flush"]):
+        done = subprocess.run([sys.executable, "-m", "neffcache.cli.main", *args], capture_output=True, text=True,
+                              env=env, check=False, timeout=120)
+        said = done.stdout + done.stderr
+        assert "hunter2" not in said and "s3cr3t" not in said, said
+        assert "127.0.0.1" in said  # the URL is still named, only its secrets are masked
