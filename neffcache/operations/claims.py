@@ -34,7 +34,8 @@ from neffcache.trust import Admission, TrustPolicy
 MAX_FLAGS_FILE = 1 << 20  # bytes: a flags file is a line of options
 
 
-Reader = Callable[[str], bytes]  # an entry file's bytes by name (bounded by the caller)
+# An entry file's bytes by name; ValueError for a file larger than the reader's bound.
+Reader = Callable[[str], bytes]
 
 
 def admission(policy: TrustPolicy, store_url: str, entry: Entry) -> Admission:
@@ -55,12 +56,14 @@ def contradiction(entry: Entry, read: Reader) -> str | None:
     return "; ".join(self_problems(entry, read)) or None
 
 
-def store_reader(store: Store, entry: Entry) -> Reader:
-    """Read an entry's small files from ``store`` (at most :data:`MAX_FLAGS_FILE` bytes)."""
+def store_reader(store: Store, entry: Entry, limit: int = MAX_FLAGS_FILE) -> Reader:
+    """Read an entry's small files from ``store``: at most ``limit`` bytes, ValueError beyond."""
 
     def read(name: str) -> bytes:
         with store.open_read(entry.store_path(name)) as stream:
-            data: bytes = stream.read(MAX_FLAGS_FILE + 1)
+            data: bytes = stream.read(limit + 1)
+        if len(data) > limit:
+            raise ValueError(f"{name} is larger than {limit} bytes")
         return data
 
     return read
@@ -84,9 +87,6 @@ def _flags_problems(entry: Entry, read: Reader) -> list[str]:
     if name is None:
         return []
     try:
-        data = read(name)
-        if len(data) > MAX_FLAGS_FILE:
-            return []
-        return toolchain_problems(entry.namespace, layout.stated_flags(name, data))
+        return toolchain_problems(entry.namespace, layout.stated_flags(name, read(name)))
     except (EntryNotFound, InvalidKey, OSError, ValueError):
         return []

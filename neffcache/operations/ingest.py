@@ -190,21 +190,8 @@ MAX_KEYED_FILE = 16 << 20  # bytes: the file a key is a hash of (a config) is sm
 
 
 def _reader(local: Mapping[str, Path]) -> Callable[[str], bytes]:
-    """Read one of a transfer's verified copies by name, bounded (a vet reads small files)."""
-
-    def read(name: str) -> bytes:
-        if name not in local:
-            raise FileNotFoundError(name)
-        with open(local[name], "rb") as f:
-            return f.read(MAX_KEYED_FILE + 1)
-
-    return read
-
-
-def _content_key(entry: Entry, local: Mapping[str, Path], where: str) -> str:
-    """The key the entry is published under: its own, or the one its content gives
-    (:meth:`Layout.key_from_content`, read from the very copies about to be published).
-    CorruptEntry when the content contradicts the name: nothing lands."""
+    """Read one of a transfer's verified copies by name, a regular file of at most
+    :data:`MAX_KEYED_FILE` bytes (ValueError otherwise): what a key rule or a vet reads."""
 
     def read(name: str) -> bytes:
         if name not in local:
@@ -215,8 +202,15 @@ def _content_key(entry: Entry, local: Mapping[str, Path], where: str) -> str:
             raise ValueError(f"{name} is larger than {MAX_KEYED_FILE} bytes")
         return data
 
+    return read
+
+
+def _content_key(entry: Entry, local: Mapping[str, Path], where: str) -> str:
+    """The key the entry is published under: its own, or the one its content gives
+    (:meth:`Layout.key_from_content`, read from the very copies about to be published).
+    CorruptEntry when the content contradicts the name: nothing lands."""
     try:
-        return get_layout(entry.layout).key_from_content(entry.key, read)
+        return get_layout(entry.layout).key_from_content(entry.key, _reader(local))
     except (ValueError, OSError) as exc:
         raise CorruptEntry(where, [str(exc)]) from None
 

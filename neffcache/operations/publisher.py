@@ -105,14 +105,14 @@ def seal(manifest: Manifest, carried: Manifest, namespace: Namespace, key: str,
     caller handed in): a minted one signed with the publisher's key; a carried one with its
     signature if that still covers it, else without (logged)."""
     publisher = publisher or current()
-    path = canonical_path(namespace, key)
     if manifest.minted:
         if publisher.signing_key is None:
             return dataclasses.replace(manifest, signature=None)
-        return publisher.signing_key.sign(manifest, path)
+        return publisher.signing_key.sign(manifest, canonical_path(namespace, key))
     signature = carried.signature
     if signature is None:
         return manifest
+    path = canonical_path(namespace, key)
     if signed_bytes(dataclasses.replace(manifest, signature=None), path) == signed_bytes(
             dataclasses.replace(carried, signature=None), path):
         return dataclasses.replace(manifest, signature=signature)

@@ -178,15 +178,8 @@ def _content_problems(store: Store, entry: Entry) -> list[str]:
     """What the entry's content says against its name (NxDI: a directory named by another
     configuration's hash; :meth:`Layout.key_from_content`). Layouts without such a rule read nothing."""
 
-    def read(name: str) -> bytes:
-        with store.open_read(entry.store_path(name)) as stream:
-            data: bytes = stream.read(MAX_KEYED_FILE + 1)
-        if len(data) > MAX_KEYED_FILE:
-            raise ValueError(f"{name} is larger than {MAX_KEYED_FILE} bytes")
-        return data
-
     try:
-        get_layout(entry.layout).key_from_content(entry.key, read)
+        get_layout(entry.layout).key_from_content(entry.key, store_reader(store, entry, MAX_KEYED_FILE))
     except EntryNotFound as exc:
         return [f"cannot check its name: {exc}"]
     except ValueError as exc:
