@@ -25,7 +25,8 @@ from .errors import run_guarded
 # Each module exposes COMMANDS: list[click.Command], named as here (tests/cli/test_cli_base.py
 # holds the two to each other).
 COMMAND_MODULES: Mapping[str, tuple[str, ...]] = {
-    "neffcache.cli.cache": ("scan", "verify", "env", "config"),  # one cache root
+    "neffcache.cli.scan": ("scan",),  # one cache root: what it holds
+    "neffcache.cli.cache": ("verify", "env", "config"),  # one cache root
     "neffcache.cli.show": ("show",),  # one entry
     "neffcache.cli.sync": ("push", "pull", "promote"),  # between stores
     "neffcache.cli.coldstart": ("prefetch",),  # a pod's NEFFs to node-local disk before it starts

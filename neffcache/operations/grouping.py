@@ -213,6 +213,18 @@ class Grouper:
             return rule if found is not None and found.namespace == rule.namespace else None
         return None
 
+    def counted_path(self, directory: str, key: str, entry_dir: bool) -> str | None:
+        """The path of an entry a store counted (``PlainCounter.counted``'s ``top``): the entry
+        whose directory is ``directory`` (an entry-directory rule), or the entry keyed ``key``
+        in the shard ``directory`` (a plain-files rule: the key as the store grouped the names,
+        before the layout's ``key_prefix``). None where this grouping would not place it, which
+        the rules that let a store count exclude."""
+        if entry_dir:
+            found = self._locate_dir(directory)
+            return None if found is None else found.path
+        resolved = self._shard_of(directory)
+        return None if resolved is None else resolved[1].entry_dir + resolved[1].key_prefix + key
+
     def counted(self, files: int) -> None:
         """Report progress for ``files`` more files listed."""
         if self._progress is not None:

@@ -57,6 +57,11 @@ class NamespaceSummary:
     size: int
     states: dict[str, int]
 
+    def to_json(self) -> dict[str, object]:
+        ns = self.namespace
+        return {"layout": ns.layout, "path": ns.path, "compiler_version": ns.compiler_version, "target": ns.target,
+                "lnc": ns.lnc, "entries": self.entries, "size": self.size, "states": self.states}
+
 
 @dataclass(frozen=True)
 class ScanReport:
@@ -119,19 +124,7 @@ class ScanReport:
             "entries": len(self.entries),
             "size": self.size,
             "states": self.by_state(),
-            "namespaces": [
-                {
-                    "layout": s.namespace.layout,
-                    "path": s.namespace.path,
-                    "compiler_version": s.namespace.compiler_version,
-                    "target": s.namespace.target,
-                    "lnc": s.namespace.lnc,
-                    "entries": s.entries,
-                    "size": s.size,
-                    "states": s.states,
-                }
-                for s in self.namespaces()
-            ],
+            "namespaces": [s.to_json() for s in self.namespaces()],
             "garbage": {"files": len(self.garbage), "uncommitted_entries": len(self.uncommitted),
                         "size": self.garbage_size,
                         "paths": [g.path for g in self.garbage[:100]]

@@ -44,18 +44,18 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from neffcache.entry import Entry, EntryState, FileInfo, Namespace
-from neffcache.layouts import LAYOUTS, Located
-from neffcache.operations.grouping import Group, Grouper, Progress, judge
+from neffcache.layouts import LAYOUTS
+from neffcache.operations.grouping import Group, Grouper, Progress
 from neffcache.operations.scan import NamespaceSummary, ScanReport
+from neffcache.operations.sinks import EntrySink, SizedEntry
+from neffcache.operations.tally import KeptEntries, Tally
 from neffcache.stores.base import DirListing, SkipDirs, Store
 from neffcache.stores.plain import PlainCounter, PlainEntryDirs, PlainFiles
 
 MAX_WARNINGS = 1000
-_KEY = "\0"  # stands for the entry's key in a kept name: no file name holds a NUL
-_SUCCESS = EntryState.SUCCESS.value  # an enum member's value is a property: looked up once
 
 
 @dataclass(frozen=True)
@@ -93,6 +93,16 @@ class ScanSummary:
             counts.update(s.states)
         return {s.value: counts.get(s.value, 0) for s in EntryState}
 
+    def to_json(self) -> dict[str, object]:
+        """The keys of ``ScanReport.to_json`` a summary knows: totals, without the path lists."""
+        return {"store": self.store, "entries": self.entries, "size": self.size, "states": self.by_state(),
+                "namespaces": [s.to_json() for s in self.namespaces],
+                "garbage": {"files": self.garbage_files, "uncommitted_entries": self.uncommitted_entries,
+                            "size": self.garbage_size},
+                "foreign": {"files": self.foreign_files, "size": self.foreign_size},
+                "warnings": list(self.warnings), "warning_count": self.warning_count,
+                "seconds": round(self.seconds, 3)}
+
     @classmethod
     def of_report(cls, report: ScanReport, max_warnings: int = MAX_WARNINGS) -> ScanSummary:
         """The summary of a full report: what :func:`summarize` finds in the same tree."""
@@ -102,133 +112,23 @@ class ScanSummary:
                    tuple(e for e in report.entries if e.state is EntryState.FAILED), report.seconds)
 
 
-@dataclass
-class _Tally:
-    """The counters a summary keeps."""
-
-    max_warnings: int
-    # One lookup per entry: [entries, size, Counter of states]
-    namespaces: dict[Namespace, tuple[list[int], Counter[str]]] = field(default_factory=dict)
-    garbage_files: int = 0
-    garbage_size: int = 0
-    uncommitted: int = 0
-    foreign_files: int = 0
-    foreign_size: int = 0
-    listing_warnings: list[str] = field(default_factory=list)
-    corrupt_warnings: list[tuple[str, str]] = field(default_factory=list)
-    warning_count: int = 0
-    failed: list[Entry] = field(default_factory=list)
-
-    def warn(self, text: str) -> None:
-        self.warning_count += 1
-        kept = self.listing_warnings
-        kept.append(text)
-        if len(kept) > 2 * self.max_warnings:  # keep the first by path, in amortised O(1)
-            kept.sort()
-            del kept[self.max_warnings:]
-
-    def foreign(self, files: list[FileInfo]) -> None:
-        self.foreign_files += len(files)
-        self.foreign_size += sum(f.size for f in files)
-
-    def garbage(self, files: list[FileInfo]) -> None:
-        self.garbage_files += len(files)
-        self.garbage_size += sum(f.size for f in files)
-
-    def _counters(self, ns: Namespace) -> tuple[list[int], Counter[str]]:
-        """``ns``'s [entries, size] and its Counter of states, made on first use."""
-        found = self.namespaces.get(ns)
-        if found is None:
-            found = self.namespaces[ns] = ([0, 0], Counter())
-        return found
-
-    def plain(self, ns: Namespace, entries: int, size: int) -> None:
-        """``entries`` committed SUCCESS entries of ``ns``, ``size`` bytes in all."""
-        counts, states = self._counters(ns)
-        counts[0] += entries
-        counts[1] += size
-        states[_SUCCESS] += entries
-
-    def group(self, group: Group) -> None:
-        entry, theirs = judge(group)
-        if theirs:
-            self.foreign(theirs)
-        if entry is None:
-            return
-        size = entry.size
-        if not entry.committed:
-            self.uncommitted += 1
-            self.garbage_size += size
-            return
-        counts, states = self._counters(entry.namespace)
-        counts[0] += 1
-        counts[1] += size
-        state = entry.state
-        states[state.value] += 1
-        if state is EntryState.CORRUPT:
-            self.warning_count += 1
-            if len(self.corrupt_warnings) < self.max_warnings:
-                self.corrupt_warnings.append((entry.path, f"{entry.path}: {'; '.join(entry.problems)}"))
-        elif state is EntryState.FAILED:
-            self.failed.append(entry)
-
-
-class _KeptEntries:
-    """Entries known whole only at the end of the listing (layout B), as small records."""
-
-    def __init__(self) -> None:
-        self.forms: dict[str, str] = {}  # one copy of each name form (a name with the key taken out)
-        self.where: dict[str, tuple[Namespace, str]] = {}  # path form -> (namespace, base)
-        self.records: dict[str, dict[str, tuple[str | int, ...]]] = {}  # path form -> key -> (form, size)*
-        self.problems: dict[str, list[str]] = {}  # entry path -> problems (rare)
-
-    def _form(self, text: str, key: str) -> str:
-        form = text.replace(key, _KEY)
-        return self.forms.setdefault(form, form)
-
-    def add(self, group: Group) -> None:
-        loc = group.located
-        path_form = self._form(loc.path, loc.key)
-        if path_form not in self.where:
-            self.where[path_form] = (loc.namespace, loc.base)
-        kept = self.records.setdefault(path_form, {})
-        record = list(kept.get(loc.key, ()))
-        for name, info in group.files.items():
-            record += (self._form(name, loc.key), info.size)
-        kept[loc.key] = tuple(record)
-        if group.problems:
-            self.problems.setdefault(loc.path, []).extend(group.problems)
-
-    def groups(self) -> list[Group]:
-        """Every kept entry as a group again, and forget them."""
-        out = []
-        for path_form, kept in self.records.items():
-            namespace, base = self.where[path_form]
-            for key, record in kept.items():
-                path = path_form.replace(_KEY, key)
-                group = Group(Located(namespace, key, path, base, ""))
-                for i in range(0, len(record), 2):
-                    name = str(record[i]).replace(_KEY, key)
-                    group.files[name] = FileInfo(f"{base}/{name}" if base else name, int(record[i + 1]), 0.0)
-                group.problems = self.problems.get(path, [])
-                out.append(group)
-        self.records.clear()
-        return out
-
-
 def summarize(store: Store, *, prefix: str = "", progress: Progress | None = None,
-              max_warnings: int = MAX_WARNINGS) -> ScanSummary:
+              max_warnings: int = MAX_WARNINGS, sinks: Sequence[EntrySink] = ()) -> ScanSummary:
     """The totals ``scan(store, prefix=prefix)`` reports, from one pass over the listing that
-    keeps no entry list (the module docstring says what it keeps, and why that is exact)."""
+    keeps no entry list (the module docstring says what it keeps, and why that is exact).
+    ``sinks`` are handed entries as they are judged or counted (neffcache/operations/sinks.py):
+    a sink that needs every entry turns the stores' counting off."""
     started = time.monotonic()
-    tally = _Tally(max_warnings)
+    tally = Tally(max_warnings, sinks=tuple(sinks))
     warnings: list[str] = []
     foreign: list[FileInfo] = []
     grouper = Grouper(progress, warnings, foreign=foreign)
-    kept = _KeptEntries()
+    kept = KeptEntries()
     open_flat: list[Group] = []  # entries of a flat directory not yet judged
     spread: dict[str, list[str]] = {}  # namespace -> its spread trees the walk left for later
-    counter = _PlainCounter(grouper, tally) if COUNT_PLAIN_SHARDS else None
+    # Until the stores' counts report their largest entries, a sink that wants them lists all.
+    counting = COUNT_PLAIN_SHARDS and not any(sink.needs_every_entry or sink.largest for sink in sinks)
+    counter = _PlainCounter(grouper, tally, max((s.largest for s in sinks), default=0)) if counting else None
     for listing in _listings(store, prefix, spread, counter):
         if open_flat:
             open_flat = _judge_left(listing, open_flat, grouper, tally)
@@ -238,7 +138,7 @@ def summarize(store: Store, *, prefix: str = "", progress: Progress | None = Non
         tally.group(grouper.groups.pop(group.located.path))
     for _, trees in sorted(spread.items()):
         batches = store.iter_dirs_together(sorted(trees), counter)
-        _in_step(batches, grouper, tally, warnings, foreign)
+        _in_step(batches, grouper, tally, warnings, foreign, count=counting and not sinks)
     for group in kept.groups():
         tally.group(group)
     for group in grouper.groups.values():  # entries with nested files, kept whole
@@ -278,9 +178,10 @@ class _PlainCounter:
     its listing would have had no problem, so unlike a shard counted in ``_in_step`` it needs no
     waiting for the walk to leave it, and unlike an open flat entry no judging when it does."""
 
-    def __init__(self, grouper: Grouper, tally: _Tally) -> None:
+    def __init__(self, grouper: Grouper, tally: Tally, largest: int = 0) -> None:
         self._grouper = grouper
         self._tally = tally
+        self.largest = largest  # how many of each count's largest entries the sinks want
 
     def rule(self, directories: Sequence[str]) -> PlainFiles | None:
         return self._grouper.plain_rule(directories)
@@ -288,16 +189,24 @@ class _PlainCounter:
     def entry_rule(self, directory: str) -> PlainEntryDirs | None:
         return self._grouper.entry_rule(directory)
 
-    def counted(self, rule: PlainFiles | PlainEntryDirs, entries: int, size: int, files: int) -> None:
-        if rule.namespace is None:
+    def counted(self, rule: PlainFiles | PlainEntryDirs, entries: int, size: int, files: int,
+                top: Sequence[tuple[str, str, int, int]] = ()) -> None:
+        namespace = rule.namespace
+        if namespace is None:
             raise ValueError("a plain-files rule of the summary's names its namespace")
         if entries:
-            self._tally.plain(rule.namespace, entries, size)
+            self._tally.plain(namespace, entries, size)
+        entry_dir = isinstance(rule, PlainEntryDirs)
+        for directory, key, nbytes, nfiles in top:
+            path = self._grouper.counted_path(directory, key, entry_dir)
+            if path is None:  # the rule's checks exclude it: a count only covers what grouping places
+                raise ValueError(f"a store counted {directory}/{key}, which no layout places")
+            self._tally.counted_entry(SizedEntry(path, nbytes, nfiles, EntryState.SUCCESS, namespace))
         self._grouper.counted(files)
 
 
-def _in_step(batches: Iterator[tuple[str, list[DirListing]]], grouper: Grouper, tally: _Tally,
-             warnings: list[str], foreign: list[FileInfo]) -> None:
+def _in_step(batches: Iterator[tuple[str, list[DirListing]]], grouper: Grouper, tally: Tally,
+             warnings: list[str], foreign: list[FileInfo], *, count: bool = True) -> None:
     """Count the entries of spread trees listed in step (``Store.iter_dirs_together``): each
     entry once the batches have left the relative directory whose batch made it. The batches
     come depth first, so the open ones form a path from the root: a stack.
@@ -306,7 +215,8 @@ def _in_step(batches: Iterator[tuple[str, list[DirListing]]], grouper: Grouper, 
     every shard of a warm cache) is counted without building its entries: a third of a
     summary's time. Only once the walk has left it, as a judged shard: a batch below it (a
     subdirectory that could not be opened may be named like one of its files, and make that
-    entry CORRUPT) turns it back into groups first, so it is judged as any other shard."""
+    entry CORRUPT) turns it back into groups first, so it is judged as any other shard.
+    Not with ``count`` off (a sink wants the entries: this count would keep none of them)."""
     groups = grouper.groups
     opened: list[tuple[str, list[Group]]] = []  # (relative directory, the groups its batch made)
     counted: tuple[str, list[DirListing], tuple[Namespace, int, int]] | None = None  # not yet left
@@ -325,7 +235,7 @@ def _in_step(batches: Iterator[tuple[str, list[DirListing]]], grouper: Grouper, 
                     tally.group(groups.pop(group.located.path))
             else:
                 break
-        plain = grouper.count_plain(batch) if COUNT_PLAIN_SHARDS and rel else None
+        plain = grouper.count_plain(batch) if count and rel else None
         if plain is not None:
             counted = (rel, batch, plain)
             continue
@@ -348,7 +258,7 @@ def _group_batch(rel: str, batch: list[DirListing], grouper: Grouper, opened: li
         grouper.created = []
 
 
-def _judge_left(listing: DirListing, open_flat: list[Group], grouper: Grouper, tally: _Tally) -> list[Group]:
+def _judge_left(listing: DirListing, open_flat: list[Group], grouper: Grouper, tally: Tally) -> list[Group]:
     """Judge the open flat-directory entries the listing has left (it is outside their tree)."""
     directory = listing.directory
     still = []
@@ -361,7 +271,7 @@ def _judge_left(listing: DirListing, open_flat: list[Group], grouper: Grouper, t
     return still
 
 
-def _drain(listing: DirListing, grouper: Grouper, tally: _Tally, kept: _KeptEntries, open_flat: list[Group],
+def _drain(listing: DirListing, grouper: Grouper, tally: Tally, kept: KeptEntries, open_flat: list[Group],
            warnings: list[str], foreign: list[FileInfo]) -> None:
     """Move what the last listing added out of the grouper: counters, open or kept entries."""
     grouper.entry_dirs.pop(listing.directory, None)  # a lookup saved only when a directory comes again
@@ -375,7 +285,7 @@ def _drain(listing: DirListing, grouper: Grouper, tally: _Tally, kept: _KeptEntr
     _drain_counters(grouper, tally, warnings, foreign)
 
 
-def _drain_counters(grouper: Grouper, tally: _Tally, warnings: list[str], foreign: list[FileInfo]) -> None:
+def _drain_counters(grouper: Grouper, tally: Tally, warnings: list[str], foreign: list[FileInfo]) -> None:
     """Move the grouper's garbage, foreign files and warnings into the counters (not its runtime temp files)."""
     if grouper.garbage:
         tally.garbage(grouper.garbage)
@@ -389,7 +299,7 @@ def _drain_counters(grouper: Grouper, tally: _Tally, warnings: list[str], foreig
     warnings.clear()
 
 
-def _result(store: Store, tally: _Tally, control: int, seconds: float) -> ScanSummary:
+def _result(store: Store, tally: Tally, control: int, seconds: float) -> ScanSummary:
     namespaces = tuple(NamespaceSummary(ns, counts[0], counts[1], dict(states))
                        for ns, (counts, states) in sorted(tally.namespaces.items(),
                                                           key=lambda kv: (kv[0].layout, kv[0].path)))

@@ -215,7 +215,7 @@ def test_a_command_runs_without_importing_the_others() -> None:
               "neffcache.prune.plan", "neffcache.server.app")
     probe = ("import sys; from neffcache.cli.main import cli; "
              "cli.main(['scan', '--help'], standalone_mode=False); "
-             f"print('loaded:', [m for m in {others!r} if m in sys.modules], 'neffcache.cli.cache' in sys.modules, "
+             f"print('loaded:', [m for m in {others!r} if m in sys.modules], 'neffcache.cli.scan' in sys.modules, "
              "file=sys.stderr)")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert "Usage: " in done.stdout and "scan" in done.stdout

@@ -15,6 +15,7 @@ import pytest
 from neffcache.entry import EntryState, FileInfo
 from neffcache.layouts.torchneuron import shard
 from neffcache.operations import summary as summary_module
+from neffcache.operations import tally as tally_module
 from neffcache.operations.scan import scan
 from neffcache.operations.summary import ScanSummary, summarize
 from neffcache.stores import local_listing
@@ -179,7 +180,7 @@ def test_layout_b_entries_are_counted_shard_by_shard(tmp_path: Path, monkeypatch
         raise AssertionError("a layout-B entry kept to the end")
 
     monkeypatch.setattr(summary_module, "Grouper", Watched)
-    monkeypatch.setattr(summary_module._KeptEntries, "add", not_kept)
+    monkeypatch.setattr(tally_module.KeptEntries, "add", not_kept)
     store = LocalStore(tmp_path / "c")
     summary = summarize(store)
     assert summary.entries == 400 and summary.by_state()["SUCCESS"] == 400
@@ -206,7 +207,7 @@ def test_a_problem_below_a_counted_shard_still_reaches_its_entry(monkeypatch: py
     third = f"ab13{'5' * 28}.neff"
     later = DirListing(f"{ns}/neff/ab/13", [third], [FileInfo(f"{ns}/neff/ab/13/{third}", 7, 1.0)])
     batches = [("ab/12", [plain]), (f"ab/12/{key}.neffcache.json", [unreadable]), ("ab/13", [later])]
-    tally = summary_module._Tally(10)
+    tally = tally_module.Tally(10)
     summary_module._in_step(iter(batches), summary_module.Grouper(), tally, [], [])
     (counts, states), = tally.namespaces.values()
     assert counts == [3, 18] and states == {"SUCCESS": 2, "CORRUPT": 1}
