@@ -16,7 +16,8 @@ Measured per layout and size, best of ``--rounds``: the library's ``scan(store)`
 report: every entry built) and ``summarize(store)`` (the totals the plain command prints, the
 listing streamed) in this process, and the CLI's ``neffcache scan ROOT`` (the plain summary)
 and ``neffcache scan ROOT --json`` each as its own process, with its peak RSS (VmHWM, recorded by the process itself:
-bench/common.py's HWM_LAUNCHER). The goal (issue 17) is a scan within 1.5x of ``find -printf``,
+bench/common.py's HWM_LAUNCHER), and ``neffcache scan ROOT --largest 10 --json`` (issue 39: a
+per-entry question at the plain scan's speed), its answer checked against the full scan's. The goal (issue 17) is a scan within 1.5x of ``find -printf``,
 its cost linear in entries and its memory bounded; the last table gives microseconds and peak
 RSS per entry at each size, so linearity reads down a column.
 
@@ -48,10 +49,12 @@ from pathlib import Path
 from bench.common import VERSION, load_average, neffcache_measured, print_ratio
 from bench.scan_tree import build_layout_a, build_layout_b
 from neffcache.operations.scan import scan
+from neffcache.operations.sinks import Largest, sized
 from neffcache.operations.summary import summarize
 from neffcache.stores.local import LocalStore
 
 GOAL = "(goal: <= 1.5x)"
+LARGEST = 10  # `neffcache scan --largest 10 --json`: issue 39's question
 
 
 def build(root: Path, entries: int, manifests: bool = False) -> None:
@@ -154,8 +157,10 @@ def timed_shell(command: str) -> tuple[float, float]:
     return time.perf_counter() - started, children_cpu() - cpu
 
 
-def run_cli(root: Path, args: list[str], entries: int, hwm: Path) -> tuple[float, float, int]:
-    """``neffcache scan ROOT *args`` as its own process: (seconds, CPU seconds, peak RSS in KiB)."""
+def run_cli(root: Path, args: list[str], entries: int, hwm: Path, largest: list[str] | None = None
+            ) -> tuple[float, float, int]:
+    """``neffcache scan ROOT *args`` as its own process: (seconds, CPU seconds, peak RSS in KiB);
+    with ``--largest``, its answer checked against ``largest`` (the full scan's, by path)."""
     started, cpu = time.perf_counter(), children_cpu()
     done = subprocess.run(neffcache_measured(hwm, ["scan", str(root), *args]), capture_output=True, check=False)
     seconds, cpu = time.perf_counter() - started, children_cpu() - cpu
@@ -164,6 +169,9 @@ def run_cli(root: Path, args: list[str], entries: int, hwm: Path) -> tuple[float
     if "--json" in args:
         got = json.loads(done.stdout)["entries"]
         assert got == entries, f"neffcache scan --json found {got} entries, not {entries}"
+    if largest is not None:
+        named = [e["path"] for e in json.loads(done.stdout)["largest"]]
+        assert named == largest, f"neffcache scan --largest named {named[:3]}..., not {largest[:3]}..."
     return seconds, cpu, int(hwm.read_text())
 
 
@@ -182,6 +190,9 @@ def one_round(root: Path, store: LocalStore, entries: int, manifests: bool, cli:
     best.time("scan cpu", cpu)
     best.time("scan+gc", time.perf_counter() - started)
     assert len(report.entries) == entries, f"scan found {len(report.entries)} entries, not {entries}"
+    top = Largest(LARGEST)
+    top.add_all(sized(e) for e in report.entries)
+    expected = [e.path for e in top.entries()]
     del report  # freed here, not inside the next measurement
     started, cpu = time.perf_counter(), time.process_time()
     summary = summarize(store)
@@ -195,8 +206,9 @@ def one_round(root: Path, store: LocalStore, entries: int, manifests: bool, cli:
         assert len(report.entries) == entries and not report.warnings, report.warnings[:3]
         del report
     if cli:
-        for label, args in (("cli", []), ("cli --json", ["--json"])):
-            seconds, cpu, kib = run_cli(root, args, entries, hwm)
+        for label, args in (("cli", []), ("cli --json", ["--json"]),
+                            ("cli --largest", ["--largest", str(LARGEST), "--json"])):
+            seconds, cpu, kib = run_cli(root, args, entries, hwm, expected if label == "cli --largest" else None)
             best.time(label, seconds)
             best.time(f"{label} cpu", cpu)
             best.rss(label, kib)
@@ -234,9 +246,10 @@ def report_ratios(layout: str, entries: int, best: Best, list_workers: int) -> N
     if "scan --manifests" in s:
         print_ratio(f"{what} reading every manifest", s["scan --manifests"], s["find -printf"], "find -printf")
         print_ratio(f"{what} reading every manifest", s["scan --manifests"], s["scan"], "the listing-only scan")
-    for label in ("cli", "cli --json"):
+    for label in ("cli", "cli --json", "cli --largest"):
         if label in s:
-            command = "`neffcache scan`" + (" --json" if label.endswith("json") else "")
+            command = "`neffcache scan`" + {"cli": "", "cli --json": " --json",
+                                            "cli --largest": f" --largest {LARGEST} --json"}[label]
             print_ratio(f"layout {layout.upper()}, {command} of {entries} entries", s[label], s["find -printf"],
                         "find -printf size+mtime",
                         f"{GOAL}; peak RSS {best.rss_kib[label] / 1024:.0f} MiB")
