@@ -14,12 +14,13 @@ dentry cache (each round runs ``find`` first).
 
 Measured per layout and size, best of ``--rounds``: the library's ``scan(store)`` (the full
 report: every entry built) and ``summarize(store)`` (the totals the plain command prints, the
-listing streamed) in this process, and the CLI's ``neffcache scan ROOT`` (the plain summary)
-and ``neffcache scan ROOT --json`` each as its own process, with its peak RSS (VmHWM, recorded by the process itself:
-bench/common.py's HWM_LAUNCHER), and ``neffcache scan ROOT --largest 10 --json`` (issue 39: a
-per-entry question at the plain scan's speed), its answer checked against the full scan's. The goal (issue 17) is a scan within 1.5x of ``find -printf``,
-its cost linear in entries and its memory bounded; the last table gives microseconds and peak
-RSS per entry at each size, so linearity reads down a column.
+listing streamed) in this process, and as processes of their own, with their peak RSS (VmHWM,
+recorded by the process itself: bench/common.py's HWM_LAUNCHER): the CLI's ``neffcache scan
+ROOT`` (the plain summary), ``neffcache scan ROOT --json`` and ``neffcache scan ROOT --largest
+10 --json`` (issue 39: a per-entry question at the plain scan's speed; its answer is checked
+against the full scan's). The goal (issue 17) is a scan within 1.5x of ``find -printf``, its
+cost linear in entries and its memory bounded; the last table gives microseconds and peak RSS
+per entry at each size, so linearity reads down a column.
 
 A scan pauses the cyclic garbage collector while it builds its objects; the collection it
 defers runs at the next allocation after it returns. The "with deferred GC" figure adds a full

@@ -9,11 +9,13 @@ command and so imports them all.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import io
 import logging
 import sys
 from collections.abc import Mapping
+from typing import Any
 
 import click
 
@@ -59,7 +61,7 @@ class LazyGroup(click.Group):
         module = self.module_of.get(cmd_name)
         if cmd_name not in self.commands and module is not None:
             for command in importlib.import_module(module).COMMANDS:
-                self.add_command(command)
+                self.add_command(_signing(command) if command.name in PUBLISHING else command)
             if cmd_name not in self.commands:  # the table above is wrong: a bug, not a usage error
                 raise RuntimeError(f"{module} has no command {cmd_name!r} (cli/main.py COMMAND_MODULES)")
         return self.commands.get(cmd_name)
@@ -67,6 +69,29 @@ class LazyGroup(click.Group):
 
 # The commands that mint manifests (compiles, adoption of runtime-written entries) or carry them.
 PUBLISHING = frozenset({"warm", "rewarm", "run", "push", "pull", "prefetch", "promote", "plan"})
+
+
+def _signing(command: click.Command) -> click.Command:
+    """``command`` with its publisher set before it runs: what it mints carries its name and is
+    signed with the settings' key (neffcache/operations/publisher.py); a key that cannot be read
+    stops it before any work. Set when its callback runs, after click has parsed its arguments,
+    so `warm --help` prints help even where the key cannot be read (the group's own callback
+    runs before the subcommand sees its --help), and `-- ... --help` of a workload is no help."""
+    run = command.callback
+    if run is None or getattr(run, "signs", False):
+        return command
+
+    @functools.wraps(run)
+    def signed(*args: Any, **kwargs: Any) -> Any:
+        from neffcache.application.config import load_settings
+        from neffcache.application.trusted import publisher as publisher_for
+        from neffcache.operations import publisher
+        publisher.use(publisher_for(load_settings(), str(command.name)))
+        return run(*args, **kwargs)
+
+    signed.signs = True  # type: ignore[attr-defined]
+    command.callback = signed
+    return command
 
 EPILOG = """\b
 Examples:
@@ -106,14 +131,6 @@ def cli(verbose: int) -> None:
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     for handler in logging.getLogger().handlers:  # no log line prints a password or a token
         handler.addFilter(RedactingFilter())
-    how = click.get_current_context().invoked_subcommand
-    if how in PUBLISHING:
-        # What this command mints carries its name and is signed with the settings' key
-        # (neffcache/operations/publisher.py); a key that cannot be read stops it before any work.
-        from neffcache.application.config import load_settings
-        from neffcache.application.trusted import publisher as publisher_for
-        from neffcache.operations import publisher
-        publisher.use(publisher_for(load_settings(), how))
 
 
 def main() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -220,3 +221,17 @@ def test_a_command_runs_without_importing_the_others() -> None:
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert "Usage: " in done.stdout and "scan" in done.stdout
     assert done.stderr.strip() == "loaded: [] True"
+
+
+def test_help_needs_no_signing_key_and_a_run_still_does(tmp_path: Path) -> None:
+    """A publishing command's --help prints help where its signing key cannot be read; running
+    it (even with a workload that takes its own --help, after ``--``) still stops on the key."""
+    env = {**os.environ, "NEFFCACHE_SIGNING_KEY": str(tmp_path / "missing-key"), "NEFFCACHE_CONFIG": ""}
+    base = [sys.executable, "-m", "neffcache.cli.main"]
+    for command in (["warm", "--help"], ["push", "-h"], ["plan", "--help"]):
+        done = subprocess.run([*base, *command], capture_output=True, text=True, env=env, check=False)
+        assert done.returncode == 0 and "Usage: " in done.stdout, (command, done.stderr)
+    run = [*base, "warm", "--instance", "trn2.48xlarge", "--store", str(tmp_path / "s"), "--", "true", "--help"]
+    done = subprocess.run(run, capture_output=True, text=True, env=env, check=False)
+    assert done.returncode != 0 and "signing key" in done.stderr and "missing-key" in done.stderr
+    assert not (tmp_path / "s").exists() or not any((tmp_path / "s").rglob("*.neff"))
