@@ -6,7 +6,6 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -228,7 +227,7 @@ def _watch(src_url: str, dst_url: str, interval: float, drain_timeout: float, *,
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
     src = _open(src_url, options, parallel, read_only=True, create=False)
     dst = _open(dst_url, options, parallel)
-    watch = open_watch(Path(src.local_root)) if src.local_root is not None else None
+    watch = open_watch(src.watchable_root)
     try:
         def register(entry: Entry, manifest: Manifest | None) -> None:
             index.register_entry(entry_record(entry, dst.url, manifest))

@@ -164,8 +164,7 @@ class LocalSession:
             def register(entry: Entry, manifest: Manifest | None, dst: Store = dst) -> None:
                 index.register_entry(entry_record(entry, dst.url, manifest))
 
-            root = self.placement.work.local_root
-            watch = open_watch(root) if root is not None else None
+            watch = open_watch(self.placement.work.watchable_root)
             writer = WriteBack(self.placement.work, dst, namespaces=[ns.path for ns in namespaces],
                                interval=self.spec.interval, on_copied=register if index.enabled else None,
                                wake=watch.wait if watch is not None else None, prepare=self.adopt)

@@ -51,7 +51,7 @@ class Placement:
 
     @property
     def work_root(self) -> str:
-        root = self.work.local_root
+        root = self.work.runtime_root
         assert root is not None  # open_placement refuses a first tier that is not a directory
         return str(root).rstrip("/")
 
@@ -231,7 +231,7 @@ def open_placement(urls: Sequence[str], *, index_url: str | None, token: str | N
     chain = Tiers.open(tiers, endpoint_url=endpoint_url, policy=policy)
     try:
         work = chain.local
-        if work.read_only or work.local_root is None:
+        if work.read_only or work.runtime_root is None:
             raise ConfigError(f"the first tier {work.url} must be a writable local directory")
     except BaseException:
         chain.close()

@@ -79,9 +79,9 @@ def exclusive_write(store: Store, entry_path: str, releases: BatchedReleases | N
         return
     got.keep_alive()
     try:
-        # Any store on a local filesystem, shared or not: a prune may have opened this root
-        # unshared (single_writer) and then holds group leases instead of publish leases.
-        if store.local_root is not None and not _prune_group_free(store, entry_path):
+        # A prune may hold the entry's group lease instead of its publish lease (any directory,
+        # shared or not: the prune may have opened this root unshared, as single_writer).
+        if store.may_be_pruned_by_group and not _prune_group_free(store, entry_path):
             log.debug("%s: a prune is removing its group", entry_path)
             yield None
         else:

@@ -16,7 +16,7 @@ prune left (neffcache/prune/reserve.py). Then the chunk's journal is written
 phases across the chunk — see :func:`delete_order` — so at every instant each entry reads
 either as it was or as absent (uncommitted), never as a different entry. On a local store the
 chunk's re-listings and removals go through directory descriptors opened once for the chunk,
-after its leases are held (:func:`neffcache.prune.remove.chunk_files`): each entry directory is
+after its leases are held (the store's ``removal()``): each entry directory is
 opened once, listed by its descriptor, and its files unlinked and itself removed relative to
 the descriptors, as ``rm -rf`` does, instead of a walk from the root per phase; lease files are
 still looked up afresh. A prune killed at any point leaves at most journaled, uncommitted
@@ -45,7 +45,6 @@ from neffcache.prune.model import ItemKind, PruneItem, PrunePlan, PruneResult, R
 from neffcache.prune.reserve import SpaceReserve, no_reserve_hint
 from neffcache.prune.run import ENTRY_FAULTS, STORE_WIDE, StoreRun
 from neffcache.stores.base import Store
-from neffcache.stores.mounts import filesystem_type, is_memory_filesystem
 
 if TYPE_CHECKING:
     from neffcache.index import Index
@@ -97,14 +96,14 @@ DEFAULT_WORKERS = 4
 
 
 def workers_for(store: Store, requested: int | None) -> int:
-    """How many chunks of ``store`` run at once: ``requested`` when given, else one on a memory
-    filesystem (tmpfs, ramfs), where no call waits and threads only contend for the GIL (twice
-    the CPU and 1.8x the time of one thread, measured), else :data:`DEFAULT_WORKERS`. The
-    thread count changes only how fast: every chunk holds its own leases and journal either way."""
+    """How many chunks of ``store`` run at once: ``requested`` when given, else one where the
+    store's calls do not wait (:attr:`Store.calls_wait`: a memory filesystem, where threads only
+    contend for the GIL: twice the CPU and 1.8x the time of one thread, measured), else
+    :data:`DEFAULT_WORKERS`. The thread count changes only how fast: every chunk holds its own
+    leases and journal either way."""
     if requested is not None:
         return max(1, requested)
-    root = store.local_root
-    return 1 if root is not None and is_memory_filesystem(filesystem_type(root)) else DEFAULT_WORKERS
+    return DEFAULT_WORKERS if store.calls_wait else 1
 
 
 def execute_plan(plan: PrunePlan, stores: Mapping[str, Store] | Iterable[Store], *, index: Index | None = None,

@@ -23,7 +23,6 @@ fails the same way, having removed nothing (the lease comes before every removal
 from __future__ import annotations
 
 import logging
-import os
 
 from neffcache.errors import NoSpace
 from neffcache.stores.base import CONTROL_DIR, Store
@@ -41,23 +40,18 @@ def no_reserve_hint() -> str:
 
 
 class SpaceReserve:
-    """The reserve of one store (a no-op on a read-only store and on stores without a local
-    filesystem: S3 never fills)."""
+    """The reserve of one store (a no-op on a read-only store and on a store that never fills:
+    :attr:`Store.can_fill`)."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        self.local = store.local_root is not None and not store.read_only
+        self.kept = store.can_fill and not store.read_only
 
     def free_bytes(self) -> int | None:
-        root = self.store.local_root
-        try:
-            st = os.statvfs(root) if root is not None else None
-        except OSError:
-            return None
-        return st.f_bavail * st.f_frsize if st is not None else None
+        return self.store.free_bytes()
 
     def present(self) -> bool:
-        return self.local and self.store.stat(RESERVE) is not None
+        return self.kept and self.store.stat(RESERVE) is not None
 
     def release(self) -> bool:
         """Remove the reserve; True when there was one to give back."""
@@ -75,7 +69,7 @@ class SpaceReserve:
 
     def restore(self) -> None:
         """Make the reserve again if it is absent and there is room for it (never an error)."""
-        if not self.local or self.present():
+        if not self.kept or self.present():
             return
         free = self.free_bytes()
         if free is not None and free < 2 * RESERVE_BYTES:

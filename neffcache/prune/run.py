@@ -3,7 +3,7 @@
 See :mod:`neffcache.prune.execute` for the protocol a chunk follows (leases, journal, phases).
 :class:`StoreRun` holds what one store's run removed, skipped and failed.
 
-A chunk reads and removes through :func:`chunk_files`: on a local store, a
+A chunk reads and removes through its store's ``removal()``: on a local store, a
 :class:`~neffcache.stores.local_remove.LocalRemoval` opened after the chunk's leases are held and
 closed with the chunk (each directory walked to once, no symlink followed; what it unlinks in a
 directory are names its own listing of that directory found and the plan agreed with). The
@@ -35,9 +35,10 @@ from neffcache.index.records import eviction_message
 from neffcache.keys import is_canonical_relpath
 from neffcache.operations.scan import entry_at
 from neffcache.prune.model import ItemKind, Kept, PruneItem, PrunePlan, Reason, ago
-from neffcache.prune.remove import JOURNAL_DIR, ChunkFiles, chunk_files, delete_order
+from neffcache.prune.remove import JOURNAL_DIR, delete_order
 from neffcache.prune.sweep import LockJudge, lease_stale
 from neffcache.stores.base import IncompleteUpload, Store
+from neffcache.stores.removal import Removal
 
 if TYPE_CHECKING:
     from neffcache.index import Index
@@ -74,7 +75,7 @@ def _same_files(current: Iterable[FileInfo], planned: Iterable[FileInfo]) -> boo
     return all(now[p].size == then[p].size and same_time(now[p].mtime, then[p].mtime) for p in now)
 
 
-def relist(files: ChunkFiles, path: str) -> Entry | None:
+def relist(files: Removal, path: str) -> Entry | None:
     """The entry at ``path`` as it is now, listed again through ``files`` (no manifest read),
     or None when nothing is there."""
     return entry_at(path, files.list_files, files.stat)
@@ -153,7 +154,7 @@ class StoreRun:
                     blocked[name] = got
             # The chunk's directories are opened once, after its leases are held, and closed
             # with the chunk: every listing and removal below goes through them.
-            with chunk_files(self.store) as files:
+            with self.store.removal() as files:
                 approved = self._approve(chunk, bool(groups), blocked, leases, files)
                 if approved and any(lease.lost for lease in group_leases):
                     for item, _ in approved:
@@ -180,7 +181,7 @@ class StoreRun:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _approve(self, chunk: Sequence[PruneItem], grouped: bool, blocked: Mapping[str, LeaseRecord | Exception],
-                 leases: list[StoreLease], files: ChunkFiles) -> list[tuple[PruneItem, Entry]]:
+                 leases: list[StoreLease], files: Removal) -> list[tuple[PruneItem, Entry]]:
         """The entries of ``chunk`` still as planned (their publish leases, when taken, are
         added to ``leases``); every other is recorded as skipped or failed."""
         approved: list[tuple[PruneItem, Entry]] = []
@@ -227,7 +228,7 @@ class StoreRun:
             approved.append((item, current))
         return approved
 
-    def _remove(self, approved: list[tuple[PruneItem, Entry]], number: int, files: ChunkFiles) -> None:
+    def _remove(self, approved: list[tuple[PruneItem, Entry]], number: int, files: Removal) -> None:
         journal = f"{JOURNAL_DIR}/{self.plan.id}-{number}.json"
         body = {"plan": self.plan.id, "created_at": self.plan.created_at,
                 "entries": {e.path: sorted(f.path for f in e.files.values()) for _, e in approved}}
@@ -279,7 +280,7 @@ class StoreRun:
                                                                if item.cost else None, item.detail))
 
     def _remove_each(self, approved: list[tuple[PruneItem, Entry]], orders: list[list[list[str]]],
-                     files: ChunkFiles) -> list[tuple[PruneItem, Entry]]:
+                     files: Removal) -> list[tuple[PruneItem, Entry]]:
         """Remove entries one at a time; the ones that fail are recorded. Returns the removed."""
         removed = []
         for (item, entry), order in zip(approved, orders, strict=True):

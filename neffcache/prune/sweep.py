@@ -145,8 +145,8 @@ class LockJudge:
         self.policy = policy
         self.now = now
         self.live = live
-        self.local = store.local_root is not None  # a filesystem here: /proc/locks can see its locks
-        self.held = held_file_locks() if self.local else set()
+        self.host_locks = store.host_locks_visible
+        self.held = held_file_locks() if self.host_locks else set()
 
     def why_live(self, entry_path: str, lock: FileInfo) -> str | None:
         """None when the lock is stale, else why it is not."""
@@ -156,7 +156,7 @@ class LockJudge:
         holder = self.live.get(publish_lease_name(entry_path))
         if holder:
             return f"live lease held by {holder}"
-        if self.local:
+        if self.host_locks:
             try:  # local_path refuses a lock reached through a symlink (UnsafePath, an OSError)
                 local = self.store.local_path(lock.path)
                 st = os.stat(local) if local is not None else None

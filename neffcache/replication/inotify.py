@@ -82,8 +82,11 @@ class DirectoryWatch:
         os.close(self._fd)
 
 
-def open_watch(root: Path) -> DirectoryWatch | None:
-    """A watch on ``root`` (a local directory), or None where inotify is not to be had."""
+def open_watch(root: Path | None) -> DirectoryWatch | None:
+    """A watch on ``root`` (a local directory: a store's ``watchable_root``), or None where
+    inotify is not to be had or there is nothing to watch (``root`` None: polling)."""
+    if root is None:
+        return None
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
         fd = libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)

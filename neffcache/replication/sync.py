@@ -297,9 +297,9 @@ def sync(src: Store | str, dst: Store | str, *, namespaces: Collection[str] = ()
         tally = _plan(src_entries, _by_every_form(dst_entries), flt, foreign, progress)
         if progress is not None:
             progress(0, tally.total, 0)
-        # On a remote store the publish leases of done entries are released in batches: a
-        # request an entry saved (neffcache/coordination/releases.py says why that is safe).
-        releases = BatchedReleases(dst) if dst.local_root is None else None
+        # Where each release is a request, the publish leases of done entries are released in
+        # batches: a request an entry saved (neffcache/coordination/releases.py says why that is safe).
+        releases = BatchedReleases(dst) if dst.batches_lease_releases else None
         try:
             _run(src, dst, tally.todo, flt, tally, parallel, busy_wait, on_copied, releases)
         finally:

@@ -33,12 +33,16 @@ nothing outside ``stores/`` asks which class a store is (tests/stores/test_inter
 - ``incomplete_uploads(older_than)`` lists writes the backend started and nobody finished that
   it keeps (and bills) invisibly — S3 multipart uploads; ``abort_uploads`` removes them and
   returns how many it aborted. Both are empty where a backend has no such thing.
-- ``local_root`` is the directory the files live in when they are on a filesystem of this host
-  (a runtime can be pointed at it; ``/proc/locks`` sees locks on its files), else None.
-- ``single_writer`` says only this host writes the store (a local, unshared directory): a name
-  another process created a moment ago is then never hidden by a stale cache, which prune's
-  group leases rely on (:func:`neffcache.coordination.write_leases.prune_group_lease`).
+- ``removal()`` is a batch of reads and removals a prune's chunk goes through: the store's own
+  calls by default, directory descriptors held for the batch on a local store
+  (:mod:`neffcache.stores.removal`).
 - ``created`` says whether opening the store made it (a typo'd path; push and pull say so).
+
+What a backend *is*, as far as the code above acts on it (a directory a runtime can use? can it
+fill up? do its lease releases batch? does ``/proc/locks`` see its locks?), is a member of
+:class:`~neffcache.stores.roles.StoreRoles`, which Store inherits; ``local_root`` and
+``single_writer`` are among them. Code outside ``stores/`` never tests ``local_root`` for None
+to work such an answer out itself (tests/stores/test_interface.py).
 """
 
 from __future__ import annotations
@@ -69,6 +73,8 @@ from neffcache.stores.hashed_io import (
     write_all,
 )
 from neffcache.stores.plain import PlainCounter
+from neffcache.stores.removal import Removal, StoreRemoval
+from neffcache.stores.roles import StoreRoles
 
 Source = Path | bytes
 CONTROL_DIR = ".neffcache"  # leases, stamps, quarantine: never part of a layout
@@ -121,8 +127,9 @@ class IncompleteUpload:
     initiated: float
 
 
-class Store(ABC):
-    """Where bytes live. Subclasses implement the abstract primitives."""
+class Store(StoreRoles, ABC):
+    """Where bytes live. Subclasses implement the abstract primitives and answer the
+    :class:`StoreRoles` questions that differ from an object store's."""
 
     scheme: str = ""
     created: bool = False  # whether opening the store made it (see the module docstring)
@@ -317,15 +324,10 @@ class Store(ABC):
         self.check_writable()
         return 0
 
-    @property
-    def local_root(self) -> Path | None:
-        """The directory of the store's files on this host's filesystem, if it is one."""
-        return None
-
-    @property
-    def single_writer(self) -> bool:
-        """Only this host writes the store (see the module docstring)."""
-        return False
+    def removal(self) -> Removal:
+        """A batch of reads and removals (a prune's chunk): the store's own calls here; a local
+        store holds each directory open for the batch."""
+        return StoreRemoval(self)
 
     def read_bytes(self, path: str) -> bytes:
         with self.open_read(path) as stream:

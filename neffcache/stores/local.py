@@ -58,6 +58,7 @@ from neffcache.stores.local_in_step import walk_together
 from neffcache.stores.local_listing import list_threaded, walk
 from neffcache.stores.local_remove import LocalRemoval
 from neffcache.stores.local_write import SHARED_DIR_MODE, publish_temp, temp_name, write_temp
+from neffcache.stores.mounts import filesystem_type, is_memory_filesystem
 from neffcache.stores.plain import PlainCounter
 from neffcache.stores.safepath import DIR_FLAGS, SafeRoot, copy_fd, lexists
 
@@ -101,6 +102,44 @@ class LocalStore(Store):
         # Several hosts write a shared mount, and an NFS client may answer a lookup of a name
         # another host just created from its negative-lookup cache.
         return not self.shared
+
+    # -- what sets a directory apart from an object store (neffcache/stores/roles.py) ---------
+    @property
+    def runtime_root(self) -> Path | None:
+        return self.root
+
+    @property
+    def watchable_root(self) -> Path | None:
+        return self.root
+
+    @property
+    def host_locks_visible(self) -> bool:
+        # A shared mount too: /proc/locks lists the locks this host's processes hold on it.
+        return True
+
+    @property
+    def may_be_pruned_by_group(self) -> bool:
+        # Shared or not: another process may open this same root unshared and prune by group.
+        return True
+
+    @property
+    def batches_lease_releases(self) -> bool:
+        return False
+
+    @property
+    def can_fill(self) -> bool:
+        return True
+
+    def free_bytes(self) -> int | None:
+        try:
+            st = os.statvfs(self.root)
+        except OSError:
+            return None
+        return st.f_bavail * st.f_frsize
+
+    @property
+    def calls_wait(self) -> bool:
+        return not is_memory_filesystem(filesystem_type(self.root))
 
     def local_path(self, path: str) -> Path | None:
         """The file's path, checked: no component below the root is a symlink, and an in-root

@@ -4,6 +4,7 @@ GIL, and the default elsewhere. The count changes the speed, never what is remov
 
 from __future__ import annotations
 
+import secrets
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -15,6 +16,8 @@ import pytest
 from neffcache.prune import PrunePolicy, execute_plan, plan_prune
 from neffcache.prune import execute as execute_module
 from neffcache.prune.execute import DEFAULT_WORKERS, workers_for
+from neffcache.stores import local as local_module
+from neffcache.stores import open_store
 from neffcache.stores.local import LocalStore
 from neffcache.stores.mounts import filesystem_type
 from tests.prune.helpers import NEW, runtime_a
@@ -32,7 +35,7 @@ def test_the_default_follows_the_filesystem(tmp_path: Path, monkeypatch: pytest.
         seen.append(path)
         return fstype
 
-    monkeypatch.setattr(execute_module, "filesystem_type", fake_type)
+    monkeypatch.setattr(local_module, "filesystem_type", fake_type)
     store = LocalStore(tmp_path / "cache")
     assert workers_for(store, None) == expected
     assert seen == [store.local_root]  # asked of the store's own root
@@ -40,11 +43,10 @@ def test_the_default_follows_the_filesystem(tmp_path: Path, monkeypatch: pytest.
     assert workers_for(store, 0) == 1  # never no thread at all
 
 
-def test_a_store_without_local_files_keeps_the_default() -> None:
-    class Remote:
-        local_root = None
-
-    assert workers_for(Remote(), None) == DEFAULT_WORKERS  # type: ignore[arg-type]
+def test_an_object_store_keeps_the_default() -> None:
+    store = open_store(f"memory://neffcache-{secrets.token_hex(6)}/cache")  # stands in for S3
+    assert store.calls_wait
+    assert workers_for(store, None) == DEFAULT_WORKERS
 
 
 def test_a_prune_on_a_real_tmpfs_runs_one_chunk_at_a_time_and_removes_the_same(

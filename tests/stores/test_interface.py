@@ -1,21 +1,25 @@
 """Stores own every backend difference: code outside ``neffcache/stores/`` never asks which class
-a store is (``isinstance(x, LocalStore)``) nor probes it for an ability (``getattr(store, ...)``).
-What differs between backends is a method or property of ``Store`` (see neffcache.stores.base),
-and the store contract suite tests it on every backend.
+a store is (``isinstance(x, LocalStore)``), nor probes it for an ability (``getattr(store, ...)``),
+nor works out what it is from whether it has a local root (``store.local_root is None``).
+What differs between backends is a method or property of ``Store`` (see neffcache.stores.base and
+neffcache.stores.roles), and the store contract suite tests it on every backend.
 """
 
 from __future__ import annotations
 
 import ast
 import inspect
+from collections.abc import Iterator
 from pathlib import Path
 
 import neffcache.stores.base as base
 from neffcache.stores import fsspec_store, local, s3
 
 ROOT = Path(__file__).resolve().parents[2]
-SCANNED = ("neffcache", "cli", "warmers")
+SCANNED = ("neffcache", "cli", "server", "warmers")
 EXEMPT = ROOT / "neffcache" / "stores"
+# The contract suite checks what each backend answers, local_root included.
+CONTRACT = ROOT / "neffcache" / "testing" / "store_contract"
 
 
 def _store_classes() -> set[str]:
@@ -111,3 +115,88 @@ def test_the_check_finds_what_it_forbids(tmp_path: Path) -> None:
         sample.unlink()
     assert [v.split(":")[1] for v in found] == ["2", "3", "4", "5"], found
     assert "LocalStore" in found[0] and "S3Store" in found[1]
+
+
+FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+
+
+def _scope(node: ast.AST) -> Iterator[ast.AST]:
+    """The nodes of one scope (a module or function), not those of functions nested in it."""
+    todo = list(ast.iter_child_nodes(node))
+    while todo:
+        child = todo.pop()
+        yield child
+        if not isinstance(child, FUNCTIONS):
+            todo.extend(ast.iter_child_nodes(child))
+
+
+def _is_local_root(node: ast.expr) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr == "local_root"
+
+
+def _tested(node: ast.AST) -> list[tuple[ast.expr, str]]:
+    """The expressions ``node`` tests, each with how: for None, or for truth."""
+    if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(
+            node.ops[0], (ast.Is, ast.IsNot, ast.Eq, ast.NotEq)):
+        left, right = node.left, node.comparators[0]
+        for side, other in ((left, right), (right, left)):
+            if isinstance(other, ast.Constant) and other.value is None:
+                return [(side, "for None")]
+        return []
+    if isinstance(node, (ast.If, ast.While, ast.IfExp, ast.Assert)):
+        return [(node.test, "for truth")]
+    if isinstance(node, ast.comprehension):
+        return [(test, "for truth") for test in node.ifs]
+    if isinstance(node, ast.BoolOp):
+        return [(value, "for truth") for value in node.values]
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        return [(node.operand, "for truth")]
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "bool" and node.args:
+        return [(node.args[0], "for truth")]
+    return []
+
+
+def _local_root_tests(source: str, where: str) -> list[str]:
+    """Each test of a ``local_root`` for None or for truth in ``source`` (the file ``where``):
+    of the attribute itself, or of a name the same function assigned it to."""
+    tree = ast.parse(source, filename=where)
+    found = set()
+    for scope in [tree, *(n for n in ast.walk(tree) if isinstance(n, FUNCTIONS))]:
+        nodes = list(_scope(scope))
+        names = {n.target.id for n in nodes
+                 if isinstance(n, (ast.AnnAssign, ast.NamedExpr)) and isinstance(n.target, ast.Name)
+                 and n.value is not None and _is_local_root(n.value)}
+        names |= {t.id for n in nodes if isinstance(n, ast.Assign) and _is_local_root(n.value)
+                  for t in n.targets if isinstance(t, ast.Name)}
+        for node in nodes:
+            for expr, how in _tested(node):
+                if _is_local_root(expr) or (isinstance(expr, ast.Name) and expr.id in names):
+                    found.add((expr.lineno, f"{where}:{expr.lineno}: tests local_root {how}"))
+    return [text for _, text in sorted(found)]
+
+
+def test_no_local_root_tests_outside_stores() -> None:
+    found = [v for path in _sources() if CONTRACT not in path.parents
+             for v in _local_root_tests(path.read_text(), path.relative_to(ROOT).as_posix())]
+    assert not found, ("ask the Store member that says what differs (neffcache/stores/roles.py: "
+                       "runtime_root, host_locks_visible, can_fill...) instead:\n" + "\n".join(found))
+
+
+def test_the_local_root_check_finds_what_it_forbids() -> None:
+    """Each forbidden form is found, with its line, through a name too; the allowed forms are not."""
+    code = ("def f(store, settings):\n"
+            "    if store.local_root is not None: pass\n"
+            "    x = 1 if self.dst.local_root is None else 2\n"
+            "    if store.local_root: pass\n"
+            "    root = store.local_root\n"
+            "    if root is not None and ok: pass\n"
+            "    y = not root\n"
+            "    watch(store.watchable_root)\n"
+            "    path = store.local_root / 'x'\n"
+            "    if other is None: pass\n"
+            "def g(root):\n"
+            "    if root is None: pass\n")
+    found = _local_root_tests(code, "neffcache/sample.py")
+    assert [v.split(":")[1] for v in found] == ["2", "3", "4", "6", "7"], found
+    assert found[0] == "neffcache/sample.py:2: tests local_root for None"
+    assert found[2].endswith("tests local_root for truth")

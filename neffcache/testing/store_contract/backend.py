@@ -1,5 +1,6 @@
-"""What a backend says about itself: ``local_root``, ``single_writer``, ``created``, and the
-invisible incomplete uploads (empty where the backend has none)."""
+"""What a backend says about itself: ``local_root``, ``single_writer``, ``created``, what sets it
+apart from other backends (neffcache/stores/roles.py), and the invisible incomplete uploads
+(empty where the backend has none)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,24 @@ class BackendContract:
         else:
             assert (root / "p/q.bin").read_bytes() == b"here"
             assert store.local_path("p/q.bin") == root / "p/q.bin"
+
+    def test_roles(self, store: Store) -> None:
+        """A directory of this host is one runtimes and inotify can use, /proc/locks sees its
+        locks, a prune may hold its group leases, it can fill up, and its lease releases do not
+        batch; an object store is the opposite on each count."""
+        local = self.on_local_filesystem
+        assert store.runtime_root == store.local_root
+        assert store.watchable_root == store.local_root
+        assert store.host_locks_visible is local
+        assert store.may_be_pruned_by_group is local
+        assert store.batches_lease_releases is not local
+        assert store.can_fill is local
+        # A prune holds group leases only on a single-writer store: its publishers must check them.
+        assert not store.single_writer or store.may_be_pruned_by_group
+        free = store.free_bytes()
+        assert (free is not None and free > 0) if local else free is None
+        # Only a memory filesystem answers without waiting (its root may be on tmpfs here).
+        assert isinstance(store.calls_wait, bool) and (local or store.calls_wait)
 
     def test_created(self, store: Store) -> None:
         assert store.created is self.created_on_open

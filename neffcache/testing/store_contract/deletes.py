@@ -1,5 +1,5 @@
 """Removal: ``delete`` (counted), ``discard`` (uncounted, optionally pruning directories),
-``remove_empty_dirs``, and ``exists``."""
+``remove_empty_dirs``, ``exists``, and a ``removal()`` batch (what a prune's chunk goes through)."""
 
 from __future__ import annotations
 
@@ -42,6 +42,22 @@ class DeleteContract:
             assert (root / CONTROL_DIR / "c").is_dir(), "control directories only with control=True"
             store.remove_empty_dirs([f"{CONTROL_DIR}/c"], control=True)
             assert not (root / CONTROL_DIR).exists()
+
+    def test_removal_batch(self, store: Store) -> None:
+        for name in ("b/e/1.bin", "b/e/sub/2.bin", "b/keep.bin"):
+            assert store.put_file(name, name.encode())
+        with store.removal() as batch:
+            assert {f.path for f in batch.list_files("b/e")} == {"b/e/1.bin", "b/e/sub/2.bin"}
+            assert batch.list_files("b/none") == []
+            got = batch.stat("b/e/1.bin")
+            assert got is not None and got.size == len(b"b/e/1.bin")
+            assert batch.stat("b/e/missing.bin") is None
+            assert batch.exists("b/keep.bin") and not batch.exists("b/e/missing.bin")
+            batch.discard(["b/e/1.bin", "b/e/sub/2.bin", "b/e/missing.bin"], prune_dirs=True)
+        assert {f.path for f in store.iter_files()} == {"b/keep.bin"}
+        root = store.local_root
+        if root is not None:
+            assert not (root / "b/e").exists() and (root / "b").is_dir()
 
     def test_remove_empty_dirs_keeps_what_is_not_empty(self, store: Store) -> None:
         assert store.put_file("k/l/m.bin", b"stays")
