@@ -51,7 +51,7 @@ from neffcache.layouts import LAYOUTS, Located
 from neffcache.operations.grouping import Group, Grouper, Progress, judge
 from neffcache.operations.scan import NamespaceSummary, ScanReport
 from neffcache.stores.base import DirListing, SkipDirs, Store
-from neffcache.stores.plain import PlainCounter, PlainEntryDirs, PlainFiles
+from neffcache.stores.plain import Largest, PlainCounter, PlainEntryDirs, PlainFiles
 
 MAX_WARNINGS = 1000
 _KEY = "\0"  # stands for the entry's key in a kept name: no file name holds a NUL
@@ -277,6 +277,7 @@ class _PlainCounter:
     the counts into the tally. A store counts a directory only where nothing lies below it and
     its listing would have had no problem, so unlike a shard counted in ``_in_step`` it needs no
     waiting for the walk to leave it, and unlike an open flat entry no judging when it does."""
+    largest = 0  # no top from the counts (PlainCounter): the summary does not use it yet
 
     def __init__(self, grouper: Grouper, tally: _Tally) -> None:
         self._grouper = grouper
@@ -288,7 +289,7 @@ class _PlainCounter:
     def entry_rule(self, directory: str) -> PlainEntryDirs | None:
         return self._grouper.entry_rule(directory)
 
-    def counted(self, rule: PlainFiles | PlainEntryDirs, entries: int, size: int, files: int) -> None:
+    def counted(self, rule: PlainFiles | PlainEntryDirs, entries: int, size: int, files: int, top: Largest) -> None:
         if rule.namespace is None:
             raise ValueError("a plain-files rule of the summary's names its namespace")
         if entries:
