@@ -53,7 +53,7 @@ from neffcache.operations.scan import NamespaceSummary, ScanReport
 from neffcache.operations.sinks import EntrySink, SizedEntry
 from neffcache.operations.tally import KeptEntries, Tally
 from neffcache.stores.base import DirListing, SkipDirs, Store
-from neffcache.stores.plain import PlainCounter, PlainEntryDirs, PlainFiles
+from neffcache.stores.plain import CountedTop, PlainCounter, PlainEntryDirs, PlainFiles
 
 MAX_WARNINGS = 1000
 
@@ -126,8 +126,7 @@ def summarize(store: Store, *, prefix: str = "", progress: Progress | None = Non
     kept = KeptEntries()
     open_flat: list[Group] = []  # entries of a flat directory not yet judged
     spread: dict[str, list[str]] = {}  # namespace -> its spread trees the walk left for later
-    # Until the stores' counts report their largest entries, a sink that wants them lists all.
-    counting = COUNT_PLAIN_SHARDS and not any(sink.needs_every_entry or sink.largest for sink in sinks)
+    counting = COUNT_PLAIN_SHARDS and not any(sink.needs_every_entry for sink in sinks)
     counter = _PlainCounter(grouper, tally, max((s.largest for s in sinks), default=0)) if counting else None
     for listing in _listings(store, prefix, spread, counter):
         if open_flat:
@@ -190,7 +189,7 @@ class _PlainCounter:
         return self._grouper.entry_rule(directory)
 
     def counted(self, rule: PlainFiles | PlainEntryDirs, entries: int, size: int, files: int,
-                top: Sequence[tuple[str, str, int, int]] = ()) -> None:
+                top: CountedTop) -> None:
         namespace = rule.namespace
         if namespace is None:
             raise ValueError("a plain-files rule of the summary's names its namespace")

@@ -19,6 +19,7 @@
  *
  * The syscalls of one directory run with the GIL released (a shared mount's stat is a round
  * trip to a metadata server: listing threads then overlap); the Python objects are built after.
+ * So what runs without the GIL keeps no state in a static: two threads may run it at once.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -26,6 +27,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -273,6 +275,146 @@ static PyObject *list_dir(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* ---- The largest counted entries: a count's ``top`` -------------------------------------
+ *
+ * A counted entry never becomes a Python object, so a scan that wants the N largest entries
+ * (``--largest N``) cannot pick them out of listings: each count keeps its own N largest as it
+ * counts, in an array sorted best first and never longer than N (MAX_LARGEST at most). Most
+ * entries lose against the last one kept on their size alone, before their directory is even
+ * spelt out; one that gets in costs an insertion. The order is total (bytes descending, then
+ * directory, then key), so which entries fill a tie at the N-th place is decided by their
+ * names, not by readdir's order. With N = 0 nothing here runs. tests/stores/test_count_plain_top.py
+ * and tests/layouts/test_plain_entry_dirs.py hold a top to the one listing in Python finds. */
+
+#define MAX_LARGEST 10000
+
+typedef struct {
+    long long bytes, files;
+    char *text;  /* the directory, then the key (owned, not terminated) */
+    size_t dlen, klen;
+} Big;
+
+typedef struct {
+    Big *items;  /* best first */
+    size_t count, cap, limit;
+    char *path;  /* where an entry's directory is spelt out before it is offered */
+    size_t room;
+} Largest;
+
+static void largest_free(Largest *t) {
+    for (size_t i = 0; i < t->count; i++) free(t->items[i].text);
+    free(t->items);
+    free(t->path);
+    t->items = NULL;
+    t->path = NULL;
+    t->count = t->cap = t->room = 0;
+}
+
+/* memcmp's order, a prefix first: on UTF-8, the order of the code points (Python's str order). */
+static int bytes_cmp(const char *a, size_t alen, const char *b, size_t blen) {
+    int c = memcmp(a, b, alen < blen ? alen : blen);
+    if (c != 0) return c;
+    return alen < blen ? -1 : alen > blen;
+}
+
+/* Whether the entry (bytes, dir, key) comes before the kept ``b``. */
+static int big_before(long long bytes, const char *dir, size_t dlen, const char *key, size_t klen, const Big *b) {
+    if (bytes != b->bytes) return bytes > b->bytes;
+    int c = bytes_cmp(dir, dlen, b->text, b->dlen);
+    if (c != 0) return c < 0;
+    return bytes_cmp(key, klen, b->text + b->dlen, b->klen) < 0;
+}
+
+/* Whether an entry of ``bytes`` may get in at all: the test before anything is spelt out. */
+static int largest_wants(const Largest *t, long long bytes) {
+    return t->limit > 0 && (t->count < t->limit || bytes >= t->items[t->count - 1].bytes);
+}
+
+/* Offer the entry ``key`` of the directory ``parent``/``name`` (just ``name`` below the root
+ * ""): kept when it is among the ``limit`` first so far. 0, or -1 when out of memory. Needs
+ * no GIL. */
+static int largest_offer(Largest *t, const char *parent, size_t plen, const char *name, size_t nlen,
+                         const char *key, size_t klen, long long bytes, long long files) {
+    if (!largest_wants(t, bytes)) return 0;
+    size_t dlen = plen ? plen + 1 + nlen : nlen;
+    char *path = grow(t->path, &t->room, dlen + 1, 1, 256);
+    if (path == NULL) return -1;
+    t->path = path;
+    if (plen) {
+        memcpy(path, parent, plen);
+        path[plen] = '/';
+    }
+    memcpy(path + (plen ? plen + 1 : 0), name, nlen);
+    size_t lo = 0, hi = t->count;
+    while (lo < hi) {  /* the first kept entry this one comes before */
+        size_t mid = lo + (hi - lo) / 2;
+        if (big_before(bytes, path, dlen, key, klen, &t->items[mid])) hi = mid;
+        else lo = mid + 1;
+    }
+    if (lo == t->limit) return 0;  /* after all the ones kept */
+    char *text = malloc(dlen + klen + 1);
+    if (text == NULL) return -1;
+    if (t->count == t->limit) {
+        free(t->items[--t->count].text);  /* the last one drops out */
+    } else {
+        Big *items = grow(t->items, &t->cap, t->count + 1, sizeof(Big), 16);
+        if (items == NULL) {
+            free(text);
+            return -1;
+        }
+        t->items = items;
+    }
+    memcpy(text, path, dlen);
+    memcpy(text + dlen, key, klen);
+    memmove(&t->items[lo + 1], &t->items[lo], (t->count - lo) * sizeof(Big));
+    t->items[lo] = (Big){bytes, files, text, dlen, klen};
+    t->count++;
+    return 0;
+}
+
+/* The kept entries as [(directory, key, bytes, files)], best first. Decoded as they were
+ * encoded: the file system's encoding (``fs``, the Walker's names), else UTF-8 with
+ * surrogatepass (count_plain's, from str). */
+static PyObject *largest_list(const Largest *t, int fs) {
+    PyObject *list = PyList_New((Py_ssize_t)t->count);
+    if (list == NULL) return NULL;
+    for (size_t i = 0; i < t->count; i++) {
+        const Big *b = &t->items[i];
+        const char *key = b->text + b->dlen;
+        PyObject *dir = fs ? PyUnicode_DecodeFSDefaultAndSize(b->text, (Py_ssize_t)b->dlen)
+                           : PyUnicode_DecodeUTF8(b->text, (Py_ssize_t)b->dlen, "surrogatepass");
+        PyObject *pkey = fs ? PyUnicode_DecodeFSDefaultAndSize(key, (Py_ssize_t)b->klen)
+                            : PyUnicode_DecodeUTF8(key, (Py_ssize_t)b->klen, "surrogatepass");
+        PyObject *item = dir && pkey ? Py_BuildValue("(OOLL)", dir, pkey, b->bytes, b->files) : NULL;
+        Py_XDECREF(dir);
+        Py_XDECREF(pkey);
+        if (item == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, item);
+    }
+    return list;
+}
+
+/* ``largest`` (an int, 0 to MAX_LARGEST) into ``*out``: 0, or -1 with TypeError or ValueError. */
+static int check_largest(PyObject *largest, const char *what, size_t *out) {
+    if (!PyLong_Check(largest)) {
+        PyErr_Format(PyExc_TypeError, "%s must be an int (how many of the largest counted entries a count "
+                     "reports), not %.100s", what, Py_TYPE(largest)->tp_name);
+        return -1;
+    }
+    int overflow;
+    long long n = PyLong_AsLongLongAndOverflow(largest, &overflow);
+    if (n == -1 && PyErr_Occurred()) return -1;
+    if (overflow || n < 0 || n > MAX_LARGEST) {
+        PyErr_Format(PyExc_ValueError, "%s must be 0 to %d", what, MAX_LARGEST);
+        return -1;
+    }
+    *out = (size_t)n;
+    return 0;
+}
+
 /* ---- count_plain: a shard level's plain entries counted, not listed ---------------------
  *
  * What neffcache/operations/grouping.py's Grouper.count_plain and the layout's plain_entries
@@ -293,13 +435,19 @@ static PyObject *list_dir(PyObject *self, PyObject *args) {
  * (tests/stores/test_count_plain.py holds it to that on generated directories).
  *
  * Sockets, FIFOs and devices are skipped, and a file that vanished between readdir and
- * fstatat is skipped, as list_dir_nogil skips them. */
+ * fstatat is skipped, as list_dir_nogil skips them.
+ *
+ * Asked for its ``largest`` entries, a count also keeps those (a ``top``, see above): an entry
+ * is a key, its bytes and files those of all its files in every tree, its directory the
+ * child's in the first tree (in ``parents`` order) that holds its primary. */
 
 typedef struct {
-    size_t key;  /* offset of the key in the arena */
+    size_t key;  /* offset of the key in the arena while files are added (the arena may move) */
+    const char *at;  /* the key itself, set once the arena is complete: the sort needs no global */
     size_t len;
     long long size;
     int primary;
+    int tree;  /* the index in ``parents`` of the directory the file is in */
 } KeyFile;
 
 typedef struct {
@@ -322,7 +470,7 @@ typedef struct {
     size_t used, room;
 } KeyFiles;
 
-static int keyfiles_add(KeyFiles *k, const char *key, size_t len, long long size, int primary) {
+static int keyfiles_add(KeyFiles *k, const char *key, size_t len, long long size, int primary, int tree) {
     KeyFile *items = grow(k->items, &k->cap, k->count + 1, sizeof(KeyFile), 32);
     if (items == NULL) return -1;
     k->items = items;
@@ -334,6 +482,8 @@ static int keyfiles_add(KeyFiles *k, const char *key, size_t len, long long size
     it->len = len;
     it->size = size;
     it->primary = primary;
+    it->tree = tree;
+    it->at = NULL;
     memcpy(k->arena + k->used, key, len);
     k->used += len;
     return 0;
@@ -405,9 +555,9 @@ static int next_plain_file(DIR *dir, const char **name, struct stat *st) {
     }
 }
 
-/* Add the files of ``name`` open below ``parent`` to ``k``. 0: every entry plain so far; 1:
- * declined (something not plain); -1: out of memory. */
-static int plain_dir(int parent, const char *name, int holds_primary, const PlainRule *r, KeyFiles *k,
+/* Add the files of ``name`` open below ``parent`` (``parents[tree]``) to ``k``. 0: every entry
+ * plain so far; 1: declined (something not plain); -1: out of memory. */
+static int plain_dir(int parent, int tree, const char *name, int holds_primary, const PlainRule *r, KeyFiles *k,
                      size_t *files) {
     DIR *dir = open_child(parent, name);
     if (dir == NULL) return 1;
@@ -422,7 +572,7 @@ static int plain_dir(int parent, const char *name, int holds_primary, const Plai
             result = 1;
             break;
         }
-        if (keyfiles_add(k, fname, klen, (long long)st.st_size, primary) != 0) {
+        if (keyfiles_add(k, fname, klen, (long long)st.st_size, primary, tree) != 0) {
             result = -1;
             break;
         }
@@ -432,18 +582,19 @@ static int plain_dir(int parent, const char *name, int holds_primary, const Plai
     return more < 0 && result == 0 ? 1 : result;
 }
 
-static const char *sort_arena;
-
+/* Groups a key's files (by length, then bytes: any total order would do). It compares the
+ * keys through the items' own pointers: a comparator reading the arena from a static (as it
+ * once did) is wrong once two threads count at once, and qsort_r is not in every libc. */
 static int keyfile_cmp(const void *a, const void *b) {
     const KeyFile *x = a, *y = b;
     if (x->len != y->len) return x->len < y->len ? -1 : 1;
-    return memcmp(sort_arena + x->key, sort_arena + y->key, x->len);
+    return memcmp(x->at, y->at, x->len);
 }
 
-/* Count the entries of ``k``: 0 with the totals added, 1 when a key has no primary. Called
- * with the GIL held (the sort's arena is a static). */
+/* Count the entries of ``k`` (sorting it by key): 0 with the totals added, 1 when a key has no
+ * primary. Needs no GIL. */
 static int plain_totals(KeyFiles *k, long long *entries, long long *bytes) {
-    sort_arena = k->arena;
+    for (size_t i = 0; i < k->count; i++) k->items[i].at = k->arena + k->items[i].key;
     qsort(k->items, k->count, sizeof(KeyFile), keyfile_cmp);
     long long n = 0, total = 0;
     size_t i = 0;
@@ -464,103 +615,193 @@ static int plain_totals(KeyFiles *k, long long *entries, long long *bytes) {
     return 0;
 }
 
+/* Offer each entry of ``k`` (sorted by plain_totals, which found every key's primary) to
+ * ``top``: its directory the child ``child`` of the first tree holding its primary
+ * (``trees[i]``: the store path of ``parents[i]``). 0, or -1 when out of memory. No GIL. */
+static int plain_top(const KeyFiles *k, Largest *top, const char *const *trees, const size_t *tree_lens,
+                     const char *child, size_t clen) {
+    size_t i = 0;
+    while (i < k->count) {
+        size_t j = i;
+        long long total = 0;
+        int tree = INT_MAX;
+        while (j < k->count && keyfile_cmp(&k->items[i], &k->items[j]) == 0) {
+            if (k->items[j].primary && k->items[j].tree < tree) tree = k->items[j].tree;
+            total += k->items[j].size;
+            j++;
+        }
+        const KeyFile *key = &k->items[i];
+        if (largest_offer(top, trees[tree], tree_lens[tree], child, clen, key->at, key->len, total,
+                          (long long)(j - i)) != 0) return -1;
+        i = j;
+    }
+    return 0;
+}
+
+/* What one count_plain call works with once its arguments are read. The parents' store paths
+ * are UTF-8 with surrogatepass (a str's code points, so memcmp orders them as Python orders
+ * the strs), kept alive by ``held``; read only when a ``top`` is asked for. */
+typedef struct {
+    PlainRule rule;
+    Py_ssize_t nparents;
+    int fds[30], holds[30];
+    const char *trees[30];
+    size_t tree_lens[30];
+    PyObject *held[30];
+    Largest top;
+    KeyFiles k;
+    long long entries, bytes;
+    size_t files;
+} PlainCall;
+
+static void plain_call_free(PlainCall *c) {
+    free(c->rule.suffixes);
+    free(c->rule.suffix_lens);
+    for (Py_ssize_t i = 0; i < c->nparents; i++) Py_XDECREF(c->held[i]);
+    largest_free(&c->top);
+    free(c->k.items);
+    free(c->k.arena);
+}
+
+/* The rule's strings (borrowed from the caller's str objects, alive for the call). 0, or -1. */
+static int plain_call_rule(PlainCall *c, PyObject *prefix, PyObject *suffixes, PyObject *primary_suffix) {
+    PlainRule *rule = &c->rule;
+    Py_ssize_t nsuffixes = PyTuple_GET_SIZE(suffixes), slen;
+    rule->suffixes = calloc((size_t)nsuffixes + 1, sizeof(char *));
+    rule->suffix_lens = calloc((size_t)nsuffixes + 1, sizeof(size_t));
+    if (rule->suffixes == NULL || rule->suffix_lens == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < nsuffixes; i++) {
+        PyObject *s = PyTuple_GET_ITEM(suffixes, i);
+        if (!PyUnicode_Check(s)) {
+            PyErr_SetString(PyExc_TypeError, "count_plain: suffixes must be str");
+            return -1;
+        }
+        rule->suffixes[i] = PyUnicode_AsUTF8AndSize(s, &slen);
+        if (rule->suffixes[i] == NULL) return -1;
+        rule->suffix_lens[i] = (size_t)slen;
+    }
+    rule->nsuffixes = (size_t)nsuffixes;
+    rule->prefix = PyUnicode_AsUTF8AndSize(prefix, &slen);
+    if (rule->prefix == NULL) return -1;
+    rule->plen = (size_t)slen;
+    rule->primary = PyUnicode_AsUTF8AndSize(primary_suffix, &slen);
+    if (rule->primary == NULL) return -1;
+    rule->primary_len = (size_t)slen;
+    return 0;
+}
+
+/* The parents' descriptors and primary flags, and (for a ``top``) their store paths
+ * (``directories``, NULL when not given). 0, or -1. */
+static int plain_call_parents(PlainCall *c, PyObject *parents, PyObject *primary, PyObject *directories) {
+    if (c->top.limit > 0 && (directories == NULL || PyTuple_GET_SIZE(directories) != c->nparents)) {
+        PyErr_SetString(PyExc_ValueError, "count_plain: a top needs the directories of the parents");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < c->nparents; i++) {
+        c->fds[i] = (int)PyLong_AsLong(PyTuple_GET_ITEM(parents, i));
+        c->holds[i] = PyObject_IsTrue(PyTuple_GET_ITEM(primary, i));
+        if ((c->fds[i] == -1 || c->holds[i] < 0) && PyErr_Occurred()) return -1;
+        if (c->top.limit == 0) continue;
+        PyObject *path = PyTuple_GET_ITEM(directories, i);
+        if (!PyUnicode_Check(path)) {
+            PyErr_SetString(PyExc_TypeError, "count_plain: directories must be str");
+            return -1;
+        }
+        c->held[i] = PyUnicode_AsEncodedString(path, "utf-8", "surrogatepass");
+        if (c->held[i] == NULL) return -1;
+        c->trees[i] = PyBytes_AS_STRING(c->held[i]);
+        c->tree_lens[i] = (size_t)PyBytes_GET_SIZE(c->held[i]);
+    }
+    return 0;
+}
+
+/* Count the child ``name`` (in the parents of ``mask``'s bits), or add it to ``declined``.
+ * The directories are read, and the keys sorted and offered to the top, without the GIL.
+ * 0, or -1 with an exception set. */
+static int plain_call_child(PlainCall *c, PyObject *name, long mask, PyObject *declined) {
+    PyObject *raw = PyUnicode_EncodeFSDefault(name);  /* for openat */
+    PyObject *text = c->top.limit ? PyUnicode_AsEncodedString(name, "utf-8", "surrogatepass") : NULL;  /* for top */
+    if (raw == NULL || (c->top.limit && text == NULL)) {
+        Py_XDECREF(raw);
+        Py_XDECREF(text);
+        return -1;
+    }
+    c->rule.child = PyBytes_AS_STRING(raw);
+    c->rule.clen = (size_t)PyBytes_GET_SIZE(raw);
+    const char *child = text ? PyBytes_AS_STRING(text) : NULL;
+    size_t clen = text ? (size_t)PyBytes_GET_SIZE(text) : 0;
+    c->k.count = 0;
+    c->k.used = 0;
+    size_t child_files = 0;
+    int verdict = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < c->nparents && verdict == 0; i++) {
+        if (mask & (1L << i)) verdict = plain_dir(c->fds[i], (int)i, c->rule.child, c->holds[i], &c->rule, &c->k,
+                                                  &child_files);
+    }
+    if (verdict == 0) verdict = plain_totals(&c->k, &c->entries, &c->bytes);
+    if (verdict == 0 && c->top.limit > 0) verdict = plain_top(&c->k, &c->top, c->trees, c->tree_lens, child, clen);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(raw);
+    Py_XDECREF(text);
+    if (verdict < 0) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (verdict != 0) return PyList_Append(declined, name);
+    c->files += child_files;
+    return 0;
+}
+
 PyDoc_STRVAR(count_plain_doc,
-"count_plain(parents, primary, children, prefix, suffixes, primary_suffix, key_min, key_max)\n"
-"    -> (entries, bytes, files, declined)\n\n"
+"count_plain(parents, primary, children, prefix, suffixes, primary_suffix, key_min, key_max,\n"
+"            largest=0, directories=()) -> (entries, bytes, files, declined, top)\n\n"
 "Count the plain entries of children of a level open in several trees (``parents``: their\n"
 "descriptors, not closed; ``primary``: whether each holds primary files). ``children`` are\n"
 "(name, mask) pairs, bit i of the mask set when ``parents[i]`` has that child as a\n"
 "subdirectory. A child is counted when all its files are plain (the module comment above\n"
 "count_plain says what that is); its name is in ``declined`` otherwise, and nothing of it is\n"
-"counted.");
+"counted. ``top``: the ``largest`` (0 to 10000) entries counted, as (directory, key, bytes,\n"
+"files), by bytes descending, then directory, then key. ``key`` is the file names' part before\n"
+"the first dot; ``bytes`` and ``files`` are all its files' in every tree; ``directory`` is the\n"
+"child's store path in the first parent holding its primary file, given ``directories`` (the\n"
+"parents' store paths, needed when ``largest`` is not 0).");
 
 static PyObject *count_plain(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *parents, *primary, *children, *prefix, *suffixes, *primary_suffix;
+    PyObject *parents, *primary, *children, *prefix, *suffixes, *primary_suffix, *largest = NULL;
+    PyObject *directories = NULL;
     Py_ssize_t key_min, key_max;
-    if (!PyArg_ParseTuple(args, "O!O!O!UO!Unn:count_plain", &PyTuple_Type, &parents, &PyTuple_Type, &primary,
+    if (!PyArg_ParseTuple(args, "O!O!O!UO!Unn|OO!:count_plain", &PyTuple_Type, &parents, &PyTuple_Type, &primary,
                           &PyList_Type, &children, &prefix, &PyTuple_Type, &suffixes, &primary_suffix,
-                          &key_min, &key_max)) return NULL;
-    Py_ssize_t nparents = PyTuple_GET_SIZE(parents);
-    if (nparents != PyTuple_GET_SIZE(primary) || nparents > 30 || key_min < 1 || key_max < key_min) {
+                          &key_min, &key_max, &largest, &PyTuple_Type, &directories)) return NULL;
+    PlainCall c = {0};
+    c.nparents = PyTuple_GET_SIZE(parents);
+    if (c.nparents != PyTuple_GET_SIZE(primary) || c.nparents > 30 || key_min < 1 || key_max < key_min) {
         PyErr_SetString(PyExc_ValueError, "count_plain: parents and primary differ, or bad key bounds");
         return NULL;
     }
-    int fds[30], holds[30];
-    for (Py_ssize_t i = 0; i < nparents; i++) {
-        fds[i] = (int)PyLong_AsLong(PyTuple_GET_ITEM(parents, i));
-        holds[i] = PyObject_IsTrue(PyTuple_GET_ITEM(primary, i));
-        if ((fds[i] == -1 || holds[i] < 0) && PyErr_Occurred()) return NULL;
-    }
-    Py_ssize_t nsuffixes = PyTuple_GET_SIZE(suffixes);
-    PlainRule rule = {0};
-    rule.suffixes = calloc((size_t)nsuffixes + 1, sizeof(char *));
-    rule.suffix_lens = calloc((size_t)nsuffixes + 1, sizeof(size_t));
-    PyObject *declined = PyList_New(0);
-    KeyFiles k = {0};
-    PyObject *out = NULL;
-    if (rule.suffixes == NULL || rule.suffix_lens == NULL || declined == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    Py_ssize_t slen;
-    for (Py_ssize_t i = 0; i < nsuffixes; i++) {
-        PyObject *s = PyTuple_GET_ITEM(suffixes, i);
-        if (!PyUnicode_Check(s)) {
-            PyErr_SetString(PyExc_TypeError, "count_plain: suffixes must be str");
-            goto done;
-        }
-        rule.suffixes[i] = PyUnicode_AsUTF8AndSize(s, &slen);
-        if (rule.suffixes[i] == NULL) goto done;
-        rule.suffix_lens[i] = (size_t)slen;
-    }
-    rule.nsuffixes = (size_t)nsuffixes;
-    rule.prefix = PyUnicode_AsUTF8AndSize(prefix, &slen);
-    if (rule.prefix == NULL) goto done;
-    rule.plen = (size_t)slen;
-    rule.primary = PyUnicode_AsUTF8AndSize(primary_suffix, &slen);
-    if (rule.primary == NULL) goto done;
-    rule.primary_len = (size_t)slen;
-    rule.key_min = (size_t)key_min;
-    rule.key_max = (size_t)key_max;
-    long long entries = 0, bytes = 0;
-    size_t files = 0;
-    for (Py_ssize_t c = 0; c < PyList_GET_SIZE(children); c++) {
-        PyObject *pair = PyList_GET_ITEM(children, c), *name;
+    c.rule.key_min = (size_t)key_min;
+    c.rule.key_max = (size_t)key_max;
+    PyObject *declined = PyList_New(0), *out = NULL;
+    if (declined == NULL) return NULL;
+    if (largest != NULL && check_largest(largest, "count_plain: largest", &c.top.limit) != 0) goto done;
+    if (plain_call_parents(&c, parents, primary, directories) != 0) goto done;
+    if (plain_call_rule(&c, prefix, suffixes, primary_suffix) != 0) goto done;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(children); i++) {
+        PyObject *name;
         long mask;
-        if (!PyArg_ParseTuple(pair, "Ul:count_plain child", &name, &mask)) goto done;
-        PyObject *raw = PyUnicode_EncodeFSDefault(name);
-        if (raw == NULL) goto done;
-        rule.child = PyBytes_AS_STRING(raw);
-        rule.clen = (size_t)PyBytes_GET_SIZE(raw);
-        k.count = 0;
-        k.used = 0;
-        size_t child_files = 0;
-        int verdict = 0;
-        Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t i = 0; i < nparents && verdict == 0; i++) {
-            if (mask & (1L << i)) verdict = plain_dir(fds[i], rule.child, holds[i], &rule, &k, &child_files);
-        }
-        Py_END_ALLOW_THREADS
-        Py_DECREF(raw);
-        if (verdict < 0) {
-            PyErr_NoMemory();
-            goto done;
-        }
-        if (verdict == 0) verdict = plain_totals(&k, &entries, &bytes);
-        if (verdict != 0) {
-            if (PyList_Append(declined, name) != 0) goto done;
-            continue;
-        }
-        files += child_files;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(children, i), "Ul:count_plain child", &name, &mask)) goto done;
+        if (plain_call_child(&c, name, mask, declined) != 0) goto done;
     }
-    out = Py_BuildValue("(LLnO)", entries, bytes, (Py_ssize_t)files, declined);
+    PyObject *top = largest_list(&c.top, 0);
+    if (top != NULL) out = Py_BuildValue("(LLnON)", c.entries, c.bytes, (Py_ssize_t)c.files, declined, top);
 done:
-    free(rule.suffixes);
-    free(rule.suffix_lens);
-    free(k.items);
-    free(k.arena);
-    Py_XDECREF(declined);
+    plain_call_free(&c);
+    Py_DECREF(declined);
     return out;
 }
 
@@ -573,7 +814,9 @@ done:
  * entry, counted when its directory holds only regular files, each named one of ``names``,
  * with every name of ``required`` present and ``primary`` not empty. A child with anything
  * else (a subdirectory, a link, another name, a temp file, an empty primary, a missing
- * required file, a directory that cannot be opened or read) is walked as before. */
+ * required file, a directory that cannot be opened or read) is walked as before. Asked for
+ * ``plain.largest`` entries, each count keeps them (a ``top``, see above): an entry directory's
+ * store path, its name as the key, its files' bytes and number. */
 
 typedef struct {
     const char *prefix;
@@ -593,7 +836,7 @@ static int entry_child(const EntryRule *r, const char *name, size_t len) {
     return 1;
 }
 
-/* 0: the child ``name`` of ``parent`` is a plain entry (its bytes and files added); 1: declined. */
+/* 0: the child ``name`` of ``parent`` is a plain entry of ``*bytes`` in ``*files``; 1: declined. */
 static int entry_dir(int parent, const char *name, const EntryRule *r, long long *bytes, size_t *files) {
     DIR *dir = open_child(parent, name);
     if (dir == NULL) return 1;
@@ -616,8 +859,8 @@ static int entry_dir(int parent, const char *name, const EntryRule *r, long long
     }
     closedir(dir);
     if (more < 0 || result != 0 || (seen & r->required) != r->required) return 1;
-    *bytes += total;
-    *files += count;
+    *bytes = total;
+    *files = count;
     return 0;
 }
 
@@ -636,12 +879,16 @@ typedef struct {
     Py_ssize_t next;
 } Frame;
 
+/* A GC type: it holds the caller's callables, and a counter that holds its walker (a scan's
+ * state often does) made a cycle reference counting never freed, with every descriptor of the
+ * walk open. */
 typedef struct {
     PyObject_HEAD
     PyTypeObject *info_type;
     PyObject *skip_names;  /* frozenset of bytes names, or NULL: subdirectories ``skip`` is asked about */
     PyObject *skip;  /* skip(rel) -> true: do not enter that subdirectory (the caller lists it otherwise) */
     PyObject *plain;  /* entry_rule(rel) and counted(...): entry directories counted, not walked */
+    size_t largest;  /* plain.largest, read once: how many of its largest entries a count reports */
     Frame *frames;
     size_t depth, cap;
     int started;
@@ -658,27 +905,53 @@ static void frame_close(Frame *f) {
     Py_CLEAR(f->subdirs);
 }
 
+static void walker_pop(Walker *w) {
+    frame_close(&w->frames[--w->depth]);
+}
+
+static int walker_traverse(Walker *w, visitproc visit, void *arg) {
+    Py_VISIT(w->info_type);
+    Py_VISIT(w->skip_names);
+    Py_VISIT(w->skip);
+    Py_VISIT(w->plain);
+    for (size_t i = 0; i < w->depth; i++) Py_VISIT(w->frames[i].subdirs);
+    return 0;
+}
+
+/* Break a cycle: the walk is over (its descriptors closed now, not at some later collection),
+ * and a step after this one, from a finalizer, ends it (started, no frame left). Never called
+ * while the walker runs: its caller holds a reference the collector cannot account for. */
+static int walker_clear(Walker *w) {
+    while (w->depth) walker_pop(w);
+    w->started = 1;
+    Py_CLEAR(w->info_type);
+    Py_CLEAR(w->skip_names);
+    Py_CLEAR(w->skip);
+    Py_CLEAR(w->plain);
+    return 0;
+}
+
 static void walker_dealloc(Walker *w) {
-    for (size_t i = 0; i < w->depth; i++) frame_close(&w->frames[i]);
+    PyObject_GC_UnTrack(w);
+    walker_clear(w);
     free(w->frames);
-    Py_XDECREF(w->info_type);
-    Py_XDECREF(w->skip_names);
-    Py_XDECREF(w->skip);
-    Py_XDECREF(w->plain);
     Py_TYPE(w)->tp_free((PyObject *)w);
 }
 
+/* Push the directory open as ``fd`` whose store path is ``rel``. ``fd`` is consumed: the new
+ * frame's, or closed here when it cannot be pushed, so every caller closes it exactly once
+ * (the Walker's start was left open when its push failed). 0, or -1 with MemoryError set. */
 static int walker_push(Walker *w, int fd, const char *rel, size_t rlen) {
     if (w->depth == w->cap) {
         size_t cap = w->cap ? w->cap * 2 : 16;
         Frame *frames = realloc(w->frames, cap * sizeof(Frame));
-        if (frames == NULL) return -1;
+        if (frames == NULL) goto fail;
         w->frames = frames;
         w->cap = cap;
     }
     Frame *f = &w->frames[w->depth];
     f->rel = malloc(rlen + 1);
-    if (f->rel == NULL) return -1;
+    if (f->rel == NULL) goto fail;
     memcpy(f->rel, rel, rlen);
     f->rel[rlen] = '\0';
     f->rlen = rlen;
@@ -689,14 +962,87 @@ static int walker_push(Walker *w, int fd, const char *rel, size_t rlen) {
     f->next = 0;
     w->depth++;
     return 0;
-}
-
-static void walker_pop(Walker *w) {
-    frame_close(&w->frames[--w->depth]);
+fail:
+    close(fd);
+    PyErr_NoMemory();
+    return -1;
 }
 
 static PyObject *decode(const char *s, size_t n) {
     return PyUnicode_DecodeFSDefaultAndSize(s, (Py_ssize_t)n);
+}
+
+/* A PlainEntryDirs ``rule`` read into ``r``, whose strings are borrowed from ``held`` (five
+ * references, set here, which the caller releases). 0, or -1 with an exception set. */
+static int entry_rule_read(PyObject *rule, EntryRule *r, PyObject **held) {
+    static const char *fields[5] = {"prefix", "charset", "names", "required", "primary"};
+    for (int i = 0; i < 5; i++) {
+        held[i] = PyObject_GetAttrString(rule, fields[i]);
+        if (held[i] == NULL) return -1;
+    }
+    PyObject *prefix = held[0], *charset = held[1], *names = held[2], *required = held[3], *primary = held[4];
+    if (!PyUnicode_Check(prefix) || !PyUnicode_Check(charset) || !PyTuple_Check(names) || !PyTuple_Check(required)
+        || !PyUnicode_Check(primary) || PyTuple_GET_SIZE(names) >= (Py_ssize_t)(8 * sizeof(unsigned long))) {
+        PyErr_SetString(PyExc_TypeError, "entry_rule: a PlainEntryDirs of str and tuples of str");
+        return -1;
+    }
+    Py_ssize_t plen;
+    r->prefix = PyUnicode_AsUTF8AndSize(prefix, &plen);
+    r->charset = PyUnicode_AsUTF8(charset);
+    if (r->prefix == NULL || r->charset == NULL) return -1;
+    r->plen = (size_t)plen;
+    r->nnames = (size_t)PyTuple_GET_SIZE(names);
+    r->names = calloc(r->nnames + 1, sizeof(char *));
+    if (r->names == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    r->primary = r->nnames;
+    for (size_t i = 0; i < r->nnames; i++) {
+        PyObject *n = PyTuple_GET_ITEM(names, (Py_ssize_t)i);
+        if (!PyUnicode_Check(n) || (r->names[i] = PyUnicode_AsUTF8(n)) == NULL) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "entry_rule: names must be str");
+            return -1;
+        }
+        if (PyUnicode_Compare(n, primary) == 0) r->primary = i;
+        int needed = PySequence_Contains(required, n);
+        if (needed < 0) return -1;
+        if (needed) r->required |= 1UL << i;
+    }
+    if (r->primary == r->nnames || (size_t)__builtin_popcountl(r->required) != (size_t)PyTuple_GET_SIZE(required)) {
+        PyErr_SetString(PyExc_ValueError, "entry_rule: the primary and every required name must be among names");
+        return -1;
+    }
+    return 0;
+}
+
+/* What the counted children of one directory add up to. */
+typedef struct {
+    size_t entries, files;
+    long long bytes;
+    Largest top;
+} EntryCount;
+
+/* Count the children of ``l`` (listed in ``f``) that ``r`` covers and drop them from ``l``
+ * (kind 0), keeping the largest in ``c->top``; without the GIL. 0, or -1 out of memory. */
+static int entry_dirs_count(const Frame *f, Listing *l, const EntryRule *r, EntryCount *c) {
+    for (size_t i = 0; i < l->count; i++) {
+        Item *it = &l->items[i];
+        const char *name = l->arena + it->name;
+        long long size;
+        size_t files;
+        if (it->kind != KIND_DIR || !entry_child(r, name, it->len) || entry_dir(f->fd, name, r, &size, &files) != 0) {
+            continue;
+        }
+        it->kind = 0;  /* counted: not walked, no object made */
+        c->entries++;
+        c->files += files;
+        c->bytes += size;
+        if (largest_offer(&c->top, f->rel, f->rlen, name, it->len, name, it->len, size, (long long)files) != 0) {
+            return -1;
+        }
+    }
+    return 0;
 }
 
 /* Count the subdirectories in ``l`` (the top frame's listing, before any Python object is made
@@ -711,82 +1057,43 @@ static int walker_count_children(Walker *w, Listing *l) {
     if (dirs == 0) return 0;
     PyObject *rel = decode(f->rel, f->rlen);
     if (rel == NULL) return -1;
-    PyObject *rule = PyObject_CallMethod(w->plain, "entry_rule", "N", rel);
+    /* "O", not "N": CallMethod leaks an "N" argument when the method cannot be found. */
+    PyObject *rule = PyObject_CallMethod(w->plain, "entry_rule", "O", rel);
+    Py_DECREF(rel);
     if (rule == NULL) return -1;
     if (rule == Py_None) {
         Py_DECREF(rule);
         return 0;
     }
-    int result = -1;
+    int result = -1, nomem;
     EntryRule r = {0};
-    PyObject *prefix = NULL, *charset = NULL, *names = NULL, *required = NULL, *primary = NULL;
-    prefix = PyObject_GetAttrString(rule, "prefix");
-    charset = PyObject_GetAttrString(rule, "charset");
-    names = PyObject_GetAttrString(rule, "names");
-    required = PyObject_GetAttrString(rule, "required");
-    primary = PyObject_GetAttrString(rule, "primary");
-    if (prefix == NULL || charset == NULL || names == NULL || required == NULL || primary == NULL) goto done;
-    if (!PyUnicode_Check(prefix) || !PyUnicode_Check(charset) || !PyTuple_Check(names) || !PyTuple_Check(required)
-        || !PyUnicode_Check(primary) || PyTuple_GET_SIZE(names) >= (Py_ssize_t)(8 * sizeof(unsigned long))) {
-        PyErr_SetString(PyExc_TypeError, "entry_rule: a PlainEntryDirs of str and tuples of str");
-        goto done;
-    }
-    Py_ssize_t plen;
-    r.prefix = PyUnicode_AsUTF8AndSize(prefix, &plen);
-    r.plen = (size_t)plen;
-    r.charset = PyUnicode_AsUTF8(charset);
-    if (r.prefix == NULL || r.charset == NULL) goto done;
-    r.nnames = (size_t)PyTuple_GET_SIZE(names);
-    r.names = calloc(r.nnames + 1, sizeof(char *));
-    if (r.names == NULL) {
+    PyObject *held[5] = {NULL};
+    EntryCount c = {0};
+    c.top.limit = w->largest;
+    if (entry_rule_read(rule, &r, held) != 0) goto done;
+    Py_BEGIN_ALLOW_THREADS
+    nomem = entry_dirs_count(f, l, &r, &c);
+    Py_END_ALLOW_THREADS
+    if (nomem) {
         PyErr_NoMemory();
         goto done;
     }
-    r.primary = r.nnames;
-    for (size_t i = 0; i < r.nnames; i++) {
-        PyObject *n = PyTuple_GET_ITEM(names, (Py_ssize_t)i);
-        if (!PyUnicode_Check(n) || (r.names[i] = PyUnicode_AsUTF8(n)) == NULL) {
-            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "entry_rule: names must be str");
-            goto done;
-        }
-        if (PyUnicode_Compare(n, primary) == 0) r.primary = i;
-        int needed = PySequence_Contains(required, n);
-        if (needed < 0) goto done;
-        if (needed) r.required |= 1UL << i;
-    }
-    if (r.primary == r.nnames || (size_t)__builtin_popcountl(r.required) != (size_t)PyTuple_GET_SIZE(required)) {
-        PyErr_SetString(PyExc_ValueError, "entry_rule: the primary and every required name must be among names");
-        goto done;
-    }
-    long long bytes = 0;
-    size_t files = 0, entries = 0;
-    int fd = f->fd;
-    Py_BEGIN_ALLOW_THREADS
-    for (size_t i = 0; i < l->count; i++) {
-        Item *it = &l->items[i];
-        const char *name = l->arena + it->name;
-        if (it->kind == KIND_DIR && entry_child(&r, name, it->len) && entry_dir(fd, name, &r, &bytes, &files) == 0) {
-            it->kind = 0;  /* counted: not walked, no object made */
-            entries++;
-        }
-    }
-    Py_END_ALLOW_THREADS
-    if (entries == 0) {
+    if (c.entries == 0) {
         result = 0;
         goto done;
     }
-    PyObject *ok = PyObject_CallMethod(w->plain, "counted", "OnLn", rule, (Py_ssize_t)entries, bytes,
-                                       (Py_ssize_t)files);
+    PyObject *top = largest_list(&c.top, 1);
+    if (top == NULL) goto done;
+    PyObject *ok = PyObject_CallMethod(w->plain, "counted", "OnLnO", rule, (Py_ssize_t)c.entries, c.bytes,
+                                       (Py_ssize_t)c.files, top);
+    Py_DECREF(top);
     if (ok == NULL) goto done;
     Py_DECREF(ok);
     result = 0;
 done:
     free(r.names);
-    Py_XDECREF(prefix);
-    Py_XDECREF(charset);
-    Py_XDECREF(names);
-    Py_XDECREF(required);
-    Py_XDECREF(primary);
+    largest_free(&c.top);
+    for (int i = 0; i < 5; i++) Py_XDECREF(held[i]);
     Py_DECREF(rule);
     return result;
 }
@@ -844,13 +1151,15 @@ static PyObject *walker_list_top(Walker *w, int *oserr) {
     return out;
 }
 
-/* The problem listing of an unopenable or unreadable child: (prel, [], [], [], ((name, reason),), -1). */
+/* The problem listing of an unopenable or unreadable child: (prel, [], [], [], ((name, reason),), -1).
+ * ``reason`` is consumed, also when this fails (it leaked when a name could not be decoded). */
 static PyObject *problem(Frame *parent, PyObject *name, PyObject *reason) {
     PyObject *rel = decode(parent->rel, parent->rlen);
-    if (rel == NULL) return NULL;
-    PyObject *uname = PyUnicode_DecodeFSDefaultAndSize(PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name));
+    PyObject *uname = rel ? PyUnicode_DecodeFSDefaultAndSize(PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name)) : NULL;
     if (uname == NULL) {
-        Py_DECREF(rel);
+        Py_XDECREF(rel);
+        Py_XDECREF(uname);
+        Py_DECREF(reason);
         return NULL;
     }
     return Py_BuildValue("(N[][][]((NN))i)", rel, uname, reason, -1);
@@ -981,12 +1290,11 @@ static PyObject *walker_step(Walker *w) {
         }
         memcpy(rel + rlen, cname, nlen);
         rlen += nlen;
-        int pushed = walker_push(w, cfd, rel, rlen);
+        int pushed = walker_push(w, cfd, rel, rlen);  /* consumes cfd */
         free(rel);
         if (pushed != 0) {
-            close(cfd);
             Py_DECREF(name);
-            return PyErr_NoMemory();
+            return NULL;
         }
         int oserr;
         PyObject *out = walker_list_top(w, &oserr);
@@ -1009,24 +1317,38 @@ static PyObject *walker_step(Walker *w) {
     return NULL;  /* StopIteration */
 }
 
-static PyObject *walker_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
-    int fd;
-    PyObject *start, *info_type, *skip_names = Py_None, *skip = Py_None, *plain = Py_None;
-    static char *kwlist[] = {"fd", "start", "info_type", "skip_names", "skip", "plain", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iUO|OOO:Walker", kwlist, &fd, &start, &info_type, &skip_names,
-                                     &skip, &plain)) return NULL;
-    if (check_info_type(info_type) != 0) return NULL;
+/* The caller's ``plain.largest`` (stores/plain.py PlainCounter), read once. 0, or -1. */
+static int read_plain_largest(PyObject *plain, size_t *out) {
+    PyObject *largest = PyObject_GetAttrString(plain, "largest");
+    if (largest == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return -1;
+        PyErr_Clear();
+        PyErr_SetString(PyExc_TypeError, "Walker: plain has no attribute largest (a PlainCounter's int: how many "
+                        "of the largest counted entries a count reports, 0 for none)");
+        return -1;
+    }
+    int bad = check_largest(largest, "Walker: plain.largest", out);
+    Py_DECREF(largest);
+    return bad;
+}
+
+/* A Walker of parsed arguments. ``fd`` is consumed: the walk's, or closed here when the walker
+ * cannot be made (a bad argument used to leave it open, though the caller had handed it over). */
+static PyObject *walker_make(PyTypeObject *type, int fd, PyObject *start, PyObject *info_type, PyObject *skip_names,
+                             PyObject *skip, PyObject *plain) {
+    size_t largest = 0;
+    PyObject *raw = NULL;
+    Walker *w = NULL;
+    if (check_info_type(info_type) != 0) goto refused;
     if (skip != Py_None && (!PyFrozenSet_Check(skip_names) || !PyCallable_Check(skip))) {
         PyErr_SetString(PyExc_TypeError, "skip must be callable and skip_names a frozenset of bytes");
-        return NULL;
+        goto refused;
     }
-    PyObject *raw = PyUnicode_EncodeFSDefault(start);
-    if (raw == NULL) return NULL;
-    Walker *w = (Walker *)type->tp_alloc(type, 0);
-    if (w == NULL) {
-        Py_DECREF(raw);
-        return NULL;
-    }
+    if (plain != Py_None && read_plain_largest(plain, &largest) != 0) goto refused;
+    raw = PyUnicode_EncodeFSDefault(start);
+    if (raw == NULL) goto refused;
+    w = (Walker *)type->tp_alloc(type, 0);
+    if (w == NULL) goto refused;
     Py_INCREF(info_type);
     w->info_type = (PyTypeObject *)info_type;
     if (skip != Py_None) {
@@ -1038,14 +1360,31 @@ static PyObject *walker_new(PyTypeObject *type, PyObject *args, PyObject *kwds) 
     if (plain != Py_None) {
         Py_INCREF(plain);
         w->plain = plain;
+        w->largest = largest;
     }
-    if (walker_push(w, fd, PyBytes_AS_STRING(raw), (size_t)PyBytes_GET_SIZE(raw)) != 0) {
-        Py_DECREF(raw);
-        Py_DECREF(w);
-        return PyErr_NoMemory();
-    }
+    int pushed = walker_push(w, fd, PyBytes_AS_STRING(raw), (size_t)PyBytes_GET_SIZE(raw));  /* consumes fd */
     Py_DECREF(raw);
+    if (pushed != 0) {
+        Py_DECREF(w);
+        return NULL;
+    }
     return (PyObject *)w;
+refused:
+    Py_XDECREF(raw);
+    if (fd >= 0) close(fd);
+    return NULL;
+}
+
+static PyObject *walker_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    int fd = -1;
+    PyObject *start, *info_type, *skip_names = Py_None, *skip = Py_None, *plain = Py_None;
+    static char *kwlist[] = {"fd", "start", "info_type", "skip_names", "skip", "plain", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iUO|OOO:Walker", kwlist, &fd, &start, &info_type, &skip_names,
+                                     &skip, &plain)) {
+        if (fd >= 0) close(fd);  /* parsed before the argument that failed: handed over all the same */
+        return NULL;
+    }
+    return walker_make(type, fd, start, info_type, skip_names, skip, plain);
 }
 
 static PyObject *walker_close(Walker *w, PyObject *unused) {
@@ -1065,21 +1404,28 @@ static PyMethodDef walker_methods[] = {
 
 PyDoc_STRVAR(walker_doc,
 "Walker(fd, start, info_type, skip_names=None, skip=None, plain=None)\n\n"
-"Depth first from the open directory ``fd`` (consumed: closed by the walk) whose store path is\n"
-"``start``. Yields (rel, names, files, links, problems, fd) per directory with files, links or\n"
-"problems; ``fd`` is the listed directory's descriptor, valid until the next step (-1 for a\n"
-"problem listing). Symlinks are never followed; a subdirectory that cannot be opened or listed\n"
-"is a problem of its parent's, worded as local_listing.dir_problem words it. A subdirectory\n"
-"whose name (bytes) is in ``skip_names`` is first offered to ``skip(rel)``: if it answers true,\n"
-"the walk leaves it (and all below it) alone, unopened. With ``plain`` (stores/plain.py\n"
-"PlainCounter), the children its ``entry_rule(rel)`` covers are counted (``counted``), not walked.");
+"Depth first from the open directory ``fd`` (consumed: closed by the walk, or at once when the\n"
+"Walker cannot be made) whose store path is ``start``. Yields (rel, names, files, links,\n"
+"problems, fd) per directory with files, links or problems; ``fd`` is the listed directory's\n"
+"descriptor, valid until the next step (-1 for a problem listing). Symlinks are never followed;\n"
+"a subdirectory that cannot be opened or listed is a problem of its parent's, worded as\n"
+"local_listing.dir_problem words it. A subdirectory whose name (bytes) is in ``skip_names`` is\n"
+"first offered to ``skip(rel)``: if it answers true, the walk leaves it (and all below it)\n"
+"alone, unopened. With ``plain`` (stores/plain.py PlainCounter), the children its\n"
+"``entry_rule(rel)`` covers are counted, not walked: ``plain.counted(rule, entries, bytes,\n"
+"files, top)`` per directory, ``top`` the ``plain.largest`` (read once, 0 to 10000) counted\n"
+"entries as (directory, key, bytes, files), the key the entry directory's name, by bytes\n"
+"descending, then directory, then key.");
 
 static PyTypeObject WalkerType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "neffcache.stores._listdir.Walker",
     .tp_basicsize = sizeof(Walker),
     .tp_dealloc = (destructor)walker_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = (traverseproc)walker_traverse,
+    .tp_clear = (inquiry)walker_clear,
+    .tp_free = PyObject_GC_Del,
     .tp_doc = walker_doc,
     .tp_iter = PyObject_SelfIter,
     .tp_iternext = (iternextfunc)walker_next,
@@ -1109,7 +1455,8 @@ PyMODINIT_FUNC PyInit__listdir(void) {
         Py_DECREF(m);
         return NULL;
     }
-    if (PyModule_AddIntConstant(m, "MAX_DEPTH", MAX_DEPTH) < 0) {
+    if (PyModule_AddIntConstant(m, "MAX_DEPTH", MAX_DEPTH) < 0
+        || PyModule_AddIntConstant(m, "MAX_LARGEST", MAX_LARGEST) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -3,7 +3,7 @@
 from collections.abc import Callable, Iterator
 
 from neffcache.entry import FileInfo
-from neffcache.stores.plain import PlainCounter
+from neffcache.stores.plain import CountedTop, PlainCounter
 
 # (subdirectory names, file names, their FileInfos, symlink names)
 Listed = tuple[list[str], list[str], list[FileInfo], list[str]]
@@ -11,6 +11,7 @@ Listed = tuple[list[str], list[str], list[FileInfo], list[str]]
 Step = tuple[str, list[str], list[FileInfo], list[str], tuple[tuple[str, str], ...], int]
 
 MAX_DEPTH: int  # directory levels the Walker enters (local_listing.MAX_DEPTH)
+MAX_LARGEST: int  # the most ``largest`` entries a count reports (count_plain's, PlainCounter.largest)
 
 def list_dir(fd: int, prefix: str, info_type: type[FileInfo], /) -> Listed: ...
 
@@ -20,8 +21,9 @@ class Walker(Iterator[Step]):
     def __next__(self) -> Step: ...
     def close(self) -> None: ...
 
-# (entries, bytes, files, the names of the children declined)
-Counted = tuple[int, int, int, list[str]]
+# (entries, bytes, files, the names of the children declined, the ``largest`` entries counted)
+Counted = tuple[int, int, int, list[str], CountedTop]
 
 def count_plain(parents: tuple[int, ...], primary: tuple[bool, ...], children: list[tuple[str, int]], prefix: str,
-                suffixes: tuple[str, ...], primary_suffix: str, key_min: int, key_max: int, /) -> Counted: ...
+                suffixes: tuple[str, ...], primary_suffix: str, key_min: int, key_max: int, largest: int = 0,
+                directories: tuple[str, ...] = (), /) -> Counted: ...

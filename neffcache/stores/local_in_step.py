@@ -77,7 +77,8 @@ def count_children(plain: PlainCounter, listed: list[tuple[int, str]],
                    subdirs: dict[str, list[tuple[int, str]]]) -> None:
     """Count the children of a level (open as ``listed``: (fd, store path) in each tree) that
     its :class:`PlainFiles` rule covers, and take the counted ones out of ``subdirs`` (name ->
-    the parents that have it): only what the C helper declines is walked. The C helper is there."""
+    the parents that have it): only what the C helper declines is walked. The C helper is there.
+    The count's ``top`` names its entries' directories by the store paths of ``listed``."""
     if len(listed) > 30:  # the helper's mask has a bit per tree
         return
     rule = plain.rule([path for _, path in listed])
@@ -92,9 +93,10 @@ def count_children(plain: PlainCounter, listed: list[tuple[int, str]],
     assert native is not None  # walk_together passes ``plain`` only then
     fds = tuple(fd for fd, _ in listed)
     primary = tuple(path in rule.primary_dirs for _, path in listed)
-    entries, size, files, declined = native.count_plain(fds, primary, children, rule.prefix, rule.suffixes,
-                                                        rule.primary, rule.key_min, rule.key_max)
-    plain.counted(rule, entries, size, files)
+    entries, size, files, declined, top = native.count_plain(
+        fds, primary, children, rule.prefix, rule.suffixes, rule.primary, rule.key_min, rule.key_max,
+        plain.largest, tuple(path for _, path in listed))
+    plain.counted(rule, entries, size, files, top)
     kept = set(declined)
     for name, _ in children:
         if name not in kept:

@@ -230,8 +230,9 @@ def walk(safe: SafeRoot, fd: int, start: str, skip: SkipDirs | None = None,
     """Depth first from the open directory ``fd`` (consumed), each subdirectory opened relative
     to its parent: no path is resolved twice, and at most one descriptor per level is held.
     The subtrees ``skip`` names are left alone (not even opened). With ``plain`` and the C
-    helper, the entry directories a directory's rule covers are counted in C, not walked
-    (``Walker``'s docstring; the Python walk lists them all)."""
+    helper, the entry directories a directory's rule covers are counted in C, not walked, each
+    count with its ``plain.largest`` largest entries (``Walker``'s docstring; the Python walk
+    lists them all). ``fd`` is closed also when the walk cannot start (a bad ``plain``)."""
     if native is None:
         return _walk_python(safe, fd, start, skip)
     names = frozenset(os.fsencode(n) for n in skip.names) if skip is not None else None

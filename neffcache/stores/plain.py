@@ -54,13 +54,30 @@ class PlainEntryDirs(NamedTuple):
     namespace: Namespace | None = None  # whose entries these are (the layout's answer, handed back)
 
 
+# A count's largest entries, [(directory, key, bytes, files)]: PlainCounter.counted's ``top``.
+CountedTop = list[tuple[str, str, int, int]]
+
+
 class PlainCounter(Protocol):
     """What a listing asks before it goes below a directory: a rule for its children, or None;
     and where the counts go. ``rule`` is asked by :meth:`Store.iter_dirs_together` (``directories``:
-    the level's store path in each tree that has it), ``entry_rule`` by a walk."""
+    the level's store path in each tree that has it), ``entry_rule`` by a walk.
+
+    A counted entry is never listed, so each count also reports its ``largest`` largest entries
+    (0 to 10,000, read once per walk; 0 asks for none and costs nothing) as ``counted``'s ``top``:
+    ``(directory, key, bytes, files)``, bytes descending, then directory, then key (a total
+    order: the same tree gives the same ``top``). For a :class:`PlainFiles` count, ``directory``
+    is the counted child's store path in the first tree (in the order of ``directories``) of
+    ``primary_dirs`` that holds the entry's primary file, ``key`` the file names' part before
+    the first dot (without a layout's key prefix), ``bytes`` and ``files`` those of all the
+    key's files in every tree; for a :class:`PlainEntryDirs` count, ``directory`` is the entry
+    directory's store path, ``key`` its name, ``bytes`` and ``files`` its files'."""
+
+    largest: int
 
     def rule(self, directories: Sequence[str]) -> PlainFiles | None: ...
 
     def entry_rule(self, directory: str) -> PlainEntryDirs | None: ...
 
-    def counted(self, rule: PlainFiles | PlainEntryDirs, entries: int, size: int, files: int) -> None: ...
+    def counted(self, rule: PlainFiles | PlainEntryDirs, entries: int, size: int, files: int,
+                top: CountedTop) -> None: ...

@@ -7,6 +7,7 @@ covers what ``Grouper.add`` would find."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -27,7 +28,7 @@ from neffcache.operations.summary import ScanSummary, summarize
 from neffcache.stores import local_listing
 from neffcache.stores.base import TEMP_MARKER
 from neffcache.stores.local import LocalStore
-from neffcache.stores.plain import PlainEntryDirs, PlainFiles
+from neffcache.stores.plain import CountedTop, PlainEntryDirs, PlainFiles
 from neffcache.stores.safepath import SafeRoot
 from tests.stores.test_count_plain import make_kind
 
@@ -44,11 +45,13 @@ CHILDREN = ["MODULE_1+abc", "MODULE_x_y+Z9", "MODULE_", "MODULE_a b+1", "module_
 
 
 class Counter:
-    """A walk's ``plain``: the grouper's rule, and what the walk counted."""
+    """A walk's ``plain``: the grouper's rule, and what the walk counted (and each count's top)."""
 
-    def __init__(self) -> None:
+    def __init__(self, largest: int = 0) -> None:
         self.grouper = Grouper()
         self.entries = self.size = self.files = 0
+        self.largest = largest
+        self.tops: list[CountedTop] = []
 
     def rule(self, directories: Sequence[str]) -> PlainFiles | None:
         return None
@@ -56,8 +59,9 @@ class Counter:
     def entry_rule(self, directory: str) -> PlainEntryDirs | None:
         return self.grouper.entry_rule(directory)
 
-    def counted(self, rule: PlainFiles | PlainEntryDirs, entries: int, size: int, files: int) -> None:
+    def counted(self, rule: PlainFiles | PlainEntryDirs, entries: int, size: int, files: int, top: CountedTop) -> None:
         self.entries, self.size, self.files = self.entries + entries, self.size + size, self.files + files
+        self.tops.append(top)
 
 
 def _make(entry: Path, files: list[tuple[str, int, str]]) -> None:
@@ -66,9 +70,9 @@ def _make(entry: Path, files: list[tuple[str, int, str]]) -> None:
         make_kind(entry / name, size, kind, entry.parent.parent.parent / "target")
 
 
-def _walked(root: Path) -> tuple[Counter, list[str]]:
+def _walked(root: Path, largest: int = 0) -> tuple[Counter, list[str]]:
     """Walk ``root`` with the C counting: what it counted, and the directories it listed."""
-    counter = Counter()
+    counter = Counter(largest)
     safe = SafeRoot(str(root), str(root))
     listed = [listing.directory for listing in local_listing.walk(safe, safe.open_dir(""), "", None, counter)]
     return counter, listed
@@ -137,6 +141,49 @@ def test_each_kind_of_entry_directory_is_counted_or_listed(tmp_path: Path) -> No
         root = tmp_path / f"child-{i}"
         _make(root / NS / child, plain)
         assert _walked(root)[0].entries == 0, child
+
+
+# (entry number, NEFF size, an HLO's size, how it is declined): sizes from a few values, for ties
+_ENTRY = st.tuples(st.integers(0, 30), st.sampled_from([1, 2, 3]), st.sampled_from([0, 1, 2]),
+                   st.sampled_from([""] * 4 + ["notes.txt", "empty NEFF", "no model.done"]))
+
+
+def _largest_listed(root: Path, counted: list[str], largest: int) -> CountedTop:
+    """The ``largest`` entries of the directories ``counted``, each listed in Python."""
+    top: CountedTop = []
+    for directory in counted:
+        sizes = [item.stat().st_size for item in os.scandir(root / directory)]
+        top.append((directory, directory.rpartition("/")[2], sum(sizes), len(sizes)))
+    return sorted(top, key=lambda item: (-item[2], item[0], item[1]))[:largest]
+
+
+@needs_native
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_ENTRY, max_size=12), st.sampled_from([0, 1, 2, 3, 100]))
+def test_the_top_of_a_count_is_the_largest_entry_directories_listing_finds(
+        entries: list[tuple[int, int, int, str]], largest: int) -> None:
+    """Every entry directory the walk counted (not listed), listed in Python: the count's top
+    is their ``largest`` by bytes, then directory, then name; a declined one, however large,
+    is not in it."""
+    root = Path(tempfile.mkdtemp(prefix="plain-entry-top-"))
+    try:
+        made = []
+        for number, neff, hlo, declined in entries:
+            files = [(NEFF, 0 if declined == "empty NEFF" else neff, "file"), (HLO, hlo, "file")]
+            files += [] if declined == "no model.done" else [(DONE, 0, "file")]
+            files += [("notes.txt", 1000, "file")] if declined == "notes.txt" else []
+            _make(root / NS / f"MODULE_{number}+abc", files)
+            made.append(f"{NS}/MODULE_{number}+abc")
+        counter, listed = _walked(root, largest)
+        counted = sorted(set(made) - set(listed))
+        assert counter.entries == len(counted)
+        assert counter.tops == ([_largest_listed(root, counted, largest)] if counted else [])
+        assert not {item[0] for top in counter.tops for item in top} & set(listed)
+        if counted and largest >= len(counted):
+            assert (sum(t[2] for t in counter.tops[0]), sum(t[3] for t in counter.tops[0])) == (counter.size,
+                                                                                               counter.files)
+    finally:
+        shutil.rmtree(root)
 
 
 def _without_seconds(summary: ScanSummary) -> ScanSummary:

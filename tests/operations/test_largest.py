@@ -155,3 +155,11 @@ def test_an_empty_store_has_no_largest(tmp_path: Path) -> None:
     assert json.loads(out.output)["largest"] == []
     text = CliRunner().invoke(cli, ["scan", str(tmp_path), "--largest", "3"])
     assert "largest entries: none" in text.output
+
+
+def test_the_sinks_bound_is_the_c_helpers() -> None:
+    """--largest is refused above the bound the C counts accept, so no count refuses it midway."""
+    native = local_listing.native
+    if native is None:
+        pytest.skip("the C listing helper is not built here (NEFFCACHE_NATIVE=0 or no compiler)")
+    assert native.MAX_LARGEST == MAX_LARGEST

@@ -102,7 +102,7 @@ def _c_count(root: Path, child: str) -> tuple[int, int] | None:
     fds = tuple(safe.open_dir(d) for d in directories)
     try:
         mask = sum(1 << i for i, d in enumerate(directories) if (root / d / child).is_dir())
-        entries, size, _, declined = native.count_plain(
+        entries, size, _, declined, _ = native.count_plain(
             fds, tuple(d in rule.primary_dirs for d in directories), [(child, mask)], rule.prefix, rule.suffixes,
             rule.primary, rule.key_min, rule.key_max)
     finally:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 TESTS = ["tests/stores/test_listing_paths.py", "tests/stores/test_count_plain.py",
-         "tests/stores/test_walker_native.py"]
+         "tests/stores/test_count_plain_top.py", "tests/stores/test_walker_native.py"]
 
 
 def test_the_c_helper_tests_pass_or_skip_with_native_off(tmp_path: Path) -> None:
