@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from neffcache.entry import EntryState
+from neffcache.events import EventKind
 from neffcache.failures import NOTE_PREFIX, FailureCause, Verdict, classify_exit, signed_text
 from neffcache.layouts import get_layout
 from neffcache.operations.failed import read_failed
@@ -126,7 +127,7 @@ def record_compiler_error(placement: Placement, job: CompileJob, files: Mapping[
 def report_error(placement: Placement, job: CompileJob, failed: FailedCompile) -> None:
     """Tell the index (an ``error`` event: the text ends with neffcache's note, so the tail
     the event keeps carries the verdict and the signature)."""
-    placement.event("error", job.path, job.namespace, message=failed.text[-TAIL:], tags=job.tags)
+    placement.event(EventKind.ERROR, job.path, job.namespace, message=failed.text[-TAIL:], tags=job.tags)
 
 
 def standing_reason(placement: Placement, job: CompileJob, *, retry_failed: bool, started_at: float,

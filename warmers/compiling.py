@@ -36,6 +36,7 @@ from pathlib import Path
 
 from neffcache.coordination.lease import StoreLease, try_acquire
 from neffcache.errors import EntryNotFound
+from neffcache.events import EventKind
 from neffcache.layouts import get_layout, locate
 from neffcache.operations.ingest import build_manifest
 from neffcache.operations.publish import publish
@@ -248,7 +249,7 @@ class CompilePool:
         return f"{located.path}: {problem}" if problem is not None else None
 
     def _hit(self, job: CompileJob) -> CompileOutcome:
-        self.placement.event("hit", job.path, job.namespace, tags=job.tags)
+        self.placement.event(EventKind.HIT, job.path, job.namespace, tags=job.tags)
         self.placement.stamp([job.path])
         return CompileOutcome(job, CompileStatus.HIT)
 
@@ -322,6 +323,6 @@ class CompilePool:
         entry = load_entry(self.placement.work, job.path)
         if entry is not None:
             self.placement.register(entry, held)
-        self.placement.event("miss", job.path, job.namespace, tags=job.tags)
-        self.placement.event("compile", job.path, job.namespace, compile_seconds=seconds, tags=job.tags)
+        self.placement.event(EventKind.MISS, job.path, job.namespace, tags=job.tags)
+        self.placement.event(EventKind.COMPILE, job.path, job.namespace, compile_seconds=seconds, tags=job.tags)
         return manifest.size, len(held)

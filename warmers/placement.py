@@ -22,8 +22,9 @@ from neffcache.application.config import default_cache_home
 from neffcache.coordination.stamps import record_use
 from neffcache.entry import Entry, EntryState, Namespace
 from neffcache.errors import ConfigError, PlaceholderNeff, StoreError
+from neffcache.events import EventKind
 from neffcache.index import Index, open_index
-from neffcache.index.records import EventKind, entry_record
+from neffcache.index.records import entry_record
 from neffcache.layouts import get_layout
 from neffcache.manifest import Manifest
 from neffcache.operations import publisher

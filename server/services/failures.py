@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from neffcache.events import EventKind
 from neffcache.failure_groups import Source, group_sightings, sighting, version_of_label
 from neffcache.server.storage.models import Event
 
@@ -65,7 +66,7 @@ def failure_groups(session: Session, query: FailuresQuery) -> FailuresOut:
     """The error events of ``[start, end)`` grouped by signature, the ``top`` largest groups."""
     rows = session.execute(
         select(Event.ts, Event.path, Event.toolchain, Event.model, Event.team, Event.store, Event.message)
-        .where(Event.kind == "error", Event.ts >= query.start, Event.ts < query.end)
+        .where(Event.kind == EventKind.ERROR, Event.ts >= query.start, Event.ts < query.end)
         .order_by(Event.ts.desc()).limit(query.max_events + 1)
     ).all()
     truncated = len(rows) > query.max_events
