@@ -34,7 +34,7 @@ from neffcache.failures import NOTE_PREFIX, FailureCause, Verdict, classify_exit
 from neffcache.layouts import get_layout
 from neffcache.operations.failed import read_failed
 from neffcache.operations.scan import load_entry
-from neffcache.stores.base import Source
+from neffcache.stores.base import FileSource
 
 from .compile_jobs import CompileJob, CompileOutcome
 from .placement import Placement
@@ -103,7 +103,7 @@ def failure_outcome(job: CompileJob, run: CompileRun, failed: FailedCompile, sec
     return CompileOutcome(job, status, seconds, reason=reason, verdict=verdict, signature=failed.signature)
 
 
-def record_compiler_error(placement: Placement, job: CompileJob, files: Mapping[str, Source],
+def record_compiler_error(placement: Placement, job: CompileJob, files: Mapping[str, FileSource],
                           command: list[str], failed: FailedCompile) -> None:
     """Record a compiler error as the runtime would (neuronxcc's failure log), in the work store
     and the coordinator, and register the FAILED entry with the index: a failed entry the

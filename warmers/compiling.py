@@ -41,7 +41,7 @@ from neffcache.layouts import get_layout, locate
 from neffcache.operations.ingest import build_manifest
 from neffcache.operations.publish import publish
 from neffcache.operations.scan import load_entry
-from neffcache.stores.base import Source
+from neffcache.stores.base import FileSource
 
 from .children import Children
 from .compile_failures import (
@@ -289,13 +289,13 @@ class CompilePool:
         output = (tmp / "compile.log").read_bytes()[-TAIL:].decode(errors="replace")
         return CompileRun(status, output)
 
-    def _files(self, job: CompileJob, hlo: Path, neff: Path | None) -> dict[str, Source]:
+    def _files(self, job: CompileJob, hlo: Path, neff: Path | None) -> dict[str, FileSource]:
         layout = get_layout(job.namespace.layout)
         names = layout.names(job.namespace, job.key)
         # The flags file in the form of the target runtime's era: the name we publish under is
         # the one that runtime computes from it (neuronxcc's +<suffix>).
         flags_name, flags_bytes = layout.flags_file(job.namespace, job.key, job.flags)
-        files: dict[str, Source] = {}
+        files: dict[str, FileSource] = {}
         if names.hlo is not None:
             files[names.hlo] = hlo
         if flags_name is not None:

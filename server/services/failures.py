@@ -19,7 +19,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from neffcache.events import EventKind
-from neffcache.failure_groups import Source, group_sightings, sighting, version_of_label
+from neffcache.failure_groups import SeenIn, group_sightings, sighting, version_of_label
 from neffcache.server.storage.models import Event
 
 MAX_EVENTS = 10_000  # error events one query groups, newest first
@@ -70,7 +70,7 @@ def failure_groups(session: Session, query: FailuresQuery) -> FailuresOut:
         .order_by(Event.ts.desc()).limit(query.max_events + 1)
     ).all()
     truncated = len(rows) > query.max_events
-    sightings = [sighting(message or "", seen=float(ts), path=path, source=Source.INDEX,
+    sightings = [sighting(message or "", seen=float(ts), path=path, source=SeenIn.INDEX,
                           compiler_version=version_of_label(toolchain), model=model, team=team, store=store)
                  for ts, path, toolchain, model, team, store, message in rows[:query.max_events]]
     groups = group_sightings(sightings)[:query.top]
