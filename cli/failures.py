@@ -15,7 +15,7 @@ from neffcache.application.config import Settings, load_settings
 from neffcache.errors import ConfigError, IndexServerError
 from neffcache.failure_groups import (
     FailureGroup,
-    Source,
+    SeenIn,
     group_sightings,
     merge_groups,
     resolve_signature,
@@ -115,7 +115,7 @@ def _bundle_hint(groups: list[FailureGroup]) -> list[str]:
     to the compiler team (an environment or storage failure is no compiler bug)."""
     for group in groups:
         store = group.sample.get("store")
-        if group.failure_class is FailureClass.COMPILER and Source.STORE in group.sources and isinstance(store, str):
+        if group.failure_class is FailureClass.COMPILER and SeenIn.STORE in group.sources and isinstance(store, str):
             return [f"pack one for the compiler team: neffcache failures bundle {group.signature[:8]} "
                     f"-o repro.tar.gz --store {shlex.quote(store)}"]
     return []

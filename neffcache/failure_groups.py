@@ -27,7 +27,9 @@ MAX_PATHS = 100  # distinct graph paths a group lists (its count goes on)
 _MAX_LABELS = 50  # compiler versions, models, teams a group lists
 
 
-class Source(enum.StrEnum):
+class SeenIn(enum.StrEnum):
+    """Where a failure was seen: a store's failure log or the index server's error events."""
+
     STORE = "store"  # a FAILED entry's failure log
     INDEX = "index"  # an error event of the index server
 
@@ -42,7 +44,7 @@ class Sighting:
     message: str  # the first error line, as written
     seen: float  # when: the log's mtime, the event's time
     path: str | None  # the entry, when known
-    source: Source
+    source: SeenIn
     compiler_version: str | None = None
     model: str = ""
     team: str = ""
@@ -63,7 +65,7 @@ def _judged(text: str) -> tuple[str, FailureCause, str, str]:
     return digest(normalised), verdict.cause, normalised, first_error(text)
 
 
-def sighting(text: str, *, seen: float, path: str | None, source: Source, compiler_version: str | None = None,
+def sighting(text: str, *, seen: float, path: str | None, source: SeenIn, compiler_version: str | None = None,
              model: str = "", team: str = "", store: str | None = None) -> Sighting:
     """The sighting of a failure whose text (failure log, event message) is ``text``."""
     sig, cause, normalised, message = _judged(text)
@@ -150,7 +152,7 @@ def _graph_keys(sightings: list[Sighting]) -> list[str]:
 
 def _group(sig: str, members: list[Sighting]) -> FailureGroup:
     members = sorted(members, key=lambda s: s.seen)
-    stored = [s for s in members if s.source is Source.STORE]
+    stored = [s for s in members if s.source is SeenIn.STORE]
     sample = (stored or members)[-1]
     keys = _graph_keys(members)
     return FailureGroup(
@@ -175,7 +177,7 @@ def group_sightings(sightings: Iterable[Sighting]) -> list[FailureGroup]:
 
 def _merge(a: FailureGroup, b: FailureGroup) -> FailureGroup:
     paths = list(dict.fromkeys([*a.paths, *b.paths]))
-    stored = a if Source.STORE in a.sources else b if Source.STORE in b.sources else None
+    stored = a if SeenIn.STORE in a.sources else b if SeenIn.STORE in b.sources else None
     newest = a if a.last_seen >= b.last_seen else b
     return replace(a, graphs=max(a.graphs, b.graphs, len(paths)), occurrences=a.occurrences + b.occurrences,
                    first_seen=min(a.first_seen, b.first_seen), last_seen=max(a.last_seen, b.last_seen),

@@ -33,7 +33,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # function, entries and their manifests, sizes and durations for people (units), the names
     # of the operations' outcomes, why a compile failed and its signature (failures) and
     # failures grouped by signature (failure_groups: the index server groups with them too),
-    # what a user-given tag may be (tags: the index server checks with the same rules), who made
+    # what a user-given tag may be (tags: the index server checks with the same rules), the kinds
+    # of cache event (events: the index client sends them, the server counts them), who made
     # an entry (provenance), its signature as a record (signature) and with its crypto (signing),
     # and which signatures a reader trusts (trust), and secrets out of what is written down
     # (redaction).
@@ -42,8 +43,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                 "neffcache.keys", "neffcache.manifest", "neffcache.entry", "neffcache.units",
                 "neffcache.outcomes", "neffcache.placeholder", "neffcache.regular",
                 "neffcache.readiness", "neffcache.failures", "neffcache.failure_groups", "neffcache.tags",
-                "neffcache.provenance", "neffcache.signature", "neffcache.signing", "neffcache.trust",
-                "neffcache.redaction")),
+                "neffcache.events", "neffcache.provenance", "neffcache.signature", "neffcache.signing",
+                "neffcache.trust", "neffcache.redaction")),
     # Where bytes live: the Store interface, its backends and the URL registry. A store owns
     # every backend difference and its own file names (the control dir, the temp-name marker).
     ("stores", ("neffcache.stores.*",)),

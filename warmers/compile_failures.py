@@ -29,11 +29,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from neffcache.entry import EntryState
+from neffcache.events import EventKind
 from neffcache.failures import NOTE_PREFIX, FailureCause, Verdict, classify_exit, signed_text
 from neffcache.layouts import get_layout
 from neffcache.operations.failed import read_failed
 from neffcache.operations.scan import load_entry
-from neffcache.stores.base import Source
+from neffcache.stores.base import FileSource
 
 from .compile_jobs import CompileJob, CompileOutcome
 from .placement import Placement
@@ -102,7 +103,7 @@ def failure_outcome(job: CompileJob, run: CompileRun, failed: FailedCompile, sec
     return CompileOutcome(job, status, seconds, reason=reason, verdict=verdict, signature=failed.signature)
 
 
-def record_compiler_error(placement: Placement, job: CompileJob, files: Mapping[str, Source],
+def record_compiler_error(placement: Placement, job: CompileJob, files: Mapping[str, FileSource],
                           command: list[str], failed: FailedCompile) -> None:
     """Record a compiler error as the runtime would (neuronxcc's failure log), in the work store
     and the coordinator, and register the FAILED entry with the index: a failed entry the
@@ -126,7 +127,7 @@ def record_compiler_error(placement: Placement, job: CompileJob, files: Mapping[
 def report_error(placement: Placement, job: CompileJob, failed: FailedCompile) -> None:
     """Tell the index (an ``error`` event: the text ends with neffcache's note, so the tail
     the event keeps carries the verdict and the signature)."""
-    placement.event("error", job.path, job.namespace, message=failed.text[-TAIL:], tags=job.tags)
+    placement.event(EventKind.ERROR, job.path, job.namespace, message=failed.text[-TAIL:], tags=job.tags)
 
 
 def standing_reason(placement: Placement, job: CompileJob, *, retry_failed: bool, started_at: float,

@@ -36,11 +36,12 @@ from pathlib import Path
 
 from neffcache.coordination.lease import StoreLease, try_acquire
 from neffcache.errors import EntryNotFound
+from neffcache.events import EventKind
 from neffcache.layouts import get_layout, locate
 from neffcache.operations.ingest import build_manifest
 from neffcache.operations.publish import publish
 from neffcache.operations.scan import load_entry
-from neffcache.stores.base import Source
+from neffcache.stores.base import FileSource
 
 from .children import Children
 from .compile_failures import (
@@ -248,7 +249,7 @@ class CompilePool:
         return f"{located.path}: {problem}" if problem is not None else None
 
     def _hit(self, job: CompileJob) -> CompileOutcome:
-        self.placement.event("hit", job.path, job.namespace, tags=job.tags)
+        self.placement.event(EventKind.HIT, job.path, job.namespace, tags=job.tags)
         self.placement.stamp([job.path])
         return CompileOutcome(job, CompileStatus.HIT)
 
@@ -288,13 +289,13 @@ class CompilePool:
         output = (tmp / "compile.log").read_bytes()[-TAIL:].decode(errors="replace")
         return CompileRun(status, output)
 
-    def _files(self, job: CompileJob, hlo: Path, neff: Path | None) -> dict[str, Source]:
+    def _files(self, job: CompileJob, hlo: Path, neff: Path | None) -> dict[str, FileSource]:
         layout = get_layout(job.namespace.layout)
         names = layout.names(job.namespace, job.key)
         # The flags file in the form of the target runtime's era: the name we publish under is
         # the one that runtime computes from it (neuronxcc's +<suffix>).
         flags_name, flags_bytes = layout.flags_file(job.namespace, job.key, job.flags)
-        files: dict[str, Source] = {}
+        files: dict[str, FileSource] = {}
         if names.hlo is not None:
             files[names.hlo] = hlo
         if flags_name is not None:
@@ -322,6 +323,6 @@ class CompilePool:
         entry = load_entry(self.placement.work, job.path)
         if entry is not None:
             self.placement.register(entry, held)
-        self.placement.event("miss", job.path, job.namespace, tags=job.tags)
-        self.placement.event("compile", job.path, job.namespace, compile_seconds=seconds, tags=job.tags)
+        self.placement.event(EventKind.MISS, job.path, job.namespace, tags=job.tags)
+        self.placement.event(EventKind.COMPILE, job.path, job.namespace, compile_seconds=seconds, tags=job.tags)
         return manifest.size, len(held)

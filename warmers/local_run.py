@@ -43,6 +43,7 @@ from typing import Any
 from neffcache.application.jobenv import local_tier_env, runtime_root
 from neffcache.entry import Entry, EntryState, Namespace
 from neffcache.errors import NeffcacheError
+from neffcache.events import EventKind
 from neffcache.index import entry_record
 from neffcache.layouts import entry_forms, get_layout
 from neffcache.manifest import Manifest
@@ -211,7 +212,7 @@ class LocalSession:
             ns = by_path.get(ns_path)
             if ns is None:
                 continue
-            self.placement.event("hit", path, ns)
+            self.placement.event(EventKind.HIT, path, ns)
             counts["hit"] = counts.get("hit", 0) + 1
             namespaces.setdefault(ns_path, dict.fromkeys(KINDS, 0))["hit"] += 1
         self.placement.stamp(list(growth.fetched))

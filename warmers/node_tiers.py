@@ -40,6 +40,7 @@ from pathlib import Path
 
 from neffcache.entry import Entry, EntryState, Namespace
 from neffcache.errors import NeffcacheError
+from neffcache.events import EventKind
 from neffcache.layouts import LAYOUTS
 from neffcache.layouts.base import Layout
 from neffcache.operations.ingest import transfer
@@ -140,11 +141,11 @@ class NodeTiers:
         for path, (entry, held) in adopted.items():
             served.published += len(held) - 1
             served.bytes += entry.size
-            placement.event("miss", path, entry.namespace)
-            placement.event("compile", path, entry.namespace)
+            placement.event(EventKind.MISS, path, entry.namespace)
+            placement.event(EventKind.COMPILE, path, entry.namespace)
         hit_paths = [lay.plan_entry(ns, key).path for key in fetched]
         for path in hit_paths:
-            placement.event("hit", path, ns)
+            placement.event(EventKind.HIT, path, ns)
         placement.stamp(hit_paths)
         served.hits += len(fetched)
 

@@ -22,8 +22,9 @@ from neffcache.application.config import default_cache_home
 from neffcache.coordination.stamps import record_use
 from neffcache.entry import Entry, EntryState, Namespace
 from neffcache.errors import ConfigError, PlaceholderNeff, StoreError
+from neffcache.events import EventKind
 from neffcache.index import Index, open_index
-from neffcache.index.records import EventKind, entry_record
+from neffcache.index.records import entry_record
 from neffcache.layouts import get_layout
 from neffcache.manifest import Manifest
 from neffcache.operations import publisher
@@ -31,7 +32,7 @@ from neffcache.operations.ingest import build_manifest, read_flags, transferable
 from neffcache.operations.scan import load_entry
 from neffcache.outcomes import PublishStatus
 from neffcache.replication.tiers import Tiers
-from neffcache.stores.base import Source, Store
+from neffcache.stores.base import FileSource, Store
 from neffcache.toolchain import Toolchain
 from neffcache.trust import TrustPolicy
 
@@ -177,7 +178,7 @@ class Placement:
         self.work.put_file(entry.store_path(entry.manifest_name), manifest.to_bytes(), exclusive=True)
         return load_entry(self.work, entry.path) or entry
 
-    def publish(self, namespace: Namespace, key: str, files: Mapping[str, Source], manifest: Manifest
+    def publish(self, namespace: Namespace, key: str, files: Mapping[str, FileSource], manifest: Manifest
                 ) -> list[Store]:
         """Publish a new entry (ours: compiled by the pool) to every writable tier that is up."""
         result = self.chain.publish(namespace, key, files, manifest)

@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from neffcache.entry import EntryState, Namespace
+from neffcache.events import EventKind
 from neffcache.failures import FailureCause, note
 from neffcache.layouts import get_layout
 from neffcache.operations.failed import FailedGraph, failed_graphs, read_failed
@@ -148,14 +149,14 @@ def record_runtime_failures(placement: Placement, run: WorkloadRun, row: GroupRe
         reported.add(what)
         message = (f"{failed.text.rstrip()}\n{note(failed.verdict, failed.signature)}" if failed is not None
                    else event.line)
-        placement.event("error", event.entry, ns_of(event.entry), message=message[-4000:])
+        placement.event(EventKind.ERROR, event.entry, ns_of(event.entry), message=message[-4000:])
     for event in unfinished:
         # No failure line (TorchNeuron raises): the run exited non-zero while compiling it.
         what = event.entry or event.key or "graph"
         said = next((line for line in reversed(run.tail) if what in line and line is not event.line),
                     next((line for line in reversed(run.tail) if line.strip()), "no output")).strip()
         row.fail(what, FailureKind.COMPILE, f"the runtime exited {row.exit_code} while compiling it: {said[:400]}")
-        placement.event("error", event.entry, ns_at(event.namespace), message=said[-4000:])
+        placement.event(EventKind.ERROR, event.entry, ns_at(event.namespace), message=said[-4000:])
     for path in judged:  # those still FAILED (a standing compiler error): the index's health counts them
         placement.register_failed(path, [placement.work])
     if row.failed:

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from neffcache.application.jobenv import job_env
 from neffcache.entry import EntryState, Namespace
+from neffcache.events import EventKind
 from neffcache.layouts import LAYOUTS, get_layout
 from neffcache.layouts.flags_form import own_namespace
 from neffcache.operations.failed import standing_failure
@@ -241,10 +242,10 @@ class Warmer:
         row.failed = len(failed) + unnamed_failed + len(unfinished)
         tags = {**self.req.tags, **bucket.tags()}
         for path in hits:
-            placement.event("hit", path, self._ns(path))
+            placement.event(EventKind.HIT, path, self._ns(path))
         for ns_path, n in [*counter.unnamed("hit").items(), *served.items()]:
             for _ in range(n):
-                placement.event("hit", None, self._ns_at(ns_path))
+                placement.event(EventKind.HIT, None, self._ns_at(ns_path))
         placement.stamp(hits)
         # A hit on an entry the runtime wrote without us (an earlier run that was stopped, a
         # job outside neffcache) is still new to the other tiers: it is published too.
@@ -258,8 +259,8 @@ class Warmer:
             if path not in adopted:
                 continue  # the runtime did not finish it (stopped mid-compile): nothing to publish
             entry = adopted[path][0]
-            placement.event("miss", path, entry.namespace)
-            placement.event("compile", path, entry.namespace, compile_seconds=seconds[path])
+            placement.event(EventKind.MISS, path, entry.namespace)
+            placement.event(EventKind.COMPILE, path, entry.namespace, compile_seconds=seconds[path])
             row.compiled += int(path in named)
             row.compile_seconds += seconds[path] or 0.0
             row.bytes += entry.size
@@ -352,7 +353,7 @@ class Warmer:
             if entry.state is EntryState.SUCCESS:
                 row.hits += 1
                 row.graphs += 1
-                self.placement.event("hit", path, entry.namespace)
+                self.placement.event(EventKind.HIT, path, entry.namespace)
                 self.placement.stamp([path])
                 got = self.placement.ingest(path, toolchain=self.req.toolchain, tags=tags, skip_managed=True)
                 if got is not None:  # written by a runtime without us: new to the other tiers

@@ -33,6 +33,7 @@ from typing import IO, Any
 from neffcache.application.jobenv import job_env
 from neffcache.entry import Namespace
 from neffcache.errors import NeffcacheError
+from neffcache.events import EventKind
 from neffcache.layouts import LAYOUTS
 from neffcache.misses.inputs import ReportedStatus
 from neffcache.misses.reported import reported_graph
@@ -217,29 +218,29 @@ def _after(req: RunRequest, placement: Placement, counter: LogCounter, growth: C
 
     placement.stamp(hits)
     for path in hits:
-        placement.event("hit", path, ns_of(path))
+        placement.event(EventKind.HIT, path, ns_of(path))
         if req.publish:
             placement.ingest(path, toolchain=req.toolchain, tags=req.tags, skip_managed=True)
-    for kind in ("hit", "miss"):
+    for kind in (EventKind.HIT, EventKind.MISS):
         for ns_path, n in counter.unnamed(kind).items():  # a user pattern's keys that name no entry
             for _ in range(n):
                 placement.event(kind, None, by_path.get(ns_path) or ns_of(None))
     _count_from_cache(placement, counter, added, found, by_path, result)
     misses = counter.entries("miss")
     for path in [*misses, *(p for p in compiled if p not in misses)]:
-        placement.event("miss", path, ns_of(path))
+        placement.event(EventKind.MISS, path, ns_of(path))
     for path in compiled:
         seconds = _publish_compiled(req, placement, counter, path, result, since)
-        placement.event("compile", path, ns_of(path), compile_seconds=seconds)
+        placement.event(EventKind.COMPILE, path, ns_of(path), compile_seconds=seconds)
     for event in counter.failure_lines():
-        placement.event("error", event.entry, ns_of(event.entry), message=event.line[-4000:])
+        placement.event(EventKind.ERROR, event.entry, ns_of(event.entry), message=event.line[-4000:])
         result.failures.append(event.entry or event.key or event.line[:300])
     if result.exit_code != 0:
         for event in counter.compiling():
             # A runtime without failure lines (TorchNeuron raises) stopped on this graph.
             what = event.entry or event.key or event.line[:300]
             ns = by_path.get(event.namespace or "") or ns_of(event.entry)
-            placement.event("error", event.entry, ns,
+            placement.event(EventKind.ERROR, event.entry, ns,
                             message=f"the job exited {result.exit_code} while compiling {what}")
             result.failures.append(what)
     # The runtime caches an OOM-killed or Ctrl-C'd compile like a compiler error; left there,
@@ -287,7 +288,7 @@ def _count_from_cache(placement: Placement, counter: LogCounter, added: dict[str
         if ns is None:
             continue
         for _ in range(served):
-            placement.event("hit", None, ns)
+            placement.event(EventKind.HIT, None, ns)
         result.counts["hit"] = result.counts.get("hit", 0) + served
         result.namespaces.setdefault(ns_path, dict.fromkeys(KINDS, 0))["hit"] += served
     for path in found:

@@ -6,7 +6,7 @@ Typical use from a store or a warmer::
 
     index = open_index()                    # NEFFCACHE_INDEX_URL / NEFFCACHE_TOKEN; NullIndex if unset
     index.register_entry({...})             # on publish; never raises, spooled when the index is down
-    index.record("hit", path=p, key=k, namespace=ns, toolchain=tc, model="llama", team="ml")
+    index.record(EventKind.HIT, path=p, key=k, namespace=ns, toolchain=tc, model="llama", team="ml")
     lease = index.acquire(path, ttl=900)    # raises IndexServerError when the index is down
     if lease.held: ...; index.release(lease)
     index.close()                           # flush; undelivered reports stay in the spool
@@ -25,16 +25,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from neffcache.events import EventKind
 from neffcache.index.client import IndexClient
 from neffcache.index.null import NullIndex
 from neffcache.index.protocol import Index
 from neffcache.index.records import (
-    EVENT_KINDS,
     MAX_LOOKUP_BATCH,
     CompileSample,
     EntryRecord,
     Event,
-    EventKind,
     IndexLease,
     entry_record,
     new_event_id,
@@ -114,7 +113,7 @@ _NULL: type[Index] = NullIndex
 
 
 __all__ = [
-    "ENV_SPOOL", "ENV_TOKEN", "ENV_URL", "EVENT_KINDS", "MAX_LOOKUP_BATCH", "CompileSample", "EntryRecord",
+    "ENV_SPOOL", "ENV_TOKEN", "ENV_URL", "MAX_LOOKUP_BATCH", "CompileSample", "EntryRecord",
     "Event", "EventKind",
     "FlushReport", "Index", "IndexClient", "IndexLease", "NullIndex", "ReportCounts", "Spool",
     "WaitingSpool", "default_spool_root", "entry_record", "event_defaults", "new_event_id", "new_owner",

@@ -36,10 +36,11 @@ from typing import TYPE_CHECKING, Any
 
 from neffcache import __version__
 from neffcache.errors import IndexServerError
+from neffcache.events import EventKind
 from neffcache.index.delivery import KEEP_STATUS, Rejected, deliver_spooled, send_batch
 from neffcache.index.process_hooks import at_exit, track_forks
 from neffcache.index.queries import AskedQuestions, IndexQueries
-from neffcache.index.records import EntryRecord, Event, EventKind, new_owner
+from neffcache.index.records import EntryRecord, Event, new_owner
 from neffcache.index.reports import FlushReport, ReportCounts, describe_failure
 from neffcache.index.spool import Spool
 

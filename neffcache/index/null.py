@@ -9,7 +9,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from neffcache.errors import IndexServerError
-from neffcache.index.records import CompileSample, EntryRecord, Event, EventKind, IndexLease
+from neffcache.events import EventKind
+from neffcache.index.records import CompileSample, EntryRecord, Event, IndexLease
 from neffcache.index.reports import FlushReport, ReportCounts
 
 

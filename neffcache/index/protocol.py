@@ -11,7 +11,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from neffcache.index.records import CompileSample, EntryRecord, Event, EventKind, IndexLease
+from neffcache.events import EventKind
+from neffcache.index.records import CompileSample, EntryRecord, Event, IndexLease
 from neffcache.index.reports import FlushReport, ReportCounts
 
 

@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict
 
 from neffcache.entry import Entry
+from neffcache.events import EventKind
 from neffcache.instances import TARGETS
 from neffcache.layouts import get_layout
 from neffcache.manifest import MAX_FLAG_LEN, MAX_FLAGS, Manifest
 from neffcache.toolchain import Toolchain
 
-EventKind = Literal["hit", "miss", "compile", "evict", "error"]
 # The most paths one batch lookup (POST /v1/entries/lookup) may carry; the client splits longer lists.
 MAX_LOOKUP_BATCH = 10_000
 # ...and the most bytes of paths it puts in one request: well below the server's default body limit
@@ -32,7 +32,6 @@ MAX_LOOKUP_BYTES = 1 << 20
 MAX_RECORD_FLAGS, MAX_RECORD_FLAG_LEN = MAX_FLAGS, MAX_FLAG_LEN
 # The compile targets compile_samples may ask about: the instance catalog's (the server has no catalog).
 SAMPLE_TARGETS: tuple[str, ...] = TARGETS
-EVENT_KINDS: tuple[str, ...] = ("hit", "miss", "compile", "evict", "error")
 # Where an event comes from: a job's own traffic, or a warm-up compiling ahead of demand. A hit
 # rate is the jobs' (a warm-up's compiles are its purpose, not misses anybody waited for). The
 # compiling commands send their name as the event's ``job`` (cli/jobs.py): warm and plan --warm
@@ -194,8 +193,12 @@ class Event:
     id: str = field(default_factory=new_event_id)
 
     def __post_init__(self) -> None:
-        if self.kind not in EVENT_KINDS:
-            raise ValueError(f"unknown event kind {self.kind!r}; one of {', '.join(EVENT_KINDS)}")
+        # A kind given as its string ("hit", as a caller of before the enum wrote) becomes the member.
+        try:
+            kind = EventKind(self.kind)
+        except ValueError:
+            raise ValueError(f"unknown event kind {self.kind!r}; one of {', '.join(EventKind)}") from None
+        object.__setattr__(self, "kind", kind)
 
     def to_json(self, defaults: Mapping[str, str] | None = None) -> dict[str, Any]:
         """The wire form; empty job/model/team/instance_type are filled from ``defaults``."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from neffcache.instances import CATALOG
-from neffcache.misses.explain import Candidate, Comparison, Field, Match, Missed, compare, nearest
+from neffcache.misses.explain import Comparison, Field, Match, Missed, NearEntry, compare, nearest
 from neffcache.misses.flagdiff import FlagDiff
 from neffcache.misses.inputs import ReportedStatus
 
@@ -118,7 +118,7 @@ def _settings_cause(comparison: Comparison) -> str | None:
         + f": part of every {comparison.candidate.parts.layout or 'runtime'} key"
 
 
-def _where(candidate: Candidate) -> str:
+def _where(candidate: NearEntry) -> str:
     return f" --store {candidate.stores[0]}" if candidate.stores else ""
 
 
@@ -198,7 +198,7 @@ def word(comparison: Comparison, missed: Missed, asked: str | None = None) -> Co
     return dataclasses.replace(comparison, cause=cause, fix=_fix(comparison, {f for f, _ in fragments}, asked))
 
 
-def explain(missed: Missed, candidates: Sequence[Candidate], *, held: Sequence[str] = (),
+def explain(missed: Missed, candidates: Sequence[NearEntry], *, held: Sequence[str] = (),
             searched: Sequence[str] = (), index: str = "", instance: str | None = None) -> Explanation:
     """The answer for one missed graph: every candidate compared, nearest first, the cause and
     fix (its commands name ``instance``, the one asked about, where it fits the target)."""

@@ -8,7 +8,7 @@ its namespace's decided form, neffcache/layouts/flags_form.py; an entry's is rea
 flags file; either falls back to the version table, and each says which rule gave it). So a miss is explained by
 comparing what is known of the missed graph (:class:`GraphParts`, any part may be unknown)
 with what is known of each entry that shares its HLO, its graph hash or its model tag
-(:class:`Candidate`, found in the stores and the index by :mod:`neffcache.misses.nearest`),
+(:class:`NearEntry`, found in the stores and the index by :mod:`neffcache.misses.nearest`),
 and ranking them by closeness: the same HLO first, then the fewest differing fields.
 
 Why the comparison is sound: a field is called different only when both sides know it (or,
@@ -56,8 +56,8 @@ class Match(StrEnum):
     UNKNOWN = "unknown"
 
 
-class Source(StrEnum):
-    """Where a candidate was found: a store the command was given, or the index (fleet-wide)."""
+class FoundIn(StrEnum):
+    """Where a near entry was found: a store the command was given, or the index (fleet-wide)."""
 
     STORE = "store"
     INDEX = "index"
@@ -108,11 +108,11 @@ class Missed:
 
 
 @dataclass(frozen=True)
-class Candidate:
+class NearEntry:
     """An entry near a missed graph: its path, where it is held, its state and its parts."""
 
     path: str
-    source: Source
+    source: FoundIn
     stores: tuple[str, ...]
     state: str
     parts: GraphParts
@@ -143,7 +143,7 @@ class Comparison:
     """A missed graph against one candidate: every field, the flags token by token, and the
     likely cause and the fix in one line each (:mod:`neffcache.misses.causes`)."""
 
-    candidate: Candidate
+    candidate: NearEntry
     differences: tuple[Difference, ...]
     flags: FlagDiff | None
     cause: str = ""
@@ -165,7 +165,7 @@ class Comparison:
         hlo = {Match.SAME: 0, Match.UNKNOWN: 1, Match.DIFFERENT: 2}[self.match(Field.HLO)]
         flags = self.flags.count + self.flags.reordered if self.flags is not None else 0
         return (hlo, self.count(Match.DIFFERENT), self.count(Match.UNKNOWN), flags, self.candidate.state != "SUCCESS",
-                self.candidate.source is not Source.STORE, self.candidate.path)
+                self.candidate.source is not FoundIn.STORE, self.candidate.path)
 
     def to_json(self) -> dict[str, Any]:
         return {"entry": self.candidate.to_json(), "differences": [d.to_json() for d in self.differences],
@@ -291,7 +291,7 @@ def _joined(flags: Sequence[str] | None) -> str | None:
     return None if flags is None else " ".join(flags)
 
 
-def compare(missed: GraphParts, cand: Candidate) -> Comparison:
+def compare(missed: GraphParts, cand: NearEntry) -> Comparison:
     """The missed graph's parts against one candidate's, field by field (no cause yet)."""
     theirs = cand.parts
     layout = _layout_of(missed, theirs)

@@ -36,8 +36,8 @@ from neffcache.misses.lookup import History
 from neffcache.misses.wanted import WantedGraph
 
 
-class Basis(enum.StrEnum):
-    """What an estimate rests on."""
+class ForecastBasis(enum.StrEnum):
+    """What a compile-time estimate rests on."""
 
     SAME_GRAPH = "same-graph"  # the same HLO compiled before
     SIZE_FIT = "size-fit"  # compile seconds fitted on HLO size for the target
@@ -81,7 +81,7 @@ def fit(samples: Iterable[CompileSample]) -> Line | None:
 class Estimate:
     path: str
     seconds: float | None
-    basis: Basis
+    basis: ForecastBasis
 
     def to_json(self) -> dict[str, Any]:
         return {"path": self.path, "seconds": None if self.seconds is None else round(self.seconds, 3),
@@ -94,12 +94,12 @@ def estimate(graph: WantedGraph, history: History, lines: Mapping[str, Line | No
     seen = history.by_hlo.get(graph.hlo_sha256 or "", ())
     if seen:
         same_target = [s for t, s in seen if t == target]
-        return Estimate(graph.path, statistics.median(same_target or [s for _, s in seen]), Basis.SAME_GRAPH)
+        return Estimate(graph.path, statistics.median(same_target or [s for _, s in seen]), ForecastBasis.SAME_GRAPH)
     if target is not None and graph.hlo_size is not None:
         line = lines.get(target) if lines is not None else fit(history.samples.get(target, ()))
         if line is not None:
-            return Estimate(graph.path, line.at(graph.hlo_size), Basis.SIZE_FIT)
-    return Estimate(graph.path, None, Basis.UNKNOWN)
+            return Estimate(graph.path, line.at(graph.hlo_size), ForecastBasis.SIZE_FIT)
+    return Estimate(graph.path, None, ForecastBasis.UNKNOWN)
 
 
 def makespan(durations: Iterable[float], slots: int) -> float:
@@ -142,7 +142,7 @@ class Forecast:
                 "compile_hours": round(self.compile_seconds / 3600, 6),
                 "parallel": self.parallel, "hosts": self.hosts, "slots": self.slots,
                 "eta_seconds": round(self.eta_seconds, 3),
-                "by_basis": {b.value: sum(1 for e in self.estimates if e.basis is b) for b in Basis},
+                "by_basis": {b.value: sum(1 for e in self.estimates if e.basis is b) for b in ForecastBasis},
                 "estimates": [e.to_json() for e in self.estimates]}
 
 

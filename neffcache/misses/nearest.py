@@ -35,7 +35,7 @@ from neffcache.layouts import LAYOUTS, get_layout
 from neffcache.layouts.flags_form import NamespaceForms, describe
 from neffcache.manifest import Manifest, read_manifest, sha256_stream
 from neffcache.misses.causes import Explanation, explain
-from neffcache.misses.explain import Candidate, GraphParts, Missed, Source
+from neffcache.misses.explain import FoundIn, GraphParts, Missed, NearEntry
 from neffcache.misses.wanted import WantedGraph
 from neffcache.operations.scan import scan
 from neffcache.stores.base import Store
@@ -158,7 +158,7 @@ class StoreCatalog:
         return digest
 
     # -- the question -------------------------------------------------------------------------
-    def near(self, missed: Missed) -> tuple[list[Candidate], Entry | None]:
+    def near(self, missed: Missed) -> tuple[list[NearEntry], Entry | None]:
         """The entries near ``missed`` and the entry at its very path, if the store has one."""
         wanted = missed.parts
         found: dict[str, str] = {}  # path -> why it is near
@@ -202,12 +202,12 @@ class StoreCatalog:
                                                       else "")
         return dict(sorted(out.items(), key=lambda kv: ("same bucket" not in kv[1], kv[0]))[:MAX_TAG_CANDIDATES])
 
-    def candidate(self, entry: Entry, why: str) -> Candidate:
-        return Candidate(entry.path, Source.STORE, (self.store.url,), entry.state.value, self.parts(entry), why)
+    def candidate(self, entry: Entry, why: str) -> NearEntry:
+        return NearEntry(entry.path, FoundIn.STORE, (self.store.url,), entry.state.value, self.parts(entry), why)
 
 
 # -- the index ------------------------------------------------------------------------------
-def candidate_from_record(record: object, why: str) -> Candidate | None:
+def candidate_from_record(record: object, why: str) -> NearEntry | None:
     """A candidate from one index answer, or None when the record does not pass the checks a
     report's graph passes (it comes from over the network: untrusted)."""
     if not isinstance(record, Mapping):
@@ -225,7 +225,7 @@ def candidate_from_record(record: object, why: str) -> Candidate | None:
     parts = GraphParts(layout=graph.layout, key=graph.key, compiler_version=tc.compiler_version if tc else None,
                        target=tc.target if tc else None, lnc=tc.lnc if tc else None, hlo_sha256=graph.hlo_sha256,
                        hlo_size=graph.hlo_size, flags=graph.flags, tags=graph.tags)
-    return Candidate(graph.path, Source.INDEX, tuple(stores[:64]), str(state), parts, why)
+    return NearEntry(graph.path, FoundIn.INDEX, tuple(stores[:64]), str(state), parts, why)
 
 
 @dataclass
@@ -236,7 +236,7 @@ class IndexAsker:
     index: Index
     down: str | None = None
 
-    def ask(self, missed: Missed, digests: list[str]) -> tuple[list[Candidate], str]:
+    def ask(self, missed: Missed, digests: list[str]) -> tuple[list[NearEntry], str]:
         """Index candidates for ``missed`` (by its HLO digest and ``digests`` of the entries the
         stores found sharing its graph, by its key, by its model tag) and what to say of the index."""
         if not self.index.enabled:
@@ -299,7 +299,7 @@ def why_miss(missed: Sequence[Missed], catalogs: Sequence[StoreCatalog], index: 
         if progress is not None:
             progress(number)
         graph = with_form(looked_for, forms)
-        candidates: list[Candidate] = []
+        candidates: list[NearEntry] = []
         held: list[str] = []
         for catalog in catalogs:
             near, itself = catalog.near(graph)

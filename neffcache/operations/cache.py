@@ -20,7 +20,7 @@ from neffcache.operations.ingest import build_manifest
 from neffcache.operations.publish import PublishResult, publish
 from neffcache.operations.scan import load_entry
 from neffcache.stores import open_store
-from neffcache.stores.base import Source, Store
+from neffcache.stores.base import FileSource, Store
 from neffcache.toolchain import Toolchain
 
 _LAYOUT = get_layout(KEYED_LAYOUT)
@@ -65,7 +65,7 @@ class NeffCache:
         namespace = _LAYOUT.namespace_for(toolchain)
         names = _LAYOUT.names(namespace, key)
         assert names.hlo is not None and names.flags is not None and names.neff is not None
-        files: dict[str, Source] = {
+        files: dict[str, FileSource] = {
             names.hlo: hlo,
             names.flags: ("[" + ", ".join(f'"{f}"' for f in flags) + "]").encode(),
             names.neff: neff,

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from neffcache.entry import Entry, EntryState
 from neffcache.errors import EntryNotFound, StoreError
-from neffcache.failure_groups import Sighting, Source, sighting
+from neffcache.failure_groups import SeenIn, Sighting, sighting
 from neffcache.failures import Verdict, classify_text, first_error, signature
 from neffcache.layouts import get_layout
 from neffcache.operations.scan import scan
@@ -69,7 +69,7 @@ class FailedGraph:
 
     def sighting(self) -> Sighting:
         """This failure as ``neffcache failures`` groups it."""
-        return sighting(self.text, seen=self.failed_at, path=self.path, source=Source.STORE,
+        return sighting(self.text, seen=self.failed_at, path=self.path, source=SeenIn.STORE,
                         compiler_version=self.entry.namespace.compiler_version, store=self.store)
 
     def to_json(self) -> dict[str, object]:

@@ -23,7 +23,7 @@ from neffcache.operations import publisher
 from neffcache.operations.publish import PublishResult, publish
 from neffcache.placeholder import placeholders_among
 from neffcache.regular import open_regular
-from neffcache.stores.base import Source, Store
+from neffcache.stores.base import FileSource, Store
 from neffcache.stores.hashed_io import is_no_space
 from neffcache.toolchain import Toolchain
 
@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 def build_manifest(
     layout: str,
     key: str,
-    files: Mapping[str, Source],
+    files: Mapping[str, FileSource],
     *,
     toolchain: Toolchain | None,
     flags: Sequence[str] = (),
@@ -171,7 +171,7 @@ def _transfer(src: Store, entry: Entry, dst: Store, *, tags: Mapping[str, str] |
                 layout=entry.layout, key=entry.key, files=dict(staged), toolchain=entry.namespace.toolchain,
                 flags=tuple(read_flags(src, entry)), tags=dict(tags or {}), computed=True, created=entry.mtime))
         movable = all(n in staged for n in local)
-        sources: dict[str, Source] = dict(local)
+        sources: dict[str, FileSource] = dict(local)
         if entry.manifest is None:
             unhashed = frozenset(n for n in local if n not in staged)
         else:  # uploaded in place, a late payload file the manifest lacks: hashed as it is sent

@@ -60,7 +60,7 @@ from neffcache.manifest import FileDigest, Manifest, sha256_bytes, sha256_file
 from neffcache.operations import publisher
 from neffcache.outcomes import PublishStatus
 from neffcache.placeholder import placeholders_among
-from neffcache.stores.base import Source, Store
+from neffcache.stores.base import FileSource, Store
 
 log = logging.getLogger(__name__)
 # A runtime lock younger than this means a job is compiling the entry right now.
@@ -82,7 +82,7 @@ class PublishResult:
         return self.status is not PublishStatus.BUSY
 
 
-def digest_source(source: Source) -> tuple[str, int]:
+def digest_source(source: FileSource) -> tuple[str, int]:
     d = sha256_bytes(source) if isinstance(source, bytes) else sha256_file(source)
     return d.sha256, d.size
 
@@ -91,7 +91,7 @@ def publish(
     store: Store,
     namespace: Namespace,
     key: str,
-    files: Mapping[str, Source],
+    files: Mapping[str, FileSource],
     manifest: Manifest,
     *,
     move: bool = False,
@@ -148,7 +148,7 @@ def publish(
         return PublishResult(plan.path, PublishStatus.PUBLISHED, manifest.size, manifest)
 
 
-def _refuse_placeholders(path: str, files: Mapping[str, Source], names: list[str | None]) -> None:
+def _refuse_placeholders(path: str, files: Mapping[str, FileSource], names: list[str | None]) -> None:
     """Every commit to a store passes through publish (push, pull, promotion, warm-ups): this is
     the one gate that keeps ``plan``'s placeholder NEFFs out of real stores, whatever backend
     then writes the bytes."""
@@ -157,9 +157,9 @@ def _refuse_placeholders(path: str, files: Mapping[str, Source], names: list[str
         raise PlaceholderNeff(path, refused)
 
 
-def _write_entry(store: Store, layout: Layout, plan: EntryPlan, files: Mapping[str, Source], manifest: Manifest,
+def _write_entry(store: Store, layout: Layout, plan: EntryPlan, files: Mapping[str, FileSource], manifest: Manifest,
                  *, move: bool, verified: frozenset[str], unhashed: frozenset[str],
-                 seal: Callable[[Manifest], Manifest]) -> tuple[Manifest, Source] | None:
+                 seal: Callable[[Manifest], Manifest]) -> tuple[Manifest, FileSource] | None:
     """Everything but the commit marker, in the order the module docstring argues; returns the
     manifest written and the marker's source (its bytes, when it was read to be hashed), or
     None when the entry turned out to be committed already (nothing of ours was written).
@@ -213,18 +213,18 @@ def _completed(manifest: Manifest, digests: Mapping[str, FileDigest]) -> Manifes
     return dataclasses.replace(manifest, files={**manifest.files, **digests})
 
 
-def _small(marker: Source) -> bool:
+def _small(marker: FileSource) -> bool:
     """A marker small enough to hold in memory between hashing it and sending it."""
     return isinstance(marker, bytes) or marker.stat().st_size <= MARKER_IN_MEMORY
 
 
-def _local(source: Source) -> Path:
+def _local(source: FileSource) -> Path:
     if isinstance(source, bytes):
         raise TypeError("an unhashed source must be a local file")
     return source
 
 
-def _local_bytes(source: Source) -> bytes:
+def _local_bytes(source: FileSource) -> bytes:
     if not isinstance(source, bytes):
         raise TypeError("the marker was read into memory")
     return source

@@ -23,6 +23,7 @@ from neffcache.coordination.lease import read_lease
 from neffcache.coordination.write_leases import publish_lease_name
 from neffcache.entry import Entry, EntryState
 from neffcache.errors import EntryNotFound, InvalidKey, StoreError, StoreUnavailable
+from neffcache.events import EventKind
 from neffcache.failures import FailureCause, Verdict, note
 from neffcache.index import Index
 from neffcache.layouts import get_layout
@@ -323,6 +324,6 @@ def _report(index: Index, store: Store, entries: dict[str, Entry], checks: list[
                                  "toolchain": entry.toolchain, "store": store.url}
         # Its own class in `neffcache failures` (storage): the note says so, whoever reads it.
         said = f"corrupt: {'; '.join(check.problems)}"
-        index.record("error", message=f"{said}\n{note(Verdict(FailureCause.CORRUPT_ENTRY, said))}", **where)
+        index.record(EventKind.ERROR, message=f"{said}\n{note(Verdict(FailureCause.CORRUPT_ENTRY, said))}", **where)
         if check.quarantined_to is not None:
-            index.record("evict", message=f"verify --fix: quarantined to {check.quarantined_to}", **where)
+            index.record(EventKind.EVICT, message=f"verify --fix: quarantined to {check.quarantined_to}", **where)

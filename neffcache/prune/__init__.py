@@ -16,13 +16,13 @@ from neffcache.prune.execute import PRUNE_LEASE, describe, execute_plan
 from neffcache.prune.guard import refusal
 from neffcache.prune.model import (
     ALL_STORES,
-    Basis,
     Budget,
     FailedSelect,
     Foreign,
     Guard,
     ItemKind,
     Kept,
+    LastUseBasis,
     PruneItem,
     PrunePlan,
     PrunePolicy,
@@ -37,8 +37,8 @@ from neffcache.prune.value import Retention, ValuePolicy
 from neffcache.toolchain import version_key
 
 __all__ = [
-    "ALL_STORES", "CURRENT", "JOURNAL_DIR", "PHASE_PAUSE_ENV", "PRUNE_LEASE", "Basis", "Budget", "FailedSelect",
-    "Foreign", "Guard", "ItemKind", "Kept", "PruneItem", "PrunePlan", "PrunePolicy", "PruneResult", "Reason",
-    "Retention", "Rule", "ValuePolicy", "delete_order", "describe", "execute_plan", "plan_prune", "refusal",
+    "ALL_STORES", "CURRENT", "JOURNAL_DIR", "PHASE_PAUSE_ENV", "PRUNE_LEASE", "Budget", "FailedSelect",
+    "Foreign", "Guard", "ItemKind", "Kept", "LastUseBasis", "PruneItem", "PrunePlan", "PrunePolicy", "PruneResult",
+    "Reason", "Retention", "Rule", "ValuePolicy", "delete_order", "describe", "execute_plan", "plan_prune", "refusal",
     "resolve_keep_compilers", "version_key",
 ]

@@ -1,4 +1,4 @@
-"""What the rules see: one :class:`Candidate` per entry of a store, from a listing or from the
+"""What the rules see: one :class:`PruneCandidate` per entry of a store, from a listing or from the
 index server's rows, and the index's record of last use.
 
 The same rules (:mod:`neffcache.prune.rules`) run on candidates of either source, so nothing
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from neffcache.entry import Entry, EntryState, FileInfo
 from neffcache.failures import FailureClass
 from neffcache.operations.failed import failed_graphs
-from neffcache.prune.model import Basis, ItemKind, PruneItem, Reason
+from neffcache.prune.model import ItemKind, LastUseBasis, PruneItem, Reason
 
 if TYPE_CHECKING:
     from neffcache.index import Index
@@ -26,7 +26,7 @@ T = TypeVar("T")
 
 
 @dataclass(frozen=True)
-class Candidate:
+class PruneCandidate:
     """One entry of one store, as the rules see it."""
 
     store: str
@@ -39,7 +39,7 @@ class Candidate:
     size: int
     created: float  # when it was committed to this store (the commit marker's mtime)
     last_used: float | None = None  # the newest of its stamp and its index record
-    basis: Basis = Basis.CREATED
+    basis: LastUseBasis = LastUseBasis.CREATED
     committed: bool = True
     files: tuple[FileInfo, ...] = ()  # empty for candidates from the index (no listing)
     stale_locks: bool = False  # LOCKED only by locks the stale-lock rule would remove
@@ -69,7 +69,8 @@ def toolchain_label(version: str | None, target: str | None, lnc: int | None) ->
     return f"neuronxcc-{version} {where}"
 
 
-def with_failures(store: Store, entries: Iterable[Entry], candidates: dict[str, Candidate]) -> dict[str, Candidate]:
+def with_failures(store: Store, entries: Iterable[Entry],
+                  candidates: dict[str, PruneCandidate]) -> dict[str, PruneCandidate]:
     """``candidates`` with the FAILED ones' failure class and signature, read from their
     failure logs (one small read each, in parallel): what ``--failed compiler|environment``
     selects by."""
@@ -85,7 +86,7 @@ def created_time(entry: Entry) -> float:
     return marker.mtime if marker is not None else entry.mtime
 
 
-def entry_item(c: Candidate, reason: Reason, detail: str) -> PruneItem:
+def entry_item(c: PruneCandidate, reason: Reason, detail: str) -> PruneItem:
     with_use = reason in (Reason.AGE, Reason.SIZE)
     return PruneItem(c.store, c.path, ItemKind.ENTRY, reason, c.size, detail, c.toolchain, c.layout,
                      c.state.value if c.committed else "UNCOMMITTED", c.files,

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from neffcache.entry import Entry
 from neffcache.errors import CorruptEntry, EntryNotFound, IndexServerError, InvalidKey
 from neffcache.manifest import MAX_SECONDS, read_manifest
-from neffcache.prune.candidates import Candidate, prefetched
+from neffcache.prune.candidates import PruneCandidate, prefetched
 from neffcache.prune.model import PruneItem, Reason
 
 if TYPE_CHECKING:
@@ -88,8 +88,8 @@ def manifest_seconds(store: Store, entries: Iterable[Entry]) -> dict[str, float]
         return {path: s for path, s in pool.map(read, wanted) if s is not None}
 
 
-def with_costs(store: Store, entries: Iterable[Entry], candidates: Mapping[str, Candidate],
-               index: Index | None, notes: list[str]) -> dict[str, Candidate]:
+def with_costs(store: Store, entries: Iterable[Entry], candidates: Mapping[str, PruneCandidate],
+               index: Index | None, notes: list[str]) -> dict[str, PruneCandidate]:
     """``candidates`` with their compile seconds and hits. Only committed entries are costed:
     a size budget weighs nothing else."""
     recorded = index_costs(index, store.url, notes)

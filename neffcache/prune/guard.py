@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 
 from neffcache.entry import EntryState
 from neffcache.errors import ConfigError, RefusedPlan
-from neffcache.prune.candidates import Candidate, toolchain_label
+from neffcache.prune.candidates import PruneCandidate, toolchain_label
 from neffcache.prune.model import Budget, Guard, ItemKind, PruneItem, PrunePlan, PrunePolicy, Reason, Rule
 from neffcache.toolchain import version_key
 
@@ -33,7 +33,7 @@ from neffcache.toolchain import version_key
 SHARE_SLACK = 0.005
 
 
-def check_keep_filters(candidates: Iterable[Candidate], policy: PrunePolicy) -> None:
+def check_keep_filters(candidates: Iterable[PruneCandidate], policy: PrunePolicy) -> None:
     """Raise ConfigError when a ``--keep-compiler`` version matches no entry of any store.
 
     ``current`` (the installed compiler) is exempt: right after a compiler bump it has no
@@ -50,14 +50,14 @@ def check_keep_filters(candidates: Iterable[Candidate], policy: PrunePolicy) -> 
                           f"present: {listed}); name an exact version or 'current'. Nothing was changed")
 
 
-def _counted(c: Candidate) -> bool:
+def _counted(c: PruneCandidate) -> bool:
     return c.committed and c.state is not EntryState.FAILED
 
 
-def guard_plan(candidates: Sequence[Candidate], items: Iterable[PruneItem], policy: PrunePolicy) -> list[Guard]:
+def guard_plan(candidates: Sequence[PruneCandidate], items: Iterable[PruneItem], policy: PrunePolicy) -> list[Guard]:
     """The rules ``items`` trip, per store."""
     removed = {(i.store, i.path) for i in items if i.kind is ItemKind.ENTRY}
-    by_store: dict[str, list[Candidate]] = defaultdict(list)
+    by_store: dict[str, list[PruneCandidate]] = defaultdict(list)
     for c in candidates:
         if _counted(c):
             by_store[c.store].append(c)
@@ -98,8 +98,8 @@ def budget_guards(budgets: Iterable[Budget], items: Sequence[PruneItem]) -> list
     return out
 
 
-def _newest(store: str, mine: Sequence[Candidate], removed: set[tuple[str, str]]) -> list[Guard]:
-    groups: dict[tuple[str | None, int | None], list[Candidate]] = defaultdict(list)
+def _newest(store: str, mine: Sequence[PruneCandidate], removed: set[tuple[str, str]]) -> list[Guard]:
+    groups: dict[tuple[str | None, int | None], list[PruneCandidate]] = defaultdict(list)
     for c in mine:
         if c.compiler_version:
             groups[(c.target, c.lnc)].append(c)

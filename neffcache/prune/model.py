@@ -152,7 +152,7 @@ class ItemKind(enum.StrEnum):
     UPLOAD = "upload"  # an S3 multipart upload nobody completed
 
 
-class Basis(enum.StrEnum):
+class LastUseBasis(enum.StrEnum):
     """Where an entry's last use came from (age and size reasons only)."""
 
     STAMP = "stamp"  # neffcache's per-entry stamp in the store
@@ -173,7 +173,7 @@ class PruneItem:
     state: str | None = None
     files: tuple[FileInfo, ...] = ()  # what the plan saw: execution skips the item if this changed
     last_used: float | None = None
-    basis: Basis | None = None
+    basis: LastUseBasis | None = None
     token: str | None = None  # the lease token or S3 upload id the plan saw
     # Size reason only: what the budget weighed (value.py). ``compile_seconds`` is the recorded
     # time (None: not recorded, costed at the policy's default); ``score`` the value density.
@@ -268,18 +268,20 @@ class Budget:
 
 
 @dataclass(frozen=True)
-class Group:
+class Subtotal:
+    """A plan's items of one reason, toolchain or store: how many, and their bytes."""
+
     items: int
     bytes: int
 
 
-def _group(items: Iterable[PruneItem], key: Callable[[PruneItem], str]) -> dict[str, Group]:
+def _group(items: Iterable[PruneItem], key: Callable[[PruneItem], str]) -> dict[str, Subtotal]:
     counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for item in items:
         slot = counts[key(item)]
         slot[0] += 1
         slot[1] += item.size
-    return {k: Group(v[0], v[1]) for k, v in sorted(counts.items())}
+    return {k: Subtotal(v[0], v[1]) for k, v in sorted(counts.items())}
 
 
 @dataclass(frozen=True)
@@ -322,20 +324,20 @@ class PrunePlan:
     def entries(self) -> int:
         return sum(1 for item in self.items if item.kind is ItemKind.ENTRY)
 
-    def by_reason(self) -> dict[str, Group]:
+    def by_reason(self) -> dict[str, Subtotal]:
         return _group(self.items, lambda i: i.reason.value)
 
-    def by_toolchain(self) -> dict[str, Group]:
+    def by_toolchain(self) -> dict[str, Subtotal]:
         return _group(self.items, lambda i: i.toolchain)
 
-    def by_store(self) -> dict[str, Group]:
+    def by_store(self) -> dict[str, Subtotal]:
         return _group(self.items, lambda i: i.store)
 
     def for_store(self, url: str) -> list[PruneItem]:
         return [item for item in self.items if item.store == url]
 
     def to_json(self, *, items: bool = True) -> dict[str, Any]:
-        def groups(data: dict[str, Group]) -> dict[str, dict[str, int]]:
+        def groups(data: dict[str, Subtotal]) -> dict[str, dict[str, int]]:
             return {k: {"items": g.items, "bytes": g.bytes} for k, g in data.items()}
 
         out: dict[str, Any] = {

@@ -39,10 +39,20 @@ from neffcache.errors import (
 )
 from neffcache.manifest import read_manifest
 from neffcache.operations.scan import ScanReport, entry_at, scan
-from neffcache.prune.candidates import Candidate, created_time, entry_item, index_usage, prefetched, with_failures
+from neffcache.prune.candidates import PruneCandidate, created_time, entry_item, index_usage, prefetched, with_failures
 from neffcache.prune.costs import with_costs, with_recorded_costs
 from neffcache.prune.guard import budget_guards, check_keep_filters, guard_plan
-from neffcache.prune.model import ALL_STORES, Basis, Foreign, ItemKind, Kept, PruneItem, PrunePlan, PrunePolicy, Reason
+from neffcache.prune.model import (
+    ALL_STORES,
+    Foreign,
+    ItemKind,
+    Kept,
+    LastUseBasis,
+    PruneItem,
+    PrunePlan,
+    PrunePolicy,
+    Reason,
+)
 from neffcache.prune.remove import read_journals
 from neffcache.prune.rules import select_entries
 from neffcache.prune.sweep import (
@@ -94,7 +104,7 @@ def _manifest_toolchains(store: Store, entries: Sequence[Entry]) -> dict[str, To
 
 
 def _candidate(store: Store, entry: Entry, stamps: Mapping[str, FileInfo], usage: Mapping[str, float],
-               live: Mapping[str, str], judge: LockJudge, toolchains: Mapping[str, Toolchain]) -> Candidate:
+               live: Mapping[str, str], judge: LockJudge, toolchains: Mapping[str, Toolchain]) -> PruneCandidate:
     ns = entry.namespace
     version, target, lnc = ns.compiler_version, ns.target, ns.lnc
     tc = toolchains.get(entry.path)
@@ -103,13 +113,13 @@ def _candidate(store: Store, entry: Entry, stamps: Mapping[str, FileInfo], usage
     uses = []
     stamp = stamps.get(entry.path)
     if stamp is not None:
-        uses.append((stamp.mtime, Basis.STAMP))
+        uses.append((stamp.mtime, LastUseBasis.STAMP))
     if entry.path in usage and usage[entry.path] >= created_time(entry) - 1.0:
         # An index hit older than this commit was a hit of other bytes at this path (or a forged
         # record): it says nothing of this entry and must not age it.
-        uses.append((usage[entry.path], Basis.INDEX))
-    last_used, basis = max(uses) if uses else (None, Basis.CREATED)
-    return Candidate(
+        uses.append((usage[entry.path], LastUseBasis.INDEX))
+    last_used, basis = max(uses) if uses else (None, LastUseBasis.CREATED)
+    return PruneCandidate(
         store=store.url, path=entry.path, layout=entry.layout, compiler_version=version, target=target, lnc=lnc,
         state=entry.state, size=entry.size, created=created_time(entry), last_used=last_used, basis=basis,
         committed=entry.committed, files=tuple(sorted(entry.files.values(), key=lambda f: f.path)),
@@ -134,7 +144,8 @@ def _store_entry(store: Store, path: object) -> tuple[Entry | None, str | None]:
     return entry, None
 
 
-def _index_candidates(index: Index, store: Store, policy: PrunePolicy, now: float, draft: _Draft) -> list[Candidate]:
+def _index_candidates(index: Index, store: Store, policy: PrunePolicy, now: float,
+                      draft: _Draft) -> list[PruneCandidate]:
     """Candidates named by the index's rows for ``store`` and confirmed by the store itself.
 
     The index saves the plan a listing of everything else (foreign files, other namespaces) and
@@ -168,8 +179,8 @@ def _index_candidates(index: Index, store: Store, policy: PrunePolicy, now: floa
     return list(_weighed(store, entries, mine, policy, index, draft).values())
 
 
-def _weighed(store: Store, entries: Sequence[Entry], mine: dict[str, Candidate], policy: PrunePolicy,
-             index: Index | None, draft: _Draft) -> dict[str, Candidate]:
+def _weighed(store: Store, entries: Sequence[Entry], mine: dict[str, PruneCandidate], policy: PrunePolicy,
+             index: Index | None, draft: _Draft) -> dict[str, PruneCandidate]:
     """``mine`` with what losing each entry costs where the value policy will evict: a store
     within its budget has nothing to weigh, and weighing costs one manifest read per entry the
     index gives no compile time for. The entries are kept for ``--policy lru``, which reads
@@ -184,7 +195,7 @@ def _weighed(store: Store, entries: Sequence[Entry], mine: dict[str, Candidate],
 
 
 def _interrupted(store: Store, journals: Mapping[str, Mapping[str, list[str]]],
-                 candidates: Mapping[str, Candidate], plan_taken: set[str]) -> list[PruneItem | Kept]:
+                 candidates: Mapping[str, PruneCandidate], plan_taken: set[str]) -> list[PruneItem | Kept]:
     """Entries a killed execution had started on: files left are a strict part of what it removed."""
     out: list[PruneItem | Kept] = []
     for journal, entries in journals.items():
@@ -214,7 +225,7 @@ def _bind(progress: Callable[[str, int], None] | None, url: str) -> Callable[[in
 class _Draft:
     """What the plan collects while it goes through the stores."""
 
-    candidates: list[Candidate] = field(default_factory=list)
+    candidates: list[PruneCandidate] = field(default_factory=list)
     items: list[PruneItem] = field(default_factory=list)
     extra: list[PruneItem] = field(default_factory=list)  # loose items: files, locks, leases, uploads
     protected: list[Kept] = field(default_factory=list)
@@ -232,7 +243,7 @@ class _Listed:
     report: ScanReport
     stamps: dict[str, FileInfo]
     live: dict[str, str]
-    candidates: dict[str, Candidate]
+    candidates: dict[str, PruneCandidate]
     journals: dict[str, dict[str, list[str]]]
 
 

@@ -1,7 +1,7 @@
 """The rules that choose entries to prune: toolchain, age, size budget, failed (all, or by
 class: compiler errors, environment failures, failures past the failure TTL).
 
-Rules see :class:`~neffcache.prune.candidates.Candidate` records, not store listings, so the
+Rules see :class:`~neffcache.prune.candidates.PruneCandidate` records, not store listings, so the
 same rules run on a scan of a store or on the index server's rows. Each entry gets at most one
 reason, the first rule that selects it in the order compiler, failed, age, size; the size
 budget runs last because it depends on what the other rules leave behind, and evicts in the
@@ -17,22 +17,22 @@ from dataclasses import dataclass, field, replace
 
 from neffcache.entry import EntryState
 from neffcache.failures import FailureClass
-from neffcache.prune.candidates import Candidate, entry_item
-from neffcache.prune.model import Basis, Budget, Cost, FailedSelect, Kept, PruneItem, PrunePolicy, Reason, ago
+from neffcache.prune.candidates import PruneCandidate, entry_item
+from neffcache.prune.model import Budget, Cost, FailedSelect, Kept, LastUseBasis, PruneItem, PrunePolicy, Reason, ago
 from neffcache.prune.value import Retention, compile_seconds, eviction_order, score
 from neffcache.toolchain import version_key
 
-Group = tuple[str | None, int | None]  # (target, lnc); None where the root has no target directory
+TargetLnc = tuple[str | None, int | None]  # (target, lnc); None where the root has no target directory
 
 
-def kept_versions(candidates: Iterable[Candidate], policy: PrunePolicy) -> dict[Group, set[str]]:
+def kept_versions(candidates: Iterable[PruneCandidate], policy: PrunePolicy) -> dict[TargetLnc, set[str]]:
     """Per (target, lnc): the versions to keep. ``--keep-last`` counts each target's own versions,
     because trn1 and trn2 fleets move to a new compiler on their own schedules."""
-    seen: dict[Group, set[str]] = defaultdict(set)
+    seen: dict[TargetLnc, set[str]] = defaultdict(set)
     for c in candidates:
         if c.compiler_version:
             seen[(c.target, c.lnc)].add(c.compiler_version)
-    kept: dict[Group, set[str]] = {}
+    kept: dict[TargetLnc, set[str]] = {}
     for group, versions in seen.items():
         keep = {v for v in versions if v in policy.keep_compilers}
         if policy.keep_last is not None:
@@ -49,14 +49,14 @@ class Selection:
     notes: list[str] = field(default_factory=list)
 
 
-def select_entries(candidates: Sequence[Candidate], policy: PrunePolicy, now: float | None = None,
+def select_entries(candidates: Sequence[PruneCandidate], policy: PrunePolicy, now: float | None = None,
                    stores: Sequence[str] = ()) -> Selection:
     """Apply the entry rules to ``candidates`` (committed and uncommitted entries of every store)."""
     now = time.time() if now is None else now
     out = Selection()
     chosen: set[tuple[str, str]] = set()
 
-    def guard(c: Candidate, reason: Reason) -> bool:
+    def guard(c: PruneCandidate, reason: Reason) -> bool:
         """True when a safety rule keeps ``c`` (and records why)."""
         why = None
         if c.lease_holder:
@@ -69,7 +69,7 @@ def select_entries(candidates: Sequence[Candidate], policy: PrunePolicy, now: fl
             out.protected.append(Kept(c.store, c.path, reason, why))
         return why is not None
 
-    def take(c: Candidate, reason: Reason, detail: str) -> None:
+    def take(c: PruneCandidate, reason: Reason, detail: str) -> None:
         if (c.store, c.path) in chosen or guard(c, reason):
             return
         chosen.add((c.store, c.path))
@@ -102,15 +102,15 @@ def select_entries(candidates: Sequence[Candidate], policy: PrunePolicy, now: fl
                 take(c, Reason.AGE, f"{what} {ago(now - c.used)} ago ({c.basis.value})")
     if policy.max_size:
         _budgets(committed, policy, now, stores, chosen, take, out)
-    no_use = sum(1 for it in out.items if it.basis is Basis.CREATED)
+    no_use = sum(1 for it in out.items if it.basis is LastUseBasis.CREATED)
     if no_use:
         out.notes.append(f"{no_use} entries have no last-use record (no stamp, no index hit): their age is "
                          "the time they were committed to the store")
     return out
 
 
-def _failed(committed: Sequence[Candidate], policy: PrunePolicy, now: float,
-            take: Callable[[Candidate, Reason, str], None], out: Selection) -> None:
+def _failed(committed: Sequence[PruneCandidate], policy: PrunePolicy, now: float,
+            take: Callable[[PruneCandidate, Reason, str], None], out: Selection) -> None:
     """``--failed all|compiler|environment|expired``: the FAILED entries of that kind. A class
     is known only from the failure log (a plan from the index has none): an entry whose class
     is unknown is kept by the class rules, and the plan says how many."""
@@ -139,13 +139,13 @@ def _failed(committed: Sequence[Candidate], policy: PrunePolicy, now: float,
                          f"so whether they are {policy.failed_select} failures is unknown")
 
 
-def _budgets(committed: Sequence[Candidate], policy: PrunePolicy, now: float, stores: Sequence[str],
-             chosen: set[tuple[str, str]], take: Callable[[Candidate, Reason, str], None],
+def _budgets(committed: Sequence[PruneCandidate], policy: PrunePolicy, now: float, stores: Sequence[str],
+             chosen: set[tuple[str, str]], take: Callable[[PruneCandidate, Reason, str], None],
              out: Selection) -> None:
     """Evict in the policy's order (value.py) until each budgeted store fits; pinned graphs
     (``--pin-from-report``) stay, up to their cap. Entries other rules chose already count as
     gone: the budget weighs what they leave behind."""
-    by_store: dict[str, list[Candidate]] = defaultdict(list)
+    by_store: dict[str, list[PruneCandidate]] = defaultdict(list)
     for c in committed:
         by_store[c.store].append(c)
     for store in stores or sorted(by_store):
@@ -181,10 +181,10 @@ def _budgets(committed: Sequence[Candidate], policy: PrunePolicy, now: float, st
                          f"{policy.value.default_compile_seconds:g} s")
 
 
-def superseded(entries: Sequence[Candidate]) -> set[str]:
+def superseded(entries: Sequence[PruneCandidate]) -> set[str]:
     """Paths of entries of an older compiler than the newest of their target and LNC in the
     same store: after a compiler bump only jobs on the old image can still hit them."""
-    newest: dict[Group, str] = {}
+    newest: dict[TargetLnc, str] = {}
     for c in entries:
         if c.compiler_version:
             group = (c.target, c.lnc)
@@ -194,11 +194,12 @@ def superseded(entries: Sequence[Candidate]) -> set[str]:
             if c.compiler_version and c.compiler_version != newest[(c.target, c.lnc)]}
 
 
-def _among(paths: set[str]) -> Callable[[Candidate], bool]:
+def _among(paths: set[str]) -> Callable[[PruneCandidate], bool]:
     return lambda c: c.path in paths
 
 
-def _pinned(entries: Sequence[Candidate], policy: PrunePolicy, limit: int, old: set[str], out: Selection) -> set[str]:
+def _pinned(entries: Sequence[PruneCandidate], policy: PrunePolicy, limit: int, old: set[str],
+            out: Selection) -> set[str]:
     """The pinned paths a budget keeps: the most valuable first, up to ``pin_max_share`` of
     the budget (a report naming everything must not turn the budget off)."""
     named = [c for c in entries if c.path in policy.pins]
@@ -217,12 +218,12 @@ def _pinned(entries: Sequence[Candidate], policy: PrunePolicy, limit: int, old: 
     return kept
 
 
-def _cost(c: Candidate, policy: PrunePolicy, now: float, old: bool) -> Cost:
+def _cost(c: PruneCandidate, policy: PrunePolicy, now: float, old: bool) -> Cost:
     return Cost(policy.retention, c.compile_seconds, compile_seconds(c, policy.value), c.hits,
                 score(c, policy.value, now), c.used, old)
 
 
-def _why(c: Candidate, policy: PrunePolicy, limit: int, now: float, old: bool) -> str:
+def _why(c: PruneCandidate, policy: PrunePolicy, limit: int, now: float, old: bool) -> str:
     used = f"last used {ago(now - c.used)} ago ({c.basis.value})"
     if policy.retention is Retention.LRU:
         return f"over the {limit} B budget, least recently used; {used}"

@@ -31,6 +31,7 @@ from neffcache.coordination.stamps import stamp_path
 from neffcache.coordination.write_leases import PUBLISH_LEASE_TTL, prune_group_lease, publish_lease_name
 from neffcache.entry import Entry, EntryState, FileInfo
 from neffcache.errors import EntryNotFound, InvalidKey, ReadOnlyStore, StoreUnavailable, UnsafePath
+from neffcache.events import EventKind
 from neffcache.index.records import eviction_message
 from neffcache.keys import is_canonical_relpath
 from neffcache.operations.scan import entry_at
@@ -273,7 +274,7 @@ class StoreRun:
                 if entry.committed and is_canonical_relpath(entry.path):
                     # A budget's eviction carries the compile seconds it weighed: the index's own
                     # record of what a later miss of it costs (the store keeps a tombstone too).
-                    self.index.record("evict", path=entry.path, key=entry.key, namespace=entry.namespace.path,
+                    self.index.record(EventKind.EVICT, path=entry.path, key=entry.key, namespace=entry.namespace.path,
                                       toolchain=entry.toolchain, store=self.store.url,
                                       compile_seconds=item.cost.costed_seconds if item.cost else None,
                                       message=eviction_message(item.reason.value, item.cost.policy.value

@@ -54,7 +54,7 @@ from neffcache.operations.verify import CheckStatus, check_entry, quarantine
 from neffcache.outcomes import PublishStatus, TierOp, TierProblemKind
 from neffcache.replication.sync import SyncReport, pull, push
 from neffcache.stores import open_store
-from neffcache.stores.base import Source, Store
+from neffcache.stores.base import FileSource, Store
 from neffcache.trust import TrustPolicy
 
 log = logging.getLogger(__name__)
@@ -309,7 +309,7 @@ class Tiers:
         return False
 
     # -- writes -------------------------------------------------------------------------------
-    def publish(self, namespace: Namespace, key: str, files: Mapping[str, Source], manifest: Manifest
+    def publish(self, namespace: Namespace, key: str, files: Mapping[str, FileSource], manifest: Manifest
                 ) -> TierPublish:
         """Publish a new entry into every writable tier that is up, fastest first."""
         results: list[tuple[str, PublishResult]] = []

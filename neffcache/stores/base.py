@@ -76,7 +76,7 @@ from neffcache.stores.plain import PlainCounter
 from neffcache.stores.removal import Removal, StoreRemoval
 from neffcache.stores.roles import StoreRoles
 
-Source = Path | bytes
+FileSource = Path | bytes  # what put_file writes: a local file (``move`` may consume it) or the bytes
 CONTROL_DIR = ".neffcache"  # leases, stamps, quarantine: never part of a layout
 # Files under these are the store owner's records (the action journal): a directory store
 # creates them PRIVATE_FILE_MODE filtered by the umask, even on a shared mount where every other
@@ -155,7 +155,7 @@ class Store(StoreRoles, ABC):
         """A binary stream of the file; raises EntryNotFound when it is missing."""
 
     @abstractmethod
-    def _put_file(self, path: str, source: Source, *, exclusive: bool, move: bool) -> bool:
+    def _put_file(self, path: str, source: FileSource, *, exclusive: bool, move: bool) -> bool:
         """Backend part of :meth:`put_file` (the read-only check is done already)."""
 
     @abstractmethod
@@ -202,7 +202,7 @@ class Store(StoreRoles, ABC):
         never does), so the caller must give the same answer either way."""
         yield "", [listing for tree in trees for listing in self.iter_dirs(tree)]
 
-    def put_file(self, path: str, source: Source, *, exclusive: bool = False, move: bool = False,
+    def put_file(self, path: str, source: FileSource, *, exclusive: bool = False, move: bool = False,
                  expect: FileDigest | None = None) -> bool:
         """Write a whole file atomically. ``move`` lets the store consume a local source file.
         With ``expect``, what is written must hash to it (see the module docstring)."""
@@ -261,7 +261,7 @@ class Store(StoreRoles, ABC):
                 raise NoSpace(self.url, path=path, reason=_strerror(exc)) from exc
             raise
 
-    def _put_verified(self, path: str, source: Source, *, exclusive: bool, move: bool,
+    def _put_verified(self, path: str, source: FileSource, *, exclusive: bool, move: bool,
                       expect: FileDigest) -> bool:
         """Backend part of a verified :meth:`put_file`. This default copies a file source into
         the store's staging directory in one hashed read/write pass, checks the digest, and

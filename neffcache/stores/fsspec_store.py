@@ -41,7 +41,7 @@ from fsspec.registry import known_implementations
 from neffcache.entry import FileInfo
 from neffcache.errors import AccessDenied, ConfigError, EntryNotFound, InvalidURL, StoreError, StoreUnavailable
 from neffcache.keys import safe_relpath
-from neffcache.stores.base import TEMP_MARKER, Source, Store
+from neffcache.stores.base import TEMP_MARKER, FileSource, Store
 
 log = logging.getLogger(__name__)
 
@@ -193,7 +193,7 @@ class FsspecStore(Store):
         with stream:
             yield stream
 
-    def _put_file(self, path: str, source: Source, *, exclusive: bool, move: bool) -> bool:
+    def _put_file(self, path: str, source: FileSource, *, exclusive: bool, move: bool) -> bool:
         full = self._abs(path)
         with self._errors(path):
             if not self.whole_object_writes:
@@ -215,7 +215,7 @@ class FsspecStore(Store):
                             self.fs.rm_file(tmp)
         return True
 
-    def _write(self, full: str, source: Source) -> None:
+    def _write(self, full: str, source: FileSource) -> None:
         if isinstance(source, bytes):
             self.fs.pipe_file(full, source)
         elif self.protocol == "memory":
@@ -223,7 +223,7 @@ class FsspecStore(Store):
         else:
             self.fs.put_file(str(source), full)
 
-    def _create(self, full: str, source: Source) -> bool:
+    def _create(self, full: str, source: FileSource) -> bool:
         data = source if isinstance(source, bytes) else Path(source).read_bytes()
         lock = _process_lock if self.protocol == "memory" else contextlib.nullcontext()
         with lock:

@@ -53,7 +53,7 @@ from neffcache.entry import FileInfo
 from neffcache.errors import AccessDenied, EntryNotFound, StoreError, StoreUnavailable, UnsafePath
 from neffcache.keys import is_canonical_relpath, safe_relpath
 from neffcache.regular import not_regular, open_regular
-from neffcache.stores.base import CONTROL_DIR, PRIVATE_DIRS, TEMP_MARKER, DirListing, SkipDirs, Source, Store
+from neffcache.stores.base import CONTROL_DIR, PRIVATE_DIRS, TEMP_MARKER, DirListing, FileSource, SkipDirs, Store
 from neffcache.stores.local_in_step import walk_together
 from neffcache.stores.local_listing import list_threaded, walk
 from neffcache.stores.local_remove import LocalRemoval
@@ -257,7 +257,7 @@ class LocalStore(Store):
         with self._safe.parent(rel) as (fd, name):
             return open_regular(name, flags | os.O_NOFOLLOW, dir_fd=fd, store=self.url, shown=rel)
 
-    def _put_file(self, path: str, source: Source, *, exclusive: bool, move: bool) -> bool:
+    def _put_file(self, path: str, source: FileSource, *, exclusive: bool, move: bool) -> bool:
         rel = safe_relpath(path)
         head, _, name = rel.rpartition("/")
         try:

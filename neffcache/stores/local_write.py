@@ -22,7 +22,7 @@ import secrets
 from pathlib import Path
 
 from neffcache.regular import open_regular
-from neffcache.stores.base import PRIVATE_FILE_MODE, TEMP_MARKER, Source
+from neffcache.stores.base import PRIVATE_FILE_MODE, TEMP_MARKER, FileSource
 from neffcache.stores.safepath import SafeRoot, copy_fd, unlink_quietly, write_all
 
 SHARED_FILE_MODE = 0o664
@@ -60,7 +60,7 @@ def publish_temp(fd: int, tmp: str, name: str, *, exclusive: bool) -> bool:
     return True
 
 
-def write_temp(safe: SafeRoot, fd: int, tmp: str, source: Source, *, move: bool, shared: bool,
+def write_temp(safe: SafeRoot, fd: int, tmp: str, source: FileSource, *, move: bool, shared: bool,
                private: bool = False) -> None:
     """Write ``source`` to the new name ``tmp`` in the directory ``fd`` (renamed in, with
     ``move``, when it is on the same filesystem); nothing is left behind on failure.

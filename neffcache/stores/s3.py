@@ -49,7 +49,7 @@ from neffcache.keys import safe_relpath
 from neffcache.manifest import FileDigest
 from neffcache.regular import open_regular
 from neffcache.stores import s3_signing
-from neffcache.stores.base import IncompleteUpload, Source, Store
+from neffcache.stores.base import FileSource, IncompleteUpload, Store
 from neffcache.stores.budget import TRANSFER_BUDGET
 from neffcache.stores.hashed_io import check_bytes
 from neffcache.stores.s3_errors import error_code, is_transient, retry_attempts, translate
@@ -232,10 +232,10 @@ class S3Store(Store):
         return download(self._call, self.pool, key=self._key(path), path=path, dest=dest,
                         chunk=self.multipart_chunksize, threshold=self.multipart_threshold)
 
-    def _put_file(self, path: str, source: Source, *, exclusive: bool, move: bool) -> bool:
+    def _put_file(self, path: str, source: FileSource, *, exclusive: bool, move: bool) -> bool:
         return self._upload(path, source, exclusive=exclusive, expect=None).created
 
-    def _put_verified(self, path: str, source: Source, *, exclusive: bool, move: bool,
+    def _put_verified(self, path: str, source: FileSource, *, exclusive: bool, move: bool,
                       expect: FileDigest) -> bool:
         # Hashed in the read that sends it: see _upload.
         return self._upload(path, source, exclusive=exclusive, expect=expect).created
@@ -245,7 +245,7 @@ class S3Store(Store):
         # hashed=True: a created upload always carries its digest and the source's fstat.
         return (sent.digest, sent.before) if sent.created and sent.digest and sent.before else None
 
-    def _upload(self, path: str, source: Source, *, exclusive: bool, expect: FileDigest | None,
+    def _upload(self, path: str, source: FileSource, *, exclusive: bool, expect: FileDigest | None,
                 hashed: bool = False) -> Sent:
         """PutObject, or a multipart upload for big files. With ``expect`` or ``hashed``, the
         bytes sent are the bytes hashed: a small file is read once into its request body and
@@ -281,7 +281,7 @@ class S3Store(Store):
             buffer.close()
             TRANSFER_BUDGET.release(taken)
 
-    def _put_body(self, key: str, path: str, body: Any, exclusive: bool, source: Source) -> bool:
+    def _put_body(self, key: str, path: str, body: Any, exclusive: bool, source: FileSource) -> bool:
         extra: dict[str, Any] = {"IfNoneMatch": "*"} if exclusive else {}
         size = len(source) if isinstance(source, bytes) else source.stat().st_size
         try:
@@ -290,7 +290,7 @@ class S3Store(Store):
             return exc.retried and self._is_ours(key, path, source, size, None)
         return True
 
-    def _is_ours(self, key: str, path: str, source: Source, size: int, etag: str | None) -> bool:
+    def _is_ours(self, key: str, path: str, source: FileSource, size: int, etag: str | None) -> bool:
         """After a retried exclusive write got 412: is the object there the one we wrote?"""
         try:
             head = self._call("head_object", path, Key=key, expect=("404", "NoSuchKey", "NotFound"))

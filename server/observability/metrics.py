@@ -30,6 +30,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 
+from neffcache.events import EventKind
 from neffcache.index.records import BUDGET_POLICIES
 from neffcache.server.services import leases, readiness, regret, stats
 from neffcache.server.services.prices import NO_PRICES, Prices
@@ -140,8 +141,8 @@ class DatabaseCollector(Collector):
         money = self._money_families()
         for (kind, source, toolchain, team), (n, seconds, cost, unpriced) in sorted(by_kind.items()):
             events.add_metric([kind, source, toolchain, team], n)
-            if kind in ("hit", "compile"):
-                (saved if kind == "hit" else spent).add_metric([source, toolchain, team], seconds)
+            if kind in (EventKind.HIT, EventKind.COMPILE):
+                (saved if kind == EventKind.HIT else spent).add_metric([source, toolchain, team], seconds)
                 if money:
                     money[kind].add_metric([source, toolchain, team, self._prices.currency], cost)
                     money["unpriced"].add_metric([kind, source, toolchain, team], unpriced)
@@ -193,9 +194,9 @@ class DatabaseCollector(Collector):
         if not self._prices.configured:
             return {}
         labels = ["source", "toolchain", "team", "currency"]
-        return {"compile": CounterMetricFamily("neffcache_compile_cost", "money spent compiling on cache "
+        return {EventKind.COMPILE: CounterMetricFamily("neffcache_compile_cost", "money spent compiling on cache "
                                                "misses, at the operator's prices", labels=labels),
-                "hit": CounterMetricFamily("neffcache_compile_cost_saved", "money cache hits saved, at the "
+                EventKind.HIT: CounterMetricFamily("neffcache_compile_cost_saved", "money cache hits saved, at the "
                                            "operator's prices", labels=labels),
                 # Never priced at zero: the seconds of instance types without a price, beside the money.
                 "unpriced": CounterMetricFamily("neffcache_unpriced_seconds", "compile seconds (kind compile) "

@@ -21,6 +21,7 @@ from typing import Any
 from sqlalchemy import Double, delete, select
 from sqlalchemy.orm import Session
 
+from neffcache.events import EventKind
 from neffcache.index.records import event_source
 from neffcache.server.services import catalog, regret, tokens
 from neffcache.server.services.identity import Refusal, Writer, refuse
@@ -90,7 +91,7 @@ def sweep_events(session: Session, before: float, limit: int = 5000) -> int:
 
 def _recorded_compile_seconds(sql: DriverSQL, events: Sequence[EventIn]) -> dict[str, float]:
     """For hits that do not say what they saved: the compile time recorded with the entry."""
-    paths = sorted({e.path for e in events if e.kind == "hit" and e.compile_seconds is None and e.path})
+    paths = sorted({e.path for e in events if e.kind is EventKind.HIT and e.compile_seconds is None and e.path})
     if not paths:
         return {}
     if sql.postgresql:
@@ -111,7 +112,7 @@ def _refusals(session: Session, events: Sequence[EventIn], writer: Writer) -> li
         bound = frozenset() if writer.team else tokens.bound_teams(session)
         found += [refusal for i, e in enumerate(events) if (refusal := writer.team_for(i, e.team, bound)[1])]
     evicts: dict[int, tuple[str, str]] = {i: (e.path, e.store) for i, e in enumerate(events)
-                                          if e.kind == "evict" and e.path is not None and e.store is not None}
+                                          if e.kind is EventKind.EVICT and e.path is not None and e.store is not None}
     foreign = catalog.foreign_locations(session, sorted(set(evicts.values())), writer)
     found += [Refusal(i, "store", f"store {pair[1]!r} of entry {pair[0]!r} was added by token {foreign[pair]!r}")
               for i, pair in evicts.items() if pair in foreign]
@@ -120,7 +121,7 @@ def _refusals(session: Session, events: Sequence[EventIn], writer: Writer) -> li
 
 def _event_row(event: EventIn, now: float, saved: dict[str, float], writer: Writer) -> EventRow:
     seconds = event.compile_seconds
-    if seconds is None and event.kind == "hit" and event.path:
+    if seconds is None and event.kind is EventKind.HIT and event.path:
         seconds = saved.get(event.path)
     # The team is the token's (an event naming another was refused above); an admin's is as sent.
     team = writer.team if writer.team and not writer.admin else event.team
@@ -161,7 +162,7 @@ def _roll_up(sql: DriverSQL, rows: list[EventRow]) -> None:
 def _stamp_entries(sql: DriverSQL, rows: list[EventRow]) -> None:
     hits: dict[str, list[float]] = defaultdict(list)
     for row in rows:
-        if row[_KIND] == "hit" and row[_PATH]:
+        if row[_KIND] == EventKind.HIT and row[_PATH]:
             hits[row[_PATH]].append(row[_TS])
     sql.run_many(_stamp_sql(sql.mark), [(len(hits[path]), max(hits[path]), max(hits[path]), path)
                                         for path in sorted(hits)])
@@ -214,5 +215,6 @@ def _stamp_sql(m: str) -> str:
 def _apply_evictions(session: Session, rows: list[EventRow], writer: Writer) -> None:
     """An evict event with a store removes that location; the last location takes the entry
     (the catalog's own forget, as ``DELETE /v1/entries/...`` does)."""
-    for path, store in sorted({(r[_PATH], r[_STORE]) for r in rows if r[_KIND] == "evict" and r[_PATH] and r[_STORE]}):
+    evicted = {(r[_PATH], r[_STORE]) for r in rows if r[_KIND] == EventKind.EVICT and r[_PATH] and r[_STORE]}
+    for path, store in sorted(evicted):
         catalog.forget_entry(session, path, store, writer)

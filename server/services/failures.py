@@ -18,7 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from neffcache.failure_groups import Source, group_sightings, sighting, version_of_label
+from neffcache.events import EventKind
+from neffcache.failure_groups import SeenIn, group_sightings, sighting, version_of_label
 from neffcache.server.storage.models import Event
 
 MAX_EVENTS = 10_000  # error events one query groups, newest first
@@ -65,11 +66,11 @@ def failure_groups(session: Session, query: FailuresQuery) -> FailuresOut:
     """The error events of ``[start, end)`` grouped by signature, the ``top`` largest groups."""
     rows = session.execute(
         select(Event.ts, Event.path, Event.toolchain, Event.model, Event.team, Event.store, Event.message)
-        .where(Event.kind == "error", Event.ts >= query.start, Event.ts < query.end)
+        .where(Event.kind == EventKind.ERROR, Event.ts >= query.start, Event.ts < query.end)
         .order_by(Event.ts.desc()).limit(query.max_events + 1)
     ).all()
     truncated = len(rows) > query.max_events
-    sightings = [sighting(message or "", seen=float(ts), path=path, source=Source.INDEX,
+    sightings = [sighting(message or "", seen=float(ts), path=path, source=SeenIn.INDEX,
                           compiler_version=version_of_label(toolchain), model=model, team=team, store=store)
                  for ts, path, toolchain, model, team, store, message in rows[:query.max_events]]
     groups = group_sightings(sightings)[:query.top]

@@ -22,6 +22,7 @@ from pydantic import BaseModel
 from sqlalchemy import case, exists, func, or_, select
 from sqlalchemy.orm import Session, aliased
 
+from neffcache.events import EventKind
 from neffcache.readiness import REWARMED_FROM_TAG, UNUSED_WEIGHT, readiness
 from neffcache.server.storage.models import Entry, EntryTag, Event
 from neffcache.toolchain import version_key
@@ -54,7 +55,7 @@ def pair_readiness(session: Session, from_label: str, to_label: str, since: floa
     in ``[since, until)``, with the ``top`` most hit graphs still missing."""
     old, new = aliased(Entry), aliased(Entry)
     hits = (select(Event.path.label("path"), func.count().label("n"))
-            .where(Event.kind == "hit", Event.ts >= since, Event.ts < until, Event.toolchain == from_label)
+            .where(Event.kind == EventKind.HIT, Event.ts >= since, Event.ts < until, Event.toolchain == from_label)
             .group_by(Event.path).subquery())
     # Two levels deep: correlate to both entries explicitly (automatic correlation stops one level up).
     tagged = (exists().where(EntryTag.entry_id == new.id, EntryTag.name == REWARMED_FROM_TAG,

@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from neffcache.errors import ConfigError
+from neffcache.events import EventKind
 from neffcache.index.records import MAX_LOOKUP_BATCH, MAX_RECORD_FLAG_LEN, MAX_RECORD_FLAGS
 from neffcache.keys import safe_relpath
 from neffcache.tags import MAX_INDEXED_TAGS, MAX_TAG_NAME, MAX_TAG_VALUE, TAG_NAME_PATTERN
@@ -72,10 +73,8 @@ def _layout(value: str) -> str:
 
 Layout = Annotated[str, AfterValidator(_layout)]  # a name in the library's registry
 State = Literal["SUCCESS", "FAILED", "LOCKED", "EMPTY", "CORRUPT"]
-EventKind = Literal["hit", "miss", "compile", "evict", "error"]
 Scope = Literal["read", "write", "admin"]
 STATES: tuple[str, ...] = ("SUCCESS", "FAILED", "LOCKED", "EMPTY", "CORRUPT")
-EVENT_KINDS: tuple[str, ...] = ("hit", "miss", "compile", "evict", "error")
 UNKNOWN_TOOLCHAIN = "unknown"
 
 

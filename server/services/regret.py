@@ -25,13 +25,14 @@ from pydantic import BaseModel
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
+from neffcache.events import EventKind
 from neffcache.index.records import budget_policy
 from neffcache.server.storage.driver_sql import DriverSQL, marks, slices
 from neffcache.server.storage.models import Eviction, RegretRollup
 
 # (kind, ts, path, compile_seconds, message, store): what an event row tells this module.
 Seen = tuple[str, float, str, float | None, str | None, str | None]
-KINDS = frozenset({"evict", "miss", "hit", "compile"})
+KINDS = frozenset({EventKind.EVICT, EventKind.MISS, EventKind.HIT, EventKind.COMPILE})
 _EVICTIONS = Eviction.__tablename__
 _ROLLUPS = RegretRollup.__tablename__
 _REGRET_COLUMNS = ("path", "evicted_at", "recreated", "regretted", "policy", "compile_seconds")
@@ -55,7 +56,7 @@ def record(sql: DriverSQL, events: Sequence[Seen]) -> None:
     rollup: dict[tuple[int, str], list[float]] = defaultdict(lambda: [0, 0, 0.0])
     newest: dict[str, tuple[float, str | None, str, float]] = {}
     for kind, ts, path, seconds, message, store in events:
-        policy = budget_policy(message) if kind == "evict" else None
+        policy = budget_policy(message) if kind == EventKind.EVICT else None
         if policy is not None:
             rollup[(_hour(ts), policy)][0] += 1
             if path not in newest or ts > newest[path][0]:
@@ -65,7 +66,7 @@ def record(sql: DriverSQL, events: Sequence[Seen]) -> None:
                                                for path, (ts, store, policy, seconds) in sorted(newest.items())])
     used: dict[str, list[tuple[str, float]]] = defaultdict(list)
     for kind, ts, path, _, _, _ in events:
-        if kind in ("miss", "hit", "compile"):
+        if kind in (EventKind.MISS, EventKind.HIT, EventKind.COMPILE):
             used[path].append((kind, ts))
     for row in _rows(sql, sorted(used)):
         _judge(sql, dict(zip(_REGRET_COLUMNS, row, strict=True)), used[row[0]], rollup)
@@ -86,13 +87,13 @@ def _judge(sql: DriverSQL, row: dict[str, Any], used: list[tuple[str, float]],
            rollup: dict[tuple[int, str], list[float]]) -> None:
     """One evicted path and this batch's uses of it: re-created, regretted, or neither yet."""
     evicted, recreated = row["evicted_at"], row["recreated"]
-    again = [ts for kind, ts in used if kind != "miss" and ts > evicted]
+    again = [ts for kind, ts in used if kind != EventKind.MISS and ts > evicted]
     first = min([*again, *([recreated] if recreated is not None else [])], default=None)
     if first is not None and first != recreated:
         sql.run_many(_recreated_sql(sql.mark), [(first, row["path"], evicted)])
     if row["regretted"] is not None:
         return
-    misses = [ts for kind, ts in used if kind == "miss" and ts > evicted and (first is None or ts < first)]
+    misses = [ts for kind, ts in used if kind == EventKind.MISS and ts > evicted and (first is None or ts < first)]
     if not misses:
         return
     # RETURNING: of two batches racing to regret one eviction, only the one that set it counts.

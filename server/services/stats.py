@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field
 from sqlalchemy import ColumnElement, Select, exists, func, select
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
+from neffcache.events import EventKind
 from neffcache.index.records import EVENT_SOURCES, WARM_UP_JOBS
 from neffcache.server.services import leases, regret
 from neffcache.server.services.events import hour_of
@@ -140,7 +141,8 @@ class StatsQuery:
         return {k: v for k, v in pairs.items() if v is not None}
 
 
-_KIND_FIELD = {"hit": "hits", "miss": "misses", "compile": "compiles", "error": "errors", "evict": "evictions"}
+_KIND_FIELD: dict[str, str] = {EventKind.HIT: "hits", EventKind.MISS: "misses", EventKind.COMPILE: "compiles",
+                               EventKind.ERROR: "errors", EventKind.EVICT: "evictions"}
 
 
 def _add(counts: Counts, kind: str, count: int, seconds: float, instance_type: str, prices: Prices) -> None:
@@ -148,20 +150,20 @@ def _add(counts: Counts, kind: str, count: int, seconds: float, instance_type: s
     if field is None:
         return
     setattr(counts, field, getattr(counts, field) + int(count))
-    if kind not in ("compile", "hit"):
+    if kind not in (EventKind.COMPILE, EventKind.HIT):
         return
-    if kind == "compile":
+    if kind == EventKind.COMPILE:
         counts.compile_hours += seconds / 3600
     else:
         counts.saved_hours += seconds / 3600
     if not prices.configured:
         return
     cost = prices.cost(seconds, instance_type)
-    if cost is None and kind == "compile":
+    if cost is None and kind == EventKind.COMPILE:
         counts.unpriced_compile_hours += seconds / 3600
     elif cost is None:
         counts.unpriced_saved_hours += seconds / 3600
-    elif kind == "compile":
+    elif kind == EventKind.COMPILE:
         counts.compile_cost = (counts.compile_cost or 0.0) + cost
     else:
         counts.saved_cost = (counts.saved_cost or 0.0) + cost
@@ -228,7 +230,7 @@ def _add_sourced(row: SeriesPoint | GroupRow, source: str, kind: str, count: int
     """Job traffic into the row's counts; a warm-up's compiles into its ``ahead`` figures."""
     if source == "job":
         _add(row, kind, count, seconds, instance_type, prices)
-    elif kind == "compile":
+    elif kind == EventKind.COMPILE:
         row.ahead_compiles += int(count)
         row.ahead_hours += seconds / 3600
 
@@ -312,7 +314,8 @@ def _top_misses(session: Session, q: StatsQuery) -> list[MissRow]:
     stmt = (
         select(graph, Event.namespace, Event.toolchain, func.count(), func.max(Event.ts))
         # The jobs' misses: a warm-up's are the graphs it was asked to compile ahead of demand.
-        .where(Event.kind == "miss", Event.ts >= q.start, Event.ts < q.end, Event.job.not_in(sorted(WARM_UP_JOBS)))
+        .where(Event.kind == EventKind.MISS, Event.ts >= q.start, Event.ts < q.end,
+               Event.job.not_in(sorted(WARM_UP_JOBS)))
         .group_by(graph, Event.namespace, Event.toolchain)
         .order_by(func.count().desc(), graph).limit(q.top)
     )

@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from neffcache.events import EventKind
 from neffcache.server.storage.models import Event
 
 MAX_PAGE = 10_000
@@ -39,7 +40,7 @@ def hits_by_path(session: Session, toolchain: str, since: float, until: float, *
     paths in order, at most ``limit`` of them after ``cursor``."""
     limit = max(1, min(limit, MAX_PAGE))
     stmt = (select(Event.path, func.count(), func.max(Event.ts))
-            .where(Event.kind == "hit", Event.ts >= since, Event.ts < until, Event.toolchain == toolchain,
+            .where(Event.kind == EventKind.HIT, Event.ts >= since, Event.ts < until, Event.toolchain == toolchain,
                    Event.path.is_not(None)))
     if cursor is not None:
         stmt = stmt.where(Event.path > cursor)
@@ -72,7 +73,7 @@ def misses_by_path(session: Session, toolchain: str | None, since: float, until:
     compiles are paid all the same."""
     limit = max(1, min(limit, MAX_PAGE))
     stmt = (select(Event.path, func.count(), func.max(Event.ts))
-            .where(Event.kind == "miss", Event.ts >= since, Event.ts < until, Event.path.is_not(None)))
+            .where(Event.kind == EventKind.MISS, Event.ts >= since, Event.ts < until, Event.path.is_not(None)))
     if toolchain is not None:
         stmt = stmt.where(Event.toolchain == toolchain)
     if cursor is not None:

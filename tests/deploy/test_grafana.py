@@ -16,7 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import neffcache.server
 from neffcache.entry import EntryState
-from neffcache.index.records import EVENT_KINDS, EVENT_SOURCES
+from neffcache.events import EventKind
+from neffcache.index.records import EVENT_SOURCES
 from neffcache.server.observability.metrics import result_of
 from tests.deploy.conftest import ComposeStack
 from tests.deploy.files import GRAFANA_DASHBOARD, PROMETHEUS
@@ -32,7 +33,7 @@ KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "boo
 SYNTHETIC = {"up"}
 # The label values the code can produce, for the labels queries filter on.
 LABEL_VALUES = {
-    "kind": set(EVENT_KINDS),
+    "kind": {k.value for k in EventKind},
     "source": set(EVENT_SOURCES),
     "state": {s.value for s in EntryState},
     "result": {result_of(s) for s in range(100, 600)} | set(re.findall(

@@ -16,7 +16,7 @@ from neffcache.errors import NoSpace
 from neffcache.manifest import FileDigest
 from neffcache.prune import PrunePolicy, execute_plan, plan_prune
 from neffcache.prune.reserve import RESERVE, RESERVE_BYTES
-from neffcache.stores.base import Source
+from neffcache.stores.base import FileSource
 from neffcache.stores.local import LocalStore
 from neffcache.testing.store_contract import publish_a
 from tests.hostile.trees import neffcache
@@ -83,7 +83,7 @@ class FullUntilReleased(LocalStore):
 
     full = False
 
-    def put_file(self, path: str, source: Source, *, exclusive: bool = False, move: bool = False,
+    def put_file(self, path: str, source: FileSource, *, exclusive: bool = False, move: bool = False,
                  expect: FileDigest | None = None) -> bool:
         if self.full and path != RESERVE and (self.root / RESERVE).exists():
             raise NoSpace(self.url, path=path, reason="No space left on device (injected)")

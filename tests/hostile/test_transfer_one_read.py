@@ -31,7 +31,7 @@ from neffcache.operations.ingest import build_manifest
 from neffcache.operations.publish import publish
 from neffcache.outcomes import PublishStatus
 from neffcache.replication.sync import pull, push
-from neffcache.stores.base import Source
+from neffcache.stores.base import FileSource
 from neffcache.stores.hashed_io import SETTLE
 from neffcache.stores.local import LocalStore
 from neffcache.stores.s3 import S3Store
@@ -225,7 +225,7 @@ def test_a_publisher_that_lost_the_race_never_overwrites_the_winners_data(
                  "model.neff": b"NEFF ours" + os.urandom(4096), "model.done": b""}
         for name, data in files.items():
             (ours / name).write_bytes(data)
-        sources: dict[str, Source] = {n: ours / n for n in files}
+        sources: dict[str, FileSource] = {n: ours / n for n in files}
         manifest = build_manifest("neuronxcc", "MODULE_5+abb26765", sources, toolchain=TC)
         if computed:
             manifest = dataclasses.replace(manifest, files={}, computed=True)

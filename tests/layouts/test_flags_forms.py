@@ -35,7 +35,7 @@ from neffcache.operations.ingest import build_manifest
 from neffcache.operations.publish import publish
 from neffcache.operations.scan import scan
 from neffcache.outcomes import PublishStatus
-from neffcache.stores.base import Source
+from neffcache.stores.base import FileSource
 from neffcache.stores.local import LocalStore
 from neffcache.toolchain import Toolchain
 from tests.runtime_caches import ERA_BOTH, module_name, write_runtime_a
@@ -234,7 +234,7 @@ class RecordingStore(LocalStore):
         super().__init__(root)
         self.order: list[str] = []
 
-    def put_file(self, path: str, source: Source, *, exclusive: bool = False, move: bool = False,
+    def put_file(self, path: str, source: FileSource, *, exclusive: bool = False, move: bool = False,
                  expect: FileDigest | None = None) -> bool:
         done = super().put_file(path, source, exclusive=exclusive, move=move, expect=expect)
         self.order.append(path.rpartition("/")[2])
@@ -247,7 +247,7 @@ def test_a_publish_into_a_text_form_namespace_commits_with_the_neff_written_last
     ns = dataclasses.replace(layout.namespace_for(tc), flags_form="text")
     name, data = layout.flags_file(ns, "", [FLAGS])
     key = f"MODULE_42+{_md5(data)}"
-    files: dict[str, Source] = {"model.hlo_module.pb": b"HloModule m", name: data, "model.neff": b"NEFF" * 64}
+    files: dict[str, FileSource] = {"model.hlo_module.pb": b"HloModule m", name: data, "model.neff": b"NEFF" * 64}
     manifest = build_manifest(layout.name, key, files, toolchain=tc, flags=[FLAGS])
     store = RecordingStore(tmp_path)
     assert publish(store, ns, key, files, manifest).status is PublishStatus.PUBLISHED

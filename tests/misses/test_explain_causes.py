@@ -14,7 +14,7 @@ from pathlib import Path
 from neffcache.index import NullIndex
 from neffcache.layouts import get_layout
 from neffcache.misses.causes import Explanation
-from neffcache.misses.explain import Field, Match, Source
+from neffcache.misses.explain import Field, FoundIn, Match
 from neffcache.misses.inputs import Known, missed_from_argument, missed_from_report
 from neffcache.misses.nearest import StoreCatalog, why_miss
 from neffcache.operations.ingest import build_manifest
@@ -57,7 +57,7 @@ def test_a_compiler_bump_is_named_and_the_rewarm_that_would_have_hit(tmp_path: P
     assert found.cause == "compiler 2.21 → 2.22"
     assert f"neffcache rewarm --from-compiler {V21}" in found.fix
     best = found.comparisons[0]
-    assert best.candidate.path == entry_path(root, old) and best.candidate.source is Source.STORE
+    assert best.candidate.path == entry_path(root, old) and best.candidate.source is FoundIn.STORE
     assert best.match(Field.FLAGS) is Match.SAME  # inferred: the key is the one the entry's flags give
     assert [d.field for d in best.differences if d.match is Match.DIFFERENT] == [Field.COMPILER]
     assert "not asked" in found.index

@@ -9,7 +9,7 @@ from pathlib import Path
 from neffcache.index import open_index
 from neffcache.index.records import entry_record
 from neffcache.layouts import get_layout
-from neffcache.misses.explain import Field, Match, Source
+from neffcache.misses.explain import Field, FoundIn, Match
 from neffcache.misses.inputs import Known, missed_from_argument
 from neffcache.misses.nearest import StoreCatalog, why_miss
 from neffcache.operations.ingest import build_manifest
@@ -68,7 +68,7 @@ def test_the_index_finds_a_graph_held_only_in_a_store_not_given(
         (found,) = why_miss([missed], [StoreCatalog.build(given)], client)
     assert found.cause == "compiler 2.21 → 2.22"
     best = found.comparisons[0]
-    assert (best.candidate.path, best.candidate.source, best.candidate.stores) == (path, Source.INDEX,
+    assert (best.candidate.path, best.candidate.source, best.candidate.stores) == (path, FoundIn.INDEX,
                                                                                   (hidden.url,))
     assert best.match(Field.HLO) is Match.SAME and best.match(Field.FLAGS) is Match.SAME
     assert f"--store {hidden.url}" in found.fix

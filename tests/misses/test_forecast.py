@@ -8,7 +8,7 @@ import math
 import pytest
 
 from neffcache.index.records import CompileSample
-from neffcache.misses.forecast import Basis, Line, estimate, fit, forecast, makespan
+from neffcache.misses.forecast import ForecastBasis, Line, estimate, fit, forecast, makespan
 from neffcache.misses.lookup import History
 from neffcache.misses.wanted import WantedGraph
 from neffcache.toolchain import Toolchain
@@ -54,22 +54,22 @@ def test_the_same_graph_wins_with_the_median_of_its_target() -> None:
     history = History(by_hlo={"d" * 64: (("trn2", 30.0), ("trn2", 10.0), ("trn2", 50.0), ("trn1", 999.0))},
                       samples={"trn2": samples((1000, 1.0), (2000, 2.0))})
     got = estimate(graph("a", digest="d" * 64), history)
-    assert (got.seconds, got.basis) == (30.0, Basis.SAME_GRAPH)
+    assert (got.seconds, got.basis) == (30.0, ForecastBasis.SAME_GRAPH)
 
 
 def test_the_same_graph_on_another_target_is_used_when_its_own_has_none() -> None:
     history = History(by_hlo={"d" * 64: (("trn1", 40.0), (None, 60.0))})
     got = estimate(graph("a", digest="d" * 64), history)
-    assert (got.seconds, got.basis) == (50.0, Basis.SAME_GRAPH)
+    assert (got.seconds, got.basis) == (50.0, ForecastBasis.SAME_GRAPH)
 
 
 def test_without_the_graph_the_size_fit_of_its_target_and_else_unknown() -> None:
     history = History(samples={"trn2": samples((1000, 12.0), (2000, 18.0), (3000, 30.0))})
     fitted = estimate(graph("a", size=2500), history)
-    assert fitted.basis is Basis.SIZE_FIT and fitted.seconds == pytest.approx(24.5)  # 2 + 0.009 * 2500
+    assert fitted.basis is ForecastBasis.SIZE_FIT and fitted.seconds == pytest.approx(24.5)  # 2 + 0.009 * 2500
     assert estimate(graph("b", toolchain=Toolchain("2.28.1001.0+0badc0de", "trn1", 1)), history).basis \
-        is Basis.UNKNOWN
-    assert estimate(graph("c", size=None), history).basis is Basis.UNKNOWN
+        is ForecastBasis.UNKNOWN
+    assert estimate(graph("c", size=None), history).basis is ForecastBasis.UNKNOWN
 
 
 def test_longest_first_schedule() -> None:

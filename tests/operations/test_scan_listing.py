@@ -12,7 +12,7 @@ from typing import BinaryIO
 from neffcache.entry import EntryState, FileInfo
 from neffcache.layouts.torchneuron import shard
 from neffcache.operations.scan import ScanReport, group_files, scan
-from neffcache.stores.base import TEMP_MARKER, Source, Store
+from neffcache.stores.base import TEMP_MARKER, FileSource, Store
 from neffcache.stores.local import LocalStore
 from tests.runtime_caches import VERSION, module_name, write_neuronxcc_entry
 
@@ -38,7 +38,7 @@ class FileByFile(Store):
     def open_read(self, path: str) -> contextlib.AbstractContextManager[BinaryIO]:
         return self.inner.open_read(path)
 
-    def _put_file(self, path: str, source: Source, *, exclusive: bool, move: bool) -> bool:
+    def _put_file(self, path: str, source: FileSource, *, exclusive: bool, move: bool) -> bool:
         raise NotImplementedError
 
     def _delete(self, paths: list[str]) -> int:

@@ -13,7 +13,7 @@ from pathlib import Path
 from neffcache.entry import EntryState
 from neffcache.failures import FailureClass
 from neffcache.prune import FailedSelect, PrunePolicy
-from neffcache.prune.candidates import Candidate
+from neffcache.prune.candidates import PruneCandidate
 from neffcache.prune.rules import select_entries
 from tests.simulation import Sim
 
@@ -82,8 +82,8 @@ def test_failed_expired_needs_a_ttl_and_takes_only_old_failures(sim: Sim) -> Non
     assert proc.returncode == 0 and json.loads(proc.stdout)["plan"]["entries"] == 1
 
 
-def _candidate(path: str, cls: FailureClass | None) -> Candidate:
-    return Candidate("s", path, "neuronxcc", "2.27", "trn2", 2, EntryState.FAILED, 10, time.time(),
+def _candidate(path: str, cls: FailureClass | None) -> PruneCandidate:
+    return PruneCandidate("s", path, "neuronxcc", "2.27", "trn2", 2, EntryState.FAILED, 10, time.time(),
                      failure_class=cls)
 
 

@@ -25,6 +25,7 @@ LAYERS = ("config", "storage", "services", "observability", "api", "ui", "connec
 # What the server may import from the library, and why it needs each.
 LIBRARY = {
     "neffcache.errors": "the one error hierarchy (ConfigError, InvalidKey, IndexServerError)",
+    "neffcache.events": "EventKind: the kinds of event it validates and counts, the ones the client sends",
     "neffcache.failure_groups": "error events grouped by signature for /v1/failures, as `neffcache failures` "
                                 "groups the stores' failure logs",
     "neffcache.index.records": "what clients send: the records the server validates and stores",

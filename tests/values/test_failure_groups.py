@@ -10,7 +10,7 @@ import pytest
 from neffcache.failure_groups import (
     MAX_PATHS,
     FailureGroup,
-    Source,
+    SeenIn,
     group_sightings,
     merge_groups,
     resolve_signature,
@@ -26,13 +26,13 @@ def _error(path: str, line: int) -> str:
 
 def test_sightings_of_one_error_on_several_hosts_are_one_group() -> None:
     seen = [
-        sighting(_error("/tmp/a/x.pb", 3), seen=100.0, path="ns/MODULE_1+aa", source=Source.STORE,
+        sighting(_error("/tmp/a/x.pb", 3), seen=100.0, path="ns/MODULE_1+aa", source=SeenIn.STORE,
                  compiler_version="2.27", store="file:///a"),
-        sighting(_error("/fsx/b/y.pb", 99), seen=300.0, path="ns/MODULE_2+aa", source=Source.INDEX,
+        sighting(_error("/fsx/b/y.pb", 99), seen=300.0, path="ns/MODULE_2+aa", source=SeenIn.INDEX,
                  compiler_version="2.28", model="llama", team="ml"),
-        sighting(_error("/fsx/b/y.pb", 99), seen=200.0, path="ns/MODULE_2+aa", source=Source.INDEX, model="llama"),
+        sighting(_error("/fsx/b/y.pb", 99), seen=200.0, path="ns/MODULE_2+aa", source=SeenIn.INDEX, model="llama"),
         sighting("neuronx-cc: error while loading shared libraries: libfoo.so.1: cannot open shared object file",
-                 seen=50.0, path=None, source=Source.INDEX, team="infra"),
+                 seen=50.0, path=None, source=SeenIn.INDEX, team="infra"),
     ]
     groups = group_sightings(seen)
     assert len(groups) == 2
@@ -46,8 +46,8 @@ def test_sightings_of_one_error_on_several_hosts_are_one_group() -> None:
 
 
 def test_merging_counts_a_graph_both_sources_know_once() -> None:
-    a = group_sightings([sighting(_error("/a", 1), seen=10.0, path=f"p{i}", source=Source.STORE) for i in range(3)])
-    b = group_sightings([sighting(_error("/b", 2), seen=20.0, path=f"p{i}", source=Source.INDEX, team="t")
+    a = group_sightings([sighting(_error("/a", 1), seen=10.0, path=f"p{i}", source=SeenIn.STORE) for i in range(3)])
+    b = group_sightings([sighting(_error("/b", 2), seen=20.0, path=f"p{i}", source=SeenIn.INDEX, team="t")
                          for i in range(2, 5)])
     (merged,) = merge_groups(a, b)
     assert merged.graphs == 5 and merged.occurrences == 6
@@ -56,7 +56,7 @@ def test_merging_counts_a_graph_both_sources_know_once() -> None:
 
 
 def test_a_group_survives_json_and_a_forged_one_is_refused() -> None:
-    (group,) = group_sightings([sighting(_error("/a", 1), seen=10.0, path="p", source=Source.STORE)])
+    (group,) = group_sightings([sighting(_error("/a", 1), seen=10.0, path="p", source=SeenIn.STORE)])
     back = FailureGroup.from_json(group.to_json())
     assert back.to_json() == group.to_json()
     for bad in ({"signature": "../../etc"}, {"graphs": -1}, {"graphs": True}, {"last_seen": math.nan},

@@ -1,0 +1,1 @@
+../../neffcache/events.py
