@@ -34,21 +34,31 @@ class HitsPage(BaseModel):
     next_cursor: str | None = Field(description="pass as ?cursor= for the next page; null on the last")
 
 
+def _counts_by_path(session: Session, kind: EventKind, toolchain: str | None, since: float, until: float,
+                    limit: int, cursor: str | None) -> tuple[list[tuple[str, int, float]], str | None]:
+    """``kind`` events per entry path in ``[since, until)`` (of ``toolchain`` only, when given):
+    (path, count, last event's time) in path order, at most ``limit`` after ``cursor``, and the
+    cursor of the next page (None on the last). One query a page: it reads one row past the
+    page to know whether there is a next one."""
+    limit = max(1, min(limit, MAX_PAGE))
+    stmt = (select(Event.path, func.count(), func.max(Event.ts))
+            .where(Event.kind == kind, Event.ts >= since, Event.ts < until, Event.path.is_not(None)))
+    if toolchain is not None:
+        stmt = stmt.where(Event.toolchain == toolchain)
+    if cursor is not None:
+        stmt = stmt.where(Event.path > cursor)
+    rows = session.execute(stmt.group_by(Event.path).order_by(Event.path).limit(limit + 1)).all()
+    page = [(str(path), int(n), float(last)) for path, n, last in rows[:limit]]
+    return page, page[-1][0] if len(rows) > limit and page else None
+
+
 def hits_by_path(session: Session, toolchain: str, since: float, until: float, *, limit: int = 1000,
                  cursor: str | None = None) -> HitsPage:
     """Hit events per entry path reported for ``toolchain`` (a label) in ``[since, until)``,
     paths in order, at most ``limit`` of them after ``cursor``."""
-    limit = max(1, min(limit, MAX_PAGE))
-    stmt = (select(Event.path, func.count(), func.max(Event.ts))
-            .where(Event.kind == EventKind.HIT, Event.ts >= since, Event.ts < until, Event.toolchain == toolchain,
-                   Event.path.is_not(None)))
-    if cursor is not None:
-        stmt = stmt.where(Event.path > cursor)
-    rows = session.execute(stmt.group_by(Event.path).order_by(Event.path).limit(limit + 1)).all()
-    page = [PathHits(path=str(path), hits=int(n), last_hit=float(last)) for path, n, last in rows[:limit]]
-    more = len(rows) > limit
-    return HitsPage(toolchain=toolchain, since=since, until=until, hits=page,
-                    next_cursor=page[-1].path if more and page else None)
+    page, next_cursor = _counts_by_path(session, EventKind.HIT, toolchain, since, until, limit, cursor)
+    return HitsPage(toolchain=toolchain, since=since, until=until,
+                    hits=[PathHits(path=p, hits=n, last_hit=last) for p, n, last in page], next_cursor=next_cursor)
 
 
 class PathMisses(BaseModel):
@@ -71,15 +81,7 @@ def misses_by_path(session: Session, toolchain: str | None, since: float, until:
     paths in order, at most ``limit`` of them after ``cursor``: what a client matches against
     its stores' eviction tombstones (``prune --regret``). Warm-ups' misses count too: their
     compiles are paid all the same."""
-    limit = max(1, min(limit, MAX_PAGE))
-    stmt = (select(Event.path, func.count(), func.max(Event.ts))
-            .where(Event.kind == EventKind.MISS, Event.ts >= since, Event.ts < until, Event.path.is_not(None)))
-    if toolchain is not None:
-        stmt = stmt.where(Event.toolchain == toolchain)
-    if cursor is not None:
-        stmt = stmt.where(Event.path > cursor)
-    rows = session.execute(stmt.group_by(Event.path).order_by(Event.path).limit(limit + 1)).all()
-    page = [PathMisses(path=str(path), misses=int(n), last_miss=float(last)) for path, n, last in rows[:limit]]
-    more = len(rows) > limit
-    return MissesPage(toolchain=toolchain, since=since, until=until, misses=page,
-                      next_cursor=page[-1].path if more and page else None)
+    page, next_cursor = _counts_by_path(session, EventKind.MISS, toolchain, since, until, limit, cursor)
+    return MissesPage(toolchain=toolchain, since=since, until=until,
+                      misses=[PathMisses(path=p, misses=n, last_miss=last) for p, n, last in page],
+                      next_cursor=next_cursor)

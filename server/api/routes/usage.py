@@ -31,12 +31,19 @@ def get_hits(
     """Hit events per entry path reported for one toolchain from ``since`` (default: 30 days
     before ``until``) to ``until`` (default now), in path order, one page at a time (follow
     ``next_cursor``). Only events within the server's retention are counted."""
+    start, stop = _window(since, until)
+    with access.db.read() as session:
+        return hits_by_path(session, toolchain, start, stop, limit=limit, cursor=cursor)
+
+
+def _window(since: float | None, until: float | None) -> tuple[float, float]:
+    """The window ``since`` to ``until``: ``until`` defaults to now, ``since`` to 30 days before
+    it; an empty or reversed window is the client's error (422), not an empty page."""
     stop = until if until is not None else time.time()
     start = since if since is not None else stop - 30 * 86400
     if start >= stop:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, "since must be before until")
-    with access.db.read() as session:
-        return hits_by_path(session, toolchain, start, stop, limit=limit, cursor=cursor)
+    return start, stop
 
 
 @router.get("/misses", name="usage.misses", summary="Misses per entry in a window", responses=AUTH_ERRORS)
@@ -53,9 +60,6 @@ def get_misses(
     """Miss events per entry path from ``since`` (default: 30 days before ``until``) to
     ``until`` (default now), with each path's last miss, in path order, one page at a time
     (follow ``next_cursor``). Only events within the server's retention are counted."""
-    stop = until if until is not None else time.time()
-    start = since if since is not None else stop - 30 * 86400
-    if start >= stop:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, "since must be before until")
+    start, stop = _window(since, until)
     with access.db.read() as session:
         return misses_by_path(session, toolchain, start, stop, limit=limit, cursor=cursor)
