@@ -25,6 +25,7 @@ from neffcache.entry import EntryState
 from neffcache.errors import ConfigError, RefusedPlan
 from neffcache.prune.candidates import PruneCandidate, toolchain_label
 from neffcache.prune.model import Budget, Guard, ItemKind, PruneItem, PrunePlan, PrunePolicy, Reason, Rule
+from neffcache.prune.rules import TargetLnc
 from neffcache.toolchain import version_key
 
 # Half a percentage point: removing an old toolchain after a re-warm removes about half of the
@@ -99,7 +100,7 @@ def budget_guards(budgets: Iterable[Budget], items: Sequence[PruneItem]) -> list
 
 
 def _newest(store: str, mine: Sequence[PruneCandidate], removed: set[tuple[str, str]]) -> list[Guard]:
-    groups: dict[tuple[str | None, int | None], list[PruneCandidate]] = defaultdict(list)
+    groups: dict[TargetLnc, list[PruneCandidate]] = defaultdict(list)
     for c in mine:
         if c.compiler_version:
             groups[(c.target, c.lnc)].append(c)
