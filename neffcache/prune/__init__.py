@@ -8,8 +8,8 @@ The package has one import direction, each module importing only those before it
 rules see) ← ``costs`` (compile seconds and hits, from manifests and the index) ← ``rules``
 (toolchain, age, size, failed) ← ``sweep`` (stale locks and leases, garbage, retention) ←
 ``guard`` (plans that look like mistakes) ← ``remove`` (delete order and the journal of a
-chunk) ← ``plan`` (:func:`plan_prune`) ← ``run`` (one store's re-checked removal) ←
-``execute`` (:func:`execute_plan`).
+chunk) ← ``plan`` (:func:`plan_prune`) ← ``reserve`` (the space a prune keeps on a store
+that can fill) ← ``run`` (one store's re-checked removal) ← ``execute`` (:func:`execute_plan`).
 """
 
 from neffcache.prune.execute import PRUNE_LEASE, describe, execute_plan
