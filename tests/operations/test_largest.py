@@ -20,8 +20,10 @@ from neffcache.operations.summary import summarize
 from neffcache.stores import local_listing
 from neffcache.stores.base import Store
 from neffcache.stores.local import LocalStore
+from neffcache.stores.s3 import S3Store
 from tests.operations.test_summary import KeyOrder, _all_layouts
 from tests.runtime_caches import write_kernel_neff, write_native_neff, write_neuronxcc_entry
+from tests.stores.conftest import aws_env, moto_server, s3_endpoint, s3_store  # noqa: F401 - fixtures
 
 ORDERS = ["walk", "python walk", "threaded", "key order", "no shard counts"]
 
@@ -163,3 +165,15 @@ def test_the_sinks_bound_is_the_c_helpers() -> None:
     if native is None:
         pytest.skip("the C listing helper is not built here (NEFFCACHE_NATIVE=0 or no compiler)")
     assert native.MAX_LARGEST == MAX_LARGEST
+
+
+def test_the_largest_of_an_s3_store_over_http(tmp_path: Path, s3_store: S3Store) -> None:  # noqa: F811
+    """An object store counts nothing: every entry is judged from its keys (layout B's only at
+    the end of the listing), and the sink sees them all; the answer is the local tree's."""
+    _sized_tree(tmp_path, entries=45)
+    for path in sorted(p for p in tmp_path.rglob("*") if p.is_file()):
+        s3_store.put_file(path.relative_to(tmp_path).as_posix(), path)
+    sink = Largest(7)
+    summary = summarize(s3_store, sinks=[sink])
+    assert summary.entries == 49
+    assert sink.entries() == _expected(s3_store, 7) == _expected(LocalStore(tmp_path), 7)
