@@ -36,7 +36,9 @@ When has an entry been seen whole? It depends on how its layout spreads its file
 
 FAILED entries are kept (the plain scan reads each one's failure log); warnings are kept up to
 ``max_warnings`` (the first by path, as the full report sorts them: the listing order differs)
-and counted beyond. Everything else is a counter.
+and counted beyond. Everything else is a counter (neffcache/operations/tally.py). A question
+about single entries is a sink (neffcache/operations/sinks.py), handed each judged entry and
+each store count's largest; a sink that needs every entry turns the stores' counting off.
 """
 
 from __future__ import annotations
