@@ -1,4 +1,4 @@
-"""The import-linter contracts in pyproject.toml are the layer tables the AST tests hold
+"""The import-linter contracts in pyproject.toml are the tables the AST tests hold
 (tests/test_layers.py, tests/server/test_layers.py), and ``lint-imports`` keeps them.
 
 Two statements of one rule drift apart unless something compares them: this does, layer by
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.server import test_layers as server_layers
-from tests.test_layers import LAYERS, REPO
+from tests.test_layers import LAYERS, REPO, SERVER_FACADE
 
 CONTRACTS: dict[str, dict[str, Any]] = {
     c["id"]: c for c in tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]}
@@ -44,6 +44,11 @@ def test_the_server_layers_are_the_server_table() -> None:
     ignored = {rule.split("-> ")[1] for rule in CONTRACTS["server-library"]["ignore_imports"]}
     for module in allowed - ignored:
         assert not any(module == f or module.startswith(f + ".") for f in forbidden), module
+
+
+def test_the_cli_reaches_the_server_through_the_facade_table() -> None:
+    facade = {rule.split("-> ")[1] for rule in CONTRACTS["cli-server-facade"]["ignore_imports"]}
+    assert facade == set(SERVER_FACADE)
 
 
 def test_lint_imports_keeps_every_contract() -> None:

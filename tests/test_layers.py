@@ -1,12 +1,14 @@
-"""The library's import graph: layers import only downward, and there is no cycle.
+"""What import-linter cannot say of the library's import graph: every module has a layer,
+the layer table names no module that is gone, there is no import cycle (within a layer too),
+and the simulated runtime asks no store or layout.
 
 Every module of ``neffcache/`` (the library; ``neffcache.testing`` is a simulated runtime
 beside it, with the store contract suite in ``neffcache.testing.store_contract``) belongs to
-one layer of ``LAYERS`` and imports only from its own layer and the layers below. The parts
-beside the library have their own rules: the library never imports them (nor
-``neffcache.testing``); ``neffcache.warmers`` may import the library, not the CLI or the
-server; ``neffcache.cli`` may import anything, but reaches the server only through its
-facade (``SERVER_FACADE``). The server's own layers are checked by tests/server/test_layers.py.
+one layer of ``LAYERS``. That a module imports only its own layer and those below, that the
+library never imports the parts beside it, that the warmers and the simulation use the library
+only, and that the CLI reaches the server only through its facade (``SERVER_FACADE``) are
+import-linter contracts in pyproject.toml, which ``lint-imports`` checks in ``make test``;
+tests/test_import_contracts.py holds them to these tables.
 
 This reads every module's AST (imports inside functions and ``TYPE_CHECKING`` blocks count
 too), so nothing has to be imported to be checked. docs/architecture.md draws the same table.
@@ -161,29 +163,6 @@ def test_every_layer_entry_names_a_module() -> None:
     assert not stale, f"LAYERS names modules that do not exist: {stale}"
 
 
-def test_the_library_imports_only_downward() -> None:
-    problems = []
-    for imp in _all_imports():
-        if not _is_library(imp.module):
-            continue
-        if not _is_library(imp.target):
-            problems.append(f"{imp}: the library never imports {imp.target.split('.')[1]}")
-            continue
-        own, theirs = _layer(imp.module), _layer(imp.target)
-        if own is not None and theirs is not None and theirs > own:
-            below = ", ".join(name for name, _ in LAYERS[:own]) or "nothing"
-            problems.append(f"{imp}: {LAYERS[own][0]} may import only its own layer and {below}, "
-                            f"not {LAYERS[theirs][0]}")
-    assert not problems, "the library imports upward:\n" + "\n".join(problems)
-
-
-def test_the_simulated_toolchain_imports_only_the_library() -> None:
-    problems = [f"{imp}" for imp in _all_imports()
-                if _within(imp.module, "neffcache.testing")
-                and not _is_library(imp.target) and not _within(imp.target, "neffcache.testing")]
-    assert not problems, "neffcache.testing imports beyond the library:\n" + "\n".join(problems)
-
-
 def test_the_simulated_runtime_imports_no_store_or_layout() -> None:
     """The simulation writes what a real runtime writes, by itself: were it to ask the layouts or
     stores, tests of those would check the code against itself. The store contract suite beside
@@ -193,20 +172,6 @@ def test_the_simulated_runtime_imports_no_store_or_layout() -> None:
                 and not _within(imp.module, "neffcache.testing.store_contract")
                 and (_within(imp.target, "neffcache.stores") or _within(imp.target, "neffcache.layouts"))]
     assert not problems, "the simulated runtime imports stores or layouts:\n" + "\n".join(problems)
-
-
-def test_warmers_import_the_library_not_the_cli_or_server() -> None:
-    problems = [f"{imp}" for imp in _all_imports()
-                if _within(imp.module, "neffcache.warmers")
-                and (_within(imp.target, "neffcache.cli") or _within(imp.target, "neffcache.server"))]
-    assert not problems, "the warmers import the CLI or the server:\n" + "\n".join(problems)
-
-
-def test_the_cli_reaches_the_server_only_through_its_facade() -> None:
-    problems = [f"{imp}: use {', '.join(SERVER_FACADE)}" for imp in _all_imports()
-                if _within(imp.module, "neffcache.cli") and _within(imp.target, "neffcache.server")
-                and not any(_within(imp.target, f) for f in SERVER_FACADE)]
-    assert not problems, "the CLI imports server internals:\n" + "\n".join(problems)
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:

@@ -1,11 +1,14 @@
-"""The server's import graph: its layers import only downward, and from the library only values.
+"""The server's import graph: from the library it imports only the values it names (``LIBRARY``).
 
 ``neffcache.server`` is deployed on its own (a container with no cache stores), so it may use
-the library's values and the index records, never its stores, layouts, sync or prune. Inside
-the server, ``storage`` < ``services`` < ``observability`` < ``api`` < ``ui`` < ``connections`` <
-``workers`` < ``app``: a module imports its own layer and those below it. This reads every
-module's AST (imports inside functions and ``TYPE_CHECKING`` blocks count too), so nothing has
-to be imported to be checked.
+the library's values and the index records, never its stores, layouts, sync or prune. The
+import-linter contract (pyproject.toml, ``server-library``) forbids those packages; this holds
+the server to an allow-list instead, each module with why it is needed, so a new library
+module is not used by the server unnoticed. Inside the server, ``storage`` < ``services`` <
+``observability`` < ``api`` < ``ui`` < ``connections`` < ``workers`` < ``app`` (``LAYERS``): a
+module imports its own layer and those below it, which the ``server-layers`` contract checks
+(tests/test_import_contracts.py holds it to ``LAYERS``). This reads every module's AST (imports
+inside functions and ``TYPE_CHECKING`` blocks count too), so nothing has to be imported.
 """
 
 from __future__ import annotations
@@ -132,21 +135,6 @@ def test_pending_exceptions_are_still_needed() -> None:
     used = {(imp.path, imp.target) for imp in _all_imports()}
     stale = sorted(PENDING - used)
     assert not stale, f"remove these from PENDING in {Path(__file__).name}, the imports are gone: {stale}"
-
-
-def test_layers_import_only_downward() -> None:
-    problems = []
-    for imp in _all_imports():
-        if not imp.target.startswith(PACKAGE + ".") or imp.target == PACKAGE:
-            continue
-        own = _layer(_module_name(imp.path))
-        theirs = _layer(imp.target)
-        if own is None or theirs is None:
-            continue
-        if LAYERS.index(theirs) > LAYERS.index(own):
-            below = ", ".join(LAYERS[: LAYERS.index(own)]) or "nothing"
-            problems.append(f"{imp}: {own} may import only its own layer and {below}, not {theirs}")
-    assert not problems, "server layers import upward:\n" + "\n".join(problems)
 
 
 @pytest.mark.parametrize(("source", "expected"), [
