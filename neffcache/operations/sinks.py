@@ -70,15 +70,15 @@ class Largest:
     def __init__(self, n: int) -> None:
         if not 0 < n <= MAX_LARGEST:
             raise ValueError(f"the number of largest entries must be 1 to {MAX_LARGEST}, not {n}")
-        self.n = self.largest = n
+        self.largest = n  # also what it asks of each count: its n largest
         self._kept: list[SizedEntry] = []
 
     def add(self, entry: SizedEntry) -> None:
         kept = self._kept
         kept.append(entry)
-        if len(kept) >= 2 * self.n:
+        if len(kept) >= 2 * self.largest:
             kept.sort(key=_order)
-            del kept[self.n:]
+            del kept[self.largest:]
 
     def add_all(self, entries: Iterable[SizedEntry]) -> None:
         for entry in entries:
@@ -87,5 +87,5 @@ class Largest:
     def entries(self) -> list[SizedEntry]:
         """The ``n`` largest (fewer when the scan found fewer), largest first, ties by path."""
         kept = sorted(self._kept, key=_order)
-        del kept[self.n:]
+        del kept[self.largest:]
         return kept

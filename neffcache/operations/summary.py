@@ -129,7 +129,8 @@ def summarize(store: Store, *, prefix: str = "", progress: Progress | None = Non
     open_flat: list[Group] = []  # entries of a flat directory not yet judged
     spread: dict[str, list[str]] = {}  # namespace -> its spread trees the walk left for later
     counting = COUNT_PLAIN_SHARDS and not any(sink.needs_every_entry for sink in sinks)
-    counter = _PlainCounter(grouper, tally, max((s.largest for s in sinks), default=0)) if counting else None
+    largest = max((sink.largest for sink in sinks), default=0)
+    counter = _PlainCounter(grouper, tally, largest) if counting else None
     for listing in _listings(store, prefix, spread, counter):
         if open_flat:
             open_flat = _judge_left(listing, open_flat, grouper, tally)
@@ -139,7 +140,7 @@ def summarize(store: Store, *, prefix: str = "", progress: Progress | None = Non
         tally.group(grouper.groups.pop(group.located.path))
     for _, trees in sorted(spread.items()):
         batches = store.iter_dirs_together(sorted(trees), counter)
-        _in_step(batches, grouper, tally, warnings, foreign, count=counting and not sinks)
+        _in_step(batches, grouper, tally, warnings, foreign, count=counting and not largest)
     for group in kept.groups():
         tally.group(group)
     for group in grouper.groups.values():  # entries with nested files, kept whole
@@ -179,7 +180,7 @@ class _PlainCounter:
     its listing would have had no problem, so unlike a shard counted in ``_in_step`` it needs no
     waiting for the walk to leave it, and unlike an open flat entry no judging when it does."""
 
-    def __init__(self, grouper: Grouper, tally: Tally, largest: int = 0) -> None:
+    def __init__(self, grouper: Grouper, tally: Tally, largest: int) -> None:
         self._grouper = grouper
         self._tally = tally
         self.largest = largest  # how many of each count's largest entries the sinks want
@@ -217,7 +218,7 @@ def _in_step(batches: Iterator[tuple[str, list[DirListing]]], grouper: Grouper, 
     summary's time. Only once the walk has left it, as a judged shard: a batch below it (a
     subdirectory that could not be opened may be named like one of its files, and make that
     entry CORRUPT) turns it back into groups first, so it is judged as any other shard.
-    Not with ``count`` off (a sink wants the entries: this count would keep none of them)."""
+    Not with ``count`` off (a sink wants each count's largest, which this count cannot name)."""
     groups = grouper.groups
     opened: list[tuple[str, list[Group]]] = []  # (relative directory, the groups its batch made)
     counted: tuple[str, list[DirListing], tuple[Namespace, int, int]] | None = None  # not yet left
