@@ -23,8 +23,9 @@ from neffcache.layouts import LAYOUTS, Located, locate
 from neffcache.layouts.base import Layout
 from neffcache.layouts.records import ShardDir
 from neffcache.manifest import Manifest
-from neffcache.stores.base import CONTROL_DIR, TEMP_MARKER, DirListing
+from neffcache.stores.base import CONTROL_DIR, TEMP_MARKER
 from neffcache.stores.plain import PlainEntryDirs, PlainFiles
+from neffcache.stores.walk import DirListing
 
 Progress = Callable[[int], None]
 CONTROL_PREFIX = CONTROL_DIR + "/"

@@ -8,7 +8,7 @@ objects at all. A question about single entries ("the 10 largest") therefore has
   helper; on a local disk the few a count declines: failed, corrupt, odd names), each handed to
   the sink as a :class:`SizedEntry`;
 - the entries a store counted: a count reports, besides its totals, its ``largest`` largest
-  entries (``PlainCounter.largest``), which reach the sink as SizedEntries too.
+  entries (``WalkPlan.largest``, ``Counted.top``: stores/walk.py), which reach the sink as SizedEntries too.
 
 A sink that is answered by the largest entries of each count (:class:`Largest`) runs at the
 plain scan's speed; it is exact because the n largest of a whole tree are among the n largest of

@@ -20,10 +20,10 @@ When has an entry been seen whole? It depends on how its layout spreads its file
   a few such entries are open at a time.
 - **Entries whose files lie in two trees** (layout B: ``neff/ab/cd/<key>.neff`` and
   ``hlo/ab/cd/<key>.hlo``; ``Layout.spread_trees``), which a walk reaches far apart (one whole
-  tree, then the other). Where the store can (a local walk: ``Store.iter_dirs_skipping``), the
-  walk leaves those trees out and the summary lists each namespace's trees afterwards *in
-  step* (``Store.iter_dirs_together``): ``hlo/ab/cd`` and ``neff/ab/cd`` in one batch, so an
-  entry is whole once the listing has left its shard (what could not be opened below the shard
+  tree, then the other). Where the store can (a local walk), the summary's walk plan has it
+  hold those trees back and list each namespace's trees afterwards *in step* (``InStep``
+  batches, stores/walk.py): ``hlo/ab/cd`` and ``neff/ab/cd`` in one batch, so an entry is
+  whole once the listing has left its shard (what could not be opened below the shard
   comes before that), and at most one shard's entries are open at a time. Elsewhere (object
   stores, the threaded listing of shared mounts, a bare NEFF directory) such an entry is only
   known whole at the end. Until then it is kept as a small record, not as files: its
@@ -45,8 +45,9 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from neffcache.entry import Entry, EntryState, FileInfo, Namespace
 from neffcache.layouts import LAYOUTS
@@ -54,8 +55,9 @@ from neffcache.operations.grouping import Group, Grouper, Progress
 from neffcache.operations.scan import NamespaceSummary, ScanReport
 from neffcache.operations.sinks import EntrySink, SizedEntry
 from neffcache.operations.tally import KeptEntries, Tally
-from neffcache.stores.base import DirListing, SkipDirs, Store
-from neffcache.stores.plain import CountedTop, PlainCounter, PlainEntryDirs, PlainFiles
+from neffcache.stores.base import Store
+from neffcache.stores.plain import PlainEntryDirs, PlainFiles
+from neffcache.stores.walk import Counted, DirListing, InStep
 
 MAX_WARNINGS = 1000
 
@@ -116,10 +118,11 @@ class ScanSummary:
 
 def summarize(store: Store, *, prefix: str = "", progress: Progress | None = None,
               max_warnings: int = MAX_WARNINGS, sinks: Sequence[EntrySink] = ()) -> ScanSummary:
-    """The totals ``scan(store, prefix=prefix)`` reports, from one pass over the listing that
-    keeps no entry list (the module docstring says what it keeps, and why that is exact).
-    ``sinks`` are handed entries as they are judged or counted (neffcache/operations/sinks.py):
-    a sink that needs every entry turns the stores' counting off."""
+    """The totals ``scan(store, prefix=prefix)`` reports, from one pass over the store's walk
+    (``Store.walk``, steered by this summary's plan) that keeps no entry list (the module
+    docstring says what it keeps, and why that is exact). ``sinks`` are handed entries as they
+    are judged or counted (neffcache/operations/sinks.py): a sink that needs every entry turns
+    the stores' counting off."""
     started = time.monotonic()
     tally = Tally(max_warnings, sinks=tuple(sinks))
     warnings: list[str] = []
@@ -127,20 +130,33 @@ def summarize(store: Store, *, prefix: str = "", progress: Progress | None = Non
     grouper = Grouper(progress, warnings, foreign=foreign)
     kept = KeptEntries()
     open_flat: list[Group] = []  # entries of a flat directory not yet judged
-    spread: dict[str, list[str]] = {}  # namespace -> its spread trees the walk left for later
     counting = COUNT_PLAIN_SHARDS and not any(sink.needs_every_entry for sink in sinks)
     largest = max((sink.largest for sink in sinks), default=0)
-    counter = _PlainCounter(grouper, tally, largest) if counting else None
-    for listing in _listings(store, prefix, spread, counter):
-        if open_flat:
-            open_flat = _judge_left(listing, open_flat, grouper, tally)
-        grouper.add(listing)
-        _drain(listing, grouper, tally, kept, open_flat, warnings, foreign)
+    plan = SummaryPlan(grouper, counting=counting, largest=largest)
+    in_step: _InStep | None = None
+    for item in store.walk(prefix, plan):
+        if type(item) is Counted:
+            _add_counted(item, grouper, tally)
+        elif type(item) is InStep:
+            for group in open_flat:  # the walk is over: in-step batches come last
+                tally.group(grouper.groups.pop(group.located.path))
+            open_flat = []
+            if in_step is None or in_step.group != item.group:
+                if in_step is not None:
+                    in_step.finish()
+                # Not with a sink that wants each count's largest, which the Python count cannot name.
+                in_step = _InStep(item.group, grouper, tally, warnings, foreign, count=counting and not largest)
+            in_step.add(item.directory, item.listings)
+        else:
+            listing = cast(DirListing, item)
+            if open_flat:
+                open_flat = _judge_left(listing, open_flat, grouper, tally)
+            grouper.add(listing)
+            _drain(listing, grouper, tally, kept, open_flat, warnings, foreign)
+    if in_step is not None:
+        in_step.finish()
     for group in open_flat:
         tally.group(grouper.groups.pop(group.located.path))
-    for _, trees in sorted(spread.items()):
-        batches = store.iter_dirs_together(sorted(trees), counter)
-        _in_step(batches, grouper, tally, warnings, foreign, count=counting and not largest)
     for group in kept.groups():
         tally.group(group)
     for group in grouper.groups.values():  # entries with nested files, kept whole
@@ -148,84 +164,80 @@ def summarize(store: Store, *, prefix: str = "", progress: Progress | None = Non
     return _result(store, tally, grouper.control, time.monotonic() - started)
 
 
-def _listings(store: Store, prefix: str, spread: dict[str, list[str]], plain: PlainCounter | None
-              ) -> Iterator[DirListing]:
-    """The store's listings below ``prefix``, without the spread trees it adds to ``spread`` (by
-    namespace) when the store can leave them out: the caller lists those in step. Only the
-    directories the walk left out: a tree that is a symlink the walk reports itself."""
-    layouts = [lay for lay in LAYOUTS.values() if lay.spread_trees]
-
-    def later(directory: str) -> bool:
-        for lay in layouts:
-            namespace = lay.spread_namespace(directory)
-            if namespace is not None:
-                spread.setdefault(namespace, []).append(directory)
-                return True
-        return False
-
-    names = frozenset(tree for lay in layouts for tree in lay.spread_trees)
-    skipping = store.iter_dirs_skipping(prefix, SkipDirs(names, later), plain) if names else None
-    return store.iter_dirs(prefix) if skipping is None else skipping
-
-
 # Read at call time: tests turn it off to compare the counted shards with the judged ones.
 COUNT_PLAIN_SHARDS = True
 
 
-class _PlainCounter:
-    """The summary's answers to a store that can count plain shards and entry directories
-    itself (``PlainCounter``): the grouper's rules (:meth:`Grouper.plain_rule` for layout-B
-    levels, :meth:`Grouper.entry_rule` for layout-A namespaces: what judging would decide), and
-    the counts into the tally. A store counts a directory only where nothing lies below it and
-    its listing would have had no problem, so unlike a shard counted in ``_in_step`` it needs no
-    waiting for the walk to leave it, and unlike an open flat entry no judging when it does."""
+class SummaryPlan:
+    """The summary's walk plan (``WalkPlan``, stores/walk.py): the layouts' spread trees held
+    back to be listed in step, and, when ``counting``, the grouper's rules (:meth:`Grouper.plain_rule`
+    for layout-B levels, :meth:`Grouper.entry_rule` for layout-A namespaces: what judging would
+    decide). A store counts a directory only where nothing lies below it and its listing would
+    have had no problem, so unlike a shard counted in :class:`_InStep` a count needs no waiting
+    for the walk to leave it, and unlike an open flat entry no judging when it does."""
 
-    def __init__(self, grouper: Grouper, tally: Tally, largest: int) -> None:
+    def __init__(self, grouper: Grouper, *, counting: bool, largest: int) -> None:
         self._grouper = grouper
-        self._tally = tally
+        self._counting = counting
         self.largest = largest  # how many of each count's largest entries the sinks want
+        self._layouts = [lay for lay in LAYOUTS.values() if lay.spread_trees]
+        self.held = frozenset(tree for lay in self._layouts for tree in lay.spread_trees)
 
-    def rule(self, directories: Sequence[str]) -> PlainFiles | None:
-        return self._grouper.plain_rule(directories)
+    def in_step_group(self, directory: str) -> str | None:
+        for lay in self._layouts:
+            namespace = lay.spread_namespace(directory)
+            if namespace is not None:
+                return namespace
+        return None
 
-    def entry_rule(self, directory: str) -> PlainEntryDirs | None:
-        return self._grouper.entry_rule(directory)
+    def entries_below(self, directory: str) -> PlainEntryDirs | None:
+        return self._grouper.entry_rule(directory) if self._counting else None
 
-    def counted(self, rule: PlainFiles | PlainEntryDirs, entries: int, size: int, files: int,
-                top: CountedTop) -> None:
-        namespace = rule.namespace
-        if namespace is None:
-            raise ValueError("a plain-files rule of the summary's names its namespace")
-        if entries:
-            self._tally.plain(namespace, entries, size)
-        entry_dir = isinstance(rule, PlainEntryDirs)
-        for directory, key, nbytes, nfiles in top:
-            path = self._grouper.counted_path(directory, key, entry_dir)
-            if path is None:  # the rule's checks exclude it: a count only covers what grouping places
-                raise ValueError(f"a store counted {directory}/{key}, which no layout places")
-            self._tally.counted_entry(SizedEntry(path, nbytes, nfiles, EntryState.SUCCESS, namespace))
-        self._grouper.counted(files)
+    def shards_below(self, directories: Sequence[str]) -> PlainFiles | None:
+        return self._grouper.plain_rule(directories) if self._counting else None
 
 
-def _in_step(batches: Iterator[tuple[str, list[DirListing]]], grouper: Grouper, tally: Tally,
-             warnings: list[str], foreign: list[FileInfo], *, count: bool = True) -> None:
-    """Count the entries of spread trees listed in step (``Store.iter_dirs_together``): each
-    entry once the batches have left the relative directory whose batch made it. The batches
-    come depth first, so the open ones form a path from the root: a stack.
+def _add_counted(item: Counted, grouper: Grouper, tally: Tally) -> None:
+    """A store's count into the tally, its largest entries to the sinks."""
+    namespace = item.rule.namespace
+    if namespace is None:
+        raise ValueError("a rule of the summary's names its namespace")
+    if item.entries:
+        tally.plain(namespace, item.entries, item.size)
+    entry_dir = isinstance(item.rule, PlainEntryDirs)
+    for directory, key, nbytes, nfiles in item.top:
+        path = grouper.counted_path(directory, key, entry_dir)
+        if path is None:  # the rule's checks exclude it: a count only covers what grouping places
+            raise ValueError(f"a store counted {directory}/{key}, which no layout places")
+        tally.counted_entry(SizedEntry(path, nbytes, nfiles, EntryState.SUCCESS, namespace))
+    grouper.counted(item.files)
+
+
+class _InStep:
+    """Counts the entries of one group's spread trees listed in step (``InStep`` batches):
+    each entry once the batches have left the relative directory whose batch made it. The
+    batches come depth first, so the open ones form a path from the root: a stack.
 
     A shard whose entries are all plain SUCCESS entries (:meth:`Grouper.count_plain`, nearly
-    every shard of a warm cache) is counted without building its entries: a third of a
-    summary's time. Only once the walk has left it, as a judged shard: a batch below it (a
-    subdirectory that could not be opened may be named like one of its files, and make that
-    entry CORRUPT) turns it back into groups first, so it is judged as any other shard.
-    Not with ``count`` off (a sink wants each count's largest, which this count cannot name)."""
-    groups = grouper.groups
-    opened: list[tuple[str, list[Group]]] = []  # (relative directory, the groups its batch made)
-    counted: tuple[str, list[DirListing], tuple[Namespace, int, int]] | None = None  # not yet left
-    for rel, batch in batches:
-        if counted is not None:
-            counted_rel, counted_batch, totals = counted
-            counted = None
+    every shard of a warm cache where the store did not count it itself) is counted without
+    building its entries. Only once the walk has left it, as a judged shard: a batch below it
+    (a subdirectory that could not be opened may be named like one of its files, and make
+    that entry CORRUPT) turns it back into groups first, so it is judged as any other shard.
+    Not with ``count`` off."""
+
+    def __init__(self, group: str, grouper: Grouper, tally: Tally, warnings: list[str], foreign: list[FileInfo],
+                 *, count: bool = True) -> None:
+        self.group = group
+        self._grouper, self._tally, self._warnings, self._foreign = grouper, tally, warnings, foreign
+        self._count = count
+        self._opened: list[tuple[str, list[Group]]] = []  # (relative directory, the groups its batch made)
+        self._counted: tuple[str, list[DirListing], tuple[Namespace, int, int]] | None = None  # not yet left
+
+    def add(self, rel: str, batch: list[DirListing]) -> None:
+        grouper, tally, opened = self._grouper, self._tally, self._opened
+        if self._counted is not None:
+            counted_rel, counted_batch, totals = self._counted
+            self._counted = None
             if rel.startswith(counted_rel + "/"):
                 _group_batch(counted_rel, counted_batch, grouper, opened)
             else:
@@ -234,20 +246,24 @@ def _in_step(batches: Iterator[tuple[str, list[DirListing]]], grouper: Grouper, 
             made_in = opened[-1][0]
             if made_in and rel != made_in and not rel.startswith(made_in + "/"):
                 for group in opened.pop()[1]:
-                    tally.group(groups.pop(group.located.path))
+                    tally.group(grouper.groups.pop(group.located.path))
             else:
                 break
-        plain = grouper.count_plain(batch) if count and rel else None
+        plain = grouper.count_plain(batch) if self._count and rel else None
         if plain is not None:
-            counted = (rel, batch, plain)
-            continue
+            self._counted = (rel, batch, plain)
+            return
         _group_batch(rel, batch, grouper, opened)
-        _drain_counters(grouper, tally, warnings, foreign)
-    if counted is not None:
-        tally.plain(*counted[2])
-    for _, made in opened:
-        for group in made:
-            tally.group(groups.pop(group.located.path))
+        _drain_counters(grouper, tally, self._warnings, self._foreign)
+
+    def finish(self) -> None:
+        if self._counted is not None:
+            self._tally.plain(*self._counted[2])
+            self._counted = None
+        for _, made in self._opened:
+            for group in made:
+                self._tally.group(self._grouper.groups.pop(group.located.path))
+        self._opened = []
 
 
 def _group_batch(rel: str, batch: list[DirListing], grouper: Grouper, opened: list[tuple[str, list[Group]]]) -> None:

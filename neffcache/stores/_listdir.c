@@ -36,6 +36,9 @@
 #define KIND_DIR 1
 #define KIND_FILE 2
 #define KIND_LINK 3
+/* The Walker's marks on a listing's subdirectories (its section says more). */
+#define KIND_PENDING 4  /* a subdirectory of the top frame's listing, not yet settled */
+#define KIND_HELD 5  /* a subdirectory named in ``held``: not walked unless released */
 
 typedef struct {
     size_t name;  /* offset of the name in the arena */
@@ -181,7 +184,8 @@ static PyObject *build(Listing *l, const char *prefix, size_t plen, PyTypeObject
         Item *it = &l->items[i];
         const char *name = l->arena + it->name;
         PyObject *obj;
-        if (it->kind == 0) continue;  /* counted by the walk (walker_count_children) */
+        /* Counted by the walk (kind 0), or a subdirectory the Walker settles later. */
+        if (it->kind == 0 || it->kind == KIND_PENDING || it->kind == KIND_HELD) continue;
         if (it->kind == KIND_DIR && raw_dirs) {
             obj = PyBytes_FromStringAndSize(name, (Py_ssize_t)it->len);
         } else {
@@ -808,14 +812,14 @@ done:
 /* ---- Entry directories counted, not listed (layout A) -----------------------------------
  *
  * The walk's counterpart of count_plain for layouts whose entries are directories (layout A:
- * one directory an entry; the file names are the layout's, in the rule): before the walk goes below a
- * directory, it asks the caller's ``plain.entry_rule(rel)`` (stores/plain.py PlainEntryDirs);
- * given a rule, each child named ``prefix`` plus one or more characters of ``charset`` is one
+ * one directory an entry; the file names are the layout's, in the rule). Asked by its caller
+ * (``Walker.count_children``, right after the walk yielded a directory and before it goes
+ * below it), each child named ``prefix`` plus one or more characters of ``charset`` is one
  * entry, counted when its directory holds only regular files, each named one of ``names``,
  * with every name of ``required`` present and ``primary`` not empty. A child with anything
  * else (a subdirectory, a link, another name, a temp file, an empty primary, a missing
  * required file, a directory that cannot be opened or read) is walked as before. Asked for
- * ``plain.largest`` entries, each count keeps them (a ``top``, see above): an entry directory's
+ * its ``largest`` entries, the count keeps them (a ``top``, see above): an entry directory's
  * store path, its name as the key, its files' bytes and number. */
 
 typedef struct {
@@ -864,126 +868,15 @@ static int entry_dir(int parent, const char *name, const EntryRule *r, long long
     return 0;
 }
 
-/* ---- Walker: the depth-first walk of local_listing.walk, one directory per __next__ ------ */
-
-/* Directory levels below the root the walk enters: local_listing.MAX_DEPTH (its docstring says
- * why; tests/stores/test_listing_paths.py checks the two are equal through the module's MAX_DEPTH). */
-#define MAX_DEPTH 128
-
-typedef struct {
-    int fd;
-    char *rel;  /* the directory's store path (bytes, no trailing "/") */
-    size_t rlen;
-    size_t slashes;  /* "/" in rel: a child's rel has one more, unless rel is the root ("") */
-    PyObject *subdirs;  /* list of bytes names still to visit */
-    Py_ssize_t next;
-} Frame;
-
-/* A GC type: it holds the caller's callables, and a counter that holds its walker (a scan's
- * state often does) made a cycle reference counting never freed, with every descriptor of the
- * walk open. */
-typedef struct {
-    PyObject_HEAD
-    PyTypeObject *info_type;
-    PyObject *skip_names;  /* frozenset of bytes names, or NULL: subdirectories ``skip`` is asked about */
-    PyObject *skip;  /* skip(rel) -> true: do not enter that subdirectory (the caller lists it otherwise) */
-    PyObject *plain;  /* entry_rule(rel) and counted(...): entry directories counted, not walked */
-    size_t largest;  /* plain.largest, read once: how many of its largest entries a count reports */
-    Frame *frames;
-    size_t depth, cap;
-    int started;
-    /* Inside __next__ (which calls skip and plain back): a callback that closes the walker or
-     * steps it would free or move the frames under it, so both are refused meanwhile. */
-    int running;
-} Walker;
-
-static void frame_close(Frame *f) {
-    if (f->fd >= 0) close(f->fd);
-    f->fd = -1;
-    free(f->rel);
-    f->rel = NULL;
-    Py_CLEAR(f->subdirs);
-}
-
-static void walker_pop(Walker *w) {
-    frame_close(&w->frames[--w->depth]);
-}
-
-static int walker_traverse(Walker *w, visitproc visit, void *arg) {
-    Py_VISIT(w->info_type);
-    Py_VISIT(w->skip_names);
-    Py_VISIT(w->skip);
-    Py_VISIT(w->plain);
-    for (size_t i = 0; i < w->depth; i++) Py_VISIT(w->frames[i].subdirs);
-    return 0;
-}
-
-/* Break a cycle: the walk is over (its descriptors closed now, not at some later collection),
- * and a step after this one, from a finalizer, ends it (started, no frame left). Never called
- * while the walker runs: its caller holds a reference the collector cannot account for. */
-static int walker_clear(Walker *w) {
-    while (w->depth) walker_pop(w);
-    w->started = 1;
-    Py_CLEAR(w->info_type);
-    Py_CLEAR(w->skip_names);
-    Py_CLEAR(w->skip);
-    Py_CLEAR(w->plain);
-    return 0;
-}
-
-static void walker_dealloc(Walker *w) {
-    PyObject_GC_UnTrack(w);
-    walker_clear(w);
-    free(w->frames);
-    Py_TYPE(w)->tp_free((PyObject *)w);
-}
-
-/* Push the directory open as ``fd`` whose store path is ``rel``. ``fd`` is consumed: the new
- * frame's, or closed here when it cannot be pushed, so every caller closes it exactly once
- * (the Walker's start was left open when its push failed). 0, or -1 with MemoryError set. */
-static int walker_push(Walker *w, int fd, const char *rel, size_t rlen) {
-    if (w->depth == w->cap) {
-        size_t cap = w->cap ? w->cap * 2 : 16;
-        Frame *frames = realloc(w->frames, cap * sizeof(Frame));
-        if (frames == NULL) goto fail;
-        w->frames = frames;
-        w->cap = cap;
-    }
-    Frame *f = &w->frames[w->depth];
-    f->rel = malloc(rlen + 1);
-    if (f->rel == NULL) goto fail;
-    memcpy(f->rel, rel, rlen);
-    f->rel[rlen] = '\0';
-    f->rlen = rlen;
-    f->slashes = 0;
-    for (size_t i = 0; i < rlen; i++) f->slashes += rel[i] == '/';
-    f->fd = fd;
-    f->subdirs = NULL;
-    f->next = 0;
-    w->depth++;
-    return 0;
-fail:
-    close(fd);
-    PyErr_NoMemory();
-    return -1;
-}
-
-static PyObject *decode(const char *s, size_t n) {
-    return PyUnicode_DecodeFSDefaultAndSize(s, (Py_ssize_t)n);
-}
-
-/* A PlainEntryDirs ``rule`` read into ``r``, whose strings are borrowed from ``held`` (five
- * references, set here, which the caller releases). 0, or -1 with an exception set. */
-static int entry_rule_read(PyObject *rule, EntryRule *r, PyObject **held) {
-    static const char *fields[5] = {"prefix", "charset", "names", "required", "primary"};
-    for (int i = 0; i < 5; i++) {
-        held[i] = PyObject_GetAttrString(rule, fields[i]);
-        if (held[i] == NULL) return -1;
-    }
-    PyObject *prefix = held[0], *charset = held[1], *names = held[2], *required = held[3], *primary = held[4];
+/* The rule of ``count_children``'s arguments read into ``r``: its strings are borrowed from
+ * the arguments, which the caller holds for as long as ``r`` is used. 0, or -1 with an
+ * exception set. */
+static int entry_rule_read(PyObject *prefix, PyObject *charset, PyObject *names, PyObject *required,
+                           PyObject *primary, EntryRule *r) {
     if (!PyUnicode_Check(prefix) || !PyUnicode_Check(charset) || !PyTuple_Check(names) || !PyTuple_Check(required)
         || !PyUnicode_Check(primary) || PyTuple_GET_SIZE(names) >= (Py_ssize_t)(8 * sizeof(unsigned long))) {
-        PyErr_SetString(PyExc_TypeError, "entry_rule: a PlainEntryDirs of str and tuples of str");
+        PyErr_SetString(PyExc_TypeError, "count_children: a PlainEntryDirs's fields: str, str, a tuple of str "
+                        "(fewer than 64), a tuple of str, str");
         return -1;
     }
     Py_ssize_t plen;
@@ -1001,7 +894,7 @@ static int entry_rule_read(PyObject *rule, EntryRule *r, PyObject **held) {
     for (size_t i = 0; i < r->nnames; i++) {
         PyObject *n = PyTuple_GET_ITEM(names, (Py_ssize_t)i);
         if (!PyUnicode_Check(n) || (r->names[i] = PyUnicode_AsUTF8(n)) == NULL) {
-            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "entry_rule: names must be str");
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "count_children: names must be str");
             return -1;
         }
         if (PyUnicode_Compare(n, primary) == 0) r->primary = i;
@@ -1010,97 +903,161 @@ static int entry_rule_read(PyObject *rule, EntryRule *r, PyObject **held) {
         if (needed) r->required |= 1UL << i;
     }
     if (r->primary == r->nnames || (size_t)__builtin_popcountl(r->required) != (size_t)PyTuple_GET_SIZE(required)) {
-        PyErr_SetString(PyExc_ValueError, "entry_rule: the primary and every required name must be among names");
+        PyErr_SetString(PyExc_ValueError, "count_children: the primary and every required name must be among names");
         return -1;
     }
     return 0;
 }
 
-/* What the counted children of one directory add up to. */
-typedef struct {
-    size_t entries, files;
-    long long bytes;
-    Largest top;
-} EntryCount;
+/* ---- Walker: the depth-first walk of local_listing.walk, one directory per __next__ ------
+ *
+ * The walker calls nothing back: it holds no Python callable, and what its caller decides
+ * about a directory (a walk plan's answers: count these children, walk that held-back one) it
+ * is told in band, between two steps. After each step that yields a directory's own listing,
+ * that directory's subdirectories are still unvisited and not yet Python objects (they wait
+ * as the raw listing, ``Frame.pending``): ``count_children`` counts the ones a rule covers
+ * (they are then never walked and never become objects: a namespace of a million entry
+ * directories costs no object per counted one), and ``release`` hands back a held one. The
+ * next step settles the rest into the list it walks. */
 
-/* Count the children of ``l`` (listed in ``f``) that ``r`` covers and drop them from ``l``
- * (kind 0), keeping the largest in ``c->top``; without the GIL. 0, or -1 out of memory. */
-static int entry_dirs_count(const Frame *f, Listing *l, const EntryRule *r, EntryCount *c) {
-    for (size_t i = 0; i < l->count; i++) {
-        Item *it = &l->items[i];
-        const char *name = l->arena + it->name;
-        long long size;
-        size_t files;
-        if (it->kind != KIND_DIR || !entry_child(r, name, it->len) || entry_dir(f->fd, name, r, &size, &files) != 0) {
-            continue;
-        }
-        it->kind = 0;  /* counted: not walked, no object made */
-        c->entries++;
-        c->files += files;
-        c->bytes += size;
-        if (largest_offer(&c->top, f->rel, f->rlen, name, it->len, name, it->len, size, (long long)files) != 0) {
-            return -1;
-        }
+/* Directory levels below the root the walk enters: local_listing.MAX_DEPTH (its docstring says
+ * why; tests/stores/test_listing_paths.py checks the two are equal through the module's MAX_DEPTH). */
+#define MAX_DEPTH 128
+
+typedef struct {
+    int fd;
+    char *rel;  /* the directory's store path (bytes, no trailing "/") */
+    size_t rlen;
+    size_t slashes;  /* "/" in rel: a child's rel has one more, unless rel is the root ("") */
+    Listing pending;  /* while ``unsettled``: the directory's listing, its subdirectories KIND_PENDING/HELD */
+    int unsettled;
+    PyObject *subdirs;  /* once settled: list of bytes names still to visit */
+    Py_ssize_t next;
+} Frame;
+
+/* A GC type, though it holds no callable any more (only its FileInfo type, the held names and
+ * lists of bytes): cheap, and a subclass or a future field cannot bring the cycle back that a
+ * walker holding its caller's callbacks once made, with every descriptor of the walk open. */
+typedef struct {
+    PyObject_HEAD
+    PyTypeObject *info_type;
+    PyObject *held;  /* tuple of bytes names: subdirectories not entered unless released, or NULL */
+    int steered;  /* yield a directory with subdirectories even when it has no files (to count them) */
+    Frame *frames;
+    size_t depth, cap;
+    int started;
+    int steer;  /* the last step yielded the top frame's own listing: it may be steered until the next */
+    int running;  /* inside a step or a count (the GIL is released meanwhile): no other call may enter */
+} Walker;
+
+static void frame_close(Frame *f) {
+    if (f->fd >= 0) close(f->fd);
+    f->fd = -1;
+    free(f->rel);
+    f->rel = NULL;
+    listing_free(&f->pending);
+    f->unsettled = 0;
+    Py_CLEAR(f->subdirs);
+}
+
+static void walker_pop(Walker *w) {
+    frame_close(&w->frames[--w->depth]);
+}
+
+static int walker_traverse(Walker *w, visitproc visit, void *arg) {
+    Py_VISIT(w->info_type);
+    Py_VISIT(w->held);
+    for (size_t i = 0; i < w->depth; i++) Py_VISIT(w->frames[i].subdirs);
+    return 0;
+}
+
+/* The walk is over (its descriptors closed now, not at some later collection), and a step
+ * after this one, from a finalizer, ends it (started, no frame left). */
+static int walker_clear(Walker *w) {
+    while (w->depth) walker_pop(w);
+    w->started = 1;
+    w->steer = 0;
+    Py_CLEAR(w->info_type);
+    Py_CLEAR(w->held);
+    return 0;
+}
+
+static void walker_dealloc(Walker *w) {
+    PyObject_GC_UnTrack(w);
+    walker_clear(w);
+    free(w->frames);
+    Py_TYPE(w)->tp_free((PyObject *)w);
+}
+
+/* Push the directory open as ``fd`` whose store path is ``rel``. ``fd`` is consumed: the new
+ * frame's, or closed here when it cannot be pushed, so every caller closes it exactly once.
+ * 0, or -1 with MemoryError set. */
+static int walker_push(Walker *w, int fd, const char *rel, size_t rlen) {
+    if (w->depth == w->cap) {
+        size_t cap = w->cap ? w->cap * 2 : 16;
+        Frame *frames = realloc(w->frames, cap * sizeof(Frame));
+        if (frames == NULL) goto fail;
+        w->frames = frames;
+        w->cap = cap;
+    }
+    Frame *f = &w->frames[w->depth];
+    memset(f, 0, sizeof(*f));
+    f->rel = malloc(rlen + 1);
+    if (f->rel == NULL) goto fail;
+    memcpy(f->rel, rel, rlen);
+    f->rel[rlen] = '\0';
+    f->rlen = rlen;
+    for (size_t i = 0; i < rlen; i++) f->slashes += rel[i] == '/';
+    f->fd = fd;
+    w->depth++;
+    return 0;
+fail:
+    close(fd);
+    PyErr_NoMemory();
+    return -1;
+}
+
+static PyObject *decode(const char *s, size_t n) {
+    return PyUnicode_DecodeFSDefaultAndSize(s, (Py_ssize_t)n);
+}
+
+/* Whether ``name`` is one of the walker's held names. */
+static int is_held(const Walker *w, const char *name, size_t len) {
+    if (w->held == NULL) return 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(w->held); i++) {
+        PyObject *h = PyTuple_GET_ITEM(w->held, i);
+        if ((size_t)PyBytes_GET_SIZE(h) == len && memcmp(PyBytes_AS_STRING(h), name, len) == 0) return 1;
     }
     return 0;
 }
 
-/* Count the subdirectories in ``l`` (the top frame's listing, before any Python object is made
- * of it) that ``plain``'s rule for the frame covers, and drop them from ``l`` (kind 0): a
- * namespace of a million entry directories costs no object per counted one. 0, or -1 with an
- * exception set. */
-static int walker_count_children(Walker *w, Listing *l) {
-    if (w->plain == NULL) return 0;
-    Frame *f = &w->frames[w->depth - 1];
-    size_t dirs = 0;
-    for (size_t i = 0; i < l->count; i++) dirs += l->items[i].kind == KIND_DIR;
-    if (dirs == 0) return 0;
-    PyObject *rel = decode(f->rel, f->rlen);
-    if (rel == NULL) return -1;
-    /* "O", not "N": CallMethod leaks an "N" argument when the method cannot be found. */
-    PyObject *rule = PyObject_CallMethod(w->plain, "entry_rule", "O", rel);
-    Py_DECREF(rel);
-    if (rule == NULL) return -1;
-    if (rule == Py_None) {
-        Py_DECREF(rule);
-        return 0;
+/* Settle the frame's subdirectories still pending into the list the walk visits (held ones
+ * not released stay out) and free its listing. 0, or -1 with an exception set. */
+static int frame_settle(Frame *f) {
+    PyObject *subdirs = PyList_New(0);
+    if (subdirs == NULL) return -1;
+    for (size_t i = 0; i < f->pending.count; i++) {
+        const Item *it = &f->pending.items[i];
+        if (it->kind != KIND_PENDING) continue;
+        PyObject *name = PyBytes_FromStringAndSize(f->pending.arena + it->name, (Py_ssize_t)it->len);
+        if (name == NULL || PyList_Append(subdirs, name) != 0) {
+            Py_XDECREF(name);
+            Py_DECREF(subdirs);
+            return -1;
+        }
+        Py_DECREF(name);
     }
-    int result = -1, nomem;
-    EntryRule r = {0};
-    PyObject *held[5] = {NULL};
-    EntryCount c = {0};
-    c.top.limit = w->largest;
-    if (entry_rule_read(rule, &r, held) != 0) goto done;
-    Py_BEGIN_ALLOW_THREADS
-    nomem = entry_dirs_count(f, l, &r, &c);
-    Py_END_ALLOW_THREADS
-    if (nomem) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    if (c.entries == 0) {
-        result = 0;
-        goto done;
-    }
-    PyObject *top = largest_list(&c.top, 1);
-    if (top == NULL) goto done;
-    PyObject *ok = PyObject_CallMethod(w->plain, "counted", "OnLnO", rule, (Py_ssize_t)c.entries, c.bytes,
-                                       (Py_ssize_t)c.files, top);
-    Py_DECREF(top);
-    if (ok == NULL) goto done;
-    Py_DECREF(ok);
-    result = 0;
-done:
-    free(r.names);
-    largest_free(&c.top);
-    for (int i = 0; i < 5; i++) Py_XDECREF(held[i]);
-    Py_DECREF(rule);
-    return result;
+    listing_free(&f->pending);
+    f->unsettled = 0;
+    f->subdirs = subdirs;
+    f->next = 0;
+    return 0;
 }
 
-/* List the top frame's directory: (rel, names, files, links, problems, fd) to yield, or
- * Py_None when it has nothing to report. When the listing fails, returns NULL with no
- * exception set and the errno value in ``*oserr``. */
+/* List the top frame's directory: (rel, names, files, links, problems, fd, pending, held) to
+ * yield, or Py_None when it has nothing to report (no file, no link, no held subdirectory, and
+ * for a steered walk no subdirectory). The frame is left unsettled either way. When the
+ * listing fails, returns NULL with no exception set and the errno value in ``*oserr``. */
 static PyObject *walker_list_top(Walker *w, int *oserr) {
     Frame *f = &w->frames[w->depth - 1];
     Listing l = {0};
@@ -1115,12 +1072,34 @@ static PyObject *walker_list_top(Walker *w, int *oserr) {
         *oserr = err;
         return NULL;
     }
-    if (walker_count_children(w, &l) != 0) {
+    size_t pending = 0;
+    PyObject *held = PyList_New(0);
+    if (held == NULL) {
         listing_free(&l);
         return NULL;
     }
+    for (size_t i = 0; i < l.count; i++) {
+        Item *it = &l.items[i];
+        if (it->kind != KIND_DIR) continue;
+        const char *name = l.arena + it->name;
+        if (!is_held(w, name, it->len)) {
+            it->kind = KIND_PENDING;
+            pending++;
+            continue;
+        }
+        it->kind = KIND_HELD;
+        PyObject *uname = decode(name, it->len);
+        if (uname == NULL || PyList_Append(held, uname) != 0) {
+            Py_XDECREF(uname);
+            Py_DECREF(held);
+            listing_free(&l);
+            return NULL;
+        }
+        Py_DECREF(uname);
+    }
     char *prefix = malloc(f->rlen + 2);
     if (prefix == NULL) {
+        Py_DECREF(held);
         listing_free(&l);
         return PyErr_NoMemory();
     }
@@ -1129,30 +1108,35 @@ static PyObject *walker_list_top(Walker *w, int *oserr) {
     if (plen) prefix[plen++] = '/';
     PyObject *built = build(&l, prefix, plen, w->info_type, 1);
     free(prefix);
-    listing_free(&l);
-    if (built == NULL) return NULL;
-    PyObject *subdirs = PyTuple_GET_ITEM(built, 0), *names = PyTuple_GET_ITEM(built, 1);
-    PyObject *files = PyTuple_GET_ITEM(built, 2), *links = PyTuple_GET_ITEM(built, 3);
-    Py_INCREF(subdirs);
-    f->subdirs = subdirs;
-    f->next = 0;
-    if (PyList_GET_SIZE(files) == 0 && PyList_GET_SIZE(links) == 0) {
+    f->pending = l;  /* owned by the frame now: settled at the next step */
+    f->unsettled = 1;
+    if (built == NULL) {
+        Py_DECREF(held);
+        return NULL;
+    }
+    PyObject *names = PyTuple_GET_ITEM(built, 1), *files = PyTuple_GET_ITEM(built, 2);
+    PyObject *links = PyTuple_GET_ITEM(built, 3);
+    if (PyList_GET_SIZE(files) == 0 && PyList_GET_SIZE(links) == 0 && PyList_GET_SIZE(held) == 0
+        && !(w->steered && pending)) {
+        Py_DECREF(held);
         Py_DECREF(built);
         Py_RETURN_NONE;
     }
     PyObject *rel = decode(f->rel, f->rlen);
     if (rel == NULL) {
+        Py_DECREF(held);
         Py_DECREF(built);
         return NULL;
     }
-    /* "N" for the new empty tuple: "O" took a second reference, one leaked per directory. */
-    PyObject *out = Py_BuildValue("(NOOONi)", rel, names, files, links, PyTuple_New(0), f->fd);
+    PyObject *out = Py_BuildValue("(NOOONinN)", rel, names, files, links, PyTuple_New(0), f->fd,
+                                  (Py_ssize_t)pending, held);
     Py_DECREF(built);
+    if (out != NULL) w->steer = 1;
     return out;
 }
 
-/* The problem listing of an unopenable or unreadable child: (prel, [], [], [], ((name, reason),), -1).
- * ``reason`` is consumed, also when this fails (it leaked when a name could not be decoded). */
+/* The problem listing of an unopenable or unreadable child: (prel, [], [], [], ((name, reason),), -1, 0, []).
+ * ``reason`` is consumed, also when this fails. */
 static PyObject *problem(Frame *parent, PyObject *name, PyObject *reason) {
     PyObject *rel = decode(parent->rel, parent->rlen);
     PyObject *uname = rel ? PyUnicode_DecodeFSDefaultAndSize(PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name)) : NULL;
@@ -1162,44 +1146,71 @@ static PyObject *problem(Frame *parent, PyObject *name, PyObject *reason) {
         Py_DECREF(reason);
         return NULL;
     }
-    return Py_BuildValue("(N[][][]((NN))i)", rel, uname, reason, -1);
+    return Py_BuildValue("(N[][][]((NN))in[])", rel, uname, reason, -1, (Py_ssize_t)0);
 }
 
 static PyObject *unreadable(int err) {
     return PyUnicode_FromFormat("unreadable directory (%s)", strerror(err));
 }
 
-/* Whether the caller's ``skip`` says not to enter subdirectory ``name`` of frame ``f``: 1 yes,
- * 0 no, -1 with an exception set. Asked before the subdirectory is opened: a skipped one is
- * not touched at all (the caller lists it its own way, and reports what it cannot open). */
-static int skip_child(Walker *w, Frame *f, PyObject *name) {
-    PyObject *parent = decode(f->rel, f->rlen);
-    if (parent == NULL) return -1;
-    PyObject *child = decode(PyBytes_AS_STRING(name), (size_t)PyBytes_GET_SIZE(name));
-    if (child == NULL) {
-        Py_DECREF(parent);
+/* Open the child ``name`` of the top frame ``f`` and push it. Returns 1 when pushed, 0 when
+ * the child is gone (nothing to report), and otherwise NULL-or-problem in ``*out``: -1 with
+ * ``*out`` the problem listing to yield (or NULL with an exception set). */
+static int walker_enter(Walker *w, Frame *f, PyObject *name, PyObject **out) {
+    const char *cname = PyBytes_AS_STRING(name);
+    *out = NULL;
+    if ((f->rlen ? f->slashes + 1 : 0) >= MAX_DEPTH) {  /* not opened: reported, as local_listing does */
+        PyObject *reason = PyUnicode_FromFormat("nested more than %d directories deep (not listed)", MAX_DEPTH);
+        *out = reason ? problem(f, name, reason) : NULL;
         return -1;
     }
-    PyObject *rel = f->rlen ? PyUnicode_FromFormat("%U/%U", parent, child) : (Py_INCREF(child), child);
-    Py_DECREF(parent);
-    Py_DECREF(child);
-    if (rel == NULL) return -1;
-    PyObject *answer = PyObject_CallOneArg(w->skip, rel);
-    Py_DECREF(rel);
-    if (answer == NULL) return -1;
-    int yes = PyObject_IsTrue(answer);
-    Py_DECREF(answer);
-    return yes;
+    int cfd, err = 0;
+    Py_BEGIN_ALLOW_THREADS
+    cfd = openat(f->fd, cname, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (cfd < 0) err = errno;
+    Py_END_ALLOW_THREADS
+    if (cfd < 0) {
+        PyObject *reason;
+        if (err == ENOENT) return 0;
+        if (err == ELOOP || err == ENOTDIR) {
+            struct stat st;  /* SafeRoot.is_link: a link is reported, a file that replaced it skipped */
+            if (fstatat(f->fd, cname, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISLNK(st.st_mode)) return 0;
+            reason = PyUnicode_FromString("a symlinked directory (not followed)");
+        } else {
+            reason = unreadable(err);
+        }
+        *out = reason ? problem(f, name, reason) : NULL;
+        return -1;
+    }
+    size_t nlen = (size_t)PyBytes_GET_SIZE(name);
+    char *rel = malloc(f->rlen + nlen + 2);
+    if (rel == NULL) {
+        close(cfd);
+        PyErr_NoMemory();
+        return -1;
+    }
+    size_t rlen = 0;
+    if (f->rlen) {
+        memcpy(rel, f->rel, f->rlen);
+        rel[f->rlen] = '/';
+        rlen = f->rlen + 1;
+    }
+    memcpy(rel + rlen, cname, nlen);
+    rlen += nlen;
+    int pushed = walker_push(w, cfd, rel, rlen);  /* consumes cfd; may move the frames */
+    free(rel);
+    return pushed == 0 ? 1 : -1;
 }
 
 static PyObject *walker_step(Walker *w);
 
 static PyObject *walker_next(Walker *w) {
     if (w->running) {
-        PyErr_SetString(PyExc_RuntimeError, "Walker is already running (stepped from its own callback)");
+        PyErr_SetString(PyExc_RuntimeError, "Walker is already running");
         return NULL;
     }
     w->running = 1;
+    w->steer = 0;
     PyObject *out = walker_step(w);
     w->running = 0;
     return out;
@@ -1219,85 +1230,25 @@ static PyObject *walker_step(Walker *w) {
     }
     while (w->depth) {
         Frame *f = &w->frames[w->depth - 1];
+        if (f->unsettled && frame_settle(f) != 0) return NULL;
         if (f->subdirs == NULL || f->next >= PyList_GET_SIZE(f->subdirs)) {
             walker_pop(w);
             continue;
         }
         PyObject *name = PyList_GET_ITEM(f->subdirs, f->next++);
         Py_INCREF(name);
-        const char *cname = PyBytes_AS_STRING(name);
-        if (w->skip != NULL) {
-            int asked = PySet_Contains(w->skip_names, name);
-            if (asked < 0) {
-                Py_DECREF(name);
-                return NULL;
-            }
-            if (asked) {
-                int skipped = skip_child(w, f, name);
-                if (skipped < 0) {
-                    Py_DECREF(name);
-                    return NULL;
-                }
-                if (skipped) {
-                    Py_DECREF(name);
-                    continue;
-                }
-            }
+        PyObject *out;
+        int entered = walker_enter(w, f, name, &out);
+        if (entered == 0) {
+            Py_DECREF(name);
+            continue;
         }
-        if ((f->rlen ? f->slashes + 1 : 0) >= MAX_DEPTH) {  /* not opened: reported, as local_listing does */
-            PyObject *reason = PyUnicode_FromFormat("nested more than %d directories deep (not listed)", MAX_DEPTH);
-            PyObject *out = reason ? problem(f, name, reason) : NULL;
+        if (entered < 0) {
             Py_DECREF(name);
             return out;
-        }
-        int cfd, err = 0;
-        Py_BEGIN_ALLOW_THREADS
-        cfd = openat(f->fd, cname, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (cfd < 0) err = errno;
-        Py_END_ALLOW_THREADS
-        if (cfd < 0) {
-            PyObject *reason = NULL;
-            if (err == ENOENT) {
-                Py_DECREF(name);
-                continue;
-            }
-            if (err == ELOOP || err == ENOTDIR) {
-                struct stat st;  /* SafeRoot.is_link: a link is reported, a file that replaced it skipped */
-                if (fstatat(f->fd, cname, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISLNK(st.st_mode)) {
-                    Py_DECREF(name);
-                    continue;
-                }
-                reason = PyUnicode_FromString("a symlinked directory (not followed)");
-            } else {
-                reason = unreadable(err);
-            }
-            PyObject *out = reason ? problem(f, name, reason) : NULL;
-            Py_DECREF(name);
-            return out;
-        }
-        size_t nlen = (size_t)PyBytes_GET_SIZE(name);
-        char *rel = malloc(f->rlen + nlen + 2);
-        if (rel == NULL) {
-            close(cfd);
-            Py_DECREF(name);
-            return PyErr_NoMemory();
-        }
-        size_t rlen = 0;
-        if (f->rlen) {
-            memcpy(rel, f->rel, f->rlen);
-            rel[f->rlen] = '/';
-            rlen = f->rlen + 1;
-        }
-        memcpy(rel + rlen, cname, nlen);
-        rlen += nlen;
-        int pushed = walker_push(w, cfd, rel, rlen);  /* consumes cfd */
-        free(rel);
-        if (pushed != 0) {
-            Py_DECREF(name);
-            return NULL;
         }
         int oserr;
-        PyObject *out = walker_list_top(w, &oserr);
+        out = walker_list_top(w, &oserr);
         if (out == NULL) {
             if (!oserr) {
                 Py_DECREF(name);
@@ -1317,51 +1268,142 @@ static PyObject *walker_step(Walker *w) {
     return NULL;  /* StopIteration */
 }
 
-/* The caller's ``plain.largest`` (stores/plain.py PlainCounter), read once. 0, or -1. */
-static int read_plain_largest(PyObject *plain, size_t *out) {
-    PyObject *largest = PyObject_GetAttrString(plain, "largest");
-    if (largest == NULL) {
-        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return -1;
-        PyErr_Clear();
-        PyErr_SetString(PyExc_TypeError, "Walker: plain has no attribute largest (a PlainCounter's int: how many "
-                        "of the largest counted entries a count reports, 0 for none)");
+/* The top frame, when the walker may be steered now (right after a step that yielded its own
+ * listing); else NULL with RuntimeError set, naming ``what`` was asked. */
+static Frame *steerable(Walker *w, const char *what) {
+    if (w->running) {
+        PyErr_Format(PyExc_RuntimeError, "Walker.%s: the walker is running", what);
+        return NULL;
+    }
+    if (!w->steer || w->depth == 0 || !w->frames[w->depth - 1].unsettled) {
+        PyErr_Format(PyExc_RuntimeError, "Walker.%s: only right after a step that yielded a directory's own "
+                     "listing, before the next step", what);
+        return NULL;
+    }
+    return &w->frames[w->depth - 1];
+}
+
+/* What the counted children of one directory add up to. */
+typedef struct {
+    size_t entries, files;
+    long long bytes;
+    Largest top;
+} EntryCount;
+
+/* Count the pending children of ``f`` that ``r`` covers and drop them (kind 0), keeping the
+ * largest in ``c->top``; without the GIL. 0, or -1 out of memory. */
+static int entry_dirs_count(Frame *f, const EntryRule *r, EntryCount *c) {
+    Listing *l = &f->pending;
+    for (size_t i = 0; i < l->count; i++) {
+        Item *it = &l->items[i];
+        const char *name = l->arena + it->name;
+        long long size;
+        size_t files;
+        if (it->kind != KIND_PENDING || !entry_child(r, name, it->len) || entry_dir(f->fd, name, r, &size, &files) != 0) {
+            continue;
+        }
+        it->kind = 0;  /* counted: not walked, no object made */
+        c->entries++;
+        c->files += files;
+        c->bytes += size;
+        if (largest_offer(&c->top, f->rel, f->rlen, name, it->len, name, it->len, size, (long long)files) != 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static PyObject *walker_count_children(Walker *w, PyObject *args) {
+    PyObject *prefix, *charset, *names, *required, *primary, *largest;
+    if (!PyArg_ParseTuple(args, "OOOOOO:count_children", &prefix, &charset, &names, &required, &primary, &largest)) {
+        return NULL;
+    }
+    Frame *f = steerable(w, "count_children");
+    if (f == NULL) return NULL;
+    EntryRule r = {0};
+    EntryCount c = {0};
+    PyObject *out = NULL;
+    int nomem;
+    if (check_largest(largest, "count_children: largest", &c.top.limit) != 0) goto done;
+    if (entry_rule_read(prefix, charset, names, required, primary, &r) != 0) goto done;
+    w->running = 1;  /* the GIL is released: no step and no other count may enter meanwhile */
+    Py_BEGIN_ALLOW_THREADS
+    nomem = entry_dirs_count(f, &r, &c);
+    Py_END_ALLOW_THREADS
+    w->running = 0;
+    if (nomem) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    PyObject *top = largest_list(&c.top, 1);
+    if (top != NULL) out = Py_BuildValue("(nLnN)", (Py_ssize_t)c.entries, c.bytes, (Py_ssize_t)c.files, top);
+done:
+    free(r.names);
+    largest_free(&c.top);
+    return out;
+}
+
+static PyObject *walker_release(Walker *w, PyObject *name) {
+    Frame *f = steerable(w, "release");
+    if (f == NULL) return NULL;
+    PyObject *raw = PyUnicode_Check(name) ? PyUnicode_EncodeFSDefault(name) : NULL;
+    if (raw == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "Walker.release: a str name");
+        return NULL;
+    }
+    const char *cname = PyBytes_AS_STRING(raw);
+    size_t len = (size_t)PyBytes_GET_SIZE(raw);
+    for (size_t i = 0; i < f->pending.count; i++) {
+        Item *it = &f->pending.items[i];
+        if (it->kind == KIND_HELD && it->len == len && memcmp(f->pending.arena + it->name, cname, len) == 0) {
+            it->kind = KIND_PENDING;
+            Py_DECREF(raw);
+            Py_RETURN_NONE;
+        }
+    }
+    Py_DECREF(raw);
+    PyErr_Format(PyExc_KeyError, "Walker.release: %R is not a held subdirectory of the directory just listed", name);
+    return NULL;
+}
+
+/* The held names as a tuple of bytes (or NULL for none): 0, or -1 with TypeError set. */
+static int read_held(PyObject *held, PyObject **out) {
+    *out = NULL;
+    if (held == Py_None) return 0;
+    if (!PyFrozenSet_Check(held)) {
+        PyErr_SetString(PyExc_TypeError, "Walker: held must be a frozenset of bytes names");
         return -1;
     }
-    int bad = check_largest(largest, "Walker: plain.largest", out);
-    Py_DECREF(largest);
-    return bad;
+    PyObject *names = PySequence_Tuple(held);
+    if (names == NULL) return -1;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(names); i++) {
+        PyObject *n = PyTuple_GET_ITEM(names, i);
+        if (!PyBytes_Check(n) || PyBytes_GET_SIZE(n) == 0 || memchr(PyBytes_AS_STRING(n), '/', (size_t)PyBytes_GET_SIZE(n))) {
+            PyErr_SetString(PyExc_TypeError, "Walker: held must be a frozenset of bytes names (non-empty, no '/')");
+            Py_DECREF(names);
+            return -1;
+        }
+    }
+    *out = names;
+    return 0;
 }
 
 /* A Walker of parsed arguments. ``fd`` is consumed: the walk's, or closed here when the walker
- * cannot be made (a bad argument used to leave it open, though the caller had handed it over). */
-static PyObject *walker_make(PyTypeObject *type, int fd, PyObject *start, PyObject *info_type, PyObject *skip_names,
-                             PyObject *skip, PyObject *plain) {
-    size_t largest = 0;
-    PyObject *raw = NULL;
+ * cannot be made. */
+static PyObject *walker_make(PyTypeObject *type, int fd, PyObject *start, PyObject *info_type, PyObject *held,
+                             int steered) {
+    PyObject *raw = NULL, *names = NULL;
     Walker *w = NULL;
-    if (check_info_type(info_type) != 0) goto refused;
-    if (skip != Py_None && (!PyFrozenSet_Check(skip_names) || !PyCallable_Check(skip))) {
-        PyErr_SetString(PyExc_TypeError, "skip must be callable and skip_names a frozenset of bytes");
-        goto refused;
-    }
-    if (plain != Py_None && read_plain_largest(plain, &largest) != 0) goto refused;
+    if (check_info_type(info_type) != 0 || read_held(held, &names) != 0) goto refused;
     raw = PyUnicode_EncodeFSDefault(start);
     if (raw == NULL) goto refused;
     w = (Walker *)type->tp_alloc(type, 0);
     if (w == NULL) goto refused;
     Py_INCREF(info_type);
     w->info_type = (PyTypeObject *)info_type;
-    if (skip != Py_None) {
-        Py_INCREF(skip_names);
-        w->skip_names = skip_names;
-        Py_INCREF(skip);
-        w->skip = skip;
-    }
-    if (plain != Py_None) {
-        Py_INCREF(plain);
-        w->plain = plain;
-        w->largest = largest;
-    }
+    w->held = names;  /* the walker's reference now */
+    names = NULL;
+    w->steered = steered;
     int pushed = walker_push(w, fd, PyBytes_AS_STRING(raw), (size_t)PyBytes_GET_SIZE(raw));  /* consumes fd */
     Py_DECREF(raw);
     if (pushed != 0) {
@@ -1371,51 +1413,62 @@ static PyObject *walker_make(PyTypeObject *type, int fd, PyObject *start, PyObje
     return (PyObject *)w;
 refused:
     Py_XDECREF(raw);
+    Py_XDECREF(names);
     if (fd >= 0) close(fd);
     return NULL;
 }
 
 static PyObject *walker_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
-    int fd = -1;
-    PyObject *start, *info_type, *skip_names = Py_None, *skip = Py_None, *plain = Py_None;
-    static char *kwlist[] = {"fd", "start", "info_type", "skip_names", "skip", "plain", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iUO|OOO:Walker", kwlist, &fd, &start, &info_type, &skip_names,
-                                     &skip, &plain)) {
+    int fd = -1, steered = 0;
+    PyObject *start, *info_type, *held = Py_None;
+    static char *kwlist[] = {"fd", "start", "info_type", "held", "steered", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iUO|Op:Walker", kwlist, &fd, &start, &info_type, &held, &steered)) {
         if (fd >= 0) close(fd);  /* parsed before the argument that failed: handed over all the same */
         return NULL;
     }
-    return walker_make(type, fd, start, info_type, skip_names, skip, plain);
+    return walker_make(type, fd, start, info_type, held, steered);
 }
 
 static PyObject *walker_close(Walker *w, PyObject *unused) {
     (void)unused;
     if (w->running) {
-        PyErr_SetString(PyExc_RuntimeError, "Walker is running: close it after the step (not from its callback)");
+        PyErr_SetString(PyExc_RuntimeError, "Walker is running: close it after the step");
         return NULL;
     }
     while (w->depth) walker_pop(w);
+    w->steer = 0;
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(count_children_doc,
+"count_children(prefix, charset, names, required, primary, largest) -> (entries, bytes, files, top)\n\n"
+"Right after a step that yielded a directory's own listing: count its subdirectories that the\n"
+"rule (a PlainEntryDirs's fields) covers, which the walk then never enters. ``top``: the\n"
+"``largest`` (0 to 10000) counted entries as (directory, key, bytes, files), the key the entry\n"
+"directory's name, by bytes descending, then directory, then key.");
+
 static PyMethodDef walker_methods[] = {
     {"close", (PyCFunction)walker_close, METH_NOARGS, "Close every descriptor the walk holds."},
+    {"count_children", (PyCFunction)walker_count_children, METH_VARARGS, count_children_doc},
+    {"release", (PyCFunction)walker_release, METH_O,
+     "release(name): right after a step that yielded a directory's own listing, walk its held\n"
+     "subdirectory ``name`` after all."},
     {NULL, NULL, 0, NULL},
 };
 
 PyDoc_STRVAR(walker_doc,
-"Walker(fd, start, info_type, skip_names=None, skip=None, plain=None)\n\n"
+"Walker(fd, start, info_type, held=None, steered=False)\n\n"
 "Depth first from the open directory ``fd`` (consumed: closed by the walk, or at once when the\n"
 "Walker cannot be made) whose store path is ``start``. Yields (rel, names, files, links,\n"
-"problems, fd) per directory with files, links or problems; ``fd`` is the listed directory's\n"
-"descriptor, valid until the next step (-1 for a problem listing). Symlinks are never followed;\n"
-"a subdirectory that cannot be opened or listed is a problem of its parent's, worded as\n"
-"local_listing.dir_problem words it. A subdirectory whose name (bytes) is in ``skip_names`` is\n"
-"first offered to ``skip(rel)``: if it answers true, the walk leaves it (and all below it)\n"
-"alone, unopened. With ``plain`` (stores/plain.py PlainCounter), the children its\n"
-"``entry_rule(rel)`` covers are counted, not walked: ``plain.counted(rule, entries, bytes,\n"
-"files, top)`` per directory, ``top`` the ``plain.largest`` (read once, 0 to 10000) counted\n"
-"entries as (directory, key, bytes, files), the key the entry directory's name, by bytes\n"
-"descending, then directory, then key.");
+"problems, fd, pending, held) per directory with files, links, held subdirectories or (when\n"
+"``steered``) subdirectories; ``fd`` is the listed directory's descriptor, valid until the next\n"
+"step (-1 for a problem listing); ``pending`` the number of its subdirectories the walk will\n"
+"enter, ``held`` the names of those it will not: a subdirectory whose name (bytes) is in\n"
+"``held`` (a frozenset) is left alone, unopened, unless ``release(name)`` is called before the\n"
+"next step. Symlinks are never followed; a subdirectory that cannot be opened or listed is a\n"
+"problem of its parent's, worded as local_listing.dir_problem words it. Between two steps,\n"
+"``count_children`` may count a directory's entry subdirectories instead of walking them. The\n"
+"walker calls nothing back.");
 
 static PyTypeObject WalkerType = {
     PyVarObject_HEAD_INIT(NULL, 0)

@@ -12,6 +12,8 @@ The primitives' contract (neffcache.testing.store_contract checks every backend 
 - ``iter_files`` lists every file below a prefix; files of unfinished writes may appear only
   under names containing ``.neffcache-tmp-`` (so scans can count them as garbage).
 - ``delete`` removes what exists and ignores what does not.
+- ``walk(prefix, plan)`` is ``iter_dirs`` steered by a scan's plan (stores/walk.py): a store may
+  count and hold back what the plan names, or just list.
 - ``put_file(..., expect=digest)`` makes the file visible only if the bytes it wrote or sent,
   hashed in the same read, match ``digest``; otherwise it raises SourceChanged (the source was
   rewritten while it was read) or CorruptEntry, and nothing is left at ``path``.
@@ -53,10 +55,10 @@ import os
 import tempfile
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, NamedTuple
+from typing import BinaryIO
 
 from neffcache.entry import FileInfo
 from neffcache.errors import EntryNotFound, NoSpace, ReadOnlyStore, SourceChanged
@@ -72,9 +74,9 @@ from neffcache.stores.hashed_io import (
     settled,
     write_all,
 )
-from neffcache.stores.plain import PlainCounter
 from neffcache.stores.removal import Removal, StoreRemoval
 from neffcache.stores.roles import StoreRoles
+from neffcache.stores.walk import DirListing, WalkItem, WalkPlan
 
 FileSource = Path | bytes  # what put_file writes: a local file (``move`` may consume it) or the bytes
 CONTROL_DIR = ".neffcache"  # leases, stamps, quarantine: never part of a layout
@@ -87,34 +89,6 @@ PRIVATE_FILE_MODE = 0o640
 # In the name of every file a store writes before it is complete (temp files, staging dirs):
 # scans count such names as garbage, layouts leave them out of an entry, prune removes them.
 TEMP_MARKER = ".neffcache-tmp-"
-
-
-class DirListing(NamedTuple):
-    """Files of one directory, as :meth:`Store.iter_dirs` yields them.
-
-    ``files[i].path`` is ``directory/names[i]`` (``names[i]`` at the root, where ``directory``
-    is ""): a scan resolves the directory once and keys the files by name without splitting
-    every path again.
-
-    ``problems`` are (name, reason) pairs of what the listing found in the directory and did
-    not follow or could not read: a symlink out of the root, a dangling one, a symlinked
-    directory, an unreadable subdirectory. A scan reports each against the entry it lies in
-    (which is then CORRUPT) instead of stopping. Object stores have none.
-    """
-
-    directory: str
-    names: list[str]
-    files: list[FileInfo]
-    problems: tuple[tuple[str, str], ...] = ()
-
-
-class SkipDirs(NamedTuple):
-    """Subtrees a listing leaves out (:meth:`Store.iter_dirs_skipping`): each directory named one
-    of ``names`` whose store path ``test`` says yes to. The names keep ``test`` off the hot
-    path: a walk of a million entry directories asks it only about the few so named."""
-
-    names: frozenset[str]
-    test: Callable[[str], bool]
 
 
 @dataclass(frozen=True)
@@ -180,27 +154,13 @@ class Store(StoreRoles, ABC):
         if files and directory is not None:
             yield DirListing(directory, names, files)
 
-    def iter_dirs_skipping(self, prefix: str, skip: SkipDirs, plain: PlainCounter | None = None
-                           ) -> Iterator[DirListing] | None:
-        """:meth:`iter_dirs` without the subtrees ``skip`` names (the caller lists them with
-        :meth:`iter_dirs_together`), or None when this store cannot leave a subtree out (the
-        default: an object store lists keys, not trees). With ``plain``, the walk may count the
-        children a directory's :class:`PlainEntryDirs` rule covers (``plain.counted``) instead
-        of listing them; it need not, so the caller must give the same answer either way."""
-        return None
-
-    def iter_dirs_together(self, trees: Sequence[str], plain: PlainCounter | None = None
-                           ) -> Iterator[tuple[str, list[DirListing]]]:
-        """The listings of the directories ``trees`` (and everything below them) in step, as
-        (relative directory, listings) batches: a batch holds every listing of its relative
-        directory (``ab/cd``) in each tree, and what could not be opened below it comes in a
-        batch of its own below it, so once a batch outside a relative directory comes, nothing
-        more of it will. Default: one batch of everything (correct, not in step).
-
-        With ``plain``, a store may count the children a level's :class:`PlainFiles` rule
-        covers (``plain.counted``) instead of yielding their batches; it need not (the default
-        never does), so the caller must give the same answer either way."""
-        yield "", [listing for tree in trees for listing in self.iter_dirs(tree)]
+    def walk(self, prefix: str = "", plan: WalkPlan | None = None) -> Iterator[WalkItem]:
+        """The listings below ``prefix`` as a scan's plan would have them (stores/walk.py): a
+        store that can may count what the plan's rules cover (``Counted``) and hold back the
+        trees it names to list them in step afterwards (``InStep``); it need not, so the caller
+        gives the same answer either way. Default: :meth:`iter_dirs` (an object store lists
+        keys, not trees)."""
+        return iter(self.iter_dirs(prefix))
 
     def put_file(self, path: str, source: FileSource, *, exclusive: bool = False, move: bool = False,
                  expect: FileDigest | None = None) -> bool:

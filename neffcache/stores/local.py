@@ -45,22 +45,22 @@ import os
 import secrets
 import shutil
 import stat
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 from neffcache.entry import FileInfo
 from neffcache.errors import AccessDenied, EntryNotFound, StoreError, StoreUnavailable, UnsafePath
 from neffcache.keys import is_canonical_relpath, safe_relpath
 from neffcache.regular import not_regular, open_regular
-from neffcache.stores.base import CONTROL_DIR, PRIVATE_DIRS, TEMP_MARKER, DirListing, FileSource, SkipDirs, Store
+from neffcache.stores.base import CONTROL_DIR, PRIVATE_DIRS, TEMP_MARKER, FileSource, Store
 from neffcache.stores.local_in_step import walk_together
 from neffcache.stores.local_listing import list_threaded, walk
 from neffcache.stores.local_remove import LocalRemoval
 from neffcache.stores.local_write import SHARED_DIR_MODE, publish_temp, temp_name, write_temp
 from neffcache.stores.mounts import filesystem_type, is_memory_filesystem
-from neffcache.stores.plain import PlainCounter
 from neffcache.stores.safepath import DIR_FLAGS, SafeRoot, copy_fd, lexists
+from neffcache.stores.walk import DirListing, WalkItem, WalkPlan
 
 log = logging.getLogger(__name__)
 
@@ -185,19 +185,21 @@ class LocalStore(Store):
             yield from listing.files
 
     def iter_dirs(self, prefix: str = "") -> Iterator[DirListing]:
-        return self._iter_dirs(prefix, None)
+        # Without a plan the walk yields listings only (no count, no batch).
+        return cast(Iterator[DirListing], self._iter_dirs(prefix, None, {}))
 
-    def iter_dirs_skipping(self, prefix: str, skip: SkipDirs, plain: PlainCounter | None = None
-                           ) -> Iterator[DirListing] | None:
-        # The walk leaves subtrees out; the threaded listing (shared mounts) does not (yet).
-        return self._iter_dirs(prefix, skip, plain) if self.list_workers <= 1 else None
+    def walk(self, prefix: str = "", plan: WalkPlan | None = None) -> Iterator[WalkItem]:
+        # The depth-first walk counts and holds back what the plan names; the threaded listing
+        # (shared mounts) does neither (yet): it lists, which gives the same answer.
+        if plan is None or self.list_workers > 1:
+            yield from self.iter_dirs(prefix)
+            return
+        held: dict[str, list[str]] = {}  # group -> its trees the walk held back
+        yield from self._iter_dirs(prefix, plan, held)
+        for group, trees in sorted(held.items()):
+            yield from walk_together(self._safe, sorted(trees), plan, group)
 
-    def iter_dirs_together(self, trees: Sequence[str], plain: PlainCounter | None = None
-                           ) -> Iterator[tuple[str, list[DirListing]]]:
-        return walk_together(self._safe, [safe_relpath(tree) for tree in trees], plain)
-
-    def _iter_dirs(self, prefix: str, skip: SkipDirs | None, plain: PlainCounter | None = None
-                   ) -> Iterator[DirListing]:
+    def _iter_dirs(self, prefix: str, plan: WalkPlan | None, held: dict[str, list[str]]) -> Iterator[WalkItem]:
         start = safe_relpath(prefix) if prefix else ""
         try:
             fd = self._safe.open_dir(start)
@@ -206,7 +208,7 @@ class LocalStore(Store):
         except PermissionError as exc:
             raise AccessDenied(f"cannot list {self.root / start}: {exc.strerror}", store=self.url) from exc
         if self.list_workers <= 1:
-            yield from walk(self._safe, fd, start, skip, plain)
+            yield from walk(self._safe, fd, start, plan, held)
         else:
             yield from list_threaded(self._safe, fd, start, self.list_workers)
 

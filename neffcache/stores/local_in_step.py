@@ -1,8 +1,8 @@
 """Listing sibling trees in step: layout B's ``hlo/`` and ``neff/``, the same shard path in
-each (:meth:`Store.iter_dirs_together` of a local store). A summary then knows an entry whole
-once its shard is listed (neffcache/operations/summary.py), and, given a rule
-(:class:`~neffcache.stores.plain.PlainFiles`), the C helper counts the shard directories that
-need nothing but counting instead of listing them.
+each (the trees a local store's :meth:`Store.walk` held back). A summary then knows an entry
+whole once its shard is listed (neffcache/operations/summary.py), and, given a rule of the
+plan's (:class:`~neffcache.stores.plain.PlainFiles`), the C helper counts the shard
+directories that need nothing but counting instead of listing them.
 
 The walk is :mod:`neffcache.stores.local_listing`'s: each directory opened relative to its
 parent, no symlink followed, what cannot be opened reported as a problem of its parent's.
@@ -15,21 +15,21 @@ from collections.abc import Iterator, Sequence
 
 from neffcache.errors import UnsafePath
 from neffcache.stores import local_listing
-from neffcache.stores.base import DirListing
 from neffcache.stores.local_listing import dir_problem, list_fd, unreadable
-from neffcache.stores.plain import PlainCounter
 from neffcache.stores.safepath import DIR_FLAGS, SafeRoot
+from neffcache.stores.walk import Counted, DirListing, InStep, WalkPlan
 
 
-def walk_together(safe: SafeRoot, trees: Sequence[str], plain: PlainCounter | None = None
-                  ) -> Iterator[tuple[str, list[DirListing]]]:
-    """The directories ``trees`` walked in step (:meth:`Store.iter_dirs_together`): depth first
-    over the union of their relative subdirectories (sorted), each relative directory listed
-    in every tree that has it before the walk goes below it. Problems are the walk's own:
-    what cannot be opened is a problem of its parent's, worded by :func:`dir_problem`.
+def walk_together(safe: SafeRoot, trees: Sequence[str], plan: WalkPlan | None = None, group: str = ""
+                  ) -> Iterator[InStep | Counted]:
+    """The directories ``trees`` (of ``group``) walked in step: depth first over the union of
+    their relative subdirectories (sorted), each relative directory listed in every tree that
+    has it before the walk goes below it (an :class:`InStep` batch). Problems are the walk's
+    own: what cannot be opened is a problem of its parent's, worded by :func:`dir_problem`.
 
-    With ``plain`` and the C helper, the children a level's rule covers are counted in C
-    (:func:`count_children`) and only those it declines are walked."""
+    With ``plan`` and the C helper, the children a level's rule (``plan.shards_below``) covers
+    are counted in C (:func:`count_children`, a :class:`Counted` item) and only those it
+    declines are walked."""
     frames: list[tuple[int, str]] = []
     problems: list[DirListing] = []
     try:
@@ -54,8 +54,12 @@ def walk_together(safe: SafeRoot, trees: Sequence[str], plain: PlainCounter | No
         for fd, _ in frames:
             os.close(fd)
         raise
-    counter = plain if local_listing.counting_helper() is not None else None
-    yield from _in_step(safe, frames, "", problems, counter)
+    counter = plan if local_listing.native is not None else None
+    for rel, batch, counted in _in_step(safe, frames, "", problems, counter):
+        if counted is not None:
+            yield counted
+        if batch:
+            yield InStep(group, rel, batch)
 
 
 def _open_child(safe: SafeRoot, pfd: int, path: str, name: str, problems: list[DirListing]) -> int | None:
@@ -73,41 +77,42 @@ def _open_child(safe: SafeRoot, pfd: int, path: str, name: str, problems: list[D
         return None
 
 
-def count_children(plain: PlainCounter, listed: list[tuple[int, str]],
-                   subdirs: dict[str, list[tuple[int, str]]]) -> None:
+def count_children(plan: WalkPlan, listed: list[tuple[int, str]],
+                   subdirs: dict[str, list[tuple[int, str]]]) -> Counted | None:
     """Count the children of a level (open as ``listed``: (fd, store path) in each tree) that
     its :class:`PlainFiles` rule covers, and take the counted ones out of ``subdirs`` (name ->
     the parents that have it): only what the C helper declines is walked. The C helper is there.
     The count's ``top`` names its entries' directories by the store paths of ``listed``."""
     if len(listed) > 30:  # the helper's mask has a bit per tree
-        return
-    rule = plain.rule([path for _, path in listed])
+        return None
+    rule = plan.shards_below([path for _, path in listed])
     if rule is None:
-        return
+        return None
     position = {fd: i for i, (fd, _) in enumerate(listed)}
     children = [(name, sum(1 << position[fd] for fd, _ in parents))
                 for name, parents in subdirs.items() if name in rule.children]
     if not children:
-        return
-    native = local_listing.counting_helper()
-    assert native is not None  # walk_together passes ``plain`` only then
+        return None
+    native = local_listing.native
+    assert native is not None  # walk_together passes ``plan`` only then
     fds = tuple(fd for fd, _ in listed)
     primary = tuple(path in rule.primary_dirs for _, path in listed)
     entries, size, files, declined, top = native.count_plain(
         fds, primary, children, rule.prefix, rule.suffixes, rule.primary, rule.key_min, rule.key_max,
-        plain.largest, tuple(path for _, path in listed))
-    plain.counted(rule, entries, size, files, top)
+        plan.largest, tuple(path for _, path in listed))
     kept = set(declined)
     for name, _ in children:
         if name not in kept:
             del subdirs[name]
+    return Counted(rule, entries, size, files, top) if entries else None
 
 
 def _list_level(safe: SafeRoot, current: list[tuple[int, str]], batch: list[DirListing],
-                plain: PlainCounter | None) -> dict[str, list[tuple[int, str]]]:
+                plan: WalkPlan | None) -> tuple[dict[str, list[tuple[int, str]]], Counted | None]:
     """List one relative directory open in each tree as ``current`` into ``batch``; returns its
     subdirectories still to walk (name -> [(parent fd, parent path) in each tree that has it]):
-    all of them, less those ``plain``'s rule lets the C helper count (:func:`count_children`)."""
+    all of them, less those ``plan``'s rule lets the C helper count (:func:`count_children`),
+    and that count."""
     subdirs: dict[str, list[tuple[int, str]]] = {}
     listed: list[tuple[int, str]] = []
     for fd, path in current:
@@ -121,13 +126,12 @@ def _list_level(safe: SafeRoot, current: list[tuple[int, str]], batch: list[DirL
         listed.append((fd, path))
         for name in names:
             subdirs.setdefault(name, []).append((fd, path))
-    if plain is not None and subdirs:
-        count_children(plain, listed, subdirs)
-    return subdirs
+    counted = count_children(plan, listed, subdirs) if plan is not None and subdirs else None
+    return subdirs, counted
 
 
-def _in_step(safe: SafeRoot, frames: list[tuple[int, str]], rel: str,
-             batch: list[DirListing], plain: PlainCounter | None = None) -> Iterator[tuple[str, list[DirListing]]]:
+def _in_step(safe: SafeRoot, frames: list[tuple[int, str]], rel: str, batch: list[DirListing],
+             plan: WalkPlan | None = None) -> Iterator[tuple[str, list[DirListing], Counted | None]]:
     """List the relative directory ``rel`` open in each tree as ``frames`` (consumed: closed
     however the walk ends), then what lies below it, in step, depth first. ``batch``: what
     could not be opened of ``rel``, reported with it. A loop over a stack, not recursion: a
@@ -138,15 +142,15 @@ def _in_step(safe: SafeRoot, frames: list[tuple[int, str]], rel: str,
     current: list[tuple[int, str]] | None = frames
     try:
         while current is not None:
-            subdirs = _list_level(safe, current, batch, plain)
+            subdirs, counted = _list_level(safe, current, batch, plan)
             if subdirs:
                 stack.append((current, rel, iter(sorted(subdirs.items()))))
             else:
                 for fd, _ in current:
                     os.close(fd)
             current = None
-            if batch:
-                yield rel, batch
+            if batch or counted is not None:
+                yield rel, batch, counted
             while stack:
                 _, parent_rel, pending = stack[-1]
                 step = next(pending, None)

@@ -9,9 +9,11 @@ ways, chosen by :class:`~neffcache.stores.local.LocalStore` from its ``list_work
 - :func:`list_threaded`, breadth first on many threads, for shared mounts (Lustre, NFS) where
   every stat is a round trip to a metadata server.
 
-:func:`walk` can leave subtrees out (``SkipDirs``), and :mod:`~neffcache.stores.local_in_step`
-lists sibling trees in step (layout B's ``hlo/`` and ``neff/``, the same shard path in each): a
-summary then knows an entry whole once its shard is listed (neffcache/operations/summary.py).
+:func:`walk` takes a scan's plan (neffcache/stores/walk.py): it holds back the subtrees the
+plan names, which :mod:`~neffcache.stores.local_in_step` then lists in step (layout B's ``hlo/``
+and ``neff/``, the same shard path in each: a summary then knows an entry whole once its shard
+is listed, neffcache/operations/summary.py), and counts the entry directories the plan's rules
+cover instead of listing them.
 
 Both follow no symlink (:mod:`neffcache.stores.safepath`): a link to a file inside the root is
 listed with its target's size, anything else that cannot be listed is reported in
@@ -45,9 +47,8 @@ from typing import TYPE_CHECKING
 
 from neffcache.entry import FileInfo
 from neffcache.errors import UnsafePath
-from neffcache.stores.base import DirListing, SkipDirs
-from neffcache.stores.plain import PlainCounter
 from neffcache.stores.safepath import DIR_FLAGS, SafeRoot
+from neffcache.stores.walk import Counted, DirListing, WalkItem, WalkPlan
 
 if TYPE_CHECKING:
     from neffcache.stores._listdir import Walker
@@ -80,6 +81,10 @@ def _load_native() -> tuple[ModuleType | None, NativeListing]:
         # The error names what is missing (no module: never built; an undefined symbol or a
         # wrong ABI tag: built for another Python), which is the whole diagnosis.
         return None, NativeListing(False, f"the C helper was not built: {exc}")
+    if not hasattr(module.Walker, "count_children"):
+        # An editable install not rebuilt since the walker's interface changed: its steps have
+        # another shape, so it is not used at all (reinstalling builds the current one).
+        return None, NativeListing(False, "the C helper is an older build (reinstall neffcache to rebuild it)")
     return module, NativeListing(True)
 
 
@@ -103,12 +108,6 @@ TOO_DEEP = f"nested more than {MAX_DEPTH} directories deep (not listed)"
 def too_deep(rel: str) -> bool:
     """Whether the directory ``rel`` (a store path) lies deeper than :data:`MAX_DEPTH`."""
     return rel.count("/") >= MAX_DEPTH
-
-
-def counting_helper() -> ModuleType | None:
-    """The C helper when it can count plain directories (``plain``), else None: not built,
-    turned off, or an older build (an editable install not rebuilt), which lists as before."""
-    return native if native is not None and hasattr(native, "count_plain") else None
 
 
 def dir_problem(safe: SafeRoot, fd: int, name: str, exc: OSError) -> str | None:
@@ -225,28 +224,46 @@ def list_rels(safe: SafeRoot, directories: list[str]) -> tuple[list[str], list[D
     return subdirs, listings
 
 
-def walk(safe: SafeRoot, fd: int, start: str, skip: SkipDirs | None = None,
-         plain: PlainCounter | None = None) -> Iterator[DirListing]:
+def walk(safe: SafeRoot, fd: int, start: str, plan: WalkPlan | None = None,
+         held: dict[str, list[str]] | None = None) -> Iterator[WalkItem]:
     """Depth first from the open directory ``fd`` (consumed), each subdirectory opened relative
     to its parent: no path is resolved twice, and at most one descriptor per level is held.
-    The subtrees ``skip`` names are left alone (not even opened). With ``plain`` and the C
-    helper, the entry directories a directory's rule covers are counted in C, not walked, each
-    count with its ``plain.largest`` largest entries (``Walker``'s docstring; the Python walk
-    lists them all). ``fd`` is closed also when the walk cannot start (a bad ``plain``)."""
+
+    With ``plan`` (stores/walk.py), a subdirectory named in ``plan.held`` that
+    ``plan.in_step_group`` places in a group is left alone (not even opened) and added to
+    ``held`` by group, for the caller to list in step; and with the C helper, the entry
+    directories ``plan.entries_below`` covers are counted in C, not walked (a ``Counted`` item,
+    yielded before the directory's own listing; the Python walk lists them all). ``fd`` is
+    closed also when the walk cannot start."""
+    if held is None:
+        held = {}
     if native is None:
-        return _walk_python(safe, fd, start, skip)
-    names = frozenset(os.fsencode(n) for n in skip.names) if skip is not None else None
-    return _walk_native(safe, native.Walker(fd, start, FileInfo, names, skip.test if skip is not None else None,
-                                            plain if counting_helper() is not None else None))
+        return _walk_python(safe, fd, start, plan, held)
+    names = frozenset(os.fsencode(n) for n in plan.held) if plan is not None and plan.held else None
+    walker = native.Walker(fd, start, FileInfo, names, plan is not None)
+    return _walk_native(safe, walker, plan, held)
 
 
-def _walk_native(safe: SafeRoot, walker: Walker) -> Iterator[DirListing]:
-    """:func:`walk` by the C helper: the same order, the same problems (its docstring)."""
+def _walk_native(safe: SafeRoot, walker: Walker, plan: WalkPlan | None, held: dict[str, list[str]]
+                 ) -> Iterator[WalkItem]:
+    """:func:`walk` by the C helper: the same order, the same problems (its docstring). The
+    walker is steered between two steps (it calls nothing back): what it held back is released
+    or kept for later, what the plan's rule covers is counted."""
     new = tuple.__new__
     try:
-        for rel, names, files, links, problems, dfd in walker:
+        for rel, names, files, links, problems, dfd, pending, kept in walker:
+            if kept:
+                _hold(walker, rel, kept, plan, held)
+            if pending and plan is not None:
+                rule = plan.entries_below(rel)
+                if rule is not None:
+                    entries, size, count, top = walker.count_children(
+                        rule.prefix, rule.charset, rule.names, rule.required, rule.primary, plan.largest)
+                    if entries:
+                        yield Counted(rule, entries, size, count, top)
             if not links:
-                yield new(DirListing, (rel, names, files, problems))
+                if files or problems:
+                    yield new(DirListing, (rel, names, files, problems))
                 continue
             found = list(problems)  # the listed directory is still open as dfd until the next step
             add_links(safe, dfd, rel, links, names, files, found)
@@ -256,7 +273,21 @@ def _walk_native(safe: SafeRoot, walker: Walker) -> Iterator[DirListing]:
         walker.close()
 
 
-def _walk_python(safe: SafeRoot, fd: int, start: str, skip: SkipDirs | None = None) -> Iterator[DirListing]:
+def _hold(walker: Walker, rel: str, kept: list[str], plan: WalkPlan | None, held: dict[str, list[str]]) -> None:
+    """The subdirectories ``kept`` of ``rel`` the walker held back: each one the plan places in
+    a group is added to ``held``, any other one released (walked as usual)."""
+    for name in kept:
+        child = f"{rel}/{name}" if rel else name
+        group = plan.in_step_group(child) if plan is not None else None
+        if group is None:
+            walker.release(name)
+        else:
+            held.setdefault(group, []).append(child)
+
+
+def _walk_python(safe: SafeRoot, fd: int, start: str, plan: WalkPlan | None, held: dict[str, list[str]]
+                 ) -> Iterator[DirListing]:
+    holding = plan.held if plan is not None else frozenset()
     frames: list[tuple[int, str, Iterator[str]]] = [(fd, start, iter(()))]
     try:
         subdirs, listing = list_fd(safe, fd, start)
@@ -271,8 +302,11 @@ def _walk_python(safe: SafeRoot, fd: int, start: str, skip: SkipDirs | None = No
                 os.close(pfd)
                 continue
             rel = f"{prel}/{name}" if prel else name
-            if skip is not None and name in skip.names and skip.test(rel):
-                continue
+            if name in holding:
+                group = plan.in_step_group(rel) if plan is not None else None
+                if group is not None:
+                    held.setdefault(group, []).append(rel)
+                    continue
             if too_deep(rel):
                 yield DirListing(prel, [], [], ((name, TOO_DEEP),))
                 continue

@@ -1,24 +1,23 @@
-"""Rules by which a listing may count entries instead of listing them, and who answers for
-them (``Store.iter_dirs_together``'s and ``Store.iter_dirs_skipping``'s ``plain``).
+"""Rules by which a listing may count entries instead of listing them: what a walk plan
+(neffcache/stores/walk.py) hands a store.
 
 A layout makes a rule (``Layout.plain_files_below``, ``Layout.plain_entry_dirs_below``), a
 summary checks it against what its grouping would ask (``Grouper.plain_rule``,
-``Grouper.entry_rule``), and a local store applies it in C (neffcache/stores/_listdir.c): the
-store counts without knowing the runtime facts behind a rule. Values only: no store imports
-a layout.
+``Grouper.entry_rule``) and puts it in its plan, and a local store applies it in C
+(neffcache/stores/_listdir.c): the store counts without knowing the runtime facts behind a
+rule. Values only: no store imports a layout.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import NamedTuple, Protocol
+from typing import NamedTuple
 
 from neffcache.entry import Namespace
 
 
 class PlainFiles(NamedTuple):
     """A rule by which a listing may count the entries of leaf directories instead of listing
-    them (:meth:`Store.iter_dirs_together`'s ``plain``): for each child named in ``children`` of
+    them (``WalkPlan.shards_below``): for each child named in ``children`` of
     the directories it was made for, every file must be a regular file named ``<key><suffix>``
     (``key_min`` to ``key_max`` lowercase hex digits starting with ``prefix`` plus the child's
     name; a suffix of ``suffixes``, from the first dot on), and each key must have a non-empty
@@ -40,7 +39,7 @@ class PlainFiles(NamedTuple):
 
 class PlainEntryDirs(NamedTuple):
     """A rule by which a walk may count entry directories instead of listing them
-    (:meth:`Store.iter_dirs_skipping`'s ``plain``): each child named ``prefix`` plus one or
+    (``WalkPlan.entries_below``): each child named ``prefix`` plus one or
     more characters of ``charset`` of the directory it was made for is one entry, counted when
     it holds nothing but regular files named in ``names``, with each of ``required`` present
     and ``primary`` not empty. Any other child, or one where anything else is found, is walked
@@ -54,30 +53,5 @@ class PlainEntryDirs(NamedTuple):
     namespace: Namespace | None = None  # whose entries these are (the layout's answer, handed back)
 
 
-# A count's largest entries, [(directory, key, bytes, files)]: PlainCounter.counted's ``top``.
+# A count's largest entries, [(directory, key, bytes, files)]: ``Counted.top`` (stores/walk.py).
 CountedTop = list[tuple[str, str, int, int]]
-
-
-class PlainCounter(Protocol):
-    """What a listing asks before it goes below a directory: a rule for its children, or None;
-    and where the counts go. ``rule`` is asked by :meth:`Store.iter_dirs_together` (``directories``:
-    the level's store path in each tree that has it), ``entry_rule`` by a walk.
-
-    A counted entry is never listed, so each count also reports its ``largest`` largest entries
-    (0 to 10,000, read once per walk; 0 asks for none and costs nothing) as ``counted``'s ``top``:
-    ``(directory, key, bytes, files)``, bytes descending, then directory, then key (a total
-    order: the same tree gives the same ``top``). For a :class:`PlainFiles` count, ``directory``
-    is the counted child's store path in the first tree (in the order of ``directories``) of
-    ``primary_dirs`` that holds the entry's primary file, ``key`` the file names' part before
-    the first dot (without a layout's key prefix), ``bytes`` and ``files`` those of all the
-    key's files in every tree; for a :class:`PlainEntryDirs` count, ``directory`` is the entry
-    directory's store path, ``key`` its name, ``bytes`` and ``files`` its files'."""
-
-    largest: int
-
-    def rule(self, directories: Sequence[str]) -> PlainFiles | None: ...
-
-    def entry_rule(self, directory: str) -> PlainEntryDirs | None: ...
-
-    def counted(self, rule: PlainFiles | PlainEntryDirs, entries: int, size: int, files: int,
-                top: CountedTop) -> None: ...

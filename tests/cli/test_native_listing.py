@@ -12,13 +12,20 @@ import sys
 
 MISSING = ("import sys; sys.modules['neffcache.stores._listdir'] = None; "
            "from neffcache.cli.main import main; sys.argv[0] = 'neffcache'; main()")
+# An editable install built before the walker took its plan in band: a module whose Walker has
+# no count_children (made real by a stand-in module in sys.modules).
+OLDER = ("import sys, types; old = types.ModuleType('neffcache.stores._listdir'); "
+         "old.Walker = type('Walker', (), {}); old.count_plain = None; "
+         "sys.modules['neffcache.stores._listdir'] = old; "
+         "from neffcache.cli.main import main; sys.argv[0] = 'neffcache'; main()")
 
 
-def neffcache(*args: str, missing: bool = False, native: str | None = None) -> subprocess.CompletedProcess[str]:
+def neffcache(*args: str, missing: bool = False, native: str | None = None, older: bool = False
+              ) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "NEFFCACHE_NATIVE"}
     if native is not None:
         env["NEFFCACHE_NATIVE"] = native
-    argv = ["-c", MISSING] if missing else ["-m", "neffcache.cli.main"]
+    argv = ["-c", MISSING] if missing else ["-c", OLDER] if older else ["-m", "neffcache.cli.main"]
     return subprocess.run([sys.executable, *argv, *args], capture_output=True, text=True, env=env, timeout=120,
                           check=False)
 
@@ -30,6 +37,10 @@ def test_version_says_which_listing_runs_and_why_not() -> None:
     assert missing.returncode == 0, missing.stderr
     line = missing.stdout.splitlines()[-1]
     assert line.startswith("native listing: off (the C helper was not built: ") and "_listdir" in line
+    older = neffcache("--version", older=True)
+    assert older.returncode == 0, older.stderr
+    assert older.stdout.splitlines()[-1] == ("native listing: off (the C helper is an older build "
+                                             "(reinstall neffcache to rebuild it))")
 
 
 def _native_finding(proc: subprocess.CompletedProcess[str]) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""A walk counts neuronxcc entry directories in C (``Walker``'s ``plain``, the rule from
+"""A walk counts neuronxcc entry directories in C (``Walker.count_children``, the rule from
 ``Grouper.entry_rule`` and ``NeuronxccLayout.plain_entry_dirs_below``) only where listing the
 directory and judging its entry would give a committed SUCCESS entry of the same size with
 nothing foreign; everything else is listed as before. And the rule says of every child it
@@ -30,6 +30,7 @@ from neffcache.stores.base import TEMP_MARKER
 from neffcache.stores.local import LocalStore
 from neffcache.stores.plain import CountedTop, PlainEntryDirs, PlainFiles
 from neffcache.stores.safepath import SafeRoot
+from neffcache.stores.walk import Counted, DirListing
 from tests.stores.test_count_plain import make_kind
 
 needs_native = pytest.mark.skipif(local_listing.native is None, reason="the C listing helper did not build "
@@ -45,7 +46,10 @@ CHILDREN = ["MODULE_1+abc", "MODULE_x_y+Z9", "MODULE_", "MODULE_a b+1", "module_
 
 
 class Counter:
-    """A walk's ``plain``: the grouper's rule, and what the walk counted (and each count's top)."""
+    """A walk's plan: the grouper's rule for entry directories (nothing held back, no shard
+    rule), and what the walk counted (and each count's top)."""
+
+    held: frozenset[str] = frozenset()
 
     def __init__(self, largest: int = 0) -> None:
         self.grouper = Grouper()
@@ -53,15 +57,19 @@ class Counter:
         self.largest = largest
         self.tops: list[CountedTop] = []
 
-    def rule(self, directories: Sequence[str]) -> PlainFiles | None:
+    def in_step_group(self, directory: str) -> str | None:
         return None
 
-    def entry_rule(self, directory: str) -> PlainEntryDirs | None:
+    def shards_below(self, directories: Sequence[str]) -> PlainFiles | None:
+        return None
+
+    def entries_below(self, directory: str) -> PlainEntryDirs | None:
         return self.grouper.entry_rule(directory)
 
-    def counted(self, rule: PlainFiles | PlainEntryDirs, entries: int, size: int, files: int, top: CountedTop) -> None:
-        self.entries, self.size, self.files = self.entries + entries, self.size + size, self.files + files
-        self.tops.append(top)
+    def add(self, counted: Counted) -> None:
+        self.entries, self.size, self.files = (self.entries + counted.entries, self.size + counted.size,
+                                               self.files + counted.files)
+        self.tops.append(counted.top)
 
 
 def _make(entry: Path, files: list[tuple[str, int, str]]) -> None:
@@ -74,7 +82,13 @@ def _walked(root: Path, largest: int = 0) -> tuple[Counter, list[str]]:
     """Walk ``root`` with the C counting: what it counted, and the directories it listed."""
     counter = Counter(largest)
     safe = SafeRoot(str(root), str(root))
-    listed = [listing.directory for listing in local_listing.walk(safe, safe.open_dir(""), "", None, counter)]
+    listed = []
+    for item in local_listing.walk(safe, safe.open_dir(""), "", counter):
+        if isinstance(item, Counted):
+            counter.add(item)
+        else:
+            assert isinstance(item, DirListing)
+            listed.append(item.directory)
     return counter, listed
 
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from neffcache.entry import EntryState, FileInfo
 from neffcache.layouts import get_layout
 from neffcache.operations.grouping import Grouper, judge
-from neffcache.stores.base import DirListing
+from neffcache.stores.walk import DirListing
 
 LAYOUT = get_layout("torchneuron")
 NS = "trn2-lnc2/torchneuron-2.9.0"

@@ -20,7 +20,7 @@ from neffcache.operations.publish import publish
 from neffcache.operations.scan import load_entry
 from neffcache.server.config import ServerSettings
 from neffcache.stores import LocalStore
-from neffcache.stores.base import DirListing
+from neffcache.stores.walk import DirListing
 from neffcache.toolchain import Toolchain
 from tests.server.conftest import LiveServer, make_tokens
 from tests.server.conftest import free_port as unused_port

@@ -19,8 +19,9 @@ from neffcache.operations import tally as tally_module
 from neffcache.operations.scan import scan
 from neffcache.operations.summary import ScanSummary, summarize
 from neffcache.stores import local_listing
-from neffcache.stores.base import TEMP_MARKER, DirListing, Store
+from neffcache.stores.base import TEMP_MARKER, Store
 from neffcache.stores.local import LocalStore
+from neffcache.stores.walk import DirListing
 from tests.operations.test_scan_listing import FileByFile, _messy_root, _touch
 from tests.runtime_caches import (
     kernel_key,
@@ -208,7 +209,10 @@ def test_a_problem_below_a_counted_shard_still_reaches_its_entry(monkeypatch: py
     later = DirListing(f"{ns}/neff/ab/13", [third], [FileInfo(f"{ns}/neff/ab/13/{third}", 7, 1.0)])
     batches = [("ab/12", [plain]), (f"ab/12/{key}.neffcache.json", [unreadable]), ("ab/13", [later])]
     tally = tally_module.Tally(10)
-    summary_module._in_step(iter(batches), summary_module.Grouper(), tally, [], [])
+    in_step = summary_module._InStep(ns, summary_module.Grouper(), tally, [], [], count=counting)
+    for rel, batch in batches:
+        in_step.add(rel, batch)
+    in_step.finish()
     (counts, states), = tally.namespaces.values()
     assert counts == [3, 18] and states == {"SUCCESS": 2, "CORRUPT": 1}
     assert tally.corrupt_warnings and key in tally.corrupt_warnings[0][1]

@@ -21,10 +21,11 @@ from neffcache.operations.grouping import Grouper, _in_control
 from neffcache.operations.scan import scan
 from neffcache.operations.summary import ScanSummary, summarize
 from neffcache.stores import local_in_step, local_listing
-from neffcache.stores.base import TEMP_MARKER, DirListing
+from neffcache.stores.base import TEMP_MARKER
 from neffcache.stores.local import LocalStore
 from neffcache.stores.plain import PlainFiles
 from neffcache.stores.safepath import SafeRoot
+from neffcache.stores.walk import Counted, DirListing
 from tests.stores.c_helper import needs_native
 
 native = local_listing.native
@@ -207,10 +208,11 @@ def test_a_summary_with_shards_counted_in_c_is_the_full_reports(tmp_path: Path, 
     elif how == "python listing":
         monkeypatch.setattr(local_listing, "native", None)
     else:
-        def watched(plain: object, listed: object, subdirs: dict[str, object]) -> None:
+        def watched(plan: object, listed: object, subdirs: dict[str, object]) -> Counted | None:
             before = set(subdirs)
-            original(plain, listed, subdirs)  # type: ignore[arg-type]
+            counted = original(plan, listed, subdirs)  # type: ignore[arg-type]
             counted_in_c.extend(before - set(subdirs))
+            return counted
         monkeypatch.setattr(local_in_step, "count_children", watched)
     summary = summarize(store)
     assert _without_seconds(summary) == expected

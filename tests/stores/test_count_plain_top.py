@@ -19,6 +19,7 @@ from neffcache.operations.grouping import Grouper
 from neffcache.stores import local_in_step, local_listing
 from neffcache.stores.plain import CountedTop, PlainEntryDirs, PlainFiles
 from neffcache.stores.safepath import SafeRoot
+from neffcache.stores.walk import Counted, InStep
 from tests.stores.c_helper import needs_native
 from tests.stores.test_count_plain import NS
 from tests.stores.test_count_plain import _make as make_layout_b
@@ -127,25 +128,26 @@ def test_the_top_breaks_ties_by_directory_then_key_and_skips_declined_children(t
 
 
 class Recording:
-    """The summary's rule for a level, and every count's ``top``."""
+    """A walk plan with the summary's rule for a level (and nothing else)."""
+
+    held: frozenset[str] = frozenset()
 
     def __init__(self, largest: int) -> None:
         self.largest = largest
         self.grouper = Grouper()
-        self.tops: list[CountedTop] = []
 
-    def rule(self, directories: Sequence[str]) -> PlainFiles | None:
-        return self.grouper.plain_rule(directories)
-
-    def entry_rule(self, directory: str) -> PlainEntryDirs | None:
+    def in_step_group(self, directory: str) -> str | None:
         return None
 
-    def counted(self, rule: PlainFiles | PlainEntryDirs, entries: int, size: int, files: int, top: CountedTop) -> None:
-        self.tops.append(top)
+    def shards_below(self, directories: Sequence[str]) -> PlainFiles | None:
+        return self.grouper.plain_rule(directories)
+
+    def entries_below(self, directory: str) -> PlainEntryDirs | None:
+        return None
 
 
 def test_a_walk_in_step_hands_each_count_its_top_by_store_path(tmp_path: Path) -> None:
-    """Through ``Store.iter_dirs_together``'s walk: the directories are the store's paths of
+    """Through the in-step walk (``walk_together``): the directories are the store's paths of
     the tree that holds the NEFFs, the keys the file names' digits."""
     files = []
     for i in range(40):
@@ -156,10 +158,11 @@ def test_a_walk_in_step_hands_each_count_its_top_by_store_path(tmp_path: Path) -
     make_layout_b(tmp_path, files)
     counter = Recording(6)
     safe = SafeRoot(str(tmp_path), str(tmp_path))
-    listed = [rel for rel, _ in local_in_step.walk_together(safe, [f"{NS}/hlo", f"{NS}/neff"], counter)]
+    items = list(local_in_step.walk_together(safe, [f"{NS}/hlo", f"{NS}/neff"], counter, NS))
+    listed = [item.directory for item in items if isinstance(item, InStep)]
     assert not any(rel.startswith("ab/") for rel in listed)  # every shard counted
     trees, children = [f"{NS}/hlo/ab", f"{NS}/neff/ab"], sorted({f[1] for f in files})
-    (top,) = counter.tops
+    (top,) = [item.top for item in items if isinstance(item, Counted)]
     assert top == brute_force(tmp_path, trees, (False, True), children, 6)[0]
     assert top[0][0] == f"{NS}/neff/ab/06" and top[0][2:] == (7 + 4, 2)  # i = 6: the largest NEFF and an HLO
 

@@ -10,15 +10,18 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
 
 from neffcache.operations.scan import scan
 from neffcache.stores import local_listing
-from neffcache.stores.base import DirListing, SkipDirs
 from neffcache.stores.local import LocalStore
+from neffcache.stores.local_in_step import walk_together
+from neffcache.stores.plain import PlainEntryDirs, PlainFiles
+from neffcache.stores.safepath import SafeRoot
+from neffcache.stores.walk import DirListing, InStep
 from tests.stores.c_helper import NATIVE, STATUS, WHY_NOT, needs_native
 
 REPO = Path(__file__).resolve().parents[2]
@@ -150,45 +153,72 @@ def test_hostile_listing_cases_on_the_python_path(tmp_path: Path) -> None:
     assert " passed" in done.stdout and "skipped" not in done.stdout, done.stdout[-2000:]
 
 
-def test_skipped_trees_are_left_alone_then_listed_in_step(tmp_path: Path, listing_path: str) -> None:
-    """A summary of layout B leaves its two trees out of the walk and lists them in step
-    (operations/summary.py): together, the two listings are the walk's, each file once."""
+class TreesPlan:
+    """A walk plan that holds back the subdirectories ``a``, ``b`` and ``c`` of ``ns`` (one
+    group) and counts nothing; it records which directories it was asked about."""
+
+    held = frozenset({"a", "b", "c"})
+    largest = 0
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def in_step_group(self, directory: str) -> str | None:
+        self.asked.append(directory)
+        return "ns" if directory in ("ns/a", "ns/b", "ns/c") else None
+
+    def entries_below(self, directory: str) -> PlainEntryDirs | None:
+        return None
+
+    def shards_below(self, directories: Sequence[str]) -> PlainFiles | None:
+        return None
+
+
+def test_held_trees_are_left_alone_then_listed_in_step(tmp_path: Path, listing_path: str) -> None:
+    """A summary of layout B has the walk hold its two trees back and list them in step
+    afterwards (operations/summary.py): together, the listings are the plain walk's, each file once."""
     root = tmp_path / "root"
     for tree, rel, name in (("a", "x/y", "f1"), ("b", "x/y", "f2"), ("b", "x/z", "f3"), ("a", "", "top-a")):
         (root / "ns" / tree / rel).mkdir(parents=True, exist_ok=True)
         (root / "ns" / tree / rel / name).write_bytes(b"1")
     (root / "ns" / "a" / "x" / "link").symlink_to(tmp_path)  # a problem, reported in step
-    (root / "ns" / "other" / "a").mkdir(parents=True)  # named like a tree, not one
+    (root / "ns" / "other" / "a").mkdir(parents=True)  # named like a tree, not one: walked at once
     (root / "ns" / "other" / "a" / "f4").write_bytes(b"4")
     (root / "ns" / "c").symlink_to("a")  # a link named like a tree: the walk reports it, never offered
     store = LocalStore(root)
-    asked: list[str] = []
-
-    def later(rel: str) -> bool:
-        asked.append(rel)
-        return rel in ("ns/a", "ns/b", "ns/c")
-
-    rest = store.iter_dirs_skipping("", SkipDirs(frozenset({"a", "b", "c"}), later))
-    assert rest is not None
-    rest_listed = list(rest)
-    assert sorted(asked) == ["ns/a", "ns/b", "ns/other/a"]
-    batches = list(store.iter_dirs_together(["ns/a", "ns/b", "ns/missing"]))
-    assert [rel for rel, _ in batches] == ["", "x", "x/y", "x/z"]  # depth first, each once
-    for rel, batch in batches:
-        assert {d.directory for d in batch} <= {f"ns/{t}/{rel}".rstrip("/") for t in "ab"} | {
+    plan = TreesPlan()
+    items = list(store.walk("", plan))
+    assert sorted(plan.asked) == ["ns/a", "ns/b", "ns/other/a"]
+    rest = [item for item in items if isinstance(item, DirListing)]
+    batches = [item for item in items if isinstance(item, InStep)]
+    assert len(rest) + len(batches) == len(items)  # nothing counted
+    assert items[len(rest):] == batches  # the trees come after the walk
+    assert {b.group for b in batches} == {"ns"}
+    assert [b.directory for b in batches] == ["", "x", "x/y", "x/z"]  # depth first, each once
+    for batch in batches:
+        rel = batch.directory
+        assert {d.directory for d in batch.listings} <= {f"ns/{t}/{rel}".rstrip("/") for t in "ab"} | {
             f"ns/{t}/{rel}".rstrip("/").rpartition("/")[0] for t in "ab"}
-    assert len(batches[2][1]) == 2  # x/y of both trees in one batch
-    assert _normal(rest_listed + [d for _, batch in batches for d in batch]) == _listed(store)
-    # The threaded listing (shared mounts) cannot leave a tree out: the caller lists everything.
-    assert LocalStore(root, list_workers=4).iter_dirs_skipping("", SkipDirs(frozenset({"a"}), later)) is None
+    assert len(batches[2].listings) == 2  # x/y of both trees in one batch
+    assert _normal(rest + [d for b in batches for d in b.listings]) == _listed(store)
+    # The threaded listing (shared mounts) holds nothing back: it lists everything, as iter_dirs.
+    threaded = list(LocalStore(root, list_workers=4).walk("", TreesPlan()))
+    assert all(isinstance(item, DirListing) for item in threaded)
+    assert _normal(threaded) == _listed(store)
+    # A tree that is not there is left out of the batches.
+    safe = SafeRoot(str(root), str(root))
+    again = [item for item in walk_together(safe, ["ns/a", "ns/b", "ns/missing"], None, "ns")
+             if isinstance(item, InStep)]
+    assert again == batches
 
 
 def test_trees_in_step_below_a_link_are_a_problem_not_an_error(tmp_path: Path, listing_path: str) -> None:
-    """A tree's parent swapped for a symlink after the walk left the tree out: reported, not raised."""
+    """A tree's parent swapped for a symlink after the walk held the tree back: reported, not raised."""
     root = tmp_path / "root"
     (root / "real" / "hlo").mkdir(parents=True)
     (root / "real" / "hlo" / "f").write_bytes(b"1")
     (root / "ns").symlink_to("real")
-    batches = list(LocalStore(root).iter_dirs_together(["ns/hlo", "ns/neff"]))
-    assert [(rel, [(d.directory, d.files, [n for n, _ in d.problems]) for d in batch]) for rel, batch in batches] == [
-        ("", [("", [], ["ns"]), ("", [], ["ns"])])]
+    safe = SafeRoot(str(root), str(root))
+    batches = [item for item in walk_together(safe, ["ns/hlo", "ns/neff"], None, "ns") if isinstance(item, InStep)]
+    assert [(b.directory, [(d.directory, d.files, [n for n, _ in d.problems]) for d in b.listings])
+            for b in batches] == [("", [("", [], ["ns"]), ("", [], ["ns"])])]

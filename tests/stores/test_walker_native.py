@@ -1,9 +1,8 @@
-"""The C walker (neffcache/stores/_listdir.c) under misuse: a callback that closes or steps the
-walker it is called from gets a RuntimeError (it was a use-after-free: a segfault), a walk
-leaks no reference per directory, and no descriptor however it ends: the one it is handed is
-closed also when the walker cannot be made, and a walker in a reference cycle with its counter
-is collected with its descriptors. The misuse runs in a subprocess so a crash fails the test,
-not the runner."""
+"""The C walker (neffcache/stores/_listdir.c) under misuse and in its steering: it calls
+nothing back, so what it is told between two steps (``count_children``, ``release``) is refused
+out of turn; a walk leaks no reference per directory, and no descriptor however it ends: the
+one it is handed is closed also when the walker cannot be made, and a walker in a reference
+cycle is collected with its descriptors."""
 
 from __future__ import annotations
 
@@ -20,45 +19,76 @@ import pytest
 
 from neffcache.entry import FileInfo
 from neffcache.stores import local_listing
-from neffcache.stores.plain import CountedTop, PlainEntryDirs, PlainFiles
 from tests.stores.c_helper import needs_native
 
 REPO = Path(__file__).resolve().parents[2]
 native = local_listing.native
 pytestmark = needs_native
 
-_CALLBACK = """
-import os, sys
-from neffcache.entry import FileInfo
-from neffcache.stores import _listdir
-root, action = sys.argv[1], sys.argv[2]
-held = []
-
-def skip(rel):
-    walker = held[0]
-    try:
-        walker.close() if action == "close" else next(walker)
-    except RuntimeError as exc:
-        print("refused:", exc)
-    return False
-
-walker = _listdir.Walker(os.open(root, os.O_RDONLY | os.O_DIRECTORY), "", FileInfo, frozenset({b"sub"}), skip)
-held.append(walker)
-print(sorted(step[0] for step in walker))
-walker.close()
-"""
+# A PlainEntryDirs's fields for count_children: MODULE_<digits> directories of a model.neff each.
+RULE = ("MODULE_", "0123456789", ("model.neff",), ("model.neff",), "model.neff")
 
 
-@pytest.mark.parametrize("action", ["close", "next"])
-def test_a_callback_that_closes_or_steps_the_walker_is_refused(tmp_path: Path, action: str) -> None:
-    for d in ("a/sub", "b/sub"):
-        (tmp_path / d).mkdir(parents=True)
-        (tmp_path / d / "f.bin").write_bytes(b"x")
-    done = subprocess.run([sys.executable, "-c", _CALLBACK, str(tmp_path), action], capture_output=True, text=True,
-                          timeout=120, cwd=REPO)
-    assert done.returncode == 0, f"rc {done.returncode} (a negative one is a signal): {done.stderr[-2000:]}"
-    assert done.stdout.count("refused: Walker is") == 2
-    assert done.stdout.strip().endswith("['a/sub', 'b/sub']")  # the walk itself went on unharmed
+def test_steering_out_of_turn_is_refused(tmp_path: Path) -> None:
+    """Only right after a step that yielded a directory's own listing, before the next step:
+    before the first step, after a problem step, after the walk, and twice over a step."""
+    assert native is not None
+    (tmp_path / "a" / "MODULE_1").mkdir(parents=True)
+    (tmp_path / "a" / "MODULE_1" / "model.neff").write_bytes(b"n")
+    (tmp_path / "link").symlink_to(tmp_path / "a")
+    walker = native.Walker(_open(tmp_path), "", FileInfo, None, True)
+    with pytest.raises(RuntimeError, match="only right after a step"):
+        walker.count_children(*RULE, 0)
+    steps = []
+    for step in walker:
+        steps.append(step[0])
+        if step[5] == -1:  # the symlinked directory: a problem of the root's, not a listing
+            with pytest.raises(RuntimeError, match="only right after a step"):
+                walker.release("x")
+    with pytest.raises(RuntimeError, match="only right after a step"):
+        walker.count_children(*RULE, 0)
+    assert "" in steps and "a" in steps
+
+
+def test_a_count_counts_once_and_a_release_names_a_held_child(tmp_path: Path) -> None:
+    """Counted children are not walked (a second count finds none); a held child is walked only
+    once released, and only a held name can be."""
+    assert native is not None
+    tmp_path = tmp_path / "root"  # the suite keeps a HOME in tmp_path
+    for i in range(3):
+        (tmp_path / "ns" / f"MODULE_{i}").mkdir(parents=True)
+        (tmp_path / "ns" / f"MODULE_{i}" / "model.neff").write_bytes(b"n" * (i + 1))
+    (tmp_path / "ns" / "MODULE_x").mkdir()  # not covered: walked
+    (tmp_path / "ns" / "MODULE_x" / "f").write_bytes(b"1")
+    for tree in ("hold", "keep"):
+        (tmp_path / tree).mkdir()
+        (tmp_path / tree / "f").write_bytes(b"1")
+    walker = native.Walker(_open(tmp_path), "", FileInfo, frozenset({b"hold", b"keep"}), True)
+    seen: dict[str, tuple[int, list[str]]] = {}
+    counts = []
+    for rel, _, _, _, _, _, pending, held in walker:
+        seen[rel] = (pending, sorted(held))
+        if held:
+            with pytest.raises(KeyError, match="not a held subdirectory"):
+                walker.release("ns")
+            walker.release("keep")
+        if rel == "ns":
+            counts.append(walker.count_children(*RULE, 2))
+            counts.append(walker.count_children(*RULE, 2))
+    assert seen[""] == (1, ["hold", "keep"])
+    assert seen["ns"][0] == 4
+    assert counts == [(3, 6, 3, [("ns/MODULE_2", "MODULE_2", 3, 1), ("ns/MODULE_1", "MODULE_1", 2, 1)]),
+                      (0, 0, 0, [])]
+    assert set(seen) == {"", "ns", "ns/MODULE_x", "keep"}  # counted and held ones never listed
+
+
+def test_an_unsteered_walk_yields_only_what_has_files(tmp_path: Path) -> None:
+    assert native is not None
+    tmp_path = tmp_path / "root"
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "a" / "b" / "f").write_bytes(b"1")
+    assert [step[0] for step in native.Walker(_open(tmp_path), "", FileInfo)] == ["a/b"]
+    assert [step[0] for step in native.Walker(_open(tmp_path), "", FileInfo, None, True)] == ["", "a", "a/b"]
 
 
 def test_a_walk_leaks_no_reference_per_directory(tmp_path: Path) -> None:
@@ -99,37 +129,6 @@ def _closed(fd: int) -> bool:
     return False
 
 
-class Plain:
-    """A walk's ``plain`` with no rule for anything and whatever ``largest`` it is given; it can
-    hold the walker it is handed to, and raise from a callback."""
-
-    def __init__(self, largest: object = 0, fail: str = "") -> None:
-        self.largest = largest
-        self.fail = fail
-        self.walker: object = None
-
-    def rule(self, directories: object) -> PlainFiles | None:
-        return None
-
-    def entry_rule(self, directory: str) -> PlainEntryDirs | None:
-        if self.fail == "entry_rule" and directory.count("/") == 40:
-            raise RuntimeError("entry_rule failed")
-        return None
-
-    def counted(self, rule: object, entries: int, size: int, files: int, top: CountedTop) -> None:
-        pass
-
-    def skip(self, rel: str) -> bool:
-        if self.fail == "skip" and rel.count("/") == 40:
-            raise RuntimeError("skip failed")
-        return False
-
-
-class NoLargest:
-    def entry_rule(self, directory: str) -> None:
-        return None
-
-
 def _chain(root: Path, depth: int) -> Path:
     """``root/d/d/...`` ``depth`` levels deep, a file in each, and a symlinked directory at the top."""
     path = root
@@ -148,13 +147,12 @@ def _walker(fd: int, *args: object, **kwargs: object) -> object:
 
 _REFUSED: dict[str, Callable[[int], object]] = {
     "info_type not a tuple type": lambda fd: _walker(fd, "", object),
-    "skip not callable": lambda fd: _walker(fd, "", FileInfo, frozenset(), "no"),
+    "held not a frozenset": lambda fd: _walker(fd, "", FileInfo, {b"d"}),
+    "held of str": lambda fd: _walker(fd, "", FileInfo, frozenset({"d"})),
+    "held name with a slash": lambda fd: _walker(fd, "", FileInfo, frozenset({b"a/b"})),
+    "held name empty": lambda fd: _walker(fd, "", FileInfo, frozenset({b""})),
     "start not a str": lambda fd: _walker(fd, b"", FileInfo),
     "start not encodable": lambda fd: _walker(fd, "\ud800", FileInfo),
-    "plain without largest": lambda fd: _walker(fd, "", FileInfo, plain=NoLargest()),
-    "plain.largest not an int": lambda fd: _walker(fd, "", FileInfo, plain=Plain("3")),
-    "plain.largest negative": lambda fd: _walker(fd, "", FileInfo, plain=Plain(-1)),
-    "plain.largest too large": lambda fd: _walker(fd, "", FileInfo, plain=Plain(10_001)),
 }
 
 
@@ -210,72 +208,72 @@ def test_a_start_that_cannot_be_pushed_closes_the_descriptor(tmp_path: Path) -> 
 
 
 @needs_proc
-@pytest.mark.parametrize("ending", ["closed", "dropped halfway", "entry_rule raises", "skip raises"])
+@pytest.mark.parametrize("ending", ["closed", "dropped halfway", "a count refused"])
 def test_a_walk_holds_no_descriptor_however_it_ends(tmp_path: Path, ending: str) -> None:
     """A chain deeper than MAX_DEPTH (the walk holds a descriptor a level, and reports the levels
-    below the bound), a symlinked directory (a problem, never opened), and walks that end
-    early: every descriptor is closed once the walker is closed or gone."""
+    below the bound), a symlinked directory (a problem, never opened), each level held back and
+    released, and walks that end early: every descriptor is closed once the walker is closed
+    or gone."""
     assert native is not None
     root = _chain(tmp_path, native.MAX_DEPTH + 3)
     before = _open_fds()
     for _ in range(10):
-        plain = Plain(5, fail=ending.split(maxsplit=1)[0])
-        walker = native.Walker(_open(root), "", FileInfo, frozenset({b"d"}), plain.skip, plain)
+        walker = native.Walker(_open(root), "", FileInfo, frozenset({b"d"}), True)
+        steps = 0
+        for step in walker:
+            steps += 1
+            if step[7]:
+                walker.release("d")
+            if ending == "dropped halfway" and steps == 60:
+                assert _open_fds() >= before + 60
+                break
+            if ending == "a count refused" and step[0].count("/") == 40:
+                with pytest.raises(ValueError, match="among names"):
+                    walker.count_children("MODULE_", "0", ("a",), ("b",), "a", 5)
+                break
         if ending == "closed":
-            steps = list(walker)
-            assert len(steps) == native.MAX_DEPTH + 2  # the root's problem, the files of each level, the bound
+            assert steps == native.MAX_DEPTH + 2  # the root's problem, the files of each level, the bound
             walker.close()
-        elif ending == "dropped halfway":
-            for _ in range(60):
-                next(walker)
-            assert _open_fds() >= before + 60
-        else:
-            with pytest.raises(RuntimeError, match="failed"):
-                list(walker)
         del walker
         assert _open_fds() == before, ending
 
 
 @needs_proc
-@pytest.mark.parametrize("through", ["plain", "skip"])
-def test_a_walker_in_a_cycle_with_its_counter_is_collected(tmp_path: Path, through: str) -> None:
-    """A counter that holds its walker (a scan's state may) makes a cycle through the walker's
-    ``plain`` or ``skip``: the collector frees both, and the walk's descriptors are closed."""
+def test_a_walker_in_a_cycle_is_collected(tmp_path: Path) -> None:
+    """A walker is a GC type: in a cycle (here through its FileInfo type, which holds it) the
+    collector frees it, and the walk's descriptors are closed."""
     assert native is not None
     root = _chain(tmp_path, 20)
     before = _open_fds()
-    plain = Plain()
-    if through == "plain":
-        walker = native.Walker(_open(root), "", FileInfo, plain=plain)
-    else:
-        walker = native.Walker(_open(root), "", FileInfo, frozenset({b"d"}), plain.skip)
-    plain.walker = walker
+
+    class Info(FileInfo):
+        walker: object = None
+
+    walker = native.Walker(_open(root), "", Info)
+    Info.walker = walker
     for _ in range(10):
         next(walker)
     assert _open_fds() >= before + 10
-    counter = weakref.ref(plain)
-    del plain, walker
+    gone = weakref.ref(Info)
+    del Info, walker
     gc.collect()
-    assert counter() is None
+    assert gone() is None
     assert _open_fds() == before
 
 
-class NoEntryRule:
-    largest = 0
-
-
-def test_a_plain_without_entry_rule_fails_the_step_and_leaks_nothing(tmp_path: Path) -> None:
-    """The walk asks ``plain.entry_rule`` with the directory's path: when the method is not
-    there, the step fails with the AttributeError, and the path (it leaked, passed as "N") is
-    freed."""
+def test_a_refused_count_leaks_nothing(tmp_path: Path) -> None:
+    """A count_children with a rule it refuses raises, and leaves nothing behind (its rule's
+    names are read into a buffer freed on every path)."""
     assert native is not None
     (tmp_path / "sub").mkdir()
-    start = "s" * 10_000
+    names = tuple(f"n{i}" * 200 for i in range(40))
 
     def fail() -> None:
-        walker = native.Walker(_open(tmp_path), start, FileInfo, plain=NoEntryRule())
-        with pytest.raises(AttributeError, match="entry_rule"):
-            next(walker)
+        walker = native.Walker(_open(tmp_path), "", FileInfo, None, True)
+        next(walker)
+        with pytest.raises(ValueError, match="among names"):
+            walker.count_children("MODULE_", "0", names, ("absent",), names[0], 3)
+        walker.close()
 
     tracemalloc.start()
     try:
@@ -286,21 +284,7 @@ def test_a_plain_without_entry_rule_fails_the_step_and_leaks_nothing(tmp_path: P
         grown = tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
-    assert grown < 200 * len(start) // 4  # a leaked path each is 2 MB
-
-
-class Everywhere(Plain):
-    """Entry directories named MODULE_<digits> wherever the walk is, of a model.neff each."""
-
-    def __init__(self, largest: int) -> None:
-        super().__init__(largest)
-        self.tops: list[CountedTop] = []
-
-    def entry_rule(self, directory: str) -> PlainEntryDirs | None:
-        return PlainEntryDirs("MODULE_", "0123456789", ("model.neff",), ("model.neff",), "model.neff")
-
-    def counted(self, rule: object, entries: int, size: int, files: int, top: CountedTop) -> None:
-        self.tops.append(top)
+    assert grown < 200 * 1000
 
 
 def test_a_top_names_entries_by_their_store_paths_below_any_start(tmp_path: Path) -> None:
@@ -310,8 +294,21 @@ def test_a_top_names_entries_by_their_store_paths_below_any_start(tmp_path: Path
         (tmp_path / "sub" / f"MODULE_{i}").mkdir(parents=True)
         (tmp_path / "sub" / f"MODULE_{i}" / "model.neff").write_bytes(b"n" * size)
     for start, fd in (("", _open(tmp_path / "sub")), ("a/b", _open(tmp_path / "sub")), ("x", _open(tmp_path))):
-        plain = Everywhere(3)
-        assert list(native.Walker(fd, start, FileInfo, plain=plain)) == []
+        tops = []
+        for _ in (walker := native.Walker(fd, start, FileInfo, None, True)):
+            tops.append(walker.count_children(*RULE, 3)[3])
         prefix = {"": "", "a/b": "a/b/", "x": "x/sub/"}[start]
-        assert plain.tops == [[(f"{prefix}MODULE_1", "MODULE_1", 9, 1), (f"{prefix}MODULE_0", "MODULE_0", 3, 1),
-                               (f"{prefix}MODULE_2", "MODULE_2", 3, 1)]]
+        assert [top for top in tops if top] == [[(f"{prefix}MODULE_1", "MODULE_1", 9, 1),
+                                                 (f"{prefix}MODULE_0", "MODULE_0", 3, 1),
+                                                 (f"{prefix}MODULE_2", "MODULE_2", 3, 1)]]
+
+
+def test_a_count_of_a_bad_largest_is_refused(tmp_path: Path) -> None:
+    assert native is not None
+    (tmp_path / "sub").mkdir()
+    for largest, error in (("3", TypeError), (-1, ValueError), (10_001, ValueError)):
+        walker = native.Walker(_open(tmp_path), "", FileInfo, None, True)
+        next(walker)
+        with pytest.raises(error, match="largest"):
+            walker.count_children(*RULE, largest)
+        walker.close()
