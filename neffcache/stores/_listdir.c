@@ -36,6 +36,7 @@
 #define KIND_DIR 1
 #define KIND_FILE 2
 #define KIND_LINK 3
+#define KIND_SPECIAL 6  /* a FIFO, a socket, a device: nothing a cache holds, reported (``size``: its S_IFMT) */
 /* The Walker's marks on a listing's subdirectories (its section says more). */
 #define KIND_PENDING 4  /* a subdirectory of the top frame's listing, not yet settled */
 #define KIND_HELD 5  /* a subdirectory named in ``held``: not walked unless released */
@@ -115,10 +116,17 @@ static int list_dir_nogil(int fd, Listing *l) {
         const char *name = de->d_name;
         if (name[0] == '.' && (name[1] == '\0' || (name[1] == '.' && name[2] == '\0'))) continue;
         struct stat st;
+        mode_t mode = 0;
         int kind = 0;
         switch (de->d_type) {
         case DT_DIR: kind = KIND_DIR; break;
         case DT_LNK: kind = KIND_LINK; break;
+        /* Sockets, FIFOs, devices: nothing a cache holds, and a reader that opens one may wait
+         * for ever; reported (the Python loop's words, _list_fd_python), never opened. */
+        case DT_FIFO: kind = KIND_SPECIAL; mode = S_IFIFO; break;
+        case DT_SOCK: kind = KIND_SPECIAL; mode = S_IFSOCK; break;
+        case DT_CHR: kind = KIND_SPECIAL; mode = S_IFCHR; break;
+        case DT_BLK: kind = KIND_SPECIAL; mode = S_IFBLK; break;
         case DT_REG:
         case DT_UNKNOWN:
             if (fstatat(dirfd(dir), name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
@@ -127,14 +135,22 @@ static int list_dir_nogil(int fd, Listing *l) {
                 goto done;
             }
             if (S_ISREG(st.st_mode)) kind = KIND_FILE;
+            else if (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode) || S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)) {
+                kind = KIND_SPECIAL;
+                mode = st.st_mode;
+            }
             else if (de->d_type == DT_REG) continue;  /* no longer a regular file */
             else if (S_ISDIR(st.st_mode)) kind = KIND_DIR;
             else if (S_ISLNK(st.st_mode)) kind = KIND_LINK;
             break;
-        default: break;  /* sockets, FIFOs, devices: nothing a cache holds */
+        default: break;  /* DT_WHT and the like: not a file */
         }
         if (kind == 0) continue;
-        if (listing_add(l, name, strlen(name), kind, kind == KIND_FILE ? &st : NULL) != 0) {
+        if (kind == KIND_SPECIAL) {  /* no size, no mtime: what it is, for its problem */
+            memset(&st, 0, sizeof(st));
+            st.st_size = (off_t)(mode & S_IFMT);
+        }
+        if (listing_add(l, name, strlen(name), kind, kind == KIND_FILE || kind == KIND_SPECIAL ? &st : NULL) != 0) {
             result = ENOMEM;
             break;
         }
@@ -173,13 +189,32 @@ static PyObject *make_info(PyTypeObject *info_type, PyObject *path, long long si
     return info;
 }
 
-/* (subdirs, names, files, links) of a Listing; ``prefix`` is the directory's path plus "/"
- * (bytes, empty at the root). Subdirectory names are returned as bytes when ``raw_dirs``. */
+/* What a special file is, for its problem: regular.kind's words (neffcache/regular.py). */
+static const char *special_kind(long long mode) {
+    switch ((mode_t)mode & S_IFMT) {
+    case S_IFIFO: return "a FIFO";
+    case S_IFSOCK: return "a socket";
+    case S_IFCHR: return "a character device";
+    case S_IFBLK: return "a block device";
+    default: return "a special file";
+    }
+}
+
+/* (name, reason) of a special file's problem: local_listing's words for it (_list_fd_python). */
+static PyObject *special_problem(PyObject *name, long long mode) {
+    PyObject *reason = PyUnicode_FromFormat("%s, not a regular file (not listed)", special_kind(mode));
+    return reason == NULL ? NULL : Py_BuildValue("(ON)", name, reason);
+}
+
+/* (subdirs, names, files, links, problems) of a Listing; ``prefix`` is the directory's path
+ * plus "/" (bytes, empty at the root). Subdirectory names are returned as bytes when
+ * ``raw_dirs``. ``problems``: a tuple of (name, reason), one per special file. */
 static PyObject *build(Listing *l, const char *prefix, size_t plen, PyTypeObject *info_type, int raw_dirs) {
     PyObject *subdirs = PyList_New(0), *names = PyList_New(0), *files = PyList_New(0), *links = PyList_New(0);
+    PyObject *odd = PyList_New(0), *problems = NULL;
     char *buf = NULL;
     size_t bufcap = 0;
-    if (subdirs == NULL || names == NULL || files == NULL || links == NULL) goto fail;
+    if (subdirs == NULL || names == NULL || files == NULL || links == NULL || odd == NULL) goto fail;
     for (size_t i = 0; i < l->count; i++) {
         Item *it = &l->items[i];
         const char *name = l->arena + it->name;
@@ -192,6 +227,16 @@ static PyObject *build(Listing *l, const char *prefix, size_t plen, PyTypeObject
             obj = PyUnicode_DecodeFSDefaultAndSize(name, (Py_ssize_t)it->len);
         }
         if (obj == NULL) goto fail;
+        if (it->kind == KIND_SPECIAL) {
+            PyObject *problem = special_problem(obj, it->size);
+            Py_DECREF(obj);
+            if (problem == NULL || PyList_Append(odd, problem) != 0) {
+                Py_XDECREF(problem);
+                goto fail;
+            }
+            Py_DECREF(problem);
+            continue;
+        }
         PyObject *target = it->kind == KIND_DIR ? subdirs : it->kind == KIND_LINK ? links : names;
         if (PyList_Append(target, obj) != 0) {
             Py_DECREF(obj);
@@ -234,13 +279,20 @@ static PyObject *build(Listing *l, const char *prefix, size_t plen, PyTypeObject
         Py_DECREF(obj);
     }
     free(buf);
-    return Py_BuildValue("(NNNN)", subdirs, names, files, links);
+    problems = PyList_AsTuple(odd);
+    Py_DECREF(odd);
+    if (problems == NULL) {
+        odd = NULL;
+        goto fail;
+    }
+    return Py_BuildValue("(NNNNN)", subdirs, names, files, links, problems);
 fail:
     free(buf);
     Py_XDECREF(subdirs);
     Py_XDECREF(names);
     Py_XDECREF(files);
     Py_XDECREF(links);
+    Py_XDECREF(odd);
     return NULL;
 }
 
@@ -253,10 +305,11 @@ static int check_info_type(PyObject *type) {
 }
 
 PyDoc_STRVAR(list_dir_doc,
-"list_dir(fd, prefix, info_type) -> (subdirs, names, files, links)\n\n"
+"list_dir(fd, prefix, info_type) -> (subdirs, names, files, links, problems)\n\n"
 "List the open directory ``fd`` (not closed). ``prefix`` is its store path plus '/' ('' at the\n"
 "root); ``files[i]`` is ``info_type((prefix + names[i], size, mtime))``. Symlinks are not\n"
-"followed: their names are in ``links``. Raises OSError as os.scandir would.");
+"followed: their names are in ``links``. A FIFO, socket or device is a (name, reason) of\n"
+"``problems``, never opened. Raises OSError as os.scandir would.");
 
 static PyObject *list_dir(PyObject *self, PyObject *args) {
     (void)self;
@@ -536,9 +589,9 @@ static DIR *open_child(int parent, const char *name) {
 }
 
 /* The next regular file of ``dir`` for a count: 1 with ``*name`` and ``*st`` set, 0 at the end,
- * -1 when the directory holds what a count declines (a subdirectory, a link, a file it cannot
- * stat, a read error). It skips what list_dir_nogil skips: sockets, FIFOs, devices, a file
- * removed between readdir and fstatat. */
+ * -1 when the directory holds what a count declines (a subdirectory, a link, a FIFO, a socket,
+ * a device: the listing reports those; a file it cannot stat, a read error). It skips what
+ * list_dir_nogil skips: a file removed between readdir and fstatat. */
 static int next_plain_file(DIR *dir, const char **name, struct stat *st) {
     for (;;) {
         errno = 0;
@@ -546,14 +599,12 @@ static int next_plain_file(DIR *dir, const char **name, struct stat *st) {
         if (de == NULL) return errno != 0 ? -1 : 0;
         const char *fname = de->d_name;
         if (fname[0] == '.' && (fname[1] == '\0' || (fname[1] == '.' && fname[2] == '\0'))) continue;
-        if (de->d_type == DT_DIR || de->d_type == DT_LNK) return -1;
-        if (de->d_type != DT_REG && de->d_type != DT_UNKNOWN) continue;
+        if (de->d_type != DT_REG && de->d_type != DT_UNKNOWN) return -1;  /* a directory, a link, a FIFO... */
         if (fstatat(dirfd(dir), fname, st, AT_SYMLINK_NOFOLLOW) != 0) {
             if (errno == ENOENT || errno == ENOTDIR) continue;
             return -1;
         }
-        if (S_ISDIR(st->st_mode) || S_ISLNK(st->st_mode)) return -1;
-        if (!S_ISREG(st->st_mode)) continue;
+        if (!S_ISREG(st->st_mode)) return -1;
         *name = fname;
         return 1;
     }
@@ -1115,9 +1166,9 @@ static PyObject *walker_list_top(Walker *w, int *oserr) {
         return NULL;
     }
     PyObject *names = PyTuple_GET_ITEM(built, 1), *files = PyTuple_GET_ITEM(built, 2);
-    PyObject *links = PyTuple_GET_ITEM(built, 3);
-    if (PyList_GET_SIZE(files) == 0 && PyList_GET_SIZE(links) == 0 && PyList_GET_SIZE(held) == 0
-        && !(w->steered && pending)) {
+    PyObject *links = PyTuple_GET_ITEM(built, 3), *problems = PyTuple_GET_ITEM(built, 4);
+    if (PyList_GET_SIZE(files) == 0 && PyList_GET_SIZE(links) == 0 && PyTuple_GET_SIZE(problems) == 0
+        && PyList_GET_SIZE(held) == 0 && !(w->steered && pending)) {
         Py_DECREF(held);
         Py_DECREF(built);
         Py_RETURN_NONE;
@@ -1128,8 +1179,8 @@ static PyObject *walker_list_top(Walker *w, int *oserr) {
         Py_DECREF(built);
         return NULL;
     }
-    PyObject *out = Py_BuildValue("(NOOONinN)", rel, names, files, links, PyTuple_New(0), f->fd,
-                                  (Py_ssize_t)pending, held);
+    PyObject *out = Py_BuildValue("(NOOOOinN)", rel, names, files, links, problems, f->fd, (Py_ssize_t)pending,
+                                  held);
     Py_DECREF(built);
     if (out != NULL) w->steer = 1;
     return out;

@@ -5,8 +5,8 @@ from collections.abc import Iterator
 from neffcache.entry import FileInfo
 from neffcache.stores.plain import CountedTop
 
-# (subdirectory names, file names, their FileInfos, symlink names)
-Listed = tuple[list[str], list[str], list[FileInfo], list[str]]
+# (subdirectory names, file names, their FileInfos, symlink names, special files' (name, reason))
+Listed = tuple[list[str], list[str], list[FileInfo], list[str], tuple[tuple[str, str], ...]]
 # (directory, file names, their FileInfos, symlink names, problems, the directory's descriptor,
 #  how many subdirectories the walk will enter, the names of those it holds back)
 Step = tuple[str, list[str], list[FileInfo], list[str], tuple[tuple[str, str], ...], int, int, list[str]]

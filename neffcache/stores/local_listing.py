@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING
 
 from neffcache.entry import FileInfo
 from neffcache.errors import UnsafePath
+from neffcache.regular import kind
 from neffcache.stores.safepath import DIR_FLAGS, SafeRoot
 from neffcache.stores.walk import Counted, DirListing, WalkItem, WalkPlan
 
@@ -110,6 +111,11 @@ def too_deep(rel: str) -> bool:
     return rel.count("/") >= MAX_DEPTH
 
 
+def special_problem(mode: int) -> str:
+    """Why a listing does not list a special file of ``mode`` (a FIFO, a socket, a device)."""
+    return f"{kind(mode)}, not a regular file (not listed)"
+
+
 def dir_problem(safe: SafeRoot, fd: int, name: str, exc: OSError) -> str | None:
     """Why a subdirectory could not be opened, or None when it just went away meanwhile."""
     if exc.errno in (errno.ELOOP, errno.ENOTDIR):
@@ -143,8 +149,8 @@ def add_links(safe: SafeRoot, fd: int, rel: str, links: list[str], names: list[s
 def list_fd(safe: SafeRoot, fd: int, rel: str) -> tuple[list[str], DirListing | None]:
     """List one open directory: (its subdirectory names, its files and problems)."""
     if native is not None:
-        subdirs, names, files, links = native.list_dir(fd, rel + "/" if rel else "", FileInfo)
-        problems: list[tuple[str, str]] = []
+        subdirs, names, files, links, special = native.list_dir(fd, rel + "/" if rel else "", FileInfo)
+        problems: list[tuple[str, str]] = list(special)
         if links:
             add_links(safe, fd, rel, links, names, files, problems)
         if files or problems:
@@ -178,7 +184,10 @@ def _list_fd_python(safe: SafeRoot, fd: int, rel: str) -> tuple[list[str], DirLi
                         problems.append((item.name, exc.reason))
                         continue
                 else:
-                    continue  # sockets, FIFOs, devices: nothing a cache holds
+                    # A FIFO, a socket, a device: nothing a cache holds, and a reader that opens
+                    # one may wait for ever. Reported, never opened (_listdir.c: the same words).
+                    problems.append((item.name, special_problem(item.stat(follow_symlinks=False).st_mode)))
+                    continue
             except (FileNotFoundError, NotADirectoryError):
                 continue  # removed while we listed: a concurrent prune or publish
             name = item.name

@@ -111,3 +111,28 @@ def test_fifos_planted_at_a_neff_and_a_manifest_do_not_hang_verify_or_push(tmp_p
     assert pushed.returncode == 0 and "Traceback" not in pushed.stderr, pushed.stderr
     assert not (tmp_path / "dst" / paths[0]).exists()  # a corrupt entry is never copied
     assert (tmp_path / "dst" / paths[2] / "model.done").exists()
+
+
+def test_a_scan_names_special_files_and_the_entries_they_lie_in(tmp_path: Path) -> None:
+    """A FIFO where an entry's NEFF belongs makes that entry CORRUPT, naming the FIFO (it was
+    left out of the listing without a word: the entry read as if its NEFF were missing); one
+    outside any entry is a warning. The plain scan (counting in C) and the full report agree."""
+    from neffcache.entry import EntryState
+    from neffcache.operations.scan import scan
+    from neffcache.operations.summary import ScanSummary, summarize
+
+    store = LocalStore(tmp_path / "c")
+    paths = [publish_a(store, key=f"MODULE_{i}+abb26765")[0] for i in range(3)]
+    (store.root / paths[0] / "model.neff").unlink()
+    _fifo_at(store, f"{paths[0]}/model.neff")
+    _fifo_at(store, "stray-fifo")
+    report = scan(store)
+    states = {e.path: e.state for e in report.entries}
+    assert states == {paths[0]: EntryState.CORRUPT, paths[1]: EntryState.SUCCESS, paths[2]: EntryState.SUCCESS}
+    (corrupt,) = [e for e in report.entries if e.path == paths[0]]
+    assert f"{paths[0]}/model.neff: a FIFO, not a regular file (not listed)" in corrupt.problems
+    assert "stray-fifo: a FIFO, not a regular file (not listed)" in report.warnings
+    summary = summarize(store)
+    assert summary.by_state()["CORRUPT"] == 1 and summary.by_state()["SUCCESS"] == 2
+    assert (summary.namespaces, summary.warnings) == (ScanSummary.of_report(report).namespaces,
+                                                     ScanSummary.of_report(report).warnings)

@@ -8,8 +8,10 @@ The cases of tests/hostile/ that concern listing run on the C path with the rest
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
@@ -64,7 +66,12 @@ def _hostile_tree(root: Path, outside: Path) -> None:
     (root / "ns" / "dir-link").symlink_to("entry")  # a symlinked directory: not followed
     (root / "ns" / "out-dir-link").symlink_to(outside)
     (root / "ns" / "root-link").symlink_to("..")
-    os.mkfifo(root / "ns" / "fifo")  # nothing a cache holds: skipped
+    os.mkfifo(root / "ns" / "fifo")  # nothing a cache holds: reported, never opened
+    short = tempfile.mkdtemp(prefix="s", dir="/tmp")  # a socket's path must be short: bound there, moved in
+    with socket.socket(socket.AF_UNIX) as sock:  # a socket: reported the same
+        sock.bind(f"{short}/s")
+    os.rename(f"{short}/s", root / "ns" / "entry" / "sock")
+    os.rmdir(short)
     (root / "ns" / "h\udcff-name").write_bytes(b"x")  # a name that is not UTF-8 (surrogateescape)
     (root / "top").write_bytes(b"t")
     (root / "emptydir").mkdir()
@@ -92,7 +99,10 @@ def test_both_paths_list_the_same(tmp_path: Path, listing_path: str) -> None:
     st = os.stat(root / "ns" / "entry" / "a.bin")
     assert by_path["ns/entry/a.bin"].mtime == st.st_mtime  # the same float os.stat gives
     problems = {(d.directory, name): reason for d in got for name, reason in d.problems}
-    assert set(problems) == {("ns", n) for n in ("out-link", "dangling", "dir-link", "out-dir-link", "root-link")}
+    assert set(problems) == {("ns", n) for n in ("out-link", "dangling", "dir-link", "out-dir-link", "root-link",
+                                                 "fifo")} | {("ns/entry", "sock")}
+    assert problems[("ns", "fifo")] == "a FIFO, not a regular file (not listed)"
+    assert problems[("ns/entry", "sock")] == "a socket, not a regular file (not listed)"
     assert "outside the root" in problems[("ns", "out-link")]
     assert problems[("ns", "dir-link")] == "a symlink to a directory (not followed)"
     # Each file in exactly one listing, each listing once per directory (a scan relies on it).
