@@ -157,7 +157,8 @@ def _listings(store: Store, prefix: str, spread: dict[str, list[str]], plain: Pl
 
     def later(directory: str) -> bool:
         for lay in layouts:
-            namespace = lay.spread_namespace(directory)
+            role = lay.directory_role(directory)
+            namespace = None if role is None else role.spread_of
             if namespace is not None:
                 spread.setdefault(namespace, []).append(directory)
                 return True
@@ -279,7 +280,7 @@ def _drain(listing: DirListing, grouper: Grouper, tally: Tally, kept: KeptEntrie
     grouper.entry_dirs.pop(listing.directory, None)  # a lookup saved only when a directory comes again
     for group in grouper.created:
         lay = LAYOUTS[group.located.namespace.layout]
-        if lay.entry_is_flat_dir:
+        if group.flat:
             open_flat.append(group)
         elif not lay.entry_is_dir:
             kept.add(grouper.groups.pop(group.located.path))
