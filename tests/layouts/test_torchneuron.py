@@ -202,17 +202,17 @@ def test_a_shard_directory_places_every_name_as_locate_does() -> None:
     namespaces: dict = {}
     for directory in ("trn2-lnc2/torchneuron-2.9.0/neff/ab/12", "torchneuron-2.9.0/hlo/ab/12", "ab/12"):
         role = layout.directory_role(directory, namespaces)
-        shard_dir = None if role is None else role.shard
-        assert shard_dir is not None
+        found = None if role is None else role.shard
+        assert found is not None
         for name in names + odd:
             located = layout.locate(f"{directory}/{name}")
-            got = shard_dir.key_of(name)
+            got = found.key_of(name)
             if got is None:
                 continue  # the scan asks locate() of the whole path: the same answer by definition
             assert located is not None, name
             assert (located.key, located.path, located.base, located.name, located.namespace) == (
-                got, shard_dir.entry_dir + got, shard_dir.base, shard_dir.name_dir + name, shard_dir.namespace)
-        assert all(shard_dir.key_of(n) is None for n in odd)
+                got, found.entry_dir + got, found.base, found.name_dir + name, found.namespace)
+        assert all(found.key_of(n) is None for n in odd)
     for directory in ("trn2-lnc2/torchneuron-2.9.0/neff/ab/12\n", "torchneuron-2.9.0/neff/ab", "ab/12/cd",
                       "trn2-lnc2/neuronxcc-2.9.0/MODULE_1", "torchneuron-2.9.0/other/ab/12", "AB/12"):
         role = layout.directory_role(directory, namespaces)
