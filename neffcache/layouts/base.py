@@ -10,10 +10,17 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from neffcache.entry import Entry, EntryState, FileInfo, Namespace
 from neffcache.layouts.envparts import RuntimeEnv
 from neffcache.layouts.keyparts import KeyQuestions
-from neffcache.layouts.records import EntryNames, EntryPlan, FailureLog, Located, LogLine, ShardDir
+from neffcache.layouts.records import (
+    DirectoryRole,
+    EntryNames,
+    EntryPlan,
+    FailureLog,
+    Located,
+    LogLine,
+    ShardDir,
+)
 from neffcache.manifest import Manifest
 from neffcache.stores.base import TEMP_MARKER
-from neffcache.stores.plain import PlainEntryDirs, PlainFiles
 from neffcache.toolchain import Toolchain
 
 # The layout of caches most fleets have today (libneuronxla's): the default where none is named.
@@ -276,34 +283,42 @@ class Layout(KeyQuestions, RuntimeEnv, ABC):
     # True when an entry is one directory of its own (its ``base``): listing that directory
     # finds all its files. False when entries share a directory (torchneuron's shards).
     entry_is_dir: bool = False
-    # True when an entry's files are exactly those directly in its directory (neuronxcc; vllm's hold
-    # nested ones): a summary counts such an entry once the listing has left its directory.
-    entry_is_flat_dir: bool = False
-
-    def locate_dir(self, directory: str, namespaces: dict[str, Namespace | None] | None = None
-                   ) -> Located | None:
-        """The entry whose directory is ``directory`` (name left empty), for layouts whose
-        entries are directories (:attr:`entry_is_dir`): a scan resolves each directory once."""
-        return None
 
     # Layouts whose entries spread their files over sibling trees under a namespace, the same
     # shard path in each (torchneuron: ``<ns>/neff/ab/cd`` and ``<ns>/hlo/ab/cd``): their names.
     # A walk reaches the two far apart; a summary lists them in step instead (operations/summary).
     spread_trees: tuple[str, ...] = ()
 
-    def spread_namespace(self, directory: str) -> str | None:
-        """The namespace directory of which ``directory`` is one of the :attr:`spread_trees`
-        (``<ns>/neff`` -> ``<ns>``), or None."""
-        return None
+    def directory_role(self, directory: str, namespaces: dict[str, Namespace | None] | None = None
+                       ) -> DirectoryRole | None:
+        """What ``directory`` (a store path) is to this layout, or None: nothing (the default).
+        A scan asks each layout once per directory, so a layout decides cheaply, from the last
+        name, which of the questions can apply before it runs a regex. What each answer vouches for:
 
-    def shard_dir(self, directory: str, namespaces: dict[str, Namespace | None] | None = None
-                  ) -> ShardDir | None:
-        """``directory`` resolved once for its files, for layouts whose entries are files that
-        share directories (torchneuron's shards); None when none of its files can be this layout's
-        (the default). ``namespaces`` caches namespaces by path across calls, so the entries of
-        a namespace share one Namespace; a layout may keep other answers there, under keys no
-        path can be (TorchNeuron's per parent directory, behind a NUL). A cache only: callers
-        never read it."""
+        - ``entry``: the entry whose directory ``directory`` is (name left empty), for a layout
+          whose entries are directories (:attr:`entry_is_dir`): a scan resolves each directory
+          once, not each file. ``flat``: the entry's files are exactly those directly in it.
+        - ``shard``: ``directory`` resolved once for its files, for a layout whose entries are
+          files that share directories (torchneuron's shards).
+        - ``spread_of``: the namespace directory of which ``directory`` is one of the
+          :attr:`spread_trees` (``<ns>/neff`` -> ``<ns>``).
+        - ``entries_below``: a rule by which a walk may count the entries among the children
+          of ``directory`` without listing them. Each child the rule covers must be an entry of
+          the rule's namespace (``entry``), and one whose files the rule accepts must be what
+          :meth:`classify`, given the files alone (no manifest, no problem), makes a committed
+          SUCCESS entry with nothing foreign, its size the sum of the files'.
+        - ``shards_below``: a rule by which a listing may count the children of ``directory``
+          without listing them, for this tree alone (``primary_dirs``: ``directory`` when its
+          children hold the primary files, else empty): for each child it names, counting by
+          the rule must give what :meth:`plain_entries` gives of the child's listings, and each
+          child must be a shard directory (``shard``) of the rule's namespace. A level listed in
+          step in the :attr:`spread_trees` counts by the merge of its trees' answers
+          (operations/grouping.py, ``merged_shards_below``).
+
+        ``namespaces`` caches answers across calls, so the entries of a namespace share one
+        Namespace: this layout's own (a caller keeps one per layout, since layouts key it by
+        paths alike), which it may also use under keys no path can be (TorchNeuron's per parent
+        directory, behind a NUL). A cache only: callers never read it."""
         return None
 
     def plain_entries(self, shards: Sequence[tuple[ShardDir, Sequence[str], Sequence[FileInfo]]]
@@ -314,25 +329,6 @@ class Layout(KeyQuestions, RuntimeEnv, ABC):
         entry with nothing foreign; None when any would be anything else, or when this layout
         cannot tell (the default). A summary counts such a shard without building its entries
         (operations/summary.py); on None it builds them."""
-        return None
-
-    def plain_files_below(self, directories: Sequence[str], namespaces: dict[str, Namespace | None] | None = None
-                          ) -> PlainFiles | None:
-        """A rule by which a listing may count the entries of the children of ``directories``
-        (one level's store path in each of the :attr:`spread_trees` that has it) without
-        listing them: for each child it names, counting by the rule must give what
-        :meth:`plain_entries` gives of the child's listings, and each child must be a shard
-        directory (:meth:`shard_dir`) of the rule's namespace. None (the default): no such rule."""
-        return None
-
-    def plain_entry_dirs_below(self, directory: str, namespaces: dict[str, Namespace | None] | None = None
-                               ) -> PlainEntryDirs | None:
-        """For a layout whose entries are directories: a rule by which a walk may count the
-        entries among the children of ``directory`` without listing them. Each child the rule
-        covers must be an entry of the rule's namespace (:meth:`locate_dir`), and one whose
-        files the rule accepts must be what :meth:`classify`, given the files alone (no
-        manifest, no problem), makes a committed SUCCESS entry with nothing foreign, its size
-        the sum of the files'. None (the default): no such rule."""
         return None
 
     def locate_entry(self, path: str) -> Located | None:

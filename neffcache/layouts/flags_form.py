@@ -42,6 +42,7 @@ from neffcache.layouts import flags as flagsfile
 from neffcache.layouts import get_layout
 from neffcache.layouts.flags import FLAGS_JSON, FLAGS_TXT
 from neffcache.layouts.neuronxcc import NeuronxccLayout
+from neffcache.layouts.records import Located
 from neffcache.stores.base import Store
 
 SAMPLE = 16  # flags files read per namespace and store, newest entries first
@@ -181,7 +182,7 @@ def listed_entries(store: Store, namespace: Namespace) -> list[Entry]:
     listings = store.iter_dirs(namespace.path)
     try:
         for listing in listings:
-            located = _LAYOUT.locate_dir(listing.directory)
+            located = _entry_of(listing.directory)
             if located is None or located.namespace.path != namespace.path:
                 continue
             if listing.directory not in found and len(found) >= LISTED:
@@ -195,13 +196,19 @@ def listed_entries(store: Store, namespace: Namespace) -> list[Entry]:
             close()
     entries = []
     for directory, files in found.items():
-        located = _LAYOUT.locate_dir(directory)
+        located = _entry_of(directory)
         if located is None or directory in broken:
             continue
         entry = _LAYOUT.classify(located, files, None)
         if entry.state is EntryState.SUCCESS and entry.committed:
             entries.append(entry)
     return entries
+
+
+def _entry_of(directory: str) -> Located | None:
+    """The entry whose directory is ``directory`` (its layout's role for it)."""
+    role = _LAYOUT.directory_role(directory)
+    return None if role is None else role.entry
 
 
 def newest_first(entries: Iterable[Entry]) -> list[Entry]:

@@ -45,6 +45,7 @@ from neffcache.layouts.keyparts import KeyRule
 from neffcache.layouts.neuronxcc_logs import FAILED_WITH, HLO_FILE_RE
 from neffcache.layouts.records import (
     TARGET_DIR_RE,
+    DirectoryRole,
     EntryNames,
     EntryPlan,
     EnvProblem,
@@ -73,9 +74,12 @@ _PATH_RE = re.compile(
     "^" + TARGET_DIR_RE + r"neuronxcc-(?P<ver>[0-9][^/]*)/(?P<key>MODULE_[^/]+)/(?P<name>[^/]+)$"
 )
 _NS_DIR_RE = re.compile("^" + TARGET_DIR_RE + r"neuronxcc-(?P<ver>[0-9][^/]*)$")
+_NS_LEAF = "neuronxcc-"  # how the last name of every directory _NS_DIR_RE matches begins
+_new = tuple.__new__
+_UNSEEN = Namespace("", "\0", None)  # not yet in a namespaces cache
 KEY_PREFIX = "MODULE_"
 # What follows KEY_PREFIX in the names the runtime gives entries (MODULE_<graph hash>+<flags
-# hash>, neuronxcc_logs._MODULE): the entry directories a walk may count (plain_entry_dirs_below).
+# hash>, neuronxcc_logs._MODULE): the entry directories a walk may count (directory_role).
 _KEY_CHARS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_+"
 # libneuronxla's root lock, at the root or under a target directory neffcache added.
 _ROOT_LOCK_RE = re.compile(r"^(?:(?:" + "|".join(TARGETS) + r")-lnc[12]/)?lock$")
@@ -246,41 +250,37 @@ class NeuronxccLayout(Layout):
         target, lnc = parse_target_dir(match)
         return Namespace(self.name, directory, match.group("ver"), target, lnc)
 
-    def plain_entry_dirs_below(self, directory: str, namespaces: dict[str, Namespace | None] | None = None
-                               ) -> PlainEntryDirs | None:
-        """:meth:`Layout.plain_entry_dirs_below`: every child of a namespace directory named
-        ``MODULE_`` and more is an entry of it (:meth:`locate_dir`; the rule takes the
-        runtime's own characters only, ``_KEY_CHARS``, so that no other layout's answer for
-        such a name can differ from one child to another). :meth:`classify` makes an entry
-        whose names are all ``KNOWN`` (no lock, nothing foreign), with ``model.done`` (then it
-        is the marker: only an entry without one is of the legacy era) and a non-empty
-        ``model.neff``, a committed SUCCESS entry; without a manifest nothing else is asked
-        (tests/layouts/test_plain_entry_dirs.py holds the rule to ``classify``)."""
-        ns = self._cached_namespace(directory, namespaces)
-        if ns is None:
-            return None
-        return PlainEntryDirs(KEY_PREFIX, _KEY_CHARS, tuple(sorted(KNOWN)), (DONE, NEFF), NEFF, ns)
-
-    def locate_dir(self, directory: str, namespaces: dict[str, Namespace | None] | None = None
-                   ) -> Located | None:
-        """The entry whose directory is ``directory`` (name left empty). ``namespaces`` caches
-        :meth:`namespace_dir` by directory across calls: a scan then runs one regex per
-        namespace, not one per entry, and its entries share one Namespace."""
-        parent, _, key = directory.rpartition("/")
-        if not key.startswith(KEY_PREFIX) or len(key) == len(KEY_PREFIX):
-            return None
-        ns = self._cached_namespace(parent, namespaces)
-        if ns is None:
-            return None
-        return Located(ns, key, directory, directory, "")
+    def directory_role(self, directory: str, namespaces: dict[str, Namespace | None] | None = None
+                       ) -> DirectoryRole | None:
+        """:meth:`Layout.directory_role`, from the last name first: ``MODULE_`` and more can only be
+        an entry's directory (a namespace's last name is ``neuronxcc-...``) of its parent's
+        namespace, looked up in ``namespaces`` (one regex per namespace, not per entry);
+        ``neuronxcc-...`` only a namespace directory, whose children named ``MODULE_`` and more
+        are its entries: the rule takes the runtime's own characters only (``_KEY_CHARS``), so
+        that no other layout's answer for such a name can differ from one child to another.
+        :meth:`classify` makes an entry whose names are all ``KNOWN`` (no lock, nothing foreign),
+        with ``model.done`` (then it is the marker: only an entry without one is of the legacy
+        era) and a non-empty ``model.neff``, a committed SUCCESS entry; without a manifest nothing
+        else is asked (tests/layouts/test_plain_entry_dirs.py holds the rule to ``classify``).
+        Any other name is nothing here. An entry is ``flat``: nested files are never its own."""
+        parent, _, leaf = directory.rpartition("/")
+        if leaf.startswith(KEY_PREFIX):
+            ns = self._cached_namespace(parent, namespaces) if len(leaf) > len(KEY_PREFIX) else None
+            # tuple.__new__ skips the NamedTuples' Python-level __new__: once per entry directory.
+            return None if ns is None else _new(DirectoryRole, (
+                _new(Located, (ns, leaf, directory, directory, "")), True, None, None, None, None))
+        ns = self._cached_namespace(directory, namespaces) if leaf.startswith(_NS_LEAF) else None
+        return None if ns is None else DirectoryRole(
+            entries_below=PlainEntryDirs(KEY_PREFIX, _KEY_CHARS, tuple(sorted(KNOWN)), (DONE, NEFF), NEFF, ns))
 
     def _cached_namespace(self, directory: str, namespaces: dict[str, Namespace | None] | None) -> Namespace | None:
         """:meth:`namespace_dir`, kept in ``namespaces`` (by directory) when given."""
-        if namespaces is None:
-            return self.namespace_dir(directory)
-        if directory not in namespaces:
-            namespaces[directory] = self.namespace_dir(directory)
-        return namespaces[directory]
+        ns = namespaces.get(directory, _UNSEEN) if namespaces is not None else _UNSEEN
+        if ns is _UNSEEN:  # one lookup when it is known: asked once per entry directory
+            ns = self.namespace_dir(directory)
+            if namespaces is not None:
+                namespaces[directory] = ns
+        return ns
 
     def locate(self, path: str) -> Located | None:
         match = _PATH_RE.match(path)
@@ -388,7 +388,6 @@ class NeuronxccLayout(Layout):
 
     # -- what scan, load_entry and prune ask (issue #11) ---------------------------------------
     entry_is_dir = True
-    entry_is_flat_dir = True  # files below an entry's directory are never its own (foreign)
 
     def locate_entry(self, path: str) -> Located | None:
         return self.locate(f"{path}/{NEFF}")

@@ -50,7 +50,7 @@ from collections.abc import Callable, Mapping
 
 from neffcache.entry import Entry, EntryState, FileInfo, Namespace
 from neffcache.layouts.base import Layout
-from neffcache.layouts.records import TARGET_DIR_RE, EntryNames, EntryPlan, Located, parse_target_dir
+from neffcache.layouts.records import TARGET_DIR_RE, DirectoryRole, EntryNames, EntryPlan, Located, parse_target_dir
 from neffcache.manifest import MANIFEST_NAME, Manifest
 from neffcache.toolchain import Toolchain
 
@@ -124,14 +124,15 @@ class NxdiLayout(Layout):
     # store has a root): its files are placed one by one.
     entry_is_dir = True
 
-    def locate_dir(self, directory: str, namespaces: dict[str, Namespace | None] | None = None
-                   ) -> Located | None:
+    def directory_role(self, directory: str, namespaces: dict[str, Namespace | None] | None = None
+                       ) -> DirectoryRole | None:
         if len(directory) - directory.rfind("/") - 1 != 32:
             return None
         match = _MANAGED_DIR_RE.match(directory) or _BARE_DIR_RE.match(directory)
         if match is None:
             return None
-        return Located(self._namespace(match), match.group("key"), directory, directory, "")
+        # Not flat: nested files are the entry's too (they reach it through locate()).
+        return DirectoryRole(Located(self._namespace(match), match.group("key"), directory, directory, ""))
 
     def locate_entry(self, path: str) -> Located | None:
         return self.locate(f"{path}/{MODEL}" if path else MODEL)

@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 from neffcache.entry import Namespace
 from neffcache.instances import TARGETS
+from neffcache.stores.plain import PlainEntryDirs, PlainFiles
 
 # neffcache's namespace directory above a runtime's own versioned directory.
 TARGET_DIR_RE = r"(?:(?P<tdir>(?:" + "|".join(TARGETS) + r")-lnc(?P<lnc>[12]))/)?"
@@ -40,7 +41,7 @@ class Located(NamedTuple):
 
 class ShardDir:
     """One directory of a layout whose entries are files sharing directories (torchneuron's
-    ``neff/ab/cd``), resolved once for all its files (:meth:`Layout.shard_dir`): a scan then
+    ``neff/ab/cd``), resolved once for all its files (:attr:`DirectoryRole.shard`): a scan then
     does per file only what must be per file, the key from the name (:meth:`key_of`).
 
     ``entry_dir``: the prefix of the paths of the entries whose files lie here; ``name_dir``:
@@ -82,6 +83,29 @@ class ShardDir:
 
 
 _HEX_DIGITS = "0123456789abcdef"
+
+
+class DirectoryRole(NamedTuple):
+    """What one directory is to one layout (:meth:`Layout.directory_role`): every question a
+    scan asks of a directory, answered at once. None of a field: not that.
+
+    ``entry``: the directory is this entry's own directory (its name left empty), and ``flat``:
+    the entry's files are exactly those directly in it (a summary judges the entry once the
+    listing has left it). ``shard``: it holds files of entries that share directories.
+    ``spread_of``: it is one of the :attr:`Layout.spread_trees` of this namespace directory.
+    ``entries_below``: a rule by which a walk may count the entry directories among its
+    children. ``shards_below``: a rule by which a listing may count its children as shard
+    directories, for this directory's tree alone (``primary_dirs``: the directory itself when
+    the children hold the primary files, else empty); a caller merges a level's answers.
+
+    A NamedTuple, as :class:`Located`: a scan makes one per directory a layout claims."""
+
+    entry: Located | None = None
+    flat: bool = False
+    shard: ShardDir | None = None
+    spread_of: str | None = None
+    entries_below: PlainEntryDirs | None = None
+    shards_below: PlainFiles | None = None
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,7 @@ from neffcache.layouts import torchneuron_env as tenv
 from neffcache.layouts import torchneuron_names as tn
 from neffcache.layouts.base import Layout
 from neffcache.layouts.records import (
+    DirectoryRole,
     EntryNames,
     EntryPlan,
     EnvProblem,
@@ -73,7 +74,10 @@ from neffcache.toolchain import Toolchain
 _NEFF_TREE = tn.NEFF_TREE
 _NEFF_SUFFIX = tn.NEFF
 _HEX_PAIRS = frozenset(f"{i:02x}" for i in range(256))
-_UNKNOWN = Namespace("", "\0", None)  # a cache miss in shard_dir's namespaces
+_new = tuple.__new__
+_NAME_START = ("", "/")  # what precedes a last name: nothing (at the root) or a slash
+_TREE_ENDS = tuple(f"/{tree}" for tree in tn.TREES)  # a spread tree's last name, below its namespace
+_UNKNOWN = Namespace("", "\0", None)  # a cache miss in directory_role's namespaces
 _HLO_NAME_RE = re.compile(r"(?:^|/)(?P<key>[0-9a-f]{32,64})\.hlo$")
 _LOG_RE = re.compile(r"\[NEFF_CACHE\] (?:Cache (?P<hm>HIT|MISS)|(?P<store>Storing NEFF)) for key: (?P<key>.*\S)")
 _LOG_KINDS = {"HIT": "reuse", "MISS": "lookup"}
@@ -147,24 +151,58 @@ class TorchNeuronLayout(Layout):
     # An entry's files lie in two trees, at the same shard path in each (the module docstring).
     spread_trees = tn.TREES
 
-    def spread_namespace(self, directory: str) -> str | None:
-        match = tn.TREE_DIR_RE.match(directory)
-        return match.group("ns") if match else None
+    def directory_role(self, directory: str, namespaces: dict[str, Namespace | None] | None = None
+                       ) -> DirectoryRole | None:
+        """:meth:`Layout.directory_role`, from the last name first (every regex here ends in it):
+        two lowercase hex digits, a shard (``<ns>/neff/ab/cd``, bare ``ab/cd``) or the level
+        above shards (``<ns>/neff/ab``, bare ``ab``), never both (a shard's ``<d>/00`` is one level
+        too deep for either form); 64 of them, a kernel's shard; ``neff`` or ``hlo``, perhaps a
+        spread tree; any other name is nothing to this layout. The last name is read by slices
+        (no split: a scan asks this of every directory)."""
+        if directory[-2:] in _HEX_PAIRS and directory[-3:-2] in _NAME_START:
+            shard = self._pair_shard(directory, namespaces)
+            if shard is not None:
+                # tuple.__new__ skips the NamedTuple's Python-level __new__: once per shard directory.
+                return _new(DirectoryRole, (None, False, shard, None, None, None))
+            below = self._shards_below(directory, namespaces)
+            return None if below is None else DirectoryRole(shards_below=below)
+        if len(directory) >= tn.KERNEL_KEY_LEN and directory[-tn.KERNEL_KEY_LEN - 1:-tn.KERNEL_KEY_LEN] in _NAME_START:
+            shard = self._kernel_shard(directory, namespaces)
+            return None if shard is None else DirectoryRole(shard=shard)
+        if directory.endswith(_TREE_ENDS):
+            match = tn.TREE_DIR_RE.match(directory)
+            return None if match is None else DirectoryRole(spread_of=match.group("ns"))
+        return None
 
-    def shard_dir(self, directory: str, namespaces: dict[str, Namespace | None] | None = None
-                  ) -> ShardDir | None:
-        # What locate() decides from a file's directory, decided once per directory: the same
-        # regexes up to the file name, so a file key_of() accepts is placed as locate() would.
-        ns = self._managed_shard(directory, namespaces)
+    def _pair_shard(self, directory: str, namespaces: dict[str, Namespace | None] | None) -> ShardDir | None:
+        """``directory`` as a shard directory, managed or bare, given that its last name is two
+        lowercase hex digits (the callers check it): what locate() decides from a file's
+        directory, decided once per directory by the same regexes up to the file name, so a
+        file key_of() accepts is placed as locate() would. A managed shard's siblings share its
+        answer: ``MANAGED_SHARD_RE`` ends in a last name of two hex digits and the end, so for
+        such a last name it matches exactly when it matched a sibling's. ``namespaces`` keeps the
+        answer by parent (under a key with a NUL, which no namespace path holds), so a scan runs
+        the regex once per ``ab`` directory, not once per shard: 256 times fewer."""
+        parent = "\0" + directory[:-3]
+        cache = namespaces if directory[-3:-2] == "/" else None
+        ns = cache.get(parent, _UNKNOWN) if cache is not None else _UNKNOWN
+        if ns is _UNKNOWN:
+            ns = self._managed_namespace(directory, namespaces)
+            if cache is not None:
+                cache[parent] = ns
         if ns is not None:
             a, b = directory[-5:-3], directory[-2:]
             return ShardDir(ns, ns.path, f"{ns.path}/{_NEFF_TREE}/{a}/{b}/", directory[len(ns.path) + 1:] + "/",
                             a + b, tn.SHARDED_SUFFIXES)
         match_bare = tn.BARE_SHARD_RE.match(directory)
-        if match_bare is not None:
-            return ShardDir(self._bare(namespaces), "", directory + "/", directory + "/",
-                            match_bare.group("a") + match_bare.group("b"), tn.NEFF_SUFFIXES)
-        match_kernel = tn.KERNEL_DIR_RE.match(directory) if len(directory) >= tn.KERNEL_KEY_LEN else None
+        if match_bare is None:
+            return None
+        return ShardDir(self._bare(namespaces), "", directory + "/", directory + "/",
+                        match_bare.group("a") + match_bare.group("b"), tn.NEFF_SUFFIXES)
+
+    def _kernel_shard(self, directory: str, namespaces: dict[str, Namespace | None] | None) -> ShardDir | None:
+        """A kernel's directory (``<K>/<K>.neff``), managed or bare, as :meth:`_pair_shard`."""
+        match_kernel = tn.KERNEL_DIR_RE.match(directory)
         if match_kernel is None:
             return None
         digest = match_kernel.group("k")
@@ -181,6 +219,21 @@ class TorchNeuronLayout(Layout):
         return ShardDir(ns, ns_path, f"{ns_path}/{_NEFF_TREE}/", directory[len(ns_path) + 1:] + "/", digest,
                         tn.NEFF_SUFFIXES, key_prefix=digest + "/")
 
+    def _shards_below(self, directory: str, namespaces: dict[str, Namespace | None] | None) -> PlainFiles | None:
+        """The ``shards_below`` of ``directory``: when ``<directory>/00`` is a shard directory, so
+        is ``<directory>/<xy>`` for every pair of lowercase hex digits, with the same namespace,
+        suffixes and name prefix, and the shard ``directory``'s last two digits plus ``xy``: both
+        regexes (``MANAGED_SHARD_RE``, ``BARE_SHARD_RE``) end in a last name of two hex digits and
+        the end, the argument ``_pair_shard`` caches by. So :meth:`plain_entries`' rule for
+        those children is one rule: :meth:`ShardDir.key_of`'s names, NEFFs where ``_holds_neffs``
+        says (tests/stores/test_count_plain.py holds the rule to ``shard`` of each child)."""
+        shard = self._pair_shard(f"{directory}/00", namespaces)
+        if shard is None:
+            return None
+        primary = frozenset((directory,)) if _holds_neffs(shard) else frozenset()
+        return PlainFiles(_HEX_PAIRS, shard.shard[:2], tuple(sorted(shard.suffixes)), _NEFF_SUFFIX, primary,
+                          ShardDir.KEY_MIN, ShardDir.KEY_MAX, shard.namespace)
+
     def _bare(self, namespaces: dict[str, Namespace | None] | None) -> Namespace:
         """The one namespace of a bare NEFF directory (unknown toolchain), shared by its entries."""
         bare = namespaces.get("") if namespaces is not None else None
@@ -190,31 +243,20 @@ class TorchNeuronLayout(Layout):
                 namespaces[""] = bare
         return bare
 
-    def _managed_shard(self, directory: str, namespaces: dict[str, Namespace | None] | None
-                       ) -> Namespace | None:
-        """The namespace of ``directory`` when ``MANAGED_SHARD_RE`` matches it. Its siblings
-        share the answer: the regex ends in a last name of two hex digits and the end, so for such a
-        last name it matches exactly when it matched a sibling's. ``namespaces`` keeps the
-        answer by parent (under a key with a NUL, which no namespace path holds), so a scan runs
-        the regex once per ``ab`` directory, not once per shard: 256 times fewer."""
-        parent, leaf = directory[:-3], directory[-2:]
-        hex_leaf = directory[-3:-2] == "/" and leaf in _HEX_PAIRS
-        if hex_leaf and namespaces is not None:
-            known = namespaces.get("\0" + parent, _UNKNOWN)
-            if known is not _UNKNOWN:
-                return known
+    def _managed_namespace(self, directory: str, namespaces: dict[str, Namespace | None] | None
+                           ) -> Namespace | None:
+        """The namespace of ``directory`` when ``MANAGED_SHARD_RE`` matches it (one Namespace per
+        path, kept in ``namespaces``), else None."""
         match = tn.MANAGED_SHARD_RE.match(directory)
-        ns = None
-        if match is not None:
-            ns_path = match.group("ns")
-            ns = namespaces.get(ns_path) if namespaces is not None else None
-            if ns is None:
-                target, lnc = parse_target_dir(match)
-                ns = Namespace(self.name, ns_path, match.group("ver"), target, lnc)
-                if namespaces is not None:
-                    namespaces[ns_path] = ns
-        if hex_leaf and namespaces is not None:
-            namespaces["\0" + parent] = ns
+        if match is None:
+            return None
+        ns_path = match.group("ns")
+        ns = namespaces.get(ns_path) if namespaces is not None else None
+        if ns is None:
+            target, lnc = parse_target_dir(match)
+            ns = Namespace(self.name, ns_path, match.group("ver"), target, lnc)
+            if namespaces is not None:
+                namespaces[ns_path] = ns
         return ns
 
     def is_runtime_file(self, path: str) -> bool:
@@ -339,30 +381,6 @@ class TorchNeuronLayout(Layout):
         if len(with_neff) != len(sizes):
             return None  # EMPTY, or uncommitted (a manifest without its NEFF)
         return len(sizes), sum(sizes.values())
-
-    def plain_files_below(self, directories: Sequence[str], namespaces: dict[str, Namespace | None] | None = None
-                          ) -> PlainFiles | None:
-        """:meth:`Layout.plain_files_below`: when ``<d>/00`` is a shard directory for each
-        directory ``d``, so is ``<d>/<xy>`` for every pair of lowercase hex digits, with the
-        same namespace, suffixes and name prefix, and the shard ``d``'s last two digits plus
-        ``xy``: both regexes (``MANAGED_SHARD_RE``, ``BARE_SHARD_RE``) end in a last name of two
-        hex digits and the end, the argument ``_managed_shard`` caches by. So
-        :meth:`plain_entries`' rule for those children is one rule: :meth:`ShardDir.key_of`'s
-        names, NEFFs where ``_holds_neffs`` says (tests/stores/test_count_plain.py holds the
-        rule to ``shard_dir`` of each child)."""
-        shards = []
-        for directory in directories:
-            shard = self.shard_dir(f"{directory}/00", namespaces)
-            if shard is None:
-                return None
-            shards.append(shard)
-        first = shards[0]
-        if any(s.namespace != first.namespace or s.suffixes != first.suffixes or s.shard != first.shard
-               for s in shards):
-            return None
-        primary = frozenset(d for d, s in zip(directories, shards, strict=True) if _holds_neffs(s))
-        return PlainFiles(_HEX_PAIRS, first.shard[:2], tuple(sorted(first.suffixes)), _NEFF_SUFFIX, primary,
-                          ShardDir.KEY_MIN, ShardDir.KEY_MAX, first.namespace)
 
     # -- what scan, load_entry and prune ask (issue #11) ---------------------------------------
     def locate_entry(self, path: str) -> Located | None:

@@ -54,6 +54,7 @@ from neffcache.layouts import vllm_env
 from neffcache.layouts.base import Layout
 from neffcache.layouts.records import (
     TARGET_DIR_RE,
+    DirectoryRole,
     EntryNames,
     EntryPlan,
     EnvProblem,
@@ -147,8 +148,8 @@ class VllmLayout(Layout):
     # entry through locate() with their nested names.
     entry_is_dir = True
 
-    def locate_dir(self, directory: str, namespaces: dict[str, Namespace | None] | None = None
-                   ) -> Located | None:
+    def directory_role(self, directory: str, namespaces: dict[str, Namespace | None] | None = None
+                       ) -> DirectoryRole | None:
         # A scan asks this of every directory: the local form needs its subdirectory, the flat
         # form a last name of 32 characters.
         local = CACHE_SUBDIR in directory
@@ -158,7 +159,8 @@ class VllmLayout(Layout):
         match = managed.match(directory) or bare.match(directory)
         if match is None or match.group("key") in (".", ".."):
             return None
-        return Located(self._namespace(match), match.group("key"), directory, directory, "")
+        # Not flat: nested files are the entry's too (they reach it through locate()).
+        return DirectoryRole(Located(self._namespace(match), match.group("key"), directory, directory, ""))
 
     def locate_entry(self, path: str) -> Located | None:
         return self.locate(f"{path}/{MARKER}")

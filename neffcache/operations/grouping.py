@@ -36,10 +36,13 @@ class Group:
 
     A plain class with slots, not a dataclass: a scan makes one per entry."""
 
-    __slots__ = ("files", "located", "problems")
+    __slots__ = ("files", "flat", "located", "problems")
 
-    def __init__(self, located: Located) -> None:
+    def __init__(self, located: Located, flat: bool = False) -> None:
         self.located = located
+        # The layout's role for the entry's directory said flat (DirectoryRole.flat): its files
+        # are exactly those directly in it. False when no role said so: kept whole until the end.
+        self.flat = flat
         self.files: dict[str, FileInfo] = {}
         self.problems: list[str] = []  # what the listing would not follow or read
 
@@ -64,16 +67,13 @@ class Grouper:
         self._progress = progress
         self._count = 0
         self._layouts = list(LAYOUTS.values())
-        # Layouts whose entries are directories (layout A): resolve each directory once, not
-        # each file (a scan of 100k entries would otherwise run 400k regex matches). A
-        # directory may come in several listings: ``entry_dirs`` remembers its group.
-        self._dir_layouts = [lay for lay in self._layouts if lay.entry_is_dir]
+        # Each directory is resolved once, not each file (400k regex matches for 100k entries):
+        # each layout asked its role, with a namespace cache of its own (layouts key theirs by
+        # paths alike); those whose entries are directories first, as the first entry ends the
+        # asking. A directory may come in several listings: ``entry_dirs`` remembers its group.
+        ordered = sorted(self._layouts, key=lambda lay: not lay.entry_is_dir)
+        self._asking = [(lay, lay.directory_role, dict[str, Namespace | None]()) for lay in ordered]
         self.entry_dirs: dict[str, Group | None] = {}
-        self._namespaces: dict[str, Namespace | None] = {}
-        # Layouts whose entries are files sharing directories (layout B): resolve each shard
-        # directory once too, and per file only take the key from the name.
-        self._shard_layouts = [lay for lay in self._layouts if not lay.entry_is_dir]
-        self._shard_namespaces: dict[str, Namespace | None] = {}
 
     def add(self, listing: DirListing) -> None:
         directory, names, files, problems = listing
@@ -94,28 +94,37 @@ class Grouper:
         entry_dirs = self.entry_dirs
         if directory in entry_dirs:
             group = entry_dirs[directory]
+            resolved = None if group is not None else self._resolve(directory)[2]
         else:
-            group = entry_dirs[directory] = self._entry_dir_group(directory)
+            entry, flat, resolved = self._resolve(directory)
+            # A listing's problem may have made the entry's group already.
+            group = entry_dirs[directory] = None if entry is None else self._group(entry, flat)
         if group is not None:
             group.files.update(zip(names, files, strict=True))
             return
-        resolved = self._shard_of(directory)
         if resolved is not None:
             self._group_shard(resolved[1], names, files)
             return
         self._group_each_file(files)
 
-    def _shard_of(self, directory: str) -> tuple[Layout, ShardDir] | None:
-        """The first layout that resolves ``directory`` as a shard directory, and its answer."""
-        for lay in self._shard_layouts:
-            shard = lay.shard_dir(directory, self._shard_namespaces)
-            if shard is not None:
-                return lay, shard
-        return None
+    def _resolve(self, directory: str) -> tuple[Located | None, bool, tuple[Layout, ShardDir] | None]:
+        """What ``directory`` is to this grouping, each layout asked its role once: the entry
+        whose directory it is in the first layout with one (and whether that role says flat),
+        else the first layout that resolves it as a shard directory, and its answer."""
+        shard = None
+        for lay, role_of, namespaces in self._asking:
+            role = role_of(directory, namespaces)
+            if role is None:
+                continue
+            if role.entry is not None:
+                return role.entry, role.flat, None
+            if shard is None and role.shard is not None:
+                shard = (lay, role.shard)
+        return None, False, shard
 
     def count_plain(self, batch: list[DirListing]) -> tuple[Namespace, int, int] | None:
         """(namespace, entries, bytes) of the entries of ``batch`` (one shard path's listings in
-        each spread tree, ``Store.iter_dirs_together``) when its layout says they are all plain
+        each spread tree, an ``InStep`` batch: stores/walk.py) when its layout says they are all plain
         SUCCESS entries (:meth:`Layout.plain_entries`): counted, not grouped. None (nothing
         done; :meth:`add` each listing) when a listing has a problem or a temp file, is not a
         shard directory of one namespace, or :meth:`add` would place it otherwise (an entry's
@@ -133,10 +142,10 @@ class Grouper:
                 return None
             if not files:
                 continue
-            if _in_control(directory) or directory in self.entry_dirs or self._locate_dir(directory) is not None:
+            if _in_control(directory) or directory in self.entry_dirs:
                 return None
-            resolved = self._shard_of(directory)
-            if resolved is None:
+            entry, _, resolved = self._resolve(directory)
+            if entry is not None or resolved is None:
                 return None
             candidate, shard = resolved
             if (lay is not None and candidate is not lay) or (shards and shards[0][0].namespace != shard.namespace):
@@ -154,55 +163,61 @@ class Grouper:
 
     def plain_rule(self, directories: Sequence[str]) -> PlainFiles | None:
         """A rule for counting the children of ``directories`` (one level of a layout's spread
-        trees, listed in step) without listing them (``Store.iter_dirs_together``'s ``plain``):
+        trees, listed in step) without listing them (``WalkPlan.shards_below``):
         what :meth:`count_plain` would decide of each child's batch. The layout vouches for
-        its own part (:meth:`Layout.plain_files_below`); what :meth:`count_plain` asks besides
-        is answered here for every child at once, from one child named like them (``00``):
+        its own part (:attr:`DirectoryRole.shards_below` of each directory, merged by
+        :func:`merged_shards_below`); what :meth:`count_plain` asks besides is answered here
+        for every child at once, from one child named like them (``00``):
 
         - ``_in_control`` looks at the parents only (a child of two hex digits is not ``.neffcache``);
-        - ``_locate_dir``: every directory layout's ``locate_dir`` gives every child named by two
-          lowercase hex digits the same yes or no (tests/stores/test_count_plain.py holds the
-          rule to each of these questions, child by child);
+        - ``_resolve``: every layout's role answers every child named by two lowercase hex
+          digits as it answers ``00``, an entry's directory or not, a shard or not
+          (tests/stores/test_count_plain.py holds the rule to each of these questions, child
+          by child): none may be an entry's, and the first layout resolving one as a shard
+          must be the rule's layout;
         - ``entry_dirs``: no child of a spread tree is in it, since the walk left those trees
-          out and ``summary._group_batch`` forgets each directory it adds;
-        - ``_shard_of``: the first layout resolving a child must be the rule's layout.
+          out and ``summary._group_batch`` forgets each directory it adds.
 
         A child whose listing has a problem, a temp file or anything :meth:`count_plain`
         declines is declined by the rule too (stores/plain.PlainFiles)."""
         probes = [f"{directory}/00" for directory in directories]
-        if not probes or any(_in_control(p) or self._locate_dir(p) is not None for p in probes):
+        if not probes or any(_in_control(p) for p in probes):
             return None
-        for lay in self._shard_layouts:
-            rule = lay.plain_files_below(directories, self._shard_namespaces)
+        resolved = [self._resolve(p) for p in probes]
+        if any(entry is not None for entry, _, _ in resolved):
+            return None
+        for lay, role_of, namespaces in self._asking:
+            roles = [role_of(directory, namespaces) for directory in directories]
+            rule = merged_shards_below([None if role is None else role.shards_below for role in roles])
             if rule is None:
                 continue
             if any(TEMP_MARKER in suffix for suffix in rule.suffixes):
                 return None  # count_plain's temp-name check: such names must not count
-            resolved = [self._shard_of(p) for p in probes]
-            return rule if all(r is not None and r[0] is lay for r in resolved) else None
+            return rule if all(shard is not None and shard[0] is lay for _, _, shard in resolved) else None
         return None
 
     def entry_rule(self, directory: str) -> PlainEntryDirs | None:
         """A rule for counting the entry directories below ``directory`` without listing them
         (a walk's ``plain``): what :meth:`add` and :func:`judge` would make of each child it
-        covers, decided once. The layout vouches for its part (:meth:`Layout.plain_entry_dirs_below`:
+        covers, decided once. The layout vouches for its part (:attr:`DirectoryRole.entries_below`:
         each covered child an entry of the rule's namespace, judged SUCCESS when its files pass);
         what :meth:`add` asks besides:
 
         - ``_in_control``: the child of a directory outside ``.neffcache`` is outside it (a
           covered child is not named ``.neffcache``);
         - ``entry_dirs``: a walk lists each directory once, so a child not yet listed is not in it;
-        - ``_locate_dir``: the first layout to locate a covered child must be the rule's, with
-          the rule's namespace; checked on one child (``<prefix>0``), since every directory
-          layout answers every covered name alike (tests/layouts/test_plain_entry_dirs.py);
+        - ``_resolve``: the first layout to find an entry in a covered child must be the rule's,
+          with the rule's namespace; checked on one child (``<prefix>0``), since every layout's
+          role answers every covered name alike (tests/layouts/test_plain_entry_dirs.py);
         - a group made for the entry before its listing (a problem of its parent's placed in it)
           comes only with a child that cannot be opened, which the walk lists instead.
 
         A child with a temp file, a link or a subdirectory is not counted (PlainEntryDirs)."""
         if _in_control(directory):
             return None
-        for lay in self._dir_layouts:
-            rule = lay.plain_entry_dirs_below(directory, self._namespaces)
+        for _, role_of, namespaces in self._asking:
+            role = role_of(directory, namespaces)
+            rule = None if role is None else role.entries_below
             if rule is None:
                 continue
             # A covered child could be named like our temp directories only if the marker's every
@@ -210,20 +225,19 @@ class Grouper:
             if all(c in rule.charset for c in TEMP_MARKER) or any(TEMP_MARKER in name for name in rule.names):
                 return None
             probe = f"{directory}/{rule.prefix}0" if directory else f"{rule.prefix}0"
-            found = self._locate_dir(probe)
+            found = self._resolve(probe)[0]
             return rule if found is not None and found.namespace == rule.namespace else None
         return None
 
     def counted_path(self, directory: str, key: str, entry_dir: bool) -> str | None:
-        """The path of an entry a store counted (``PlainCounter.counted``'s ``top``): the entry
+        """The path of an entry a store counted (``Counted.top``, stores/walk.py): the entry
         whose directory is ``directory`` (an entry-directory rule), or the entry keyed ``key``
         in the shard ``directory`` (a plain-files rule: the key as the store grouped the names,
         before the layout's ``key_prefix``). None where this grouping would not place it, which
         the rules that let a store count exclude."""
+        found, _, resolved = self._resolve(directory)
         if entry_dir:
-            found = self._locate_dir(directory)
             return None if found is None else found.path
-        resolved = self._shard_of(directory)
         return None if resolved is None else resolved[1].entry_dir + resolved[1].key_prefix + key
 
     def counted(self, files: int) -> None:
@@ -252,26 +266,12 @@ class Grouper:
         if odd:
             self._group_each_file(odd)
 
-    def _group(self, found: Located) -> Group:
+    def _group(self, found: Located, flat: bool = False) -> Group:
         group = self.groups.get(found.path)
         if group is None:
-            group = self.groups[found.path] = Group(found)
+            group = self.groups[found.path] = Group(found, flat)
             self.created.append(group)
         return group
-
-    def _locate_dir(self, directory: str) -> Located | None:
-        """The entry whose directory is ``directory``, in whichever layout claims it."""
-        for lay in self._dir_layouts:
-            got = lay.locate_dir(directory, self._namespaces)
-            if got is not None:
-                return got
-        return None
-
-    def _entry_dir_group(self, directory: str) -> Group | None:
-        """The group of the entry ``directory`` is, for a layout whose entries are directories."""
-        found = self._locate_dir(directory)
-        # A listing's problem may have made the entry's group already.
-        return None if found is None else self._group(found)
 
     def _group_each_file(self, files: list[FileInfo]) -> None:
         """Place files one by one (layouts whose entries are files, or a directory no layout knows)."""
@@ -289,15 +289,20 @@ class Grouper:
             self._group(located).files[located.name] = info
 
     def _place_problems(self, directory: str, problems: tuple[tuple[str, str], ...]) -> None:
+        in_entry, in_flat, _ = self._resolve(directory)
         for name, reason in problems:
             path = f"{directory}/{name}" if directory else name
             # In an entry's directory, or the entry's directory itself, or (layout B) a file's entry.
-            found = self._locate_dir(directory) or self._locate_dir(path) or locate(path)
+            found, flat = in_entry, in_flat
+            if found is None:
+                found, flat, _ = self._resolve(path)
+            if found is None:
+                found = locate(path)
             if found is None:
                 if self.warnings is not None:
                     self.warnings.append(f"{path}: {reason}")
                 continue
-            self._group(found).problems.append(f"{path}: {reason}")
+            self._group(found, flat).problems.append(f"{path}: {reason}")
 
 
 def group_dirs(listings: Iterable[DirListing], progress: Progress | None = None,
@@ -324,6 +329,25 @@ def group_files(files: Iterable[FileInfo], progress: Progress | None = None, *,
     listings = (DirListing(head, [name], [info])
                 for info in files for head, _, name in (info.path.rpartition("/"),))
     return group_dirs(listings, progress, foreign=foreign)
+
+
+def merged_shards_below(rules: Sequence[PlainFiles | None]) -> PlainFiles | None:
+    """One level's rule from each tree's (:attr:`DirectoryRole.shards_below` of the level's
+    directory in each spread tree that has it, in order), or None: every tree's must be there
+    and agree on everything but ``primary_dirs``, which is the union of theirs.
+
+    It gives what the layout's rule for the whole level (``plain_files_below``, before issue
+    39) gave. That rule asked each directory ``d`` for the shard ``<d>/00``, and each tree's
+    rule here is made from that shard alone. It declined when one was missing (here: a None)
+    or when they differed in namespace, suffixes or shard: the shard is the rule's prefix and
+    ``00``, so here that is disagreeing on namespace, suffixes or prefix; the fields left
+    (children, primary, key lengths) are the layout's constants, equal in every rule. It made
+    the first shard's rule, with ``primary_dirs`` the directories whose shard holds primary
+    files: each tree's rule names its own directory there exactly when its shard does."""
+    first = rules[0] if rules else None
+    if first is None or any(rule is None or rule._replace(primary_dirs=first.primary_dirs) != first for rule in rules):
+        return None
+    return first._replace(primary_dirs=frozenset().union(*(rule.primary_dirs for rule in rules if rule)))
 
 
 def _in_control(directory: str) -> bool:

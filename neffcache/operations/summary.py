@@ -10,7 +10,7 @@ layout, with garbage, foreign files, failed, locked, corrupt and uncommitted ent
 
 When has an entry been seen whole? It depends on how its layout spreads its files:
 
-- **One flat directory per entry** (layout A, ``Layout.entry_is_flat_dir``): its files are
+- **One flat directory per entry** (layout A, ``DirectoryRole.flat``): its files are
   those of its directory and nothing below it. A store lists a directory and its subtree as one
   run: the local walk is depth first and lists each directory in one listing; an object store
   lists in key order, so every key under ``dir/`` comes between the first and the last of them
@@ -185,9 +185,9 @@ class SummaryPlan:
 
     def in_step_group(self, directory: str) -> str | None:
         for lay in self._layouts:
-            namespace = lay.spread_namespace(directory)
-            if namespace is not None:
-                return namespace
+            role = lay.directory_role(directory)
+            if role is not None and role.spread_of is not None:
+                return role.spread_of
         return None
 
     def entries_below(self, directory: str) -> PlainEntryDirs | None:
@@ -295,7 +295,7 @@ def _drain(listing: DirListing, grouper: Grouper, tally: Tally, kept: KeptEntrie
     grouper.entry_dirs.pop(listing.directory, None)  # a lookup saved only when a directory comes again
     for group in grouper.created:
         lay = LAYOUTS[group.located.namespace.layout]
-        if lay.entry_is_flat_dir:
+        if group.flat:
             open_flat.append(group)
         elif not lay.entry_is_dir:
             kept.add(grouper.groups.pop(group.located.path))

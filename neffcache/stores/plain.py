@@ -1,7 +1,7 @@
 """Rules by which a listing may count entries instead of listing them: what a walk plan
 (neffcache/stores/walk.py) hands a store.
 
-A layout makes a rule (``Layout.plain_files_below``, ``Layout.plain_entry_dirs_below``), a
+A layout makes a rule (``Layout.directory_role``: its ``shards_below``, ``entries_below``), a
 summary checks it against what its grouping would ask (``Grouper.plain_rule``,
 ``Grouper.entry_rule``) and puts it in its plan, and a local store applies it in C
 (neffcache/stores/_listdir.c): the store counts without knowing the runtime facts behind a
@@ -24,7 +24,7 @@ class PlainFiles(NamedTuple):
     ``primary`` file in a directory of ``primary_dirs``. A child where anything else is found
     (a subdirectory, a link, another name, an empty primary, a key without one, a directory
     that cannot be read) is listed as usual instead: a count stands for listings that would
-    have said nothing else. The layout makes the rule (``Layout.plain_files_below``); the store
+    have said nothing else. The layout makes the rule (``DirectoryRole.shards_below``); the store
     only applies it."""
 
     children: frozenset[str]
@@ -43,7 +43,7 @@ class PlainEntryDirs(NamedTuple):
     more characters of ``charset`` of the directory it was made for is one entry, counted when
     it holds nothing but regular files named in ``names``, with each of ``required`` present
     and ``primary`` not empty. Any other child, or one where anything else is found, is walked
-    as usual. The layout makes the rule (``Layout.plain_entry_dirs_below``)."""
+    as usual. The layout makes the rule (``DirectoryRole.entries_below``)."""
 
     prefix: str
     charset: str

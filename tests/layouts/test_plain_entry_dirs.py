@@ -1,5 +1,5 @@
 """A walk counts neuronxcc entry directories in C (``Walker.count_children``, the rule from
-``Grouper.entry_rule`` and ``NeuronxccLayout.plain_entry_dirs_below``) only where listing the
+``Grouper.entry_rule`` and ``NeuronxccLayout.directory_role``'s ``entries_below``) only where listing the
 directory and judging its entry would give a committed SUCCESS entry of the same size with
 nothing foreign; everything else is listed as before. And the rule says of every child it
 covers what ``Grouper.add`` would find."""
@@ -248,7 +248,7 @@ def test_the_entry_rule_says_of_every_child_what_add_asks(directory: str, tails:
     assert rule.namespace is not None and rule.namespace.path == directory
     for tail in tails:
         path = f"{directory}/{rule.prefix}{tail}" if directory else f"{rule.prefix}{tail}"
-        found = grouper._locate_dir(path)
+        found = grouper._resolve(path)[0]
         assert not _in_control(path) and found is not None, path
         assert found.namespace == rule.namespace and found.namespace.layout == "neuronxcc" and found.path == path
 

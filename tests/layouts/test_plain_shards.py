@@ -1,7 +1,7 @@
 """A summary counts torchneuron shards of plain SUCCESS entries without building them
 (``Layout.plain_entries``, ``Grouper.count_plain``): it may only say yes where judging every
-entry would say SUCCESS, committed, nothing foreign, with the same sizes; and the shard
-directory cache behind it answers as the regex does."""
+entry would say SUCCESS, committed, nothing foreign, with the same sizes; and the namespace
+cache behind the layout's directory roles answers as the regexes do."""
 
 from __future__ import annotations
 
@@ -86,14 +86,20 @@ _PART = st.sampled_from(["trn2-lnc2", "trn1-lnc1", "torchneuron-2.9.0", "torchne
 @settings(max_examples=1500, deadline=None)
 @given(st.lists(st.lists(_PART, min_size=1, max_size=6).map("/".join), min_size=1, max_size=12))
 def test_the_shard_directory_cache_answers_as_the_regex(directories: list[str]) -> None:
-    """``shard_dir`` keeps its answer per parent directory: with the cache, in any order of
-    asking, every answer is the one without it."""
+    """``directory_role`` keeps its shard answers per parent directory: with the cache, in any
+    order of asking, every role is the one without it (its shard, what lies below, its tree)."""
     cache: dict = {}
     for directory in directories:
-        cached, fresh = LAYOUT.shard_dir(directory, cache), LAYOUT.shard_dir(directory, None)
-        if fresh is None:
-            assert cached is None, directory
-            continue
-        assert cached is not None, directory
-        for field in ("namespace", "base", "entry_dir", "name_dir", "shard", "suffixes"):
-            assert getattr(cached, field) == getattr(fresh, field), (directory, field)
+        for child in (directory, f"{directory}/00"):
+            cached, fresh = LAYOUT.directory_role(child, cache), LAYOUT.directory_role(child, None)
+            if fresh is None:
+                assert cached is None, child
+                continue
+            assert cached is not None, child
+            assert (cached.entry, cached.spread_of, cached.entries_below, cached.shards_below) == (
+                fresh.entry, fresh.spread_of, fresh.entries_below, fresh.shards_below), child
+            assert (cached.shard is None) == (fresh.shard is None), child
+            if fresh.shard is None:
+                continue
+            for field in ("namespace", "base", "entry_dir", "name_dir", "shard", "suffixes", "key_prefix"):
+                assert getattr(cached.shard, field) == getattr(fresh.shard, field), (child, field)

@@ -190,7 +190,7 @@ def test_env_problems_name_what_turns_torchneurons_cache_off() -> None:
 
 
 def test_a_shard_directory_places_every_name_as_locate_does() -> None:
-    """A scan resolves a shard directory once and takes only keys from names (shard_dir); every
+    """A scan resolves a shard directory once and takes only keys from names (its role's shard); every
     name it accepts must be placed exactly as locate() of the whole path places it, and every
     other name is left to locate(): foreign and odd names are reported as they always were."""
     layout = get_layout("torchneuron")
@@ -201,17 +201,19 @@ def test_a_shard_directory_places_every_name_as_locate_does() -> None:
            f"{key}..neff", f"{key}.neff.neff", f"{key}-1.neff", ".neff"]
     namespaces: dict = {}
     for directory in ("trn2-lnc2/torchneuron-2.9.0/neff/ab/12", "torchneuron-2.9.0/hlo/ab/12", "ab/12"):
-        shard_dir = layout.shard_dir(directory, namespaces)
-        assert shard_dir is not None
+        role = layout.directory_role(directory, namespaces)
+        found = None if role is None else role.shard
+        assert found is not None
         for name in names + odd:
             located = layout.locate(f"{directory}/{name}")
-            got = shard_dir.key_of(name)
+            got = found.key_of(name)
             if got is None:
                 continue  # the scan asks locate() of the whole path: the same answer by definition
             assert located is not None, name
             assert (located.key, located.path, located.base, located.name, located.namespace) == (
-                got, shard_dir.entry_dir + got, shard_dir.base, shard_dir.name_dir + name, shard_dir.namespace)
-        assert all(shard_dir.key_of(n) is None for n in odd)
+                got, found.entry_dir + got, found.base, found.name_dir + name, found.namespace)
+        assert all(found.key_of(n) is None for n in odd)
     for directory in ("trn2-lnc2/torchneuron-2.9.0/neff/ab/12\n", "torchneuron-2.9.0/neff/ab", "ab/12/cd",
                       "trn2-lnc2/neuronxcc-2.9.0/MODULE_1", "torchneuron-2.9.0/other/ab/12", "AB/12"):
-        assert layout.shard_dir(directory, namespaces) is None, directory
+        role = layout.directory_role(directory, namespaces)
+        assert role is None or role.shard is None, directory

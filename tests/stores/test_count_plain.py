@@ -265,8 +265,8 @@ def test_the_rule_says_of_every_child_what_count_plain_asks(directories: list[st
         assert child in rule.children
         for directory in directories:
             path = f"{directory}/{child}"
-            assert not _in_control(path) and grouper._locate_dir(path) is None and path not in grouper.entry_dirs
-            resolved = grouper._shard_of(path)
+            entry, _, resolved = grouper._resolve(path)
+            assert not _in_control(path) and entry is None and path not in grouper.entry_dirs
             assert resolved is not None, path
             lay, shard = resolved
             assert lay.name == rule.namespace.layout
