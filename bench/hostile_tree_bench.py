@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from bench.common import best_of, load_average, print_ratio
-from neffcache.operations.scan import scan
+from neffcache.scan.report import scan
 from neffcache.stores.local import LocalStore
 from neffcache.testing.store_contract import publish_a
 

@@ -24,7 +24,7 @@ from bench.common import MAX_NEFF, Timing, load_average, make_runtime_cache, nef
 from neffcache.operations import publisher
 from neffcache.operations.ingest import transfer
 from neffcache.operations.publisher import Publisher
-from neffcache.operations.scan import scan
+from neffcache.scan.report import scan
 from neffcache.signing import SigningKey, generate
 from neffcache.stores.local import LocalStore
 

@@ -48,7 +48,7 @@ import boto3
 
 from bench.common import load_average, make_runtime_cache, neffcache_measured
 from neffcache.operations.ingest import transfer
-from neffcache.operations.scan import scan
+from neffcache.scan.report import scan
 from neffcache.stores.local import LocalStore
 
 BUCKET = "neffcache-bench"

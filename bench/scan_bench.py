@@ -49,9 +49,9 @@ from pathlib import Path
 
 from bench.common import VERSION, load_average, neffcache_measured, print_ratio
 from bench.scan_tree import build_layout_a, build_layout_b
-from neffcache.operations.scan import scan
-from neffcache.operations.sinks import Largest, sized
-from neffcache.operations.summary import summarize
+from neffcache.scan.report import scan
+from neffcache.scan.sinks import Largest, sized
+from neffcache.scan.summary import summarize
 from neffcache.stores.local import LocalStore
 
 GOAL = "(goal: <= 1.5x)"

@@ -14,9 +14,9 @@ from neffcache.application.config import load_settings
 from neffcache.entry import EntryState
 from neffcache.errors import ConfigError
 from neffcache.operations.failed import FailedGraph, failed_graphs
-from neffcache.operations.scan import ScanReport, scan
-from neffcache.operations.sinks import MAX_LARGEST, Largest, SizedEntry, sized
-from neffcache.operations.summary import ScanSummary, summarize
+from neffcache.scan.report import ScanReport, scan
+from neffcache.scan.sinks import MAX_LARGEST, Largest, SizedEntry, sized
+from neffcache.scan.summary import ScanSummary, summarize
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
 from neffcache.units import human_bytes, plural
@@ -204,8 +204,8 @@ def _scan_full(store: Store, manifests: bool, show_entries: bool, largest: int |
 
 def _scan_summary(store: Store, largest: int | None, as_json: bool
                   ) -> tuple[dict[str, Any], Callable[[], str], bool]:
-    """A plain scan: the totals from one streaming pass (neffcache.operations.summary), no entry
-    list, and the ``largest`` largest entries when asked (a sink: neffcache/operations/sinks.py);
+    """A plain scan: the totals from one streaming pass (neffcache.scan.summary), no entry
+    list, and the ``largest`` largest entries when asked (a sink: neffcache/scan/sinks.py);
     its JSON, its text, and whether it warned."""
     sinks = [Largest(largest)] if largest else []
     with progress("scanning", enabled=not as_json) as bar:

@@ -11,7 +11,7 @@ from neffcache.application.trusted import trust_policy
 from neffcache.errors import EntryNotFound
 from neffcache.keys import safe_relpath
 from neffcache.operations.claims import admission, self_problems, store_reader
-from neffcache.operations.scan import load_entry
+from neffcache.scan.report import load_entry
 from neffcache.stores import open_store
 from neffcache.units import human_bytes
 

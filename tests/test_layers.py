@@ -53,6 +53,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # How each runtime arranges entries under a root: every runtime fact (file names, markers,
     # states, flags) lives here, read through a Store.
     ("layouts", ("neffcache.layouts.*",)),
+    # The scan engine: the walk plan made from the layouts, grouping listed files into entries
+    # and judging them, the streaming summary with its tally and sinks, and the full report.
+    ("scan", ("neffcache.scan.*",)),
     # What one process tells the others: lease files, the publish and prune-group leases that
     # keep an entry's writers apart, last-use stamps, the prune history, and the index client
     # (events, catalog records, the spool). Each module is the single home of its file names
@@ -238,8 +241,8 @@ def test_there_is_no_import_cycle() -> None:
     ("from .. import errors\n", "neffcache.errors"),
     ("from . import base\n", "neffcache.stores.base"),
     ("def f():\n    import neffcache.layouts.base\n", "neffcache.layouts.base"),
-    ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from neffcache.operations.scan import Scan\n",
-     "neffcache.operations.scan"),
+    ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from neffcache.scan.report import Scan\n",
+     "neffcache.scan.report"),
     ("from neffcache.stores import base, local\n", "neffcache.stores.local"),
 ])
 def test_the_walker_resolves_every_import_form(source: str, expected: str) -> None:

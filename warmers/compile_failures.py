@@ -33,7 +33,7 @@ from neffcache.events import EventKind
 from neffcache.failures import NOTE_PREFIX, FailureCause, Verdict, classify_exit, signed_text
 from neffcache.layouts import get_layout
 from neffcache.operations.failed import read_failed
-from neffcache.operations.scan import load_entry
+from neffcache.scan.report import load_entry
 from neffcache.stores.base import FileSource
 
 from .compile_jobs import CompileJob, CompileOutcome

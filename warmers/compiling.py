@@ -40,7 +40,7 @@ from neffcache.events import EventKind
 from neffcache.layouts import get_layout, locate
 from neffcache.operations.ingest import build_manifest
 from neffcache.operations.publish import publish
-from neffcache.operations.scan import load_entry
+from neffcache.scan.report import load_entry
 from neffcache.stores.base import FileSource
 
 from .children import Children

@@ -13,7 +13,7 @@ variables pointed at the toolchain's namespaces) with two differences:
   which costs not even the recorder's start: its entries are left holding only their HLOs.
 
 The runtime, finding an empty cache, looks up and stores every graph exactly where it would in
-a real store, so a scan of the scratch root (the layouts, :func:`~neffcache.operations.scan.scan`)
+a real store, so a scan of the scratch root (the layouts, :func:`~neffcache.scan.report.scan`)
 gives every entry path the job will look for. Each becomes a
 :class:`~neffcache.misses.wanted.WantedGraph`, matched to its recorded compile by HLO digest:
 the entry's own HLO, or, where the runtime keeps none, the digest the placeholder carries. The
@@ -41,8 +41,8 @@ from neffcache.errors import ToolchainError
 from neffcache.layouts import LAYOUTS, get_layout
 from neffcache.misses.wanted import WantedGraph
 from neffcache.operations.ingest import digest_of, read_flags
-from neffcache.operations.scan import scan
 from neffcache.placeholder import read_placeholder
+from neffcache.scan.report import scan
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
 from neffcache.toolchain import Toolchain, parse_compiler_version

@@ -21,7 +21,7 @@ from threading import Lock
 
 from neffcache.entry import EntryState, Namespace
 from neffcache.layouts import get_layout
-from neffcache.operations.scan import scan
+from neffcache.scan.report import scan
 from neffcache.stores.base import Store
 
 from .logscan import LogCounter

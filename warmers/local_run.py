@@ -47,10 +47,10 @@ from neffcache.events import EventKind
 from neffcache.index import entry_record
 from neffcache.layouts import entry_forms, get_layout
 from neffcache.manifest import Manifest
-from neffcache.operations.scan import scan
 from neffcache.replication.inotify import open_watch
 from neffcache.replication.prefetch import PrefetchReport, PrefetchRequest, prefetch
 from neffcache.replication.watch import WatchReport, WriteBack
+from neffcache.scan.report import scan
 from neffcache.stores.base import Store
 from neffcache.toolchain import Toolchain
 

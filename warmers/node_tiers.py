@@ -44,7 +44,7 @@ from neffcache.events import EventKind
 from neffcache.layouts import LAYOUTS
 from neffcache.layouts.base import Layout
 from neffcache.operations.ingest import transfer
-from neffcache.operations.scan import scan
+from neffcache.scan.report import scan
 from neffcache.stores.local import LocalStore
 from neffcache.toolchain import Toolchain
 

@@ -29,9 +29,9 @@ from neffcache.layouts import get_layout
 from neffcache.manifest import Manifest
 from neffcache.operations import publisher
 from neffcache.operations.ingest import build_manifest, read_flags, transferable_names
-from neffcache.operations.scan import load_entry
 from neffcache.outcomes import PublishStatus
 from neffcache.replication.tiers import Tiers
+from neffcache.scan.report import load_entry
 from neffcache.stores.base import FileSource, Store
 from neffcache.toolchain import Toolchain
 from neffcache.trust import TrustPolicy

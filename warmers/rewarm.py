@@ -32,8 +32,8 @@ from neffcache.entry import Entry, EntryState
 from neffcache.errors import ConfigError
 from neffcache.layouts import LAYOUTS, get_layout
 from neffcache.layouts.flags_form import NamespaceForms
-from neffcache.operations.scan import scan
 from neffcache.readiness import REWARMED_FROM_TAG
+from neffcache.scan.report import scan
 from neffcache.stores.base import Store
 from neffcache.upgrades.successor import (
     renamed_namespace,

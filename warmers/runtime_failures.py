@@ -37,7 +37,7 @@ from neffcache.events import EventKind
 from neffcache.failures import FailureCause, note
 from neffcache.layouts import get_layout
 from neffcache.operations.failed import FailedGraph, failed_graphs, read_failed
-from neffcache.operations.scan import load_entry, scan
+from neffcache.scan.report import load_entry, scan
 from neffcache.stores.base import Store
 
 from .logscan import LogEvent

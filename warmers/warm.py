@@ -38,7 +38,7 @@ from neffcache.layouts import LAYOUTS, get_layout
 from neffcache.layouts.flags_form import own_namespace
 from neffcache.operations.failed import standing_failure
 from neffcache.operations.ingest import read_flags
-from neffcache.operations.scan import load_entry, scan
+from neffcache.scan.report import load_entry, scan
 from neffcache.toolchain import Toolchain
 
 from .children import Children, wait_all

@@ -37,7 +37,7 @@ from pathlib import Path
 
 from neffcache.entry import EntryState, Namespace
 from neffcache.layouts import LAYOUTS, Layout, get_layout, locate
-from neffcache.operations.scan import load_entry
+from neffcache.scan.report import load_entry
 from neffcache.stores.base import Store
 
 from .children import Children, exit_status, stop_ready_server

@@ -286,7 +286,7 @@ class Layout(KeyQuestions, RuntimeEnv, ABC):
 
     # Layouts whose entries spread their files over sibling trees under a namespace, the same
     # shard path in each (torchneuron: ``<ns>/neff/ab/cd`` and ``<ns>/hlo/ab/cd``): their names.
-    # A walk reaches the two far apart; a summary lists them in step instead (operations/summary).
+    # A walk reaches the two far apart; a summary lists them in step instead (scan/summary.py).
     spread_trees: tuple[str, ...] = ()
 
     def directory_role(self, directory: str, namespaces: dict[str, Namespace | None] | None = None
@@ -313,7 +313,7 @@ class Layout(KeyQuestions, RuntimeEnv, ABC):
           the rule must give what :meth:`plain_entries` gives of the child's listings, and each
           child must be a shard directory (``shard``) of the rule's namespace. A level listed in
           step in the :attr:`spread_trees` counts by the merge of its trees' answers
-          (operations/grouping.py, ``merged_shards_below``).
+          (scan/grouping.py, ``merged_shards_below``).
 
         ``namespaces`` caches answers across calls, so the entries of a namespace share one
         Namespace: this layout's own (a caller keeps one per layout, since layouts key it by
@@ -328,7 +328,7 @@ class Layout(KeyQuestions, RuntimeEnv, ABC):
         when :meth:`classify`, given no manifest, would make each of them a committed SUCCESS
         entry with nothing foreign; None when any would be anything else, or when this layout
         cannot tell (the default). A summary counts such a shard without building its entries
-        (operations/summary.py); on None it builds them."""
+        (scan/summary.py); on None it builds them."""
         return None
 
     def locate_entry(self, path: str) -> Located | None:

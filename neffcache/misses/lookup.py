@@ -11,7 +11,7 @@
   hold it. A path no configured store holds but the index places in another store is
   ``elsewhere``: still a compile for this job, unless someone pulls it first.
 
-A store asks for few paths one entry at a time (:func:`~neffcache.operations.scan.load_entry`,
+A store asks for few paths one entry at a time (:func:`~neffcache.scan.report.load_entry`,
 in parallel); for many, one listing of each namespace they lie in is cheaper (on S3, a LIST
 per thousand keys instead of a request per key), the habit of :mod:`neffcache.replication.sync`.
 
@@ -33,7 +33,7 @@ from neffcache.entry import EntryState
 from neffcache.errors import IndexServerError, StoreError
 from neffcache.index.records import CompileSample
 from neffcache.layouts import LAYOUTS
-from neffcache.operations.scan import load_entry, scan
+from neffcache.scan.report import load_entry, scan
 from neffcache.stores.base import Store
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """Where the entries nearest a missed graph are: the stores the command was given, and the index.
 
-A store is listed once (:func:`~neffcache.operations.scan.scan`, no file opened) and its entries
+A store is listed once (:func:`~neffcache.scan.report.scan`, no file opened) and its entries
 indexed by what a missed graph can share with them: the graph hash in a neuronxcc key (the
 ``MODULE_<graph>`` part recurs across flags and compiler versions), the key itself (a torchneuron
 key recurs across compiler directories), the size of the HLO (a cheap first test of the same
@@ -37,7 +37,7 @@ from neffcache.manifest import Manifest, read_manifest, sha256_stream
 from neffcache.misses.causes import Explanation, explain
 from neffcache.misses.explain import FoundIn, GraphParts, Missed, NearEntry
 from neffcache.misses.wanted import WantedGraph
-from neffcache.operations.scan import scan
+from neffcache.scan.report import scan
 from neffcache.stores.base import Store
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ from neffcache.layouts import LAYOUTS
 from neffcache.misses.inputs import ReportedStatus
 from neffcache.misses.nearest import StoreCatalog
 from neffcache.misses.wanted import WantedGraph
-from neffcache.operations.scan import load_entry
+from neffcache.scan.report import load_entry
 from neffcache.stores.base import Store
 from neffcache.toolchain import Toolchain
 

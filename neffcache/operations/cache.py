@@ -18,7 +18,7 @@ from neffcache.layouts.base import KEYED_LAYOUT
 from neffcache.manifest import sha256_bytes
 from neffcache.operations.ingest import build_manifest
 from neffcache.operations.publish import PublishResult, publish
-from neffcache.operations.scan import load_entry
+from neffcache.scan.report import load_entry
 from neffcache.stores import open_store
 from neffcache.stores.base import FileSource, Store
 from neffcache.toolchain import Toolchain

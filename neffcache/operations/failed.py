@@ -30,7 +30,7 @@ from neffcache.errors import EntryNotFound, StoreError
 from neffcache.failure_groups import SeenIn, Sighting, sighting
 from neffcache.failures import Verdict, classify_text, first_error, signature
 from neffcache.layouts import get_layout
-from neffcache.operations.scan import scan
+from neffcache.scan.report import scan
 from neffcache.stores.base import Store
 
 log = logging.getLogger(__name__)

@@ -30,7 +30,7 @@ from neffcache.layouts import get_layout
 from neffcache.operations.claims import admission, self_problems, store_reader
 from neffcache.operations.ingest import digest_of
 from neffcache.operations.lost_manifests import lost_problem, recorded_digests
-from neffcache.operations.scan import UNREADABLE, scan
+from neffcache.scan.report import UNREADABLE, scan
 from neffcache.stores.base import CONTROL_DIR, Store
 from neffcache.trust import TrustPolicy
 

@@ -38,7 +38,6 @@ from neffcache.errors import (
     StoreUnavailable,
 )
 from neffcache.manifest import read_manifest
-from neffcache.operations.scan import ScanReport, entry_at, scan
 from neffcache.prune.candidates import PruneCandidate, created_time, entry_item, index_usage, prefetched, with_failures
 from neffcache.prune.costs import with_costs, with_recorded_costs
 from neffcache.prune.guard import budget_guards, check_keep_filters, guard_plan
@@ -66,6 +65,7 @@ from neffcache.prune.sweep import (
     sweep_retention,
 )
 from neffcache.prune.value import Retention
+from neffcache.scan.report import ScanReport, entry_at, scan
 from neffcache.stores.base import Store
 from neffcache.toolchain import Toolchain, compiler_version
 

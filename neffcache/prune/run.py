@@ -34,10 +34,10 @@ from neffcache.errors import EntryNotFound, InvalidKey, ReadOnlyStore, StoreUnav
 from neffcache.events import EventKind
 from neffcache.index.records import eviction_message
 from neffcache.keys import is_canonical_relpath
-from neffcache.operations.scan import entry_at
 from neffcache.prune.model import ItemKind, Kept, PruneItem, PrunePlan, Reason, ago
 from neffcache.prune.remove import JOURNAL_DIR, delete_order
 from neffcache.prune.sweep import LockJudge, lease_stale
+from neffcache.scan.report import entry_at
 from neffcache.stores.base import IncompleteUpload, Store
 from neffcache.stores.removal import Removal
 

@@ -47,9 +47,9 @@ from neffcache.coordination.write_leases import publish_lease_name
 from neffcache.entry import Entry, FileInfo
 from neffcache.errors import EntryNotFound, ReadOnlyStore, StoreUnavailable, UnsafePath
 from neffcache.layouts import LAYOUTS, get_layout
-from neffcache.operations.scan import ScanReport
 from neffcache.operations.verify import QUARANTINE_DIR
 from neffcache.prune.model import ItemKind, Kept, PruneItem, PrunePolicy, Reason, ago
+from neffcache.scan.report import ScanReport
 from neffcache.stores.base import CONTROL_DIR, TEMP_MARKER, Store
 
 STAGING_DIR = f"{CONTROL_DIR}/staging"

@@ -49,8 +49,8 @@ from neffcache.layouts.records import Located
 from neffcache.manifest import Manifest, read_manifest
 from neffcache.operations import claims
 from neffcache.operations.ingest import transfer
-from neffcache.operations.scan import scan
 from neffcache.outcomes import PublishStatus
+from neffcache.scan.report import scan
 from neffcache.stores.base import Store
 from neffcache.trust import TrustPolicy, Verdict
 

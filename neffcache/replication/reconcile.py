@@ -47,7 +47,7 @@ from neffcache.errors import (
 from neffcache.index.records import EntryRecord, entry_record
 from neffcache.keys import is_canonical_relpath
 from neffcache.manifest import Manifest, read_manifest
-from neffcache.operations.scan import scan
+from neffcache.scan.report import scan
 from neffcache.stores.base import Store
 from neffcache.units import plural
 

@@ -52,7 +52,6 @@ from neffcache.layouts.records import Located
 from neffcache.manifest import Manifest, read_manifest
 from neffcache.operations import claims, publisher
 from neffcache.operations.ingest import fetch_file, transfer
-from neffcache.operations.scan import load_entry, scan
 from neffcache.outcomes import PublishStatus, TransferOutcome
 from neffcache.replication.sync_report import (
     COPYABLE_STATES,
@@ -62,6 +61,7 @@ from neffcache.replication.sync_report import (
     SyncReport,
     Tally,
 )
+from neffcache.scan.report import load_entry, scan
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
 from neffcache.toolchain import Toolchain

@@ -49,10 +49,10 @@ from neffcache.manifest import Manifest
 from neffcache.operations import claims
 from neffcache.operations.ingest import transfer
 from neffcache.operations.publish import PublishResult, publish
-from neffcache.operations.scan import load_entry
 from neffcache.operations.verify import CheckStatus, check_entry, quarantine
 from neffcache.outcomes import PublishStatus, TierOp, TierProblemKind
 from neffcache.replication.sync import SyncReport, pull, push
+from neffcache.scan.report import load_entry
 from neffcache.stores import open_store
 from neffcache.stores.base import FileSource, Store
 from neffcache.trust import TrustPolicy

@@ -36,9 +36,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from neffcache.entry import Entry, EntryState
-from neffcache.operations.scan import scan
 from neffcache.replication.sync import OnCopied, sync
 from neffcache.replication.sync_report import EntryOutcome, SyncReport
+from neffcache.scan.report import scan
 from neffcache.stores.base import Store
 
 log = logging.getLogger(__name__)
@@ -153,7 +153,7 @@ class WriteBack:
             log.warning("write-back of %s failed: %s (retried next round)", failure.path, failure.reason)
 
     def _commit_time(self, path: str) -> float | None:
-        from neffcache.operations.scan import load_entry
+        from neffcache.scan.report import load_entry
         entry = load_entry(self.src, path, read_manifest=False)
         marker = entry.files.get(entry.marker_name) if entry is not None else None
         return marker.mtime if marker is not None else None

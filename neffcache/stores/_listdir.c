@@ -474,7 +474,7 @@ static int check_largest(PyObject *largest, const char *what, size_t *out) {
 
 /* ---- count_plain: a shard level's plain entries counted, not listed ---------------------
  *
- * What neffcache/operations/grouping.py's Grouper.count_plain and the layout's plain_entries
+ * What neffcache/scan/grouping.py's Grouper.count_plain and the layout's plain_entries
  * decide of one shard directory's listings (one per tree), decided here from the directory
  * itself, for every child of a level at once: a scan of a warm layout-B cache is 65,536 such
  * directories, and the per-directory Python (open, list, build the FileInfos, check, count)

@@ -1,6 +1,6 @@
 """Listing sibling trees in step: layout B's ``hlo/`` and ``neff/``, the same shard path in
 each (the trees a local store's :meth:`Store.walk` held back). A summary then knows an entry
-whole once its shard is listed (neffcache/operations/summary.py), and, given a rule of the
+whole once its shard is listed (neffcache/scan/summary.py), and, given a rule of the
 plan's (:class:`~neffcache.stores.plain.PlainFiles`), the C helper counts the shard
 directories that need nothing but counting instead of listing them.
 

@@ -12,7 +12,7 @@ ways, chosen by :class:`~neffcache.stores.local.LocalStore` from its ``list_work
 :func:`walk` takes a scan's plan (neffcache/stores/walk.py): it holds back the subtrees the
 plan names, which :mod:`~neffcache.stores.local_in_step` then lists in step (layout B's ``hlo/``
 and ``neff/``, the same shard path in each: a summary then knows an entry whole once its shard
-is listed, neffcache/operations/summary.py), and counts the entry directories the plan's rules
+is listed, neffcache/scan/summary.py), and counts the entry directories the plan's rules
 cover instead of listing them.
 
 Both follow no symlink (:mod:`neffcache.stores.safepath`): a link to a file inside the root is

@@ -29,7 +29,7 @@ from neffcache.errors import ConfigError, StoreError
 from neffcache.index import Index
 from neffcache.layouts import LAYOUTS, get_layout
 from neffcache.layouts.flags_form import NamespaceForms
-from neffcache.operations.scan import scan
+from neffcache.scan.report import scan
 from neffcache.stores.base import Store
 from neffcache.upgrades.report import Build, GraphComparison, UpgradeReport
 from neffcache.upgrades.signature import MAX_LOG_BYTES, failure_signature

@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from neffcache.entry import EntryState
-from neffcache.operations.scan import scan
+from neffcache.scan.report import scan
 from neffcache.stores.local import LocalStore
 from tests.deploy.commands import parse_invocation, replace_workload
 from tests.deploy.conftest import local_argv

@@ -18,8 +18,8 @@ import pytest
 from neffcache.coordination.lease import lease_path
 from neffcache.coordination.write_leases import prune_group_lease, publish_lease_name
 from neffcache.entry import EntryState
-from neffcache.operations.scan import scan
 from neffcache.operations.verify import CheckStatus, verify
+from neffcache.scan.report import scan
 from neffcache.stores.local import LocalStore
 from neffcache.testing.store_contract import publish_a
 from tests.hostile.trees import neffcache

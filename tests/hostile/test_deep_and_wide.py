@@ -16,11 +16,11 @@ import pytest
 from bench.hostile_tree_bench import wide_entry
 from neffcache.entry import FileInfo
 from neffcache.layouts import get_layout
-from neffcache.operations.grouping import own_files
-from neffcache.operations.scan import scan
 from neffcache.operations.verify import CheckStatus, verify
 from neffcache.prune import PrunePolicy, execute_plan, plan_prune
 from neffcache.replication.sync import sync
+from neffcache.scan.grouping import own_files
+from neffcache.scan.report import scan
 from neffcache.stores.local import LocalStore
 from neffcache.stores.local_listing import MAX_DEPTH
 from neffcache.testing.store_contract import publish_a
@@ -74,7 +74,7 @@ _DEEP_SCRIPT = """
 import json, os, resource, sys, tracemalloc
 from neffcache.stores.local import LocalStore
 from neffcache.stores.local_listing import MAX_DEPTH
-from neffcache.operations.scan import scan
+from neffcache.scan.report import scan
 from neffcache.testing.store_contract import publish_a
 from bench.hostile_tree_bench import deep_chain
 root, depth, workers = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])

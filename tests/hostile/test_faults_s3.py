@@ -9,9 +9,9 @@ from pathlib import Path
 import boto3
 import pytest
 
-from neffcache.operations.scan import scan
 from neffcache.operations.verify import verify
 from neffcache.replication.sync import pull
+from neffcache.scan.report import scan
 from neffcache.stores.local import LocalStore
 from neffcache.stores.s3 import S3Store
 from tests.hostile.trees import BAD, GOOD, build_tree, json_of, neffcache

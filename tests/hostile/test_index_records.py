@@ -17,7 +17,7 @@ import pytest
 
 from neffcache.index import IndexClient, open_index
 from neffcache.index.records import entry_record
-from neffcache.operations.scan import load_entry, scan
+from neffcache.scan.report import load_entry, scan
 from neffcache.server.services.tokens import create_token
 from neffcache.stores.local import LocalStore
 from tests.prune.helpers import OLD, published_a

@@ -12,8 +12,8 @@ import pytest
 
 from neffcache.errors import CorruptEntry
 from neffcache.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, SCHEMA_MINOR, Manifest, json_depth
-from neffcache.operations.scan import load_entry, scan
 from neffcache.operations.verify import verify
+from neffcache.scan.report import load_entry, scan
 from neffcache.stores.local import LocalStore
 from neffcache.testing.store_contract import publish_a
 

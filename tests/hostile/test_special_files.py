@@ -118,8 +118,8 @@ def test_a_scan_names_special_files_and_the_entries_they_lie_in(tmp_path: Path) 
     left out of the listing without a word: the entry read as if its NEFF were missing); one
     outside any entry is a warning. The plain scan (counting in C) and the full report agree."""
     from neffcache.entry import EntryState
-    from neffcache.operations.scan import scan
-    from neffcache.operations.summary import ScanSummary, summarize
+    from neffcache.scan.report import scan
+    from neffcache.scan.summary import ScanSummary, summarize
 
     store = LocalStore(tmp_path / "c")
     paths = [publish_a(store, key=f"MODULE_{i}+abb26765")[0] for i in range(3)]

@@ -20,8 +20,8 @@ from pathlib import Path
 import boto3
 import pytest
 
-from neffcache.operations.scan import load_entry
 from neffcache.replication.sync import SyncReport, pull, push
+from neffcache.scan.report import load_entry
 from neffcache.stores.local import LocalStore
 from neffcache.stores.s3 import S3Store
 from neffcache.testing.faultproxy import FaultProxy

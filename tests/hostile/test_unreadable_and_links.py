@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from neffcache.entry import EntryState
-from neffcache.operations.scan import scan
+from neffcache.scan.report import scan
 from neffcache.stores.local import LocalStore
 from neffcache.testing.store_contract import publish_a
 

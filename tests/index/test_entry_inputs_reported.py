@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 
 from neffcache.index import IndexClient, entry_record
-from neffcache.operations.scan import scan
+from neffcache.scan.report import scan
 from neffcache.stores.local import LocalStore
 from neffcache.testing.store_contract import publish_a
 from tests.runtime_caches import write_neuronxcc_entry

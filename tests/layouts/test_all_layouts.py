@@ -8,7 +8,7 @@ from pathlib import Path
 from neffcache.entry import EntryState
 from neffcache.layouts import get_layout, locate
 from neffcache.layouts.torchneuron import shard
-from neffcache.operations.scan import scan
+from neffcache.scan.report import scan
 from neffcache.stores.local import LocalStore
 from neffcache.toolchain import Toolchain
 from tests.runtime_caches import VERSION, module_name, write_neuronxcc_entry

@@ -13,7 +13,7 @@ from neffcache.layouts import get_layout
 from neffcache.layouts import torchneuron_names as tn
 from neffcache.layouts.neuronxcc import KNOWN
 from neffcache.layouts.records import DirectoryRole, Located, ShardDir
-from neffcache.operations.grouping import Grouper, merged_shards_below
+from neffcache.scan.grouping import Grouper, merged_shards_below
 from neffcache.stores.plain import PlainEntryDirs, PlainFiles
 
 K = "ab" + "1" * 62  # a kernel's sha256

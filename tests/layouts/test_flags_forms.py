@@ -33,8 +33,8 @@ from neffcache.layouts.flags_form import Rule, decide, evidence
 from neffcache.manifest import FileDigest
 from neffcache.operations.ingest import build_manifest
 from neffcache.operations.publish import publish
-from neffcache.operations.scan import scan
 from neffcache.outcomes import PublishStatus
+from neffcache.scan.report import scan
 from neffcache.stores.base import FileSource
 from neffcache.stores.local import LocalStore
 from neffcache.toolchain import Toolchain

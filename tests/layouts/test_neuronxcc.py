@@ -28,7 +28,7 @@ from neffcache.layouts.flags import (
 )
 from neffcache.layouts.neuronxcc import NeuronxccLayout
 from neffcache.layouts.records import LogLine
-from neffcache.operations.scan import scan
+from neffcache.scan.report import scan
 from neffcache.stores.local import LocalStore
 from neffcache.toolchain import Toolchain
 

@@ -17,11 +17,11 @@ import pytest
 
 from neffcache.entry import EntryState
 from neffcache.layouts import get_layout, locate
-from neffcache.operations.scan import load_entry, scan
 from neffcache.operations.verify import CheckStatus, verify
 from neffcache.prune import PrunePolicy, execute_plan, plan_prune
 from neffcache.replication.prefetch import PrefetchRequest, prefetch
 from neffcache.replication.sync import sync
+from neffcache.scan.report import load_entry, scan
 from neffcache.stores.local import LocalStore
 from neffcache.toolchain import Toolchain
 from tests.runtime_caches import VERSION, all_files, nxdi_config, nxdi_dir, write_nxdi_entry, write_vllm_entry

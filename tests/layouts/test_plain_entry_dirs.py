@@ -21,10 +21,10 @@ from neffcache.entry import EntryState
 from neffcache.layouts.flags import FLAGS_JSON, FLAGS_TXT
 from neffcache.layouts.neuronxcc import DONE, HLO, HLO_OLD, KNOWN, LOG, NEFF
 from neffcache.manifest import MANIFEST_NAME
-from neffcache.operations import summary as summary_module
-from neffcache.operations.grouping import Grouper, _in_control
-from neffcache.operations.scan import scan
-from neffcache.operations.summary import ScanSummary, summarize
+from neffcache.scan import summary as summary_module
+from neffcache.scan.grouping import Grouper, _in_control
+from neffcache.scan.report import scan
+from neffcache.scan.summary import ScanSummary, summarize
 from neffcache.stores import local_listing
 from neffcache.stores.base import TEMP_MARKER
 from neffcache.stores.local import LocalStore

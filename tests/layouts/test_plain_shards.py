@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from neffcache.entry import EntryState, FileInfo
 from neffcache.layouts import get_layout
-from neffcache.operations.grouping import Grouper, judge
+from neffcache.scan.grouping import Grouper, judge
 from neffcache.stores.walk import DirListing
 
 LAYOUT = get_layout("torchneuron")

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from neffcache.operations.scan import ScanReport, scan
 from neffcache.replication.sync import pull, push
+from neffcache.scan.report import ScanReport, scan
 from neffcache.stores import open_store
 from neffcache.stores.base import CONTROL_DIR, Store
 from neffcache.stores.local import LocalStore

@@ -7,8 +7,8 @@ import re
 from neffcache.application.jobenv import job_env
 from neffcache.entry import EntryState
 from neffcache.operations.ingest import transfer
-from neffcache.operations.scan import scan
 from neffcache.operations.verify import CheckStatus, verify
+from neffcache.scan.report import scan
 from neffcache.stores.local import LocalStore
 from neffcache.toolchain import Toolchain, compiler_version
 from tests.simulation import Sim

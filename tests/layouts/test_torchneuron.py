@@ -9,8 +9,8 @@ from pathlib import Path
 
 from neffcache.entry import EntryState
 from neffcache.layouts import LogLine, get_layout
-from neffcache.operations.scan import scan
 from neffcache.prune import PrunePolicy, execute_plan, plan_prune
+from neffcache.scan.report import scan
 from neffcache.stores.local import LocalStore
 from neffcache.toolchain import Toolchain
 from tests.runtime_caches import (
@@ -157,7 +157,7 @@ def test_both_writers_share_one_directory_and_every_neff_is_an_entry(tmp_path: P
             assert layout.plan_entry(entry.namespace, entry.key).path == entry.path
             assert layout.neff_of(entry) is not None and layout.claims_key(entry.key)
             assert (layout.names(entry.namespace, entry.key).hlo is None) == ("/" in entry.key)
-        from neffcache.operations.summary import summarize
+        from neffcache.scan.summary import summarize
         totals = summarize(LocalStore(root))
         assert sum(ns.entries for ns in totals.namespaces) == 7
 

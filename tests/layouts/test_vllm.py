@@ -13,11 +13,11 @@ import pytest
 from neffcache.application.jobenv import job_env
 from neffcache.entry import EntryState
 from neffcache.layouts import entry_forms, get_layout, locate
-from neffcache.operations.scan import load_entry, scan
 from neffcache.operations.verify import CheckStatus, verify
 from neffcache.prune import PrunePolicy, execute_plan, plan_prune
 from neffcache.replication.sync import sync
 from neffcache.replication.tiers import Tiers
+from neffcache.scan.report import load_entry, scan
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
 from neffcache.stores.local import LocalStore

@@ -14,7 +14,7 @@ from neffcache.misses.inputs import Known, missed_from_argument
 from neffcache.misses.nearest import StoreCatalog, why_miss
 from neffcache.operations.ingest import build_manifest
 from neffcache.operations.publish import publish
-from neffcache.operations.scan import load_entry
+from neffcache.scan.report import load_entry
 from neffcache.stores.local import LocalStore
 from neffcache.toolchain import Toolchain
 from tests.cli.conftest import index  # noqa: F401 (the fixture: a real index server, SQLite)

@@ -17,7 +17,7 @@ from neffcache.misses import lookup as lookup_module
 from neffcache.misses.lookup import HeldStatus, ask_history, lookup
 from neffcache.operations.ingest import build_manifest
 from neffcache.operations.publish import publish
-from neffcache.operations.scan import load_entry
+from neffcache.scan.report import load_entry
 from neffcache.server.config import ServerSettings
 from neffcache.stores import LocalStore
 from neffcache.stores.walk import DirListing

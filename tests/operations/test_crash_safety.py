@@ -14,8 +14,8 @@ import pytest
 
 from neffcache.coordination.lease import LeaseRecord, acquire, lease_path, read_lease, try_acquire
 from neffcache.entry import EntryState
-from neffcache.operations.scan import scan
 from neffcache.operations.verify import CheckStatus, check_entry
+from neffcache.scan.report import scan
 from neffcache.stores.local import LocalStore
 
 REPO = Path(__file__).resolve().parents[2]

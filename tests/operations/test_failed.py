@@ -10,7 +10,7 @@ from pathlib import Path
 from neffcache.entry import EntryState
 from neffcache.failures import FailureCause, FailureClass
 from neffcache.operations.failed import failed_graphs, read_log, standing_failure, store_failures
-from neffcache.operations.scan import scan
+from neffcache.scan.report import scan
 from neffcache.stores import open_store
 from tests.runtime_caches import write_neuronxcc_entry
 from tests.simulation import Sim

@@ -1,4 +1,4 @@
-"""The n largest entries of a streaming scan (a sink: neffcache/operations/sinks.py) are the full
+"""The n largest entries of a streaming scan (a sink: neffcache/scan/sinks.py) are the full
 report's n largest, whether the store counted its plain entries (the C helper, each count
 reporting its own largest) or listed them, in every listing order the stores produce."""
 
@@ -13,10 +13,10 @@ from click.testing import CliRunner
 
 from neffcache.cli.main import cli
 from neffcache.entry import EntryState
-from neffcache.operations import summary as summary_module
-from neffcache.operations.scan import scan
-from neffcache.operations.sinks import MAX_LARGEST, Largest, SizedEntry, sized
-from neffcache.operations.summary import summarize
+from neffcache.scan import summary as summary_module
+from neffcache.scan.report import scan
+from neffcache.scan.sinks import MAX_LARGEST, Largest, SizedEntry, sized
+from neffcache.scan.summary import summarize
 from neffcache.stores import local_listing
 from neffcache.stores.base import Store
 from neffcache.stores.local import LocalStore

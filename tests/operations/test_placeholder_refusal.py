@@ -17,10 +17,10 @@ from neffcache.layouts import get_layout
 from neffcache.manifest import FileDigest, Manifest
 from neffcache.operations.ingest import build_manifest, transfer
 from neffcache.operations.publish import publish
-from neffcache.operations.scan import load_entry, scan
 from neffcache.placeholder import MAGIC, is_placeholder, placeholder_bytes, read_placeholder
 from neffcache.replication.sync import pull, push
 from neffcache.replication.tiers import Tiers
+from neffcache.scan.report import load_entry, scan
 from neffcache.stores import LocalStore
 from neffcache.stores.base import Store
 from neffcache.stores.s3 import S3Store

@@ -11,7 +11,7 @@ from typing import BinaryIO
 
 from neffcache.entry import EntryState, FileInfo
 from neffcache.layouts.torchneuron import shard
-from neffcache.operations.scan import ScanReport, group_files, scan
+from neffcache.scan.report import ScanReport, group_files, scan
 from neffcache.stores.base import TEMP_MARKER, FileSource, Store
 from neffcache.stores.local import LocalStore
 from tests.runtime_caches import VERSION, module_name, write_neuronxcc_entry

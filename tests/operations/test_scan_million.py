@@ -39,8 +39,8 @@ from pathlib import Path
 import pytest
 
 from bench.scan_tree import LAYOUT_A_NS, LAYOUT_B_NS, add_debris, build_layout_a, build_layout_b
-from neffcache.operations.scan import ScanReport, scan
-from neffcache.operations.summary import ScanSummary, summarize
+from neffcache.scan.report import ScanReport, scan
+from neffcache.scan.summary import ScanSummary, summarize
 from neffcache.stores.local import LocalStore
 
 A_ENTRIES = 20_000

@@ -1,5 +1,5 @@
 """A summary's totals are the full scan's, on every layout and every listing order the stores
-produce (neffcache/operations/summary.py says why streaming is exact)."""
+produce (neffcache/scan/summary.py says why streaming is exact)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ import pytest
 
 from neffcache.entry import EntryState, FileInfo
 from neffcache.layouts.torchneuron import shard
-from neffcache.operations import summary as summary_module
-from neffcache.operations import tally as tally_module
-from neffcache.operations.scan import scan
-from neffcache.operations.summary import ScanSummary, summarize
+from neffcache.scan import summary as summary_module
+from neffcache.scan import tally as tally_module
+from neffcache.scan.report import scan
+from neffcache.scan.summary import ScanSummary, summarize
 from neffcache.stores import local_listing
 from neffcache.stores.base import TEMP_MARKER, Store
 from neffcache.stores.local import LocalStore

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from neffcache.cli.main import cli
 from neffcache.cli.prune import budgets
-from neffcache.operations.scan import scan
+from neffcache.scan.report import scan
 from neffcache.stores import open_store
 from neffcache.testing.shim import install_compiler_shim
 from neffcache.units import parse_duration, parse_size

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from neffcache.entry import EntryState
-from neffcache.operations.scan import scan
 from neffcache.operations.verify import CheckStatus, check_entry
 from neffcache.prune import JOURNAL_DIR, PHASE_PAUSE_ENV, PrunePolicy, Reason, execute_plan, plan_prune
+from neffcache.scan.report import scan
 from neffcache.stores.base import TEMP_MARKER, Store
 from tests.prune.helpers import NEW, TC_OLD, published_a, runtime_a
 from tests.prune.procs import publish_key

@@ -11,9 +11,9 @@ import pytest
 
 from neffcache.application.warm_logs import expired_runs
 from neffcache.coordination.history import HISTORY_DIR, MAX_ITEMS, ActionItem, read_history, record
-from neffcache.operations.scan import load_entry, scan
 from neffcache.operations.verify import QUARANTINE_DIR, quarantine
 from neffcache.prune import PrunePolicy, Reason, execute_plan, plan_prune
+from neffcache.scan.report import load_entry, scan
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
 from tests.prune.helpers import NEW, TC_NEW, TC_OLD, future, published_a

@@ -16,9 +16,9 @@ from neffcache.cli.main import cli
 from neffcache.errors import ConfigError, RefusedPlan
 from neffcache.index import IndexClient, open_index
 from neffcache.index.records import entry_record
-from neffcache.operations.scan import load_entry, scan
 from neffcache.prune import PrunePolicy, Reason, execute_plan, plan_prune
 from neffcache.replication.reconcile import plan_reconcile
+from neffcache.scan.report import load_entry, scan
 from neffcache.stores.local import LocalStore
 from tests.prune.helpers import NEW, TC_OLD, published_a, runtime_a
 from tests.prune.test_cli import run_cli

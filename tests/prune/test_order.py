@@ -13,8 +13,8 @@ import pytest
 
 from neffcache.entry import Entry, EntryState, FileInfo
 from neffcache.layouts import LAYOUTS
-from neffcache.operations.scan import group_files
 from neffcache.prune import delete_order
+from neffcache.scan.report import group_files
 
 A = "trn2-lnc2/neuronxcc-2.27.5334.0+f702b353/MODULE_1+abb26765"
 A_RT = "neuronxcc-2.21.33363.0+82129205/MODULE_2+abb26765"

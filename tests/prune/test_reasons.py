@@ -11,10 +11,10 @@ from neffcache.coordination.lease import LeaseRecord, lease_path, read_lease
 from neffcache.coordination.stamps import record_use, stamp_path
 from neffcache.entry import EntryState
 from neffcache.errors import RefusedPlan
-from neffcache.operations.scan import load_entry, scan
 from neffcache.operations.verify import CheckStatus, verify
 from neffcache.prune import ItemKind, PrunePolicy, Reason, execute_plan, plan_prune
 from neffcache.prune.value import Retention
+from neffcache.scan.report import load_entry, scan
 from neffcache.stores.base import Store
 from tests.prune.helpers import (
     LEGACY,

@@ -19,7 +19,6 @@ import pytest
 from neffcache.layouts import get_layout
 from neffcache.operations.ingest import build_manifest
 from neffcache.operations.publish import publish
-from neffcache.operations.scan import scan
 from neffcache.outcomes import PublishStatus
 from neffcache.prune import PrunePolicy, plan_prune
 from neffcache.prune.costs import hits_of, seconds_of
@@ -31,6 +30,7 @@ from neffcache.prune.value import (
     log_priority,
     score,
 )
+from neffcache.scan.report import scan
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
 from neffcache.toolchain import Toolchain

@@ -14,9 +14,9 @@ from neffcache.cli.main import cli
 from neffcache.coordination.lease import LeaseRecord, acquire, lease_path
 from neffcache.coordination.stamps import record_use
 from neffcache.coordination.write_leases import publish_lease_name
-from neffcache.operations.scan import load_entry, scan
 from neffcache.operations.verify import CheckStatus, check_entry
 from neffcache.prune import JOURNAL_DIR, ItemKind, PrunePolicy, Reason, execute_plan, plan_prune
+from neffcache.scan.report import load_entry, scan
 from neffcache.stores.base import Store
 from tests.prune.helpers import (
     NEW,

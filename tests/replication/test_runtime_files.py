@@ -14,9 +14,9 @@ from pathlib import Path
 
 from neffcache.entry import EntryState
 from neffcache.manifest import MANIFEST_NAME, Manifest
-from neffcache.operations.scan import scan
 from neffcache.operations.verify import CheckStatus, verify
 from neffcache.replication.sync import pull, push
+from neffcache.scan.report import scan
 from neffcache.stores.local import LocalStore
 from neffcache.stores.s3 import S3Store
 from tests.runtime_caches import write_neuronxcc_entry, write_nxd_wrapped_neff

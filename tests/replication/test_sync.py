@@ -17,9 +17,9 @@ from neffcache.errors import ConfigError
 from neffcache.layouts import get_layout
 from neffcache.operations.ingest import build_manifest
 from neffcache.operations.publish import publish
-from neffcache.operations.scan import scan
 from neffcache.operations.verify import CheckStatus, verify
 from neffcache.replication.sync import SyncReport, pull, push, sync
+from neffcache.scan.report import scan
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
 from neffcache.stores.local import LocalStore

@@ -11,10 +11,10 @@ import pytest
 from neffcache.entry import EntryState
 from neffcache.layouts import get_layout
 from neffcache.operations.ingest import build_manifest
-from neffcache.operations.scan import load_entry, scan
 from neffcache.operations.verify import CheckStatus, verify
 from neffcache.outcomes import PublishStatus
 from neffcache.replication.tiers import Tier, Tiers
+from neffcache.scan.report import load_entry, scan
 from neffcache.stores import open_store
 from neffcache.stores.base import Store
 from neffcache.stores.fsspec_store import FsspecStore

@@ -16,10 +16,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from neffcache.layouts.torchneuron import _holds_neffs
-from neffcache.operations import summary as summary_module
-from neffcache.operations.grouping import Grouper, _in_control
-from neffcache.operations.scan import scan
-from neffcache.operations.summary import ScanSummary, summarize
+from neffcache.scan import summary as summary_module
+from neffcache.scan.grouping import Grouper, _in_control
+from neffcache.scan.report import scan
+from neffcache.scan.summary import ScanSummary, summarize
 from neffcache.stores import local_in_step, local_listing
 from neffcache.stores.base import TEMP_MARKER
 from neffcache.stores.local import LocalStore

@@ -15,7 +15,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from neffcache.operations.grouping import Grouper
+from neffcache.scan.grouping import Grouper
 from neffcache.stores import local_in_step, local_listing
 from neffcache.stores.plain import CountedTop, PlainEntryDirs, PlainFiles
 from neffcache.stores.safepath import SafeRoot

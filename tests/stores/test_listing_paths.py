@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from neffcache.operations.scan import scan
+from neffcache.scan.report import scan
 from neffcache.stores import local_listing
 from neffcache.stores.local import LocalStore
 from neffcache.stores.local_in_step import walk_together
@@ -186,7 +186,7 @@ class TreesPlan:
 
 def test_held_trees_are_left_alone_then_listed_in_step(tmp_path: Path, listing_path: str) -> None:
     """A summary of layout B has the walk hold its two trees back and list them in step
-    afterwards (operations/summary.py): together, the listings are the plain walk's, each file once."""
+    afterwards (scan/summary.py): together, the listings are the plain walk's, each file once."""
     root = tmp_path / "root"
     for tree, rel, name in (("a", "x/y", "f1"), ("b", "x/y", "f2"), ("b", "x/z", "f3"), ("a", "", "top-a")):
         (root / "ns" / tree / rel).mkdir(parents=True, exist_ok=True)

@@ -11,8 +11,8 @@ import boto3
 import pytest
 
 from neffcache.errors import AccessDenied, EntryNotFound, InvalidURL, StoreUnavailable
-from neffcache.operations.scan import scan
 from neffcache.replication.sync import push
+from neffcache.scan.report import scan
 from neffcache.stores import open_store, s3, s3_list
 from neffcache.stores.s3 import S3Store
 from neffcache.testing.store_contract import publish_a

@@ -17,9 +17,9 @@ import pytest
 
 from neffcache.coordination import releases
 from neffcache.entry import EntryState
-from neffcache.operations.scan import scan
 from neffcache.operations.verify import CheckStatus, verify
 from neffcache.replication.sync import pull, push
+from neffcache.scan.report import scan
 from neffcache.stores.local import LocalStore
 from neffcache.stores.s3 import S3Store
 from neffcache.testing.store_contract import publish_a

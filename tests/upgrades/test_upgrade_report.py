@@ -18,7 +18,7 @@ from neffcache.index import IndexClient, entry_record
 from neffcache.layouts import get_layout
 from neffcache.operations.ingest import build_manifest
 from neffcache.operations.publish import publish
-from neffcache.operations.scan import load_entry, scan
+from neffcache.scan.report import load_entry, scan
 from neffcache.stores import open_store
 from neffcache.testing.hlo import make_hlo
 from neffcache.toolchain import Toolchain

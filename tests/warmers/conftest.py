@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from neffcache.entry import EntryState
-from neffcache.operations.scan import ScanReport, scan
+from neffcache.scan.report import ScanReport, scan
 from neffcache.server.config import ServerSettings
 from neffcache.stores import open_store
 from neffcache.testing.shim import install_compiler_shim

@@ -12,7 +12,7 @@ import pytest
 
 from neffcache.entry import EntryState
 from neffcache.layouts import get_layout
-from neffcache.operations.scan import load_entry
+from neffcache.scan.report import load_entry
 from neffcache.stores.local import LocalStore
 from neffcache.testing.hlo import make_hlo
 from neffcache.toolchain import Toolchain

@@ -16,7 +16,7 @@ import pytest
 from neffcache.entry import EntryState
 from neffcache.failures import signature
 from neffcache.layouts import get_layout
-from neffcache.operations.scan import scan
+from neffcache.scan.report import scan
 from neffcache.stores import open_store
 from neffcache.stores.local import LocalStore
 from neffcache.testing.hlo import make_hlo

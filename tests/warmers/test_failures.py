@@ -106,7 +106,7 @@ def test_a_workload_past_its_timeout_is_stopped_and_leaves_no_lock(cli: Cli, tmp
 @pytest.mark.parametrize("left", ["lock", "neff"])
 def test_what_a_killed_runtime_left_is_cleaned_up(tmp_path: Path, left: str) -> None:
     from neffcache.layouts import get_layout
-    from neffcache.operations.scan import load_entry
+    from neffcache.scan.report import load_entry
     from neffcache.stores import open_store
     from neffcache.toolchain import Toolchain
     from neffcache.warmers.logscan import LogCounter, compile_patterns

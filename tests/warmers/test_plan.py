@@ -16,8 +16,8 @@ import pytest
 
 from neffcache.layouts import get_layout
 from neffcache.misses.wanted import WantedGraph
-from neffcache.operations.scan import scan
 from neffcache.placeholder import file_is_placeholder, is_placeholder
+from neffcache.scan.report import scan
 from neffcache.stores import LocalStore, open_store
 from neffcache.testing.shim import read_invocation_log
 from tests.server.conftest import free_port

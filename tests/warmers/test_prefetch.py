@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from neffcache.entry import EntryState
-from neffcache.operations.scan import scan
+from neffcache.scan.report import scan
 from neffcache.stores.local import LocalStore
 from tests.warmers.conftest import INSTANCE, WORKLOAD, Cli, summary, warm_args
 from tests.warmers.test_vllm_warm import SERVER, vllm_warm_args

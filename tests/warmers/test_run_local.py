@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from neffcache.entry import EntryState
-from neffcache.operations.scan import scan
+from neffcache.scan.report import scan
 from neffcache.stores.local import LocalStore
 from tests.warmers.conftest import INSTANCE, WORKLOAD, Cli, Index, healthy, warm_args
 from tests.warmers.test_vllm_warm import NS as VLLM_NS
@@ -25,7 +25,7 @@ WAIT_FOR_WRITE_BACK = """
 import sys, time
 from neffcache.entry import EntryState
 from neffcache.layouts import entry_forms
-from neffcache.operations.scan import scan
+from neffcache.scan.report import scan
 from neffcache.stores.local import LocalStore
 local, shared, want = LocalStore(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 for _ in range(1200):

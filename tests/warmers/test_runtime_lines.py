@@ -9,7 +9,7 @@ from pathlib import Path
 
 from neffcache.entry import EntryState
 from neffcache.layouts import LAYOUTS, get_layout
-from neffcache.operations.scan import load_entry
+from neffcache.scan.report import load_entry
 from neffcache.stores import open_store
 from neffcache.toolchain import Toolchain
 from neffcache.warmers.logscan import LogCounter, compile_patterns

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from neffcache.entry import EntryState
-from neffcache.operations.scan import scan
+from neffcache.scan.report import scan
 from neffcache.stores import open_store
 from tests.warmers.conftest import INSTANCE, V1, Cli, Index, healthy, summary, warm_args
 

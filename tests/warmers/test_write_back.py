@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from neffcache.entry import EntryState
-from neffcache.operations.scan import scan
+from neffcache.scan.report import scan
 from neffcache.stores.local import LocalStore
 from tests.runtime_caches import write_neuronxcc_entry, write_vllm_entry
 from tests.warmers.conftest import INSTANCE, WORKLOAD, Cli, summary

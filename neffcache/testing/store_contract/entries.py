@@ -13,9 +13,9 @@ from neffcache.layouts import get_layout
 from neffcache.operations.cache import NeffCache
 from neffcache.operations.ingest import build_manifest, transfer
 from neffcache.operations.publish import publish
-from neffcache.operations.scan import load_entry, scan
 from neffcache.operations.verify import CheckStatus, verify
 from neffcache.outcomes import PublishStatus
+from neffcache.scan.report import load_entry, scan
 from neffcache.stores.base import Store
 from neffcache.stores.local import LocalStore
 from neffcache.testing.store_contract.sample import LAYOUT_A, TC, publish_a

@@ -1,9 +1,9 @@
 """The totals of a scan without its entry lists: what a plain ``neffcache scan`` prints.
 
-:func:`~neffcache.operations.scan.scan` keeps every entry and every file it listed (a
+:func:`~neffcache.scan.report.scan` keeps every entry and every file it listed (a
 ``FileInfo`` per file, an ``Entry`` per entry): over a GB at a million entries. A summary needs
 counters only, so :func:`summarize` consumes the listing as a stream, judges each entry with the
-scan's own code (:func:`~neffcache.operations.grouping.judge`, the layouts' ``classify``) as
+scan's own code (:func:`~neffcache.scan.grouping.judge`, the layouts' ``classify``) as
 soon as all its files have been seen, adds it to the per-namespace counters and drops it. Its
 totals are the full report's (tests/operations/test_summary.py compares them on trees of every
 layout, with garbage, foreign files, failed, locked, corrupt and uncommitted entries).
@@ -36,8 +36,8 @@ When has an entry been seen whole? It depends on how its layout spreads its file
 
 FAILED entries are kept (the plain scan reads each one's failure log); warnings are kept up to
 ``max_warnings`` (the first by path, as the full report sorts them: the listing order differs)
-and counted beyond. Everything else is a counter (neffcache/operations/tally.py). A question
-about single entries is a sink (neffcache/operations/sinks.py), handed each judged entry and
+and counted beyond. Everything else is a counter (neffcache/scan/tally.py). A question
+about single entries is a sink (neffcache/scan/sinks.py), handed each judged entry and
 each store count's largest; a sink that needs every entry turns the stores' counting off.
 """
 
@@ -51,12 +51,13 @@ from typing import cast
 
 from neffcache.entry import Entry, EntryState, FileInfo, Namespace
 from neffcache.layouts import LAYOUTS
-from neffcache.operations.grouping import Group, Grouper, Progress
-from neffcache.operations.scan import NamespaceSummary, ScanReport
-from neffcache.operations.sinks import EntrySink, SizedEntry
-from neffcache.operations.tally import KeptEntries, Tally
+from neffcache.scan.grouping import Group, Grouper, Progress
+from neffcache.scan.plan import SummaryPlan
+from neffcache.scan.report import NamespaceSummary, ScanReport
+from neffcache.scan.sinks import EntrySink, SizedEntry
+from neffcache.scan.tally import KeptEntries, Tally
 from neffcache.stores.base import Store
-from neffcache.stores.plain import PlainEntryDirs, PlainFiles
+from neffcache.stores.plain import PlainEntryDirs
 from neffcache.stores.walk import Counted, DirListing, InStep
 
 MAX_WARNINGS = 1000
@@ -121,7 +122,7 @@ def summarize(store: Store, *, prefix: str = "", progress: Progress | None = Non
     """The totals ``scan(store, prefix=prefix)`` reports, from one pass over the store's walk
     (``Store.walk``, steered by this summary's plan) that keeps no entry list (the module
     docstring says what it keeps, and why that is exact). ``sinks`` are handed entries as they
-    are judged or counted (neffcache/operations/sinks.py): a sink that needs every entry turns
+    are judged or counted (neffcache/scan/sinks.py): a sink that needs every entry turns
     the stores' counting off."""
     started = time.monotonic()
     tally = Tally(max_warnings, sinks=tuple(sinks))
@@ -166,35 +167,6 @@ def summarize(store: Store, *, prefix: str = "", progress: Progress | None = Non
 
 # Read at call time: tests turn it off to compare the counted shards with the judged ones.
 COUNT_PLAIN_SHARDS = True
-
-
-class SummaryPlan:
-    """The summary's walk plan (``WalkPlan``, stores/walk.py): the layouts' spread trees held
-    back to be listed in step, and, when ``counting``, the grouper's rules (:meth:`Grouper.plain_rule`
-    for layout-B levels, :meth:`Grouper.entry_rule` for layout-A namespaces: what judging would
-    decide). A store counts a directory only where nothing lies below it and its listing would
-    have had no problem, so unlike a shard counted in :class:`_InStep` a count needs no waiting
-    for the walk to leave it, and unlike an open flat entry no judging when it does."""
-
-    def __init__(self, grouper: Grouper, *, counting: bool, largest: int) -> None:
-        self._grouper = grouper
-        self._counting = counting
-        self.largest = largest  # how many of each count's largest entries the sinks want
-        self._layouts = [lay for lay in LAYOUTS.values() if lay.spread_trees]
-        self.held = frozenset(tree for lay in self._layouts for tree in lay.spread_trees)
-
-    def in_step_group(self, directory: str) -> str | None:
-        for lay in self._layouts:
-            role = lay.directory_role(directory)
-            if role is not None and role.spread_of is not None:
-                return role.spread_of
-        return None
-
-    def entries_below(self, directory: str) -> PlainEntryDirs | None:
-        return self._grouper.entry_rule(directory) if self._counting else None
-
-    def shards_below(self, directories: Sequence[str]) -> PlainFiles | None:
-        return self._grouper.plain_rule(directories) if self._counting else None
 
 
 def _add_counted(item: Counted, grouper: Grouper, tally: Tally) -> None:

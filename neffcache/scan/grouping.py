@@ -8,7 +8,7 @@ A listing's problems (a symlink not followed, an unreadable directory) go to the
 lie in, which is then CORRUPT, or to the warnings.
 
 :class:`Grouper` takes one listing at a time, so a caller may also take finished groups out
-as it goes (:mod:`neffcache.operations.summary` does, to keep its memory bounded);
+as it goes (:mod:`neffcache.scan.summary` does, to keep its memory bounded);
 :func:`group_dirs` feeds it a whole listing (``scan``). :func:`judge` turns a group into an
 entry, the same way for both.
 """

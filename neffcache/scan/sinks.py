@@ -1,6 +1,6 @@
 """What a streaming scan hands each entry to besides its totals: the scan's **sinks**.
 
-:func:`~neffcache.operations.summary.summarize` keeps only totals, and where a store can count
+:func:`~neffcache.scan.summary.summarize` keeps only totals, and where a store can count
 plain entries itself (the C listing helper: stores/plain.py) most entries never become Python
 objects at all. A question about single entries ("the 10 largest") therefore has two sources:
 

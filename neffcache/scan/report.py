@@ -28,7 +28,7 @@ from neffcache.entry import Entry, EntryState, FileInfo, Namespace
 from neffcache.errors import CorruptEntry, EntryNotFound, InvalidKey, ReadOnlyStore, StoreUnavailable, UnsafePath
 from neffcache.layouts import LAYOUTS
 from neffcache.manifest import Manifest, read_manifest
-from neffcache.operations.grouping import Group, Progress, group_dirs, group_files, judge, own_files
+from neffcache.scan.grouping import Group, Progress, group_dirs, group_files, judge, own_files
 from neffcache.stores.base import Store
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""What a streaming summary keeps while it lists (neffcache/operations/summary.py): the
+"""What a streaming summary keeps while it lists (neffcache/scan/summary.py): the
 counters (:class:`Tally`) and the entries known whole only at the end (:class:`KeptEntries`).
 The summary's module docstring says why these are exact."""
 
@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 
 from neffcache.entry import Entry, EntryState, FileInfo, Namespace
 from neffcache.layouts import Located
-from neffcache.operations.grouping import Group, judge
-from neffcache.operations.sinks import EntrySink, SizedEntry, sized
+from neffcache.scan.grouping import Group, judge
+from neffcache.scan.sinks import EntrySink, SizedEntry, sized
 
 _KEY = "\0"  # stands for the entry's key in a kept name: no file name holds a NUL
 _SUCCESS = EntryState.SUCCESS.value  # an enum member's value is a property: looked up once
