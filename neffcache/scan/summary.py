@@ -5,7 +5,7 @@
 counters only, so :func:`summarize` consumes the listing as a stream, judges each entry with the
 scan's own code (:func:`~neffcache.scan.grouping.judge`, the layouts' ``classify``) as
 soon as all its files have been seen, adds it to the per-namespace counters and drops it. Its
-totals are the full report's (tests/operations/test_summary.py compares them on trees of every
+totals are the full report's (tests/scan/test_summary.py compares them on trees of every
 layout, with garbage, foreign files, failed, locked, corrupt and uncommitted entries).
 
 When has an entry been seen whole? It depends on how its layout spreads its files:

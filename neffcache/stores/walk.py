@@ -15,7 +15,7 @@ one stream of items, in band:
 
 A store need not take any of it: an object store lists keys, not trees, and yields listings
 only (:meth:`Store.walk`'s default); the scan's answer is the same either way
-(tests/operations/test_summary.py compares them). Values and a protocol only: no store imports
+(tests/scan/test_summary.py compares them). Values and a protocol only: no store imports
 a layout, and the store calls nothing of the plan's from C (neffcache/stores/_listdir.c is
 steered between two steps, in band too).
 """

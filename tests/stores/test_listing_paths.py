@@ -136,7 +136,7 @@ def test_an_unopenable_start_is_refused_on_both_paths(tmp_path: Path, listing_pa
 
 @needs_native
 def test_a_scan_reports_the_same_on_both_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests.operations.test_scan_listing import _messy_root, _same
+    from tests.scan.test_scan_listing import _messy_root, _same
 
     root = tmp_path / "c"
     _messy_root(root)
@@ -152,7 +152,7 @@ def test_hostile_listing_cases_on_the_python_path(tmp_path: Path) -> None:
     subprocesses inherit it."""
     tests = ["tests/hostile/test_unreadable_and_links.py", "tests/hostile/test_planted_links.py",
              "tests/hostile/test_primitives.py::test_iter_dirs_reports_instead_of_following",
-             "tests/operations/test_scan_listing.py"]
+             "tests/scan/test_scan_listing.py"]
     code = ("import sys, pytest; from neffcache.stores import local_listing as m; "
             "assert m.native is None; sys.exit(pytest.main(sys.argv[1:]))")
     done = subprocess.run([sys.executable, "-c", code, "-q", "-p", "no:cacheprovider", "-p", "no:randomly",

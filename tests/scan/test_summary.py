@@ -22,7 +22,6 @@ from neffcache.stores import local_listing
 from neffcache.stores.base import TEMP_MARKER, Store
 from neffcache.stores.local import LocalStore
 from neffcache.stores.walk import DirListing
-from tests.operations.test_scan_listing import FileByFile, _messy_root, _touch
 from tests.runtime_caches import (
     kernel_key,
     native_key,
@@ -33,6 +32,7 @@ from tests.runtime_caches import (
     write_neuronxcc_entry,
     write_vllm_entry,
 )
+from tests.scan.test_scan_listing import FileByFile, _messy_root, _touch
 
 
 class KeyOrder(FileByFile):

@@ -21,8 +21,8 @@ from neffcache.stores import local_listing
 from neffcache.stores.base import Store
 from neffcache.stores.local import LocalStore
 from neffcache.stores.s3 import S3Store
-from tests.operations.test_summary import KeyOrder, _all_layouts
 from tests.runtime_caches import write_kernel_neff, write_native_neff, write_neuronxcc_entry
+from tests.scan.test_summary import KeyOrder, _all_layouts
 from tests.stores.conftest import aws_env, moto_server, s3_endpoint, s3_store  # noqa: F401 - fixtures
 
 ORDERS = ["walk", "python walk", "threaded", "key order", "no shard counts"]
