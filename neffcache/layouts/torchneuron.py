@@ -210,12 +210,7 @@ class TorchNeuronLayout(Layout):
             return ShardDir(self._bare(namespaces), "", "", directory + "/", digest, tn.NEFF_SUFFIXES,
                             key_prefix=digest + "/")
         ns_path = match_kernel.group("ns")
-        ns = namespaces.get(ns_path) if namespaces is not None else None
-        if ns is None:
-            target, lnc = parse_target_dir(match_kernel)
-            ns = Namespace(self.name, ns_path, match_kernel.group("ver"), target, lnc)
-            if namespaces is not None:
-                namespaces[ns_path] = ns
+        ns = self._namespace_of(match_kernel, namespaces)
         return ShardDir(ns, ns_path, f"{ns_path}/{_NEFF_TREE}/", directory[len(ns_path) + 1:] + "/", digest,
                         tn.NEFF_SUFFIXES, key_prefix=digest + "/")
 
@@ -248,8 +243,11 @@ class TorchNeuronLayout(Layout):
         """The namespace of ``directory`` when ``MANAGED_SHARD_RE`` matches it (one Namespace per
         path, kept in ``namespaces``), else None."""
         match = tn.MANAGED_SHARD_RE.match(directory)
-        if match is None:
-            return None
+        return None if match is None else self._namespace_of(match, namespaces)
+
+    def _namespace_of(self, match: re.Match[str], namespaces: dict[str, Namespace | None] | None) -> Namespace:
+        """The namespace a path regex's match names (its ``ns``, ``ver`` and target groups): one
+        Namespace per path, kept in ``namespaces``, so a namespace's entries share it."""
         ns_path = match.group("ns")
         ns = namespaces.get(ns_path) if namespaces is not None else None
         if ns is None:
