@@ -37,8 +37,9 @@ class DirListing(NamedTuple):
     every path again.
 
     ``problems`` are (name, reason) pairs of what the listing found in the directory and did
-    not follow or could not read: a symlink out of the root, a dangling one, a symlinked
-    directory, an unreadable subdirectory. A scan reports each against the entry it lies in
+    not follow, could not read or would not open: a symlink out of the root, a dangling one, a
+    symlinked directory, an unreadable subdirectory, a FIFO, a socket or a device (a reader
+    that opens one may wait for ever). A scan reports each against the entry it lies in
     (which is then CORRUPT) instead of stopping. Object stores have none.
     """
 
