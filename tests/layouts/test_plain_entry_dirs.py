@@ -31,10 +31,8 @@ from neffcache.stores.local import LocalStore
 from neffcache.stores.plain import CountedTop, PlainEntryDirs, PlainFiles
 from neffcache.stores.safepath import SafeRoot
 from neffcache.stores.walk import Counted, DirListing
+from tests.stores.c_helper import needs_native
 from tests.stores.test_count_plain import make_kind
-
-needs_native = pytest.mark.skipif(local_listing.native is None, reason="the C listing helper did not build "
-                                  "(tests/stores/test_listing_paths.py fails for that)")
 
 NS = "trn2-lnc2/neuronxcc-2.9.0"
 NAMES = [NEFF, DONE, HLO, HLO_OLD, FLAGS_JSON, FLAGS_TXT, LOG, MANIFEST_NAME, "x.lock", "notes.txt",
