@@ -186,7 +186,7 @@ class LocalStore(Store):
 
     def iter_dirs(self, prefix: str = "") -> Iterator[DirListing]:
         # Without a plan the walk yields listings only (no count, no batch).
-        return cast(Iterator[DirListing], self._iter_dirs(prefix, None, {}))
+        return cast(Iterator[DirListing], self._iter_dirs(prefix, None, None))
 
     def walk(self, prefix: str = "", plan: WalkPlan | None = None) -> Iterator[WalkItem]:
         # The depth-first walk counts and holds back what the plan names; the threaded listing
@@ -199,7 +199,8 @@ class LocalStore(Store):
         for group, trees in sorted(held.items()):
             yield from walk_together(self._safe, sorted(trees), plan, group)
 
-    def _iter_dirs(self, prefix: str, plan: WalkPlan | None, held: dict[str, list[str]]) -> Iterator[WalkItem]:
+    def _iter_dirs(self, prefix: str, plan: WalkPlan | None, held: dict[str, list[str]] | None
+                   ) -> Iterator[WalkItem]:
         start = safe_relpath(prefix) if prefix else ""
         try:
             fd = self._safe.open_dir(start)

@@ -243,17 +243,17 @@ def walk(safe: SafeRoot, fd: int, start: str, plan: WalkPlan | None = None,
     ``held`` by group, for the caller to list in step; and with the C helper, the entry
     directories ``plan.entries_below`` covers are counted in C, not walked (a ``Counted`` item,
     yielded before the directory's own listing; the Python walk lists them all). ``fd`` is
-    closed also when the walk cannot start."""
-    if held is None:
-        held = {}
+    closed also when the walk cannot start. Without ``held`` nothing is held back: a tree the
+    walk left out would be lost to a caller that has nowhere to put it."""
+    holding = plan.held if plan is not None and held is not None else frozenset()
     if native is None:
-        return _walk_python(safe, fd, start, plan, held)
-    names = frozenset(os.fsencode(n) for n in plan.held) if plan is not None and plan.held else None
+        return _walk_python(safe, fd, start, plan, holding, held)
+    names = frozenset(os.fsencode(n) for n in holding) or None
     walker = native.Walker(fd, start, FileInfo, names, plan is not None)
     return _walk_native(safe, walker, plan, held)
 
 
-def _walk_native(safe: SafeRoot, walker: Walker, plan: WalkPlan | None, held: dict[str, list[str]]
+def _walk_native(safe: SafeRoot, walker: Walker, plan: WalkPlan | None, held: dict[str, list[str]] | None
                  ) -> Iterator[WalkItem]:
     """:func:`walk` by the C helper: the same order, the same problems (its docstring). The
     walker is steered between two steps (it calls nothing back): what it held back is released
@@ -261,8 +261,9 @@ def _walk_native(safe: SafeRoot, walker: Walker, plan: WalkPlan | None, held: di
     new = tuple.__new__
     try:
         for rel, names, files, links, problems, dfd, pending, kept in walker:
-            if kept:
-                _hold(walker, rel, kept, plan, held)
+            for name in kept:  # only with a plan and somewhere to put what it holds (walk)
+                if not _held_back(plan, held, f"{rel}/{name}" if rel else name):
+                    walker.release(name)
             if pending and plan is not None:
                 rule = plan.entries_below(rel)
                 if rule is not None:
@@ -282,21 +283,20 @@ def _walk_native(safe: SafeRoot, walker: Walker, plan: WalkPlan | None, held: di
         walker.close()
 
 
-def _hold(walker: Walker, rel: str, kept: list[str], plan: WalkPlan | None, held: dict[str, list[str]]) -> None:
-    """The subdirectories ``kept`` of ``rel`` the walker held back: each one the plan places in
-    a group is added to ``held``, any other one released (walked as usual)."""
-    for name in kept:
-        child = f"{rel}/{name}" if rel else name
-        group = plan.in_step_group(child) if plan is not None else None
-        if group is None:
-            walker.release(name)
-        else:
-            held.setdefault(group, []).append(child)
+def _held_back(plan: WalkPlan | None, held: dict[str, list[str]] | None, rel: str) -> bool:
+    """Whether the subdirectory ``rel``, named in ``plan.held``, is held back: added to ``held``
+    under the group ``plan.in_step_group`` places it in. False: walk it as usual."""
+    if plan is None or held is None:
+        return False
+    group = plan.in_step_group(rel)
+    if group is None:
+        return False
+    held.setdefault(group, []).append(rel)
+    return True
 
 
-def _walk_python(safe: SafeRoot, fd: int, start: str, plan: WalkPlan | None, held: dict[str, list[str]]
-                 ) -> Iterator[DirListing]:
-    holding = plan.held if plan is not None else frozenset()
+def _walk_python(safe: SafeRoot, fd: int, start: str, plan: WalkPlan | None, holding: frozenset[str],
+                 held: dict[str, list[str]] | None) -> Iterator[DirListing]:
     frames: list[tuple[int, str, Iterator[str]]] = [(fd, start, iter(()))]
     try:
         subdirs, listing = list_fd(safe, fd, start)
@@ -311,11 +311,8 @@ def _walk_python(safe: SafeRoot, fd: int, start: str, plan: WalkPlan | None, hel
                 os.close(pfd)
                 continue
             rel = f"{prel}/{name}" if prel else name
-            if name in holding:
-                group = plan.in_step_group(rel) if plan is not None else None
-                if group is not None:
-                    held.setdefault(group, []).append(rel)
-                    continue
+            if name in holding and _held_back(plan, held, rel):
+                continue
             if too_deep(rel):
                 yield DirListing(prel, [], [], ((name, TOO_DEEP),))
                 continue

@@ -222,6 +222,20 @@ def test_held_trees_are_left_alone_then_listed_in_step(tmp_path: Path, listing_p
     assert again == batches
 
 
+def test_a_walk_with_nowhere_to_put_held_trees_holds_none_back(tmp_path: Path, listing_path: str) -> None:
+    """A plan names trees to hold back, but the caller gave no ``held`` to receive them: the
+    walk lists them as usual rather than lose them."""
+    root = tmp_path / "root"
+    for tree in ("a", "b"):
+        (root / "ns" / tree / "x").mkdir(parents=True)
+        (root / "ns" / tree / "x" / "f").write_bytes(b"1")
+    safe = SafeRoot(str(root), str(root))
+    items = list(local_listing.walk(safe, safe.open_dir(""), "", TreesPlan()))
+    assert all(isinstance(item, DirListing) for item in items)
+    assert _normal(items) == _listed(LocalStore(root))  # type: ignore[arg-type]
+    assert {d.directory for d in _normal(items)} == {"ns/a/x", "ns/b/x"}
+
+
 def test_trees_in_step_below_a_link_are_a_problem_not_an_error(tmp_path: Path, listing_path: str) -> None:
     """A tree's parent swapped for a symlink after the walk held the tree back: reported, not raised."""
     root = tmp_path / "root"
