@@ -211,10 +211,10 @@ static PyObject *special_problem(PyObject *name, long long mode) {
  * ``raw_dirs``. ``problems``: a tuple of (name, reason), one per special file. */
 static PyObject *build(Listing *l, const char *prefix, size_t plen, PyTypeObject *info_type, int raw_dirs) {
     PyObject *subdirs = PyList_New(0), *names = PyList_New(0), *files = PyList_New(0), *links = PyList_New(0);
-    PyObject *odd = PyList_New(0), *problems = NULL;
+    PyObject *odd = NULL, *problems = NULL;  /* odd: made for the first special file (most have none) */
     char *buf = NULL;
     size_t bufcap = 0;
-    if (subdirs == NULL || names == NULL || files == NULL || links == NULL || odd == NULL) goto fail;
+    if (subdirs == NULL || names == NULL || files == NULL || links == NULL) goto fail;
     for (size_t i = 0; i < l->count; i++) {
         Item *it = &l->items[i];
         const char *name = l->arena + it->name;
@@ -230,7 +230,7 @@ static PyObject *build(Listing *l, const char *prefix, size_t plen, PyTypeObject
         if (it->kind == KIND_SPECIAL) {
             PyObject *problem = special_problem(obj, it->size);
             Py_DECREF(obj);
-            if (problem == NULL || PyList_Append(odd, problem) != 0) {
+            if (problem == NULL || (odd == NULL && (odd = PyList_New(0)) == NULL) || PyList_Append(odd, problem) != 0) {
                 Py_XDECREF(problem);
                 goto fail;
             }
@@ -279,12 +279,10 @@ static PyObject *build(Listing *l, const char *prefix, size_t plen, PyTypeObject
         Py_DECREF(obj);
     }
     free(buf);
-    problems = PyList_AsTuple(odd);
-    Py_DECREF(odd);
-    if (problems == NULL) {
-        odd = NULL;
-        goto fail;
-    }
+    problems = odd == NULL ? PyTuple_New(0) : PyList_AsTuple(odd);
+    Py_XDECREF(odd);
+    odd = NULL;
+    if (problems == NULL) goto fail;
     return Py_BuildValue("(NNNNN)", subdirs, names, files, links, problems);
 fail:
     free(buf);
@@ -1124,11 +1122,7 @@ static PyObject *walker_list_top(Walker *w, int *oserr) {
         return NULL;
     }
     size_t pending = 0;
-    PyObject *held = PyList_New(0);
-    if (held == NULL) {
-        listing_free(&l);
-        return NULL;
-    }
+    PyObject *held = NULL;  /* made for the first held subdirectory: most directories have none */
     for (size_t i = 0; i < l.count; i++) {
         Item *it = &l.items[i];
         if (it->kind != KIND_DIR) continue;
@@ -1140,9 +1134,9 @@ static PyObject *walker_list_top(Walker *w, int *oserr) {
         }
         it->kind = KIND_HELD;
         PyObject *uname = decode(name, it->len);
-        if (uname == NULL || PyList_Append(held, uname) != 0) {
+        if (uname == NULL || (held == NULL && (held = PyList_New(0)) == NULL) || PyList_Append(held, uname) != 0) {
             Py_XDECREF(uname);
-            Py_DECREF(held);
+            Py_XDECREF(held);
             listing_free(&l);
             return NULL;
         }
@@ -1150,7 +1144,7 @@ static PyObject *walker_list_top(Walker *w, int *oserr) {
     }
     char *prefix = malloc(f->rlen + 2);
     if (prefix == NULL) {
-        Py_DECREF(held);
+        Py_XDECREF(held);
         listing_free(&l);
         return PyErr_NoMemory();
     }
@@ -1162,31 +1156,33 @@ static PyObject *walker_list_top(Walker *w, int *oserr) {
     f->pending = l;  /* owned by the frame now: settled at the next step */
     f->unsettled = 1;
     if (built == NULL) {
-        Py_DECREF(held);
+        Py_XDECREF(held);
         return NULL;
     }
     PyObject *names = PyTuple_GET_ITEM(built, 1), *files = PyTuple_GET_ITEM(built, 2);
     PyObject *links = PyTuple_GET_ITEM(built, 3), *problems = PyTuple_GET_ITEM(built, 4);
     if (PyList_GET_SIZE(files) == 0 && PyList_GET_SIZE(links) == 0 && PyTuple_GET_SIZE(problems) == 0
-        && PyList_GET_SIZE(held) == 0 && !(w->steered && pending)) {
-        Py_DECREF(held);
+        && held == NULL && !(w->steered && pending)) {
         Py_DECREF(built);
         Py_RETURN_NONE;
     }
-    PyObject *rel = decode(f->rel, f->rlen);
+    /* A tuple: the empty one is CPython's shared singleton, no allocation per directory. */
+    PyObject *kept = held == NULL ? PyTuple_New(0) : PyList_AsTuple(held);
+    Py_XDECREF(held);
+    PyObject *rel = kept == NULL ? NULL : decode(f->rel, f->rlen);
     if (rel == NULL) {
-        Py_DECREF(held);
+        Py_XDECREF(kept);
         Py_DECREF(built);
         return NULL;
     }
     PyObject *out = Py_BuildValue("(NOOOOinN)", rel, names, files, links, problems, f->fd, (Py_ssize_t)pending,
-                                  held);
+                                  kept);
     Py_DECREF(built);
     if (out != NULL) w->steer = 1;
     return out;
 }
 
-/* The problem listing of an unopenable or unreadable child: (prel, [], [], [], ((name, reason),), -1, 0, []).
+/* The problem listing of an unopenable or unreadable child: (prel, [], [], [], ((name, reason),), -1, 0, ()).
  * ``reason`` is consumed, also when this fails. */
 static PyObject *problem(Frame *parent, PyObject *name, PyObject *reason) {
     PyObject *rel = decode(parent->rel, parent->rlen);
@@ -1197,7 +1193,7 @@ static PyObject *problem(Frame *parent, PyObject *name, PyObject *reason) {
         Py_DECREF(reason);
         return NULL;
     }
-    return Py_BuildValue("(N[][][]((NN))in[])", rel, uname, reason, -1, (Py_ssize_t)0);
+    return Py_BuildValue("(N[][][]((NN))in())", rel, uname, reason, -1, (Py_ssize_t)0);
 }
 
 static PyObject *unreadable(int err) {

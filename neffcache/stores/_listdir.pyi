@@ -9,7 +9,7 @@ from neffcache.stores.plain import CountedTop
 Listed = tuple[list[str], list[str], list[FileInfo], list[str], tuple[tuple[str, str], ...]]
 # (directory, file names, their FileInfos, symlink names, problems, the directory's descriptor,
 #  how many subdirectories the walk will enter, the names of those it holds back)
-Step = tuple[str, list[str], list[FileInfo], list[str], tuple[tuple[str, str], ...], int, int, list[str]]
+Step = tuple[str, list[str], list[FileInfo], list[str], tuple[tuple[str, str], ...], int, int, tuple[str, ...]]
 
 MAX_DEPTH: int  # directory levels the Walker enters (local_listing.MAX_DEPTH)
 MAX_LARGEST: int  # the most ``largest`` entries a count reports (count_plain's, WalkPlan.largest)
