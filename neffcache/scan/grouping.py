@@ -133,7 +133,7 @@ class Grouper:
         No group can exist yet for an entry of these shards: only a file or a problem named
         ``<shard directory>/<key><suffix>`` locates to one, and those come in this directory's
         own listing (here) or, for a subdirectory that could not be opened, in the batch
-        below it, which summary.py's ``_in_step`` waits for before it counts."""
+        below it, which summary.py's in-step judging (``_InStep``) waits for before it counts."""
         shards: list[tuple[ShardDir, list[str], list[FileInfo]]] = []
         lay: Layout | None = None
         files_seen = 0
@@ -198,7 +198,7 @@ class Grouper:
 
     def entry_rule(self, directory: str) -> PlainEntryDirs | None:
         """A rule for counting the entry directories below ``directory`` without listing them
-        (a walk's ``plain``): what :meth:`add` and :func:`judge` would make of each child it
+        (``WalkPlan.entries_below``): what :meth:`add` and :func:`judge` would make of each child it
         covers, decided once. The layout vouches for its part (:attr:`DirectoryRole.entries_below`:
         each covered child an entry of the rule's namespace, judged SUCCESS when its files pass);
         what :meth:`add` asks besides:

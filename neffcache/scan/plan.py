@@ -22,8 +22,9 @@ class SummaryPlan:
     back to be listed in step, and, when ``counting``, the grouper's rules (:meth:`Grouper.plain_rule`
     for layout-B levels, :meth:`Grouper.entry_rule` for layout-A namespaces: what judging would
     decide). A store counts a directory only where nothing lies below it and its listing would
-    have had no problem, so unlike a shard counted in the summary's in-step judging a count needs no waiting
-    for the walk to leave it, and unlike an open flat entry no judging when it does."""
+    have had no problem, so unlike a shard the summary counts in its in-step judging, a store's
+    count needs no waiting for the walk to leave it, and unlike an open flat entry no judging
+    when it does."""
 
     def __init__(self, grouper: Grouper, *, counting: bool, largest: int) -> None:
         self._grouper = grouper

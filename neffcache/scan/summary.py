@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -139,8 +139,7 @@ def summarize(store: Store, *, prefix: str = "", progress: Progress | None = Non
         if type(item) is Counted:
             _add_counted(item, grouper, tally)
         elif type(item) is InStep:
-            for group in open_flat:  # the walk is over: in-step batches come last
-                tally.group(grouper.groups.pop(group.located.path))
+            _judge(open_flat, grouper, tally)  # the walk is over: in-step batches come last
             open_flat = []
             if in_step is None or in_step.group != item.group:
                 if in_step is not None:
@@ -156,8 +155,7 @@ def summarize(store: Store, *, prefix: str = "", progress: Progress | None = Non
             _drain(listing, grouper, tally, kept, open_flat, warnings, foreign)
     if in_step is not None:
         in_step.finish()
-    for group in open_flat:
-        tally.group(grouper.groups.pop(group.located.path))
+    _judge(open_flat, grouper, tally)
     for group in kept.groups():
         tally.group(group)
     for group in grouper.groups.values():  # entries with nested files, kept whole
@@ -217,8 +215,7 @@ class _InStep:
         while opened:
             made_in = opened[-1][0]
             if made_in and rel != made_in and not rel.startswith(made_in + "/"):
-                for group in opened.pop()[1]:
-                    tally.group(grouper.groups.pop(group.located.path))
+                _judge(opened.pop()[1], grouper, tally)
             else:
                 break
         plain = grouper.count_plain(batch) if self._count and rel else None
@@ -233,8 +230,7 @@ class _InStep:
             self._tally.plain(*self._counted[2])
             self._counted = None
         for _, made in self._opened:
-            for group in made:
-                self._tally.group(self._grouper.groups.pop(group.located.path))
+            _judge(made, self._grouper, self._tally)
         self._opened = []
 
 
@@ -246,6 +242,12 @@ def _group_batch(rel: str, batch: list[DirListing], grouper: Grouper, opened: li
     if grouper.created:
         opened.append((rel, grouper.created))
         grouper.created = []
+
+
+def _judge(groups: Iterable[Group], grouper: Grouper, tally: Tally) -> None:
+    """Judge ``groups`` (each one's files all seen) into the tally, out of the grouper."""
+    for group in groups:
+        tally.group(grouper.groups.pop(group.located.path))
 
 
 def _judge_left(listing: DirListing, open_flat: list[Group], grouper: Grouper, tally: Tally) -> list[Group]:
